@@ -1,0 +1,1 @@
+"""Model cards and shipped probes (installed as the data package ``acute._cards``)."""
