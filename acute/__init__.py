@@ -1,3 +1,38 @@
-"""acute: can this language-model answer be trusted?"""
+"""acute: can this language-model answer be trusted?
+
+Public entry points are imported lazily so that ``import acute`` stays fast:
+``load_model``, ``format_prompt``, ``model_fingerprint`` (models), ``generate_and_record``,
+``HiddenStateRecorder`` (extraction), ``open_store`` (store), ``get_task`` (tasks),
+``ActivationProbe``, ``load_probe`` (probes), ``Scorer`` (scoring), ``metrics``.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "load_model": "models",
+    "format_prompt": "models",
+    "model_fingerprint": "models",
+    "generate_and_record": "extraction",
+    "HiddenStateRecorder": "extraction",
+    "open_store": "store",
+    "StoreWriter": "store",
+    "get_task": "tasks",
+    "ActivationProbe": "probes",
+    "load_probe": "probes",
+    "Scorer": "scoring",
+}
+_SUBMODULES = {"metrics", "plots", "features", "baselines", "evaluate", "protocol", "verbalize"}
+
+__all__ = sorted(_LAZY) + sorted(_SUBMODULES)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'acute' has no attribute {name!r}")

@@ -1,0 +1,782 @@
+"""Record pooled hidden states of every layer while a causal LM generates.
+
+The recorder attaches forward hooks to the decoder layers and the final norm of a transformers
+causal LM and, *during* ``model.generate`` with the KV cache, keeps per sequence and per layer only
+a running sum and a count of the hidden states it pools (memory independent of the number of
+generated tokens; it never holds ``T x L x d`` per sample).
+
+Layer indexing follows transformers' ``output_hidden_states``: index 0 is the input of the first
+decoder layer (the embedding output, already scaled for Gemma, plus position embeddings for GPT-2),
+index ``i`` the output of decoder layer ``i`` and index ``L`` the output of the final norm (not the
+last layer's pre-norm residual).
+
+Pooling modes (``pool``):
+
+``"decoding"`` (default)
+    the hidden states from which the generated tokens were decoded: the last prompt position
+    (decodes the first token) and each generated position before the final one. One state per
+    generated token, the final EOS included, so the mean is never empty.
+``"generated"``
+    the states at the generated tokens' own positions. The final token is never fed back to the
+    model by ``generate``, so the recorder keeps each sequence alive for exactly one more decoding
+    step after it finishes (its stopping criterion reports it finished one step late and
+    ``generate`` runs with ``max_new_tokens + 1``); the token sampled in that extra step is
+    discarded. This costs one extra forward step per batch and gives the same states as feeding
+    the last token with the returned KV cache.
+
+Per-sequence termination (EOS ids and stop strings) is decided by the recorder's own
+``StoppingCriteria``, so the hooks know exactly which rows are finished before the next forward;
+finished rows stop accumulating while the rest of the batch goes on. Each generated token's
+log-probability is taken under the model's raw distribution: ``log_softmax`` of the logits the model
+returns (captured by a forward hook on the model, i.e. before any logits processor such as
+temperature or top-k), gathered once the token is known.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import warnings
+from typing import Any, Iterable, Literal, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria
+
+from acute.errors import AcuteError
+
+__all__ = [
+    "Generation",
+    "HiddenStateRecorder",
+    "LayerMap",
+    "RecordedBatch",
+    "UnsupportedArchitectureError",
+    "context_window",
+    "find_layers",
+    "generate_and_record",
+    "score_continuations",
+]
+
+PoolMode = Literal["decoding", "generated"]
+_POOLS = ("decoding", "generated")
+
+# Attribute paths (from the top-level model) of the decoder-layer ModuleList, most common first.
+_LAYER_PATHS = (
+    "model.layers",  # Llama, Mistral, Qwen2/3, Gemma 1/2/3 (CausalLM), Phi-3, OLMo, ...
+    "model.language_model.layers",  # Gemma 3 / multimodal wrappers (transformers >= 4.52)
+    "language_model.model.layers",  # older multimodal wrappers
+    "model.decoder.layers",  # OPT
+    "transformer.h",  # GPT-2, GPT-J, Falcon, BLOOM
+    "transformer.layers",
+    "gpt_neox.layers",  # GPT-NeoX, Pythia
+    "model.transformer.h",
+    "layers",
+    "h",
+)
+# Names of the final norm on the module that owns the layer list.
+_NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "final_norm", "norm_f")
+_EMBED_NAMES = ("embed_tokens", "wte", "embed_in", "word_embeddings")
+
+
+class UnsupportedArchitectureError(AcuteError, ValueError):
+    """The decoder layers / final norm of a model could not be located."""
+
+
+# --------------------------------------------------------------------------------------------
+# Locating the layers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerMap:
+    """The modules of a decoder-only LM that the recorder hooks.
+
+    ``embed`` is the token embedding, ``layers`` the decoder-layer ``ModuleList`` (length ``L``)
+    and ``final_norm`` the norm applied after the last layer. ``num_layers`` is ``L``; recorded
+    tensors have ``L + 1`` rows.
+    """
+
+    embed: nn.Module
+    layers: nn.ModuleList
+    final_norm: nn.Module
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+def _resolve(root: nn.Module, path: str) -> Any:
+    obj: Any = root
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _config_num_layers(model: nn.Module) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    for name in ("num_hidden_layers", "n_layer", "num_layers"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def find_layers(model: nn.Module) -> LayerMap:
+    """Locate the token embedding, decoder layers and final norm of a causal LM.
+
+    Tries the attribute paths of the common architectures (``model.layers``,
+    ``model.language_model.layers``, ``transformer.h``, ``gpt_neox.layers``, ...); the final norm
+    is looked up on the module owning the layer list (``norm``, ``ln_f``, ``final_layernorm``, ...)
+    and the embedding via ``model.get_input_embeddings()``. Returns a :class:`LayerMap`.
+
+    Raises :class:`UnsupportedArchitectureError` (a ``ValueError``) naming the model class when no
+    layer list with a final norm is found, or when the number of layers disagrees with the config.
+    """
+    cls = type(model).__name__
+    for path in _LAYER_PATHS:
+        layers = _resolve(model, path)
+        if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+            continue
+        owner = _resolve(model, path.rpartition(".")[0]) if "." in path else model
+        norm = next((getattr(owner, n) for n in _NORM_NAMES
+                     if isinstance(getattr(owner, n, None), nn.Module)), None)
+        if norm is None:
+            continue
+        embed = None
+        if hasattr(model, "get_input_embeddings"):
+            try:
+                embed = model.get_input_embeddings()
+            except (NotImplementedError, AttributeError):
+                embed = None
+        if embed is None:
+            embed = next((getattr(owner, n) for n in _EMBED_NAMES
+                          if isinstance(getattr(owner, n, None), nn.Module)), None)
+        if embed is None:
+            continue
+        expected = _config_num_layers(model)
+        if expected is not None and expected != len(layers):
+            raise UnsupportedArchitectureError(
+                f"{cls}: found {len(layers)} decoder layers at '{path}' but the config says "
+                f"{expected}; cannot map hidden-state indices for this architecture"
+            )
+        return LayerMap(embed=embed, layers=layers, final_norm=norm)
+    raise UnsupportedArchitectureError(
+        f"cannot locate the decoder layers and final norm of {cls}: tried layer lists at "
+        f"{', '.join(_LAYER_PATHS)} with a final norm named one of {', '.join(_NORM_NAMES)}. "
+        "Supported: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, GPT-2 and similar decoder-only LMs."
+    )
+
+
+def context_window(model: nn.Module) -> int | None:
+    """The model's maximum number of positions from its (text) config, or ``None`` if unknown."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    for name in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
+                 "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(model.parameters()).device
+
+
+# --------------------------------------------------------------------------------------------
+# The recorder
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RecordedBatch:
+    """What :meth:`HiddenStateRecorder.generate` recorded for one batch (rows in input order).
+
+    ``token_ids[r]`` (int64[T_r]) and ``token_logprobs[r]`` (float32[T_r]) are row ``r``'s
+    generated tokens up to and including the one that finished it; ``layer_means`` is
+    float32[B, L+1, d]; ``counts`` int64[B] the number of pooled states per row (== T_r);
+    ``finish_reasons[r]`` is ``"eos"``, ``"stop"`` or ``"length"``.
+    """
+
+    token_ids: list[np.ndarray]
+    token_logprobs: list[np.ndarray]
+    layer_means: np.ndarray
+    counts: np.ndarray
+    finish_reasons: list[str]
+
+
+_REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
+_REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
+
+
+class _Run:
+    """Mutable state of one recorded ``generate`` call."""
+
+    def __init__(self, batch_size: int, num_states: int, device: torch.device, dtype: torch.dtype,
+                 pool: str, max_new_tokens: int, eos_ids: Sequence[int],
+                 stop_strings: Sequence[str], tokenizer: Any):
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.pool = pool
+        self.max_new_tokens = max_new_tokens
+        self.stop_strings = tuple(stop_strings)
+        self.tokenizer = tokenizer
+        self.eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+        self.sums: list[torch.Tensor | None] = [None] * num_states
+        self.counts = torch.zeros(batch_size, dtype=torch.long, device=device)
+        # Weight of each row in the *next* forward pass ([B, 1], 1.0 = pool this row).
+        # decoding: every row is pooled in the prefill; generated: nothing in the prefill.
+        start = 1.0 if pool == "decoding" else 0.0
+        self.weight = torch.full((batch_size, 1), start, dtype=dtype, device=device)
+        self.pool_this_forward = pool == "decoding"
+        self._weights_by_device: dict[torch.device, torch.Tensor] = {}
+        self.done = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        self.n_tokens = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.reason = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.step_tokens: list[torch.Tensor] = []
+        self.step_logprobs: list[torch.Tensor] = []
+        self.logprobs_next: torch.Tensor | None = None  # log-softmax of the latest raw logits
+        self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
+        self.forwards = 0
+
+    def weight_on(self, device: torch.device) -> torch.Tensor:
+        if device == self.weight.device:
+            return self.weight
+        w = self._weights_by_device.get(device)
+        if w is None:
+            w = self._weights_by_device[device] = self.weight.to(device)
+        return w
+
+    def set_weight(self, mask: torch.Tensor) -> None:
+        self.weight = mask.to(self.dtype).unsqueeze(1)
+        self._weights_by_device = {}
+
+
+class _RecorderStoppingCriteria(StoppingCriteria):
+    """Per-row termination on EOS ids, stop strings and ``max_new_tokens``, kept by the recorder.
+
+    Called by ``generate`` once per step, after the new token is appended; it also gathers the
+    token's raw log-probability and sets which rows the hooks pool in the next forward.
+    """
+
+    def __init__(self, recorder: "HiddenStateRecorder"):
+        self.recorder = recorder
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any = None, **kwargs: Any) -> torch.BoolTensor:
+        run = self.recorder._run
+        if run is None:
+            raise RuntimeError("recorder stopping criterion called outside HiddenStateRecorder.generate")
+        token = input_ids[:, -1].to(run.device)
+        if run.logprobs_next is None:
+            raise RuntimeError("no logits were captured for this step; the model's forward hook did not run")
+        logprob = run.logprobs_next.gather(1, token.unsqueeze(1)).squeeze(1)
+        run.logprobs_next = None
+        active = ~run.done  # rows for which this token is a real generated token
+        run.step_tokens.append(token)
+        run.step_logprobs.append(logprob)
+        run.n_tokens += active.long()
+
+        is_eos = active & torch.isin(token, run.eos) if run.eos.numel() else torch.zeros_like(active)
+        is_stop = torch.zeros_like(active)
+        if run.stop_strings:
+            stop_flags = [False] * run.batch_size
+            tokens_now = token.tolist()
+            active_now = active.tolist()
+            eos_now = is_eos.tolist()
+            for r in range(run.batch_size):
+                if not active_now[r]:
+                    continue
+                run.cpu_tokens[r].append(tokens_now[r])
+                if eos_now[r]:
+                    continue
+                text = run.tokenizer.decode(run.cpu_tokens[r], skip_special_tokens=True)
+                stop_flags[r] = any(s in text for s in run.stop_strings)
+            is_stop = torch.tensor(stop_flags, dtype=torch.bool, device=run.device)
+        is_len = active & (run.n_tokens >= run.max_new_tokens)
+        run.reason = torch.where(active & is_len, _REASON_LENGTH, run.reason)
+        run.reason = torch.where(is_stop, _REASON_STOP, run.reason)
+        run.reason = torch.where(is_eos, _REASON_EOS, run.reason)
+        run.done = run.done | is_eos | is_stop | is_len
+
+        if run.pool == "decoding":
+            # The next forward decodes the next token of every still-running row.
+            run.set_weight(~run.done)
+            run.pool_this_forward = True
+            return run.done.clone()
+        # "generated": the next forward feeds this step's token; pool it for rows where it is real
+        # and keep those rows alive for generate until that forward has happened.
+        run.set_weight(active)
+        run.pool_this_forward = True
+        return ~active
+
+
+class HiddenStateRecorder:
+    """Context manager that pools every layer's hidden states inside ``model.generate``.
+
+    ``pool`` is ``"decoding"`` or ``"generated"`` (see the module docstring); ``dtype`` is the
+    accumulation dtype of the running sums (float32 or float64). On entering, forward hooks are
+    attached to the first decoder layer (its input is index 0 and its output index 1), the other
+    decoder layers but the last (indices 2..L-1), the final norm (index L) and the model itself
+    (raw logits). They are removed on exit, also when an exception is raised. Outside
+    :meth:`generate` the hooks do nothing.
+
+    Use::
+
+        with HiddenStateRecorder(model) as rec:
+            batch = rec.generate(input_ids, attention_mask, max_new_tokens=32, eos_token_ids=[2])
+    """
+
+    def __init__(self, model: nn.Module, pool: PoolMode = "decoding", dtype: torch.dtype = torch.float32):
+        self.model = model
+        self.pool = pool
+        self.dtype = dtype
+        self._handles: list[Any] = []
+        self._run: _Run | None = None
+        self.layer_map: LayerMap | None = None
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _accumulate(self, index: int, hidden: torch.Tensor) -> None:
+        run = self._run
+        if run is None or not run.pool_this_forward:
+            return
+        last = hidden[:, -1, :]
+        total = run.sums[index]
+        if total is None:
+            total = run.sums[index] = torch.zeros(last.shape, dtype=run.dtype, device=last.device)
+        total.addcmul_(last, run.weight_on(last.device))
+
+    def _layer_hook(self, index: int):
+        def hook(module, args, output):
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+            self._accumulate(index, hidden)
+        return hook
+
+    def _first_layer_hook(self, record_output: bool):
+        def hook(module, args, kwargs, output):
+            if self._run is None:
+                return
+            hidden_in = args[0] if args else kwargs.get("hidden_states")
+            if hidden_in is None:
+                raise RuntimeError(f"cannot find the hidden-state input of {type(module).__name__}")
+            self._accumulate(0, hidden_in)
+            if record_output:
+                hidden = output[0] if isinstance(output, (tuple, list)) else output
+                self._accumulate(1, hidden)
+        return hook
+
+    def _norm_hook(self, index: int):
+        def hook(module, args, output):
+            run = self._run
+            if run is None:
+                return
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+            self._accumulate(index, hidden)
+            run.forwards += 1
+            if run.pool_this_forward:
+                run.counts += run.weight.squeeze(1).to(run.counts.device).long()
+        return hook
+
+    def _logits_hook(self, module, args, output):
+        run = self._run
+        if run is None:
+            return
+        logits = getattr(output, "logits", None)
+        if logits is None:
+            logits = output[0] if isinstance(output, (tuple, list)) else output
+        run.logprobs_next = torch.log_softmax(logits[:, -1, :].to(run.device, torch.float32), dim=-1)
+
+    # -- context manager ---------------------------------------------------------------------
+
+    def __enter__(self) -> "HiddenStateRecorder":
+        if self.pool not in _POOLS:
+            raise ValueError(f"pool must be one of {_POOLS}, got {self.pool!r}")
+        if self.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
+        if self._handles:
+            raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
+        lm = find_layers(self.model)
+        self.layer_map = lm
+        n = lm.num_layers
+        try:
+            self._handles.append(lm.layers[0].register_forward_hook(
+                self._first_layer_hook(record_output=n > 1), with_kwargs=True))
+            for i in range(1, n - 1):
+                self._handles.append(lm.layers[i].register_forward_hook(self._layer_hook(i + 1)))
+            self._handles.append(lm.final_norm.register_forward_hook(self._norm_hook(n)))
+            self._handles.append(self.model.register_forward_hook(self._logits_hook))
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._run = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the hooks are attached."""
+        return bool(self._handles)
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, eos_token_ids: Iterable[int] = (),
+                 stop_strings: Sequence[str] = (), tokenizer: Any = None,
+                 **generate_kwargs: Any) -> RecordedBatch:
+        """Run ``model.generate`` on a left-padded batch and return what was recorded.
+
+        ``eos_token_ids`` and ``stop_strings`` end a row (its final token is kept); stop strings
+        are matched in the row's generated text decoded with ``skip_special_tokens=True`` and need
+        ``tokenizer``. Other keyword arguments go to ``model.generate`` (``num_beams`` and
+        ``num_return_sequences`` must be 1; ``max_length`` is not accepted). Returns a
+        :class:`RecordedBatch`. Raises ``RuntimeError`` if the recorder is not entered or if the
+        hooks saw a different number of pooled states than generated tokens.
+        """
+        if not self._handles:
+            raise RuntimeError("use HiddenStateRecorder as a context manager: `with HiddenStateRecorder(model) as rec:`")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for key in ("num_beams", "num_return_sequences"):
+            if generate_kwargs.get(key, 1) != 1:
+                raise ValueError(f"{key} must be 1 for recording, got {generate_kwargs[key]}")
+        for key in ("max_length", "stop_strings", "stopping_criteria", "max_time",
+                    "return_dict_in_generate", "output_hidden_states"):
+            if key in generate_kwargs:
+                raise ValueError(f"{key!r} cannot be passed to HiddenStateRecorder.generate "
+                                 "(the recorder decides when each row stops)")
+        stop_strings = tuple(stop_strings)
+        if stop_strings and tokenizer is None:
+            raise ValueError("stop_strings need a tokenizer")
+        if any(not isinstance(s, str) or not s for s in stop_strings):
+            raise ValueError(f"stop_strings must be non-empty strings, got {stop_strings!r}")
+        if input_ids.ndim != 2 or input_ids.shape[1] == 0:
+            raise ValueError(f"input_ids must be [batch, length>0], got shape {tuple(input_ids.shape)}")
+        eos_ids = [int(i) for i in eos_token_ids]
+        # The recorder decides EOS itself. An EosTokenCriteria that never fires replaces the one
+        # generate would build from eos_token_id (user-given criteria of the same type take
+        # precedence), so that logits processors such as min_new_tokens still know the EOS ids
+        # while a row can be kept alive one step past its EOS in the "generated" mode.
+        never = EosTokenCriteria(eos_token_id=torch.zeros(0, dtype=torch.long))
+        criteria = StoppingCriteriaList([_RecorderStoppingCriteria(self), never])
+        if eos_ids:
+            generate_kwargs.setdefault("eos_token_id", eos_ids)
+        if generate_kwargs.get("pad_token_id") is None:
+            pad = (getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None)
+            generate_kwargs["pad_token_id"] = pad if pad is not None else (eos_ids[0] if eos_ids else 0)
+
+        device = _model_device(self.model)
+        input_ids = input_ids.to(device)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        attention_mask = attention_mask.to(device)
+        assert self.layer_map is not None
+        self._run = _Run(input_ids.shape[0], self.layer_map.num_layers + 1, device, self.dtype,
+                         self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
+        extra = 1 if self.pool == "generated" else 0
+        try:
+            with torch.no_grad():
+                self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                    max_new_tokens=max_new_tokens + extra,
+                                    stopping_criteria=criteria, **generate_kwargs)
+            return self._collect()
+        finally:
+            self._run = None
+
+    def _collect(self) -> RecordedBatch:
+        run = self._run
+        assert run is not None
+        n_tokens = run.n_tokens.cpu().numpy()
+        counts = run.counts.cpu().numpy()
+        if not np.array_equal(n_tokens, counts):
+            raise RuntimeError(
+                f"recorder pooled {counts.tolist()} states for {n_tokens.tolist()} generated tokens; "
+                "generate did not run the expected decoding steps (unsupported generation mode?)"
+            )
+        tokens = torch.stack(run.step_tokens, dim=1).cpu().numpy().astype(np.int64)
+        logprobs = torch.stack(run.step_logprobs, dim=1).cpu().numpy().astype(np.float32)
+        sums = [s.to("cpu", torch.float64) for s in run.sums]
+        if any(s is None for s in run.sums):
+            raise RuntimeError("some layers were never reached by a forward pass")
+        stacked = torch.stack(sums, dim=1)  # [B, L+1, d]
+        means = (stacked / torch.from_numpy(counts).to(torch.float64)[:, None, None]).numpy()
+        reasons = run.reason.cpu().tolist()
+        return RecordedBatch(
+            token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
+            token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
+            layer_means=means.astype(np.float32),
+            counts=counts.astype(np.int64),
+            finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
+        )
+
+    def state_nbytes(self) -> int:
+        """Bytes of tensors the recorder holds for the current batch other than the output tokens
+        (running sums, counts, masks and the latest log-softmax row); 0 outside a generate call."""
+        run = self._run
+        if run is None:
+            return 0
+        tensors = [s for s in run.sums if s is not None]
+        tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos]
+        if run.logprobs_next is not None:
+            tensors.append(run.logprobs_next)
+        return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+# --------------------------------------------------------------------------------------------
+# High-level API
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Generation:
+    """One generated answer with its pooled activations.
+
+    ``text``: generated text decoded with special tokens skipped, cut before the first stop string
+    when ``finish_reason == "stop"``; ``token_ids`` int64[T] and ``token_logprobs`` float32[T]: the
+    generated tokens (EOS / stop-completing token included) and their log-probabilities under the
+    model's raw distribution; ``layer_means`` float32[L+1, d]; ``prompt_tokens``: prompt length in
+    tokens; ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``.
+    """
+
+    text: str
+    token_ids: np.ndarray
+    token_logprobs: np.ndarray
+    layer_means: np.ndarray
+    prompt_tokens: int
+    finish_reason: str
+
+    @property
+    def raw_confidence(self) -> float:
+        """Product of the generated tokens' probabilities, ``exp(sum(token_logprobs))``."""
+        return float(math.exp(float(np.sum(self.token_logprobs, dtype=np.float64))))
+
+
+def _resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
+    try:
+        from acute.models import eos_token_ids
+    except ImportError:  # pragma: no cover - acute.models is part of the package
+        ids: list[int] = []
+        for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                      getattr(tokenizer, "eos_token_id", None)):
+            for v in (value if isinstance(value, (list, tuple)) else [value]):
+                if v is not None and int(v) not in ids:
+                    ids.append(int(v))
+        return ids
+    return eos_token_ids(model, tokenizer)
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ``(input_ids, attention_mask)`` long tensors."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        if s:
+            ids[r, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+            mask[r, width - len(s):] = 1
+    return ids, mask
+
+
+def _pad_id(tokenizer: Any, eos_ids: Sequence[int]) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None:
+        return int(pad)
+    return int(eos_ids[0]) if eos_ids else 0
+
+
+def _tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def _check_strings(values: Any, name: str) -> list[str]:
+    if isinstance(values, str):
+        raise ValueError(f"{name} must be a list of strings, not a single string")
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise ValueError(f"{name}[{i}] must be a str, got {type(v).__name__}")
+    return values
+
+
+def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
+    cuts = [text.find(s) for s in stop_strings if s in text]
+    return text[: min(cuts)] if cuts else text
+
+
+def _progress(iterable, total: int, enabled: bool, desc: str):
+    if not enabled:
+        return iterable
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return iterable
+    return tqdm(iterable, total=total, desc=desc)
+
+
+def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
+                        max_new_tokens: int = 64, batch_size: int = 8,
+                        stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
+                        do_sample: bool = False, progress: bool = False,
+                        on_too_long: Literal["skip", "error"] = "skip",
+                        eos_token_ids: Sequence[int] | None = None,
+                        **generate_kwargs: Any) -> list[Generation | None]:
+    """Generate an answer for each fully formatted prompt and pool its hidden states.
+
+    Prompts are tokenized with ``add_special_tokens=False``, sorted by length (longest first) and
+    generated in left-padded batches of ``batch_size`` (greedy unless ``do_sample``); results come
+    back in input order. Generation of a row stops at an EOS id (default
+    ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
+    string, or after ``max_new_tokens``. Extra keyword arguments go to ``model.generate`` (e.g.
+    ``min_new_tokens``, ``temperature``).
+
+    A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
+    window (:func:`context_window`): with ``on_too_long="skip"`` (default) its slot in the result
+    is ``None`` and a ``UserWarning`` names it; with ``"error"`` a ``ValueError`` is raised before
+    anything is generated. Returns a list of :class:`Generation` (or ``None`` for skipped
+    prompts). Raises ``ValueError`` for an empty prompt, a bad argument, or a prompt that is not
+    a string.
+    """
+    prompts = _check_strings(prompts, "prompts")
+    stop_strings = tuple(_check_strings(stop_strings, "stop_strings"))
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if pool not in _POOLS:
+        raise ValueError(f"pool must be one of {_POOLS}, got {pool!r}")
+    if on_too_long not in ("skip", "error"):
+        raise ValueError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    eos_ids = list(eos_token_ids) if eos_token_ids is not None else _resolve_eos(model, tokenizer)
+    pad_id = _pad_id(tokenizer, eos_ids)
+    encoded = _tokenize(tokenizer, prompts)
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise ValueError(f"prompts[{i}] is empty (tokenizes to no tokens)")
+    limit = context_window(model)
+    keep: list[int] = []
+    for i, ids in enumerate(encoded):
+        if limit is not None and len(ids) + max_new_tokens > limit:
+            message = (f"prompts[{i}] has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
+                       f"it exceeds the context window of {limit} positions")
+            if on_too_long == "error":
+                raise ValueError(message)
+            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
+            continue
+        keep.append(i)
+    order = sorted(keep, key=lambda i: -len(encoded[i]))
+    batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+    if not do_sample:
+        # Greedy: silence sampling parameters a model's generation_config may carry.
+        for key in ("temperature", "top_p", "top_k"):
+            generate_kwargs.setdefault(key, None)
+    results: list[Generation | None] = [None] * len(prompts)
+    with HiddenStateRecorder(model, pool=pool) as recorder:
+        for batch in _progress(batches, len(batches), progress, "generate"):
+            ids, mask = _left_pad([encoded[i] for i in batch], pad_id)
+            recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
+                                         eos_token_ids=eos_ids, stop_strings=stop_strings,
+                                         tokenizer=tokenizer, do_sample=do_sample,
+                                         pad_token_id=pad_id, **generate_kwargs)
+            for r, i in enumerate(batch):
+                text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
+                reason = recorded.finish_reasons[r]
+                if reason == "stop":
+                    text = _cut_at_stop(text, stop_strings)
+                results[i] = Generation(
+                    text=text,
+                    token_ids=recorded.token_ids[r],
+                    token_logprobs=recorded.token_logprobs[r],
+                    layer_means=recorded.layer_means[r],
+                    prompt_tokens=len(encoded[i]),
+                    finish_reason=reason,
+                )
+    return results
+
+
+def _forward_accepts(model: nn.Module, name: str) -> bool:
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+    return name in params
+
+
+def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
+                        continuations: Sequence[str], batch_size: int = 8) -> list[np.ndarray]:
+    """Teacher-forced log-probabilities of each continuation's tokens given its prompt.
+
+    Prompt and continuation are tokenized separately (``add_special_tokens=False``) and their ids
+    concatenated, so the scored span is exactly the continuation's tokens. Pairs are sorted by
+    length and scored in left-padded batches, one forward pass per batch. Returns, in input
+    order, float32 arrays with one log-probability (``log_softmax`` of the raw logits) per
+    continuation token. Raises ``ValueError`` naming the index for an empty prompt or
+    continuation (no tokens), for mismatched lengths, or for a pair longer than the context window.
+    """
+    prompts = _check_strings(prompts, "prompts")
+    continuations = _check_strings(continuations, "continuations")
+    if len(prompts) != len(continuations):
+        raise ValueError(f"prompts ({len(prompts)}) and continuations ({len(continuations)}) differ in length")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    p_ids = _tokenize(tokenizer, prompts)
+    c_ids = _tokenize(tokenizer, continuations)
+    limit = context_window(model)
+    for i, (p, c) in enumerate(zip(p_ids, c_ids)):
+        if not c:
+            raise ValueError(f"continuations[{i}] is empty (tokenizes to no tokens)")
+        if not p:
+            raise ValueError(f"prompts[{i}] is empty; the first continuation token needs a context")
+        if limit is not None and len(p) + len(c) > limit:
+            raise ValueError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
+                             f"more than the context window of {limit}")
+    pad_id = _pad_id(tokenizer, _resolve_eos(model, tokenizer))
+    device = _model_device(model)
+    keep_logits = _forward_accepts(model, "logits_to_keep")
+    pass_positions = _forward_accepts(model, "position_ids")
+    order = sorted(range(len(prompts)), key=lambda i: -(len(p_ids[i]) + len(c_ids[i])))
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    with torch.inference_mode():
+        for k in range(0, len(order), batch_size):
+            batch = order[k: k + batch_size]
+            ids, mask = _left_pad([p_ids[i] + c_ids[i] for i in batch], pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            longest = max(len(c_ids[i]) for i in batch)
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
+            if pass_positions:
+                kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+            if keep_logits:
+                kwargs["logits_to_keep"] = longest + 1
+            logits = model(**kwargs).logits
+            kept = logits[:, -(longest + 1):, :]  # [b, longest+1, V]; column j predicts the next one
+            logprobs = torch.log_softmax(kept.float(), dim=-1)
+            for r, i in enumerate(batch):
+                n = len(c_ids[i])
+                target = torch.tensor(c_ids[i], dtype=torch.long, device=logprobs.device)
+                rows = logprobs[r, longest - n: longest, :]
+                out[i] = rows.gather(1, target[:, None]).squeeze(1).cpu().numpy().astype(np.float32)
+    return out  # type: ignore[return-value]

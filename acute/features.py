@@ -1,0 +1,489 @@
+"""Featurizers that turn pooled hidden states into probe features.
+
+Every featurizer is a scikit-learn transformer over ``layer_means``, an array of shape
+``[n, L+1, d]`` indexed like transformers' ``output_hidden_states``: index 0 is the embedding
+output, index ``i`` the output of decoder layer ``i`` and index ``L`` the final-norm output.
+``fit`` sees the training split only; ``transform`` returns float64 features ``[n, k]``.
+
+* :class:`MeanPool` - one layer's pooled vector (``d`` features). The layer is an int
+  (negative allowed) or one of ``"early"``, ``"mid"``, ``"late"``: the layer within that third
+  (see :func:`layer_thirds`) whose small random-forest probe has the lowest mean stratified
+  cross-validated Brier score on the training split.
+* :class:`CosineToLast` - cosine similarity of each layer output ``0..L-1`` to the last one
+  (``L`` features).
+* :class:`LayerPCA` - per-layer PCA, ``m`` components per layer, concatenated
+  (``(L+1) * m`` features). Named views ``pca10`` / ``pca20`` (see :func:`make_featurizer`).
+
+The featurizers only look at ``layer_means``; the raw confidence is appended as one more
+feature by :func:`append_confidence` (``ActivationProbe(append_confidence=True)`` does this).
+The pure functions :func:`cosine_to_last` and :func:`pca_project` are what both the
+featurizers and the exported numpy probe call, so fitted and exported features are identical.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+NAMED_LAYERS = ("early", "mid", "late")
+VIEWS = ("mean", "early", "mid", "late", "cosine", "pca10", "pca20")
+CONFIDENCE_FEATURE = "raw_confidence"
+
+__all__ = [
+    "CONFIDENCE_FEATURE",
+    "NAMED_LAYERS",
+    "VIEWS",
+    "CosineToLast",
+    "LayerPCA",
+    "MeanPool",
+    "append_confidence",
+    "check_confidence",
+    "check_correct",
+    "check_layer_means",
+    "cosine_to_last",
+    "layer_thirds",
+    "make_featurizer",
+    "pca_project",
+    "resolve_layer",
+    "search_layer",
+]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_layer_means(layer_means: Any, name: str = "layer_means") -> np.ndarray:
+    """Validate ``layer_means`` and return it as a numpy array (dtype kept, no copy if possible).
+
+    Raises ``ValueError`` naming ``name`` when the array is not 3-D ``[n, L+1, d]``, is empty,
+    has fewer than 2 layer outputs, or holds a NaN/inf (the message gives the first bad row).
+    """
+    arr = np.asarray(layer_means)
+    if arr.ndim != 3:
+        raise ValueError(f"{name} must have shape [n, L+1, d]; got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} has no records (shape {arr.shape})")
+    if arr.shape[1] < 2 or arr.shape[2] < 1:
+        raise ValueError(
+            f"{name} must have at least 2 layer outputs and 1 hidden dimension; got shape {arr.shape}"
+        )
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise ValueError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.floating):
+        bad_rows = _first_nonfinite_row(arr)
+        if bad_rows is not None:
+            raise ValueError(f"{name} has a non-finite value (NaN or inf) in row {bad_rows}")
+    return arr
+
+
+def _first_nonfinite_row(arr: np.ndarray, chunk: int = 256) -> int | None:
+    """Index of the first row of ``arr`` with a NaN/inf (checked in row chunks), else None."""
+    for start in range(0, arr.shape[0], chunk):
+        block = np.asarray(arr[start : start + chunk])
+        ok = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
+        if not ok.all():
+            return start + int(np.argmin(ok))
+    return None
+
+
+def check_correct(correct: Any, n: int, name: str = "correct") -> np.ndarray:
+    """Validate 0/1 (or bool) labels of length ``n`` and return them as ``int64``.
+
+    Raises ``ValueError`` naming ``name`` for a wrong shape/length, a value other than 0/1
+    (first bad row given), or a single class ("all records are correct/wrong; a probe needs both").
+    """
+    arr = np.asarray(correct)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
+    if arr.dtype == bool:
+        y = arr.astype(np.int64)
+    else:
+        if not np.issubdtype(arr.dtype, np.number):
+            raise ValueError(f"{name} must be bool or 0/1; got dtype {arr.dtype}")
+        good = (arr == 0) | (arr == 1)
+        if not good.all():
+            row = int(np.argmin(good))
+            raise ValueError(f"{name} must be bool or 0/1; row {row} is {arr[row]!r}")
+        y = arr.astype(np.int64)
+    if y.min() == y.max():
+        which = "correct" if y[0] == 1 else "wrong"
+        raise ValueError(f"all records are {which} in {name}; a probe needs both correct and wrong records")
+    return y
+
+
+def check_confidence(confidence: Any, n: int, name: str = "confidence") -> np.ndarray:
+    """Validate confidences in [0, 1] of length ``n`` and return them as ``float64``.
+
+    Raises ``ValueError`` naming ``name`` for a wrong shape/length or a NaN/inf/out-of-range
+    value (first bad row given).
+    """
+    if confidence is None:
+        raise ValueError(f"{name} is required (the raw confidence is a probe feature)")
+    arr = np.asarray(confidence, dtype=np.float64)
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
+    good = np.isfinite(arr) & (arr >= 0.0) & (arr <= 1.0)
+    if not good.all():
+        row = int(np.argmin(good))
+        raise ValueError(f"{name} must be finite and in [0, 1]; row {row} is {arr[row]!r}")
+    return arr
+
+
+def append_confidence(features: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+    """Return ``features`` ``[n, k]`` with ``confidence`` ``[n]`` as an extra last column (float64)."""
+    features = np.asarray(features, dtype=np.float64)
+    confidence = np.asarray(confidence, dtype=np.float64)
+    return np.concatenate([features, confidence[:, None]], axis=1)
+
+
+# ------------------------------------------------------------------------------- layers
+
+
+def resolve_layer(layer: Any, n_layer_outputs: int, name: str = "layer") -> int:
+    """Turn an int layer index (negative counts from the end) into ``0..n_layer_outputs-1``.
+
+    Raises ``ValueError`` for a non-integer or an index outside ``-n..n-1``.
+    """
+    if isinstance(layer, bool) or not isinstance(layer, Integral):
+        raise ValueError(f"{name} must be an int or one of {NAMED_LAYERS}; got {layer!r}")
+    layer = int(layer)
+    if not -n_layer_outputs <= layer < n_layer_outputs:
+        raise ValueError(
+            f"{name}={layer} is out of range: layer_means has {n_layer_outputs} layer outputs "
+            f"(valid {-n_layer_outputs}..{n_layer_outputs - 1})"
+        )
+    return layer % n_layer_outputs
+
+
+def layer_thirds(n_layer_outputs: int) -> dict[str, np.ndarray]:
+    """The layer indices of the ``early``, ``mid`` and ``late`` thirds.
+
+    The decoder-layer outputs ``1..L`` (``L = n_layer_outputs - 1``; index ``L`` is the
+    final-norm output) are split into three contiguous parts with ``np.array_split``, so the
+    first parts get the remainder: for ``L = 30`` the thirds are 1-10, 11-20, 21-30; for
+    ``L = 4`` they are 1-2, 3, 4. The embedding output (index 0) belongs to no third.
+    A third is empty when ``L < 3``.
+    """
+    if n_layer_outputs < 2:
+        raise ValueError(f"need at least 2 layer outputs; got {n_layer_outputs}")
+    parts = np.array_split(np.arange(1, n_layer_outputs, dtype=np.int64), 3)
+    return dict(zip(NAMED_LAYERS, parts))
+
+
+def _search_forest(n_features: int, *, n_estimators: int, max_depth: int | None,
+                   max_features: Any, n_jobs: int | None, random_state: int | None):
+    from sklearn.ensemble import RandomForestClassifier
+
+    if isinstance(max_features, Integral) and not isinstance(max_features, bool):
+        max_features = min(int(max_features), n_features)
+    return RandomForestClassifier(
+        n_estimators=n_estimators, max_depth=max_depth, max_features=max_features,
+        n_jobs=n_jobs, random_state=random_state,
+    )
+
+
+def search_layer(
+    layer_means: np.ndarray,
+    correct: np.ndarray,
+    candidates: np.ndarray,
+    confidence: np.ndarray | None = None,
+    *,
+    cv: int = 3,
+    n_estimators: int = 100,
+    max_depth: int | None = 8,
+    max_features: Any = 10,
+    n_jobs: int | None = None,
+    random_state: int | None = 0,
+) -> tuple[int, dict[int, float]]:
+    """Pick the candidate layer whose probe scores best by stratified cross-validation.
+
+    For each candidate layer ``l`` a random forest (``n_estimators`` trees, ``max_depth``,
+    ``max_features``) is trained on ``layer_means[:, l]`` (plus ``confidence`` as one more
+    column when given) on ``cv - 1`` folds and scored on the held-out fold by the Brier score
+    ``mean((P(correct) - correct)^2)``; the score of a layer is the mean over the ``cv`` folds
+    of ``StratifiedKFold(cv, shuffle=True, random_state)`` (the same folds for every layer).
+    Returns ``(best_layer, {layer: mean Brier score})``; the lowest score wins and ties go to
+    the earliest layer. Call it on the training split only.
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    candidates = np.asarray(candidates, dtype=np.int64)
+    if candidates.size == 0:
+        raise ValueError("no candidate layers to search")
+    y = np.asarray(correct, dtype=np.int64)
+    folds = list(StratifiedKFold(cv, shuffle=True, random_state=random_state).split(np.zeros(len(y)), y))
+    scores: dict[int, float] = {}
+    for layer in candidates:
+        x = np.asarray(layer_means[:, int(layer)], dtype=np.float64)
+        if confidence is not None:
+            x = append_confidence(x, confidence)
+        fold_scores = []
+        for train, test in folds:
+            forest = _search_forest(
+                x.shape[1], n_estimators=n_estimators, max_depth=max_depth,
+                max_features=max_features, n_jobs=n_jobs, random_state=random_state,
+            )
+            forest.fit(x[train], y[train])
+            p = forest.predict_proba(x[test])[:, list(forest.classes_).index(1)]
+            fold_scores.append(float(np.mean((p - y[test]) ** 2)))
+        scores[int(layer)] = float(np.mean(fold_scores))
+    best = min(scores, key=lambda k: (scores[k], k))
+    return best, scores
+
+
+def _check_cv(cv: Any, y: np.ndarray) -> int:
+    """Validate a fold count against labels ``y``: >= 2 folds, enough records of each class."""
+    if isinstance(cv, bool) or not isinstance(cv, Integral) or cv < 2:
+        raise ValueError(f"cv must be an int >= 2; got {cv!r}")
+    if len(y) < cv:
+        raise ValueError(f"{len(y)} records are fewer than the cv={cv} folds")
+    counts = np.bincount(y, minlength=2)
+    if counts.min() < cv:
+        raise ValueError(
+            f"stratified cv={cv} needs at least {cv} correct and {cv} wrong records; "
+            f"got {counts[1]} correct and {counts[0]} wrong"
+        )
+    return int(cv)
+
+
+class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
+    """Shared input checks: remembers ``[L+1, d]`` at fit and checks it at transform."""
+
+    def _record_shape(self, X: np.ndarray) -> None:
+        self.n_layer_outputs_ = int(X.shape[1])
+        self.hidden_size_ = int(X.shape[2])
+
+    def _check_transform_input(self, X: Any) -> np.ndarray:
+        if not hasattr(self, "n_layer_outputs_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
+        X = check_layer_means(X)
+        if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):
+            raise ValueError(
+                f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but {type(self).__name__} "
+                f"was fitted on [n, {self.n_layer_outputs_}, {self.hidden_size_}]"
+            )
+        return X
+
+
+class MeanPool(_LayerMeansTransformer):
+    """One layer's pooled vector as ``d`` features named ``"L{layer}.d{j}"``.
+
+    Parameters
+    ----------
+    layer : int or {"early", "mid", "late"}
+        An int picks that layer output (negative counts from the end). A name picks, within
+        that third of the decoder-layer outputs (:func:`layer_thirds`), the layer with the
+        lowest mean stratified-CV Brier score of a small random forest on that layer (plus the
+        raw confidence when ``fit`` gets ``confidence``) - see :func:`search_layer`. ``fit``
+        then needs ``y`` (correct) and must see the training split only.
+    cv : int
+        Folds of the layer search (default 3).
+    n_estimators, max_depth, max_features : search-forest settings
+        Deliberately small (100 trees, depth 8) so the search stays affordable: for SmolLM2-135M
+        (30 layers, d = 576) one third is 10 layers x 3 folds.
+    stride : int
+        Search every ``stride``-th layer of the third (1 = all of them).
+    n_jobs, random_state : passed to the search forests and the fold split.
+
+    Fitted attributes: ``layer_`` (int, the chosen layer), ``cv_scores_`` (``{layer: mean
+    Brier}``; empty for an int layer), ``n_layer_outputs_``, ``hidden_size_``.
+    """
+
+    def __init__(self, layer: int | str = -1, cv: int = 3, n_estimators: int = 100,
+                 max_depth: int | None = 8, max_features: Any = 10, stride: int = 1,
+                 n_jobs: int | None = None, random_state: int | None = 0):
+        self.layer = layer
+        self.cv = cv
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.max_features = max_features
+        self.stride = stride
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> MeanPool:
+        """Fix (or search for) the layer. ``y``/``confidence`` are used only by a named layer."""
+        X = check_layer_means(X)
+        n_outputs = X.shape[1]
+        if isinstance(self.layer, str):
+            if self.layer not in NAMED_LAYERS:
+                raise ValueError(f"layer must be an int or one of {NAMED_LAYERS}; got {self.layer!r}")
+            third = layer_thirds(n_outputs)[self.layer]
+            if third.size == 0:
+                raise ValueError(
+                    f"layer={self.layer!r} needs at least 3 decoder layers; layer_means has "
+                    f"{n_outputs} layer outputs ({n_outputs - 1} decoder layers)"
+                )
+            if y is None:
+                raise ValueError(
+                    f"MeanPool(layer={self.layer!r}) picks its layer by cross-validation and needs y (correct)"
+                )
+            labels = check_correct(y, X.shape[0], name="y")
+            cv = _check_cv(self.cv, labels)
+            conf = None if confidence is None else check_confidence(confidence, X.shape[0])
+            if isinstance(self.stride, bool) or not isinstance(self.stride, Integral) or self.stride < 1:
+                raise ValueError(f"stride must be an int >= 1; got {self.stride!r}")
+            self.layer_, self.cv_scores_ = search_layer(
+                X, labels, third[:: self.stride], conf, cv=cv, n_estimators=self.n_estimators,
+                max_depth=self.max_depth, max_features=self.max_features, n_jobs=self.n_jobs,
+                random_state=self.random_state,
+            )
+        else:
+            self.layer_ = resolve_layer(self.layer, n_outputs)
+            self.cv_scores_ = {}
+        self._record_shape(X)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Return ``layer_means[:, layer_]`` as float64 ``[n, d]``."""
+        X = self._check_transform_input(X)
+        return np.asarray(X[:, self.layer_], dtype=np.float64)
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Feature names ``"L{layer_}.d{j}"`` for ``j = 0..d-1``."""
+        return np.array([f"L{self.layer_}.d{j}" for j in range(self.hidden_size_)], dtype=object)
+
+
+def cosine_to_last(layer_means: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each layer output ``0..L-1`` to the last one, float64 ``[n, L]``.
+
+    Computed in float64 one layer at a time. A pair where either vector has zero norm has
+    no defined angle; its similarity is set to 0.0 (documented convention).
+    """
+    last = np.asarray(layer_means[:, -1], dtype=np.float64)
+    last_norm = np.linalg.norm(last, axis=1)
+    out = np.zeros((layer_means.shape[0], layer_means.shape[1] - 1), dtype=np.float64)
+    for i in range(layer_means.shape[1] - 1):
+        h = np.asarray(layer_means[:, i], dtype=np.float64)
+        denom = np.linalg.norm(h, axis=1) * last_norm
+        dot = np.einsum("nd,nd->n", h, last)
+        ok = denom > 0
+        out[ok, i] = dot[ok] / denom[ok]
+    return out
+
+
+class CosineToLast(_LayerMeansTransformer):
+    """Cosine similarity of each layer output to the last (``L`` features ``"cos.L{i}"``).
+
+    ``fit`` only records the input shape; zero-norm vectors give similarity 0.0
+    (see :func:`cosine_to_last`).
+    """
+
+    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> CosineToLast:
+        """Record ``[L+1, d]``; nothing is learned."""
+        self._record_shape(check_layer_means(X))
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Return float64 ``[n, L]`` cosine similarities."""
+        return cosine_to_last(self._check_transform_input(X))
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Feature names ``"cos.L{i}"`` for ``i = 0..L-1``."""
+        return np.array([f"cos.L{i}" for i in range(self.n_layer_outputs_ - 1)], dtype=object)
+
+
+def pca_project(layer_means: np.ndarray, means: np.ndarray, components: np.ndarray) -> np.ndarray:
+    """Project every layer onto its principal components: float64 ``[n, (L+1) * m]``.
+
+    ``means`` is ``[L+1, d]`` and ``components`` ``[L+1, m, d]`` (orthonormal rows); the
+    columns are layer-major: layer 0's ``m`` scores, then layer 1's, ...
+    """
+    n_out, m = components.shape[0], components.shape[1]
+    out = np.empty((layer_means.shape[0], n_out * m), dtype=np.float64)
+    for layer in range(n_out):
+        x = np.asarray(layer_means[:, layer], dtype=np.float64) - means[layer]
+        out[:, layer * m : (layer + 1) * m] = x @ components[layer].T
+    return out
+
+
+class LayerPCA(_LayerMeansTransformer):
+    """Per-layer PCA: ``n_components`` scores of every layer output, concatenated.
+
+    Each layer is centred on its training mean and projected on the top right singular
+    vectors of the centred training matrix (numpy SVD in float64). Signs follow
+    scikit-learn's convention: the largest-magnitude entry of each component is positive.
+    ``n_components`` must be ``<= min(n_train, d)``.
+
+    Fitted attributes: ``means_`` float64 ``[L+1, d]``, ``components_`` float64
+    ``[L+1, m, d]``, ``explained_variance_ratio_`` ``[L+1, m]``. Feature names
+    ``"L{layer}.pc{j}"`` with ``j = 1..m`` (pc1 is the leading component).
+    """
+
+    def __init__(self, n_components: int = 10):
+        self.n_components = n_components
+
+    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> LayerPCA:
+        """Fit one PCA per layer output on the training split."""
+        X = check_layer_means(X)
+        n, n_out, d = X.shape
+        m = self.n_components
+        if isinstance(m, bool) or not isinstance(m, Integral) or m < 1:
+            raise ValueError(f"n_components must be an int >= 1; got {m!r}")
+        if m > min(n, d):
+            raise ValueError(
+                f"LayerPCA(n_components={m}) needs n_components <= min(n_train, d) = "
+                f"min({n}, {d}) = {min(n, d)}"
+            )
+        means = np.empty((n_out, d), dtype=np.float64)
+        components = np.empty((n_out, m, d), dtype=np.float64)
+        ratio = np.zeros((n_out, m), dtype=np.float64)
+        for layer in range(n_out):
+            x = np.asarray(X[:, layer], dtype=np.float64)
+            means[layer] = x.mean(axis=0)
+            _, s, vt = np.linalg.svd(x - means[layer], full_matrices=False)
+            vt = vt[:m]
+            signs = np.sign(vt[np.arange(m), np.argmax(np.abs(vt), axis=1)])
+            signs[signs == 0] = 1.0
+            components[layer] = vt * signs[:, None]
+            total = float(np.sum(s**2))
+            if total > 0:
+                ratio[layer] = s[:m] ** 2 / total
+        self.means_ = means
+        self.components_ = components
+        self.explained_variance_ratio_ = ratio
+        self._record_shape(X)
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Return float64 ``[n, (L+1) * m]`` PCA scores (see :func:`pca_project`)."""
+        X = self._check_transform_input(X)
+        return pca_project(X, self.means_, self.components_)
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """Feature names ``"L{layer}.pc{j}"``, layer-major, ``j = 1..m``."""
+        m = self.components_.shape[1]
+        return np.array(
+            [f"L{layer}.pc{j + 1}" for layer in range(self.n_layer_outputs_) for j in range(m)],
+            dtype=object,
+        )
+
+
+def make_featurizer(view: str, layer: int | str | None = None, **search_params: Any):
+    """Build the (unfitted) featurizer of a named view.
+
+    ``"mean"`` needs ``layer`` (int or early/mid/late); ``"early"``/``"mid"``/``"late"`` are
+    ``MeanPool(view)``; ``"cosine"`` is ``CosineToLast()``; ``"pca10"``/``"pca20"`` are
+    ``LayerPCA(10)``/``LayerPCA(20)``. ``search_params`` (cv, n_estimators, ...) go to
+    ``MeanPool``. Raises ``ValueError`` for an unknown view or a ``layer`` the view cannot use.
+    """
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+    if view == "mean":
+        if layer is None:
+            raise ValueError("view='mean' needs layer (an int or one of 'early', 'mid', 'late')")
+        if isinstance(layer, str) and layer not in NAMED_LAYERS:
+            raise ValueError(f"layer must be an int or one of {NAMED_LAYERS}; got {layer!r}")
+        return MeanPool(layer, **search_params)
+    if layer is not None:
+        raise ValueError(f"view={view!r} does not take a layer (got layer={layer!r}); use view='mean'")
+    if view in NAMED_LAYERS:
+        return MeanPool(view, **search_params)
+    if view == "cosine":
+        return CosineToLast()
+    return LayerPCA(int(view[3:]))

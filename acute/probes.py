@@ -1,0 +1,879 @@
+"""ACUTE activation probes: a random forest over hidden-state features whose P(correct) is the
+confidence, plus a pickle-free export scored in pure numpy.
+
+* :class:`ActivationProbe` - scikit-learn classifier over ``layer_means`` ``[n, L+1, d]``
+  (+ the raw confidence). ``predict_proba(...)[:, 1]`` is P(correct).
+* :meth:`ActivationProbe.save` / :func:`load_probe` - a probe directory holding
+  ``probe.safetensors`` (tree node arrays, PCA arrays, chosen layers, calibration parameters)
+  and ``probe.json`` (manifest with the sha256 of the arrays file). Loading never unpickles;
+  :class:`ExportedProbe` scores with numpy only and matches the fitted forest to <= 1e-12.
+
+Probe directory layout (format version 1)::
+
+    probe.json          manifest (see ExportedProbe.manifest)
+    probe.safetensors   trees.offsets        int64  [T+1]  node offset of each tree
+                        trees.children_left  int64  [N]    tree-local child index, -1 at leaves
+                        trees.children_right int64  [N]
+                        trees.feature        int64  [N]    feature index, -2 at leaves
+                        trees.threshold      float64[N]    go left when x <= threshold
+                        trees.value          float64[N]    P(correct) of the node (normalised)
+                        layers               int64  [k]    layer outputs the view reads
+                        pca.means            float64[L+1, d]      (pca views)
+                        pca.components       float64[L+1, m, d]   (pca views)
+                        calibration.platt    float64[2]  a, b: p' = 1 / (1 + exp(-(a p + b)))
+                        calibration.isotonic_x / calibration.isotonic_y  float64[K] (isotonic)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+
+from acute.features import (
+    CONFIDENCE_FEATURE,
+    NAMED_LAYERS,
+    VIEWS,
+    LayerPCA,
+    MeanPool,
+    _check_cv,
+    append_confidence,
+    check_confidence,
+    check_correct,
+    check_layer_means,
+    cosine_to_last,
+    make_featurizer,
+    pca_project,
+)
+
+FORMAT = "acute-probe"
+FORMAT_VERSION = 1
+MANIFEST_FILE = "probe.json"
+ARRAYS_FILE = "probe.safetensors"
+CALIBRATIONS = (None, "platt", "isotonic")
+FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
+
+__all__ = [
+    "ARRAYS_FILE",
+    "MANIFEST_FILE",
+    "ActivationProbe",
+    "ExportedProbe",
+    "ModelMismatchError",
+    "ProbeFormatError",
+    "apply_calibration",
+    "fit_platt",
+    "forest_arrays",
+    "forest_proba",
+    "load_probe",
+]
+
+
+class ProbeFormatError(ValueError):
+    """A probe directory is malformed, truncated or tampered with (the message names the file)."""
+
+
+class ModelMismatchError(ValueError):
+    """A probe is used with a model whose fingerprint differs from the one it was trained on."""
+
+
+# ------------------------------------------------------------------------- calibration
+
+
+def fit_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Platt scaling of probabilities ``p`` against 0/1 labels ``y``.
+
+    Fits ``p' = 1 / (1 + exp(-(a * p + b)))`` by maximum likelihood with Platt's smoothed
+    targets ``(N+ + 1) / (N+ + 2)`` and ``1 / (N- + 2)`` (which keep ``a, b`` finite even on
+    separable data), like scikit-learn's sigmoid calibration but with the sign of ``a, b``
+    such that ``a > 0`` means increasing. Returns ``(a, b)``.
+    """
+    from scipy.optimize import minimize
+
+    p = np.asarray(p, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    n_pos = float(y.sum())
+    n_neg = float(len(y) - n_pos)
+    t = np.where(y > 0.5, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (n_neg + 2.0))
+
+    def loss(params: np.ndarray) -> tuple[float, np.ndarray]:
+        z = params[0] * p + params[1]
+        value = float(np.sum(np.logaddexp(0.0, z) - t * z))
+        r = 0.5 * (1.0 + np.tanh(0.5 * z)) - t  # sigmoid(z) - t, overflow-free
+        return value, np.array([np.dot(r, p), r.sum()])
+
+    b0 = math.log((n_pos + 1.0) / (n_neg + 1.0))
+    res = minimize(loss, np.array([0.0, b0]), jac=True, method="BFGS", options={"gtol": 1e-10})
+    a, b = (float(v) for v in res.x)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ValueError("Platt calibration did not converge to finite parameters")
+    return a, b
+
+
+def apply_calibration(p: np.ndarray, calibration: str | None, params: dict[str, np.ndarray]) -> np.ndarray:
+    """Map forest probabilities ``p`` through a fitted calibration.
+
+    ``None`` returns ``p``; ``"platt"`` uses ``params["a"], params["b"]`` (see
+    :func:`fit_platt`); ``"isotonic"`` interpolates linearly between ``params["x"]`` and
+    ``params["y"]`` (the isotonic regression's ``X_thresholds_``/``y_thresholds_``) and clips
+    outside their range, as ``IsotonicRegression(out_of_bounds="clip")`` does.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if calibration is None:
+        return p
+    if calibration == "platt":
+        z = float(params["a"]) * p + float(params["b"])
+        return 1.0 / (1.0 + np.exp(-z))
+    if calibration == "isotonic":
+        return np.interp(p, params["x"], params["y"])
+    raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+
+
+# --------------------------------------------------------------------------- forests
+
+
+def forest_arrays(forest: Any) -> dict[str, np.ndarray]:
+    """Flatten a fitted binary ``RandomForestClassifier`` into node arrays (see module doc).
+
+    ``trees.value`` holds each node's class-1 probability computed exactly as
+    ``DecisionTreeClassifier.predict_proba`` does: ``tree_.value`` (class fractions in recent
+    scikit-learn, weighted counts in older ones) divided by its row sum.
+    """
+    classes = list(forest.classes_)
+    if len(classes) != 2 or forest.n_outputs_ != 1:
+        raise ValueError("forest_arrays needs a single-output binary forest")
+    pos = classes.index(1)
+    offsets = [0]
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("left", "right", "feature", "threshold", "value")}
+    for est in forest.estimators_:
+        tree = est.tree_
+        value = np.array(tree.value[:, 0, :], dtype=np.float64)
+        norm = value.sum(axis=1)
+        norm[norm == 0.0] = 1.0
+        parts["left"].append(np.asarray(tree.children_left, dtype=np.int64))
+        parts["right"].append(np.asarray(tree.children_right, dtype=np.int64))
+        parts["feature"].append(np.asarray(tree.feature, dtype=np.int64))
+        parts["threshold"].append(np.asarray(tree.threshold, dtype=np.float64))
+        parts["value"].append(value[:, pos] / norm)
+        offsets.append(offsets[-1] + tree.node_count)
+    return {
+        "trees.offsets": np.asarray(offsets, dtype=np.int64),
+        "trees.children_left": np.concatenate(parts["left"]),
+        "trees.children_right": np.concatenate(parts["right"]),
+        "trees.feature": np.concatenate(parts["feature"]),
+        "trees.threshold": np.concatenate(parts["threshold"]),
+        "trees.value": np.concatenate(parts["value"]),
+    }
+
+
+def forest_proba(features: np.ndarray, arrays: dict[str, np.ndarray], chunk: int = 2048) -> np.ndarray:
+    """P(class 1) of the flattened forest ``arrays`` for ``features`` ``[n, F]`` (numpy only).
+
+    Features are cast to float32 first (as scikit-learn trees do) and compared with the
+    float64 thresholds. All trees are walked at once with an ``[n, T]`` node-index matrix,
+    one depth level per step; leaf values are then summed tree by tree in order and divided by
+    ``T``, which reproduces ``RandomForestClassifier.predict_proba`` (sequential) bit for bit.
+    """
+    x = np.asarray(features, dtype=np.float32)
+    offsets = arrays["trees.offsets"]
+    roots = offsets[:-1]
+    n_trees = roots.shape[0]
+    # tree-local child indices -> global node indices (leaves stay -1)
+    tree_of_node = np.repeat(np.arange(n_trees), np.diff(offsets))
+    left = arrays["trees.children_left"]
+    right = arrays["trees.children_right"]
+    left = np.where(left >= 0, left + offsets[tree_of_node], -1)
+    right = np.where(right >= 0, right + offsets[tree_of_node], -1)
+    feature = np.maximum(arrays["trees.feature"], 0)
+    threshold = arrays["trees.threshold"]
+    value = arrays["trees.value"]
+    out = np.empty(x.shape[0], dtype=np.float64)
+    for start in range(0, x.shape[0], chunk):
+        xb = x[start : start + chunk]
+        rows = np.arange(xb.shape[0])[:, None]
+        node = np.broadcast_to(roots, (xb.shape[0], n_trees)).copy()
+        while True:
+            nxt_left = left[node]
+            internal = nxt_left >= 0
+            if not internal.any():
+                break
+            go_left = xb[rows, feature[node]] <= threshold[node]
+            node = np.where(internal, np.where(go_left, nxt_left, right[node]), node)
+        leaf_values = value[node]
+        acc = np.zeros(xb.shape[0], dtype=np.float64)
+        for t in range(n_trees):
+            acc += leaf_values[:, t]
+        out[start : start + chunk] = acc / n_trees
+    return out
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _json_safe(obj: Any, where: str = "value") -> Any:
+    """Convert numpy scalars/arrays, tuples and Paths to JSON types; NaN/inf become None."""
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v, f"{where}[{k!r}]") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v, where) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _json_safe(obj.tolist(), where)
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, Integral):
+        return int(obj)
+    if isinstance(obj, Real):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, Path):
+        return str(obj)
+    raise ValueError(f"{where} of type {type(obj).__name__} cannot be written to {MANIFEST_FILE}")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _view_kind(view: str) -> str:
+    if view in ("mean",) + NAMED_LAYERS:
+        return "mean"
+    if view == "cosine":
+        return "cosine"
+    if view in ("pca10", "pca20"):
+        return "pca"
+    raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+
+
+def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Features of a view from exported arrays (the same functions the featurizers call)."""
+    if kind == "mean":
+        return np.asarray(layer_means[:, int(arrays["layers"][0])], dtype=np.float64)
+    if kind == "cosine":
+        return cosine_to_last(layer_means)
+    return pca_project(layer_means, arrays["pca.means"], arrays["pca.components"])
+
+
+def _check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict | None:
+    """Validate a model fingerprint dict against the probe's input shape."""
+    if fp is None:
+        return None
+    if not isinstance(fp, dict):
+        raise ValueError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
+    if "num_layers" in fp and int(fp["num_layers"]) + 1 != n_layer_outputs:
+        raise ModelMismatchError(
+            f"model_fingerprint has num_layers={fp['num_layers']} but the probe was fitted on "
+            f"{n_layer_outputs} layer outputs (num_layers + 1 expected)"
+        )
+    if "hidden_size" in fp and int(fp["hidden_size"]) != hidden_size:
+        raise ModelMismatchError(
+            f"model_fingerprint has hidden_size={fp['hidden_size']} but the probe was fitted on d={hidden_size}"
+        )
+    return _json_safe(fp, "model_fingerprint")
+
+
+# ------------------------------------------------------------------------------ probe
+
+
+class ActivationProbe(ClassifierMixin, BaseEstimator):
+    """Random-forest probe over pooled hidden states: ``predict_proba(...)[:, 1]`` = P(correct).
+
+    Parameters
+    ----------
+    view : {"pca10", "pca20", "cosine", "mean", "early", "mid", "late"}
+        Featurizer (see :mod:`acute.features`): per-layer PCA with 10/20 components, cosine to
+        the last layer, one layer's mean-pooled vector (``"mean"`` needs ``layer``), or the
+        best layer of a third picked by cross-validation on the training split.
+    layer : int, "early", "mid", "late" or None
+        Only for ``view="mean"``.
+    append_confidence : bool
+        Append the raw confidence as one more feature (default True; ``fit``/``predict_proba``
+        then need ``confidence``).
+    n_estimators : int, default 500
+        The reference reproduction used 1000 trees. Averaging 500 trees already leaves a
+        Monte-Carlo noise of at most ``0.5 / sqrt(500) ~ 0.02`` on each probability (and much
+        less in practice); doubling it would double fit and scoring time on the 2-core
+        machines we target for a negligible change, so 500 is the default.
+    max_depth : int or None, default 20
+        As in the reference reproduction: deep trees, limited so the export stays small.
+    max_features : int, float, "sqrt", "log2" or None, default 10
+        Features tried per split, as in the reference reproduction. 10 of ~600 PCA features
+        keeps each split cheap and decorrelates the trees. An int larger than the number of
+        features is clipped to it (small models have few cosine features).
+    min_samples_leaf : int, default 1
+        Fully grown leaves (the forest average smooths them).
+    calibration : None, "platt" or "isotonic"
+        None (default): the forest's P(correct) is the confidence, no recalibration (as in
+        ACUTE). Otherwise a calibration map is fitted on out-of-fold forest probabilities
+        (``StratifiedKFold(cv)``; the featurizer is refitted in each fold, except that a
+        searched layer is kept fixed to avoid a nested search) and applied to the final forest,
+        which is fitted on all training records.
+    cv : int, default 3
+        Folds of the layer search and of the calibration.
+    search_stride : int, default 1
+        Search every ``search_stride``-th layer of a third (named layers only).
+    search_n_estimators : int, default 100
+        Trees of the (cheaper, depth-8) forests of the layer search (named layers only).
+    n_jobs : int or None
+        Passed to the forests for fitting. Prediction sums the trees sequentially (the fitted
+        forest's ``n_jobs`` is set to 1) so results are bit-for-bit reproducible.
+    random_state : int or None, default 0
+        Seeds the forests and folds: same data and seed give identical probabilities.
+
+    Fitted attributes: ``featurizer_``, ``forest_``, ``feature_names_`` (list, e.g.
+    ``"L12.pc3"``, ``"cos.L5"``, ``"L20.d17"``, ``"raw_confidence"``), ``classes_``
+    (``[0, 1]``), ``layer_`` (int for mean views, else None), ``layers_`` (layer outputs read),
+    ``cv_scores_`` (layer search), ``calibration_params_``, ``oof_proba_`` (out-of-fold forest
+    probabilities, calibration only), ``n_layer_outputs_``, ``hidden_size_``,
+    ``training_summary_``.
+    """
+
+    def __init__(self, view: str = "pca10", layer: int | str | None = None, append_confidence: bool = True,
+                 n_estimators: int = 500, max_depth: int | None = 20, max_features: Any = 10,
+                 min_samples_leaf: int = 1, calibration: str | None = None, cv: int = 3,
+                 search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = None, random_state: int | None = 0):
+        self.view = view
+        self.layer = layer
+        self.append_confidence = append_confidence
+        self.n_estimators = n_estimators
+        self.max_depth = max_depth
+        self.max_features = max_features
+        self.min_samples_leaf = min_samples_leaf
+        self.calibration = calibration
+        self.cv = cv
+        self.search_stride = search_stride
+        self.search_n_estimators = search_n_estimators
+        self.n_jobs = n_jobs
+        self.random_state = random_state
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _featurizer(self):
+        return make_featurizer(
+            self.view, self.layer, cv=self.cv, max_features=self.max_features,
+            stride=self.search_stride, n_estimators=self.search_n_estimators, n_jobs=self.n_jobs, random_state=self.random_state,
+        )
+
+    def _forest(self, n_features: int):
+        from sklearn.ensemble import RandomForestClassifier
+
+        max_features = self.max_features
+        if isinstance(max_features, Integral) and not isinstance(max_features, bool):
+            max_features = min(int(max_features), n_features)
+        return RandomForestClassifier(
+            n_estimators=self.n_estimators, max_depth=self.max_depth, max_features=max_features,
+            min_samples_leaf=self.min_samples_leaf, n_jobs=self.n_jobs, random_state=self.random_state,
+        )
+
+    def _features(self, featurizer, layer_means: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
+        f = featurizer.transform(layer_means)
+        return append_confidence(f, confidence) if self.append_confidence else f
+
+    def _inputs(self, layer_means: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        X = check_layer_means(layer_means)
+        conf = check_confidence(confidence, X.shape[0]) if self.append_confidence else None
+        return X, conf
+
+    # -- API ---------------------------------------------------------------------------
+
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
+        """Fit the featurizer and forest (and optional calibration) on the training split.
+
+        Raises ``ValueError`` for NaN/inf inputs (naming the argument and first bad row), a
+        single class in ``correct``, fewer records than ``cv`` folds, an unknown view or
+        calibration, or a layer the model does not have.
+        """
+        if self.calibration not in CALIBRATIONS:
+            raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
+        kind = _view_kind(self.view)
+        X, conf = self._inputs(layer_means, confidence)
+        y = check_correct(correct, X.shape[0])
+        uses_cv = self.calibration is not None or (
+            kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
+        )
+        if uses_cv:
+            _check_cv(self.cv, y)
+        elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
+            raise ValueError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
+
+        featurizer = self._featurizer().fit(X, y, confidence=conf)
+        features = self._features(featurizer, X, conf)
+        forest = self._forest(features.shape[1]).fit(features, y)
+        forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
+
+        self.calibration_params_: dict[str, np.ndarray] = {}
+        self.oof_proba_ = None
+        if self.calibration is not None:
+            self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
+            if self.calibration == "platt":
+                a, b = fit_platt(self.oof_proba_, y)
+                self.calibration_params_ = {"a": np.float64(a), "b": np.float64(b)}
+            else:
+                from sklearn.isotonic import IsotonicRegression
+
+                iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(self.oof_proba_, y)
+                self.calibration_params_ = {
+                    "x": np.asarray(iso.X_thresholds_, dtype=np.float64),
+                    "y": np.asarray(iso.y_thresholds_, dtype=np.float64),
+                }
+
+        self.featurizer_ = featurizer
+        self.forest_ = forest
+        self.classes_ = np.array([0, 1])
+        self.n_layer_outputs_ = int(X.shape[1])
+        self.hidden_size_ = int(X.shape[2])
+        self.feature_names_ = [str(s) for s in featurizer.get_feature_names_out()]
+        if self.append_confidence:
+            self.feature_names_.append(CONFIDENCE_FEATURE)
+        self.n_features_in_ = len(self.feature_names_)
+        if kind == "mean":
+            self.layer_ = int(featurizer.layer_)
+            self.layers_ = [self.layer_]
+            self.cv_scores_ = dict(featurizer.cv_scores_)
+        else:
+            self.layer_ = None
+            self.layers_ = list(range(self.n_layer_outputs_))
+            self.cv_scores_ = {}
+        self.training_summary_ = {
+            "n_records": int(X.shape[0]),
+            "n_correct": int(y.sum()),
+            "accuracy": float(y.mean()),
+            "mean_raw_confidence": None if conf is None else float(conf.mean()),
+        }
+        return self
+
+    def _out_of_fold_proba(self, featurizer, X: np.ndarray, y: np.ndarray, conf: np.ndarray | None) -> np.ndarray:
+        from sklearn.model_selection import StratifiedKFold
+
+        template = MeanPool(int(featurizer.layer_)) if isinstance(featurizer, MeanPool) else clone(featurizer)
+        oof = np.empty(X.shape[0], dtype=np.float64)
+        folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+        for train, test in folds.split(np.zeros(X.shape[0]), y):
+            f = clone(template)
+            if isinstance(f, LayerPCA) and f.n_components > len(train):
+                f.set_params(n_components=len(train))
+            f.fit(X[train], y[train])
+            c_tr = None if conf is None else conf[train]
+            c_te = None if conf is None else conf[test]
+            feats = self._features(f, X[train], c_tr)
+            forest = self._forest(feats.shape[1]).fit(feats, y[train])
+            oof[test] = forest.predict_proba(self._features(f, X[test], c_te))[:, 1]
+        return oof
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "forest_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
+
+    def transform_features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """The forest's input features ``[n, len(feature_names_)]`` (float64)."""
+        self._check_fitted()
+        X, conf = self._inputs(layer_means, confidence)
+        return self._features(self.featurizer_, X, conf)
+
+    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """``[n, 2]`` probabilities; column 1 is P(correct) (calibrated when ``calibration``)."""
+        features = self.transform_features(layer_means, confidence)
+        p = self.forest_.predict_proba(features)[:, list(self.forest_.classes_).index(1)]
+        p = apply_calibration(p, self.calibration, self.calibration_params_)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """1 where P(correct) > 0.5, else 0."""
+        return self.classes_[(self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(int)]
+
+    def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
+               training_summary: dict | None = None, metrics: dict | None = None) -> ExportedProbe:
+        """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory)."""
+        self._check_fitted()
+        fp = _check_fingerprint(model_fingerprint, self.n_layer_outputs_, self.hidden_size_)
+        arrays = forest_arrays(self.forest_)
+        arrays["layers"] = np.asarray(self.layers_, dtype=np.int64)
+        if isinstance(self.featurizer_, LayerPCA):
+            arrays["pca.means"] = np.ascontiguousarray(self.featurizer_.means_)
+            arrays["pca.components"] = np.ascontiguousarray(self.featurizer_.components_)
+        if self.calibration == "platt":
+            arrays["calibration.platt"] = np.array(
+                [self.calibration_params_["a"], self.calibration_params_["b"]], dtype=np.float64
+            )
+        elif self.calibration == "isotonic":
+            arrays["calibration.isotonic_x"] = self.calibration_params_["x"]
+            arrays["calibration.isotonic_y"] = self.calibration_params_["y"]
+        from acute import __version__
+
+        summary = dict(self.training_summary_)
+        summary.update(training_summary or {})
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "acute_version": __version__,
+            "model": {"name": model_name, "fingerprint": fp},
+            "input": {"n_layer_outputs": self.n_layer_outputs_, "hidden_size": self.hidden_size_},
+            "view": self.view,
+            "layer": self.layer,
+            "layers": list(self.layers_),
+            "layer_search_cv_scores": {str(k): v for k, v in self.cv_scores_.items()},
+            "feature_names": list(self.feature_names_),
+            "append_confidence": bool(self.append_confidence),
+            "classes": [0, 1],
+            "forest": {
+                "n_estimators": self.n_estimators,
+                "max_depth": self.max_depth,
+                "max_features": self.max_features,
+                "min_samples_leaf": self.min_samples_leaf,
+                "random_state": self.random_state,
+                "n_trees": len(self.forest_.estimators_),
+                "n_nodes": int(arrays["trees.offsets"][-1]),
+            },
+            "calibration": None if self.calibration is None else {"method": self.calibration, "cv": self.cv},
+            "training_summary": summary,
+            "metrics": metrics or {},
+        }
+        return ExportedProbe(_json_safe(manifest, "manifest"), arrays)
+
+    def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
+             training_summary: dict | None = None, metrics: dict | None = None) -> Path:
+        """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically.
+
+        ``model_fingerprint`` (from ``acute.models.model_fingerprint``) must agree with the
+        fitted input shape (``num_layers + 1`` layer outputs, ``hidden_size``). An existing
+        probe directory is replaced; any other non-empty directory is refused. Returns the path.
+        """
+        return self.export(model_name, model_fingerprint, training_summary, metrics).save(path)
+
+
+# -------------------------------------------------------------------------- exported
+
+
+class ExportedProbe:
+    """A probe scored with numpy only, built from a manifest and its arrays.
+
+    Attributes: ``manifest`` (dict, as in ``probe.json``), ``arrays`` (dict of numpy arrays,
+    as in ``probe.safetensors``), ``view``, ``layers``, ``feature_names``,
+    ``append_confidence``, ``calibration`` (None/"platt"/"isotonic"), ``model_name``,
+    ``model_fingerprint``, ``training_summary``, ``metrics``, ``n_layer_outputs``,
+    ``hidden_size``. The constructor validates every array (:class:`ProbeFormatError`).
+    """
+
+    def __init__(self, manifest: dict, arrays: dict[str, np.ndarray], source: str = ARRAYS_FILE):
+        self.manifest = manifest
+        self.arrays = arrays
+        _validate(manifest, arrays, source)
+        self.view = manifest["view"]
+        self.layers = [int(v) for v in manifest["layers"]]
+        self.feature_names = list(manifest["feature_names"])
+        self.append_confidence = bool(manifest["append_confidence"])
+        cal = manifest.get("calibration")
+        self.calibration = None if cal is None else cal["method"]
+        self.model_name = manifest["model"].get("name")
+        self.model_fingerprint = manifest["model"].get("fingerprint")
+        self.training_summary = manifest.get("training_summary", {})
+        self.metrics = manifest.get("metrics", {})
+        self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
+        self.hidden_size = int(manifest["input"]["hidden_size"])
+        self._kind = _view_kind(self.view)
+        if self.calibration == "platt":
+            a, b = arrays["calibration.platt"]
+            self._cal_params = {"a": a, "b": b}
+        elif self.calibration == "isotonic":
+            self._cal_params = {"x": arrays["calibration.isotonic_x"], "y": arrays["calibration.isotonic_y"]}
+        else:
+            self._cal_params = {}
+
+    def __repr__(self) -> str:
+        return (f"ExportedProbe(view={self.view!r}, layers={self.layers if self._kind == 'mean' else 'all'}, "
+                f"n_features={len(self.feature_names)}, calibration={self.calibration!r}, "
+                f"model={self.model_name!r})")
+
+    def features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """The forest's input features ``[n, len(feature_names)]`` (float64)."""
+        X = check_layer_means(layer_means)
+        if X.shape[1:] != (self.n_layer_outputs, self.hidden_size):
+            raise ValueError(
+                f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
+                f"[n, {self.n_layer_outputs}, {self.hidden_size}]"
+            )
+        f = _view_features(self._kind, X, self.arrays)
+        if self.append_confidence:
+            f = append_confidence(f, check_confidence(confidence, X.shape[0]))
+        return f
+
+    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """``[n, 2]`` probabilities; column 1 is P(correct). Pure numpy."""
+        p = forest_proba(self.features(layer_means, confidence), self.arrays)
+        p = apply_calibration(p, self.calibration, self._cal_params)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """1 where P(correct) > 0.5, else 0."""
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+
+    def check_model(self, fingerprint: dict) -> None:
+        """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
+
+        Compares ``architecture``, ``num_layers`` and ``hidden_size`` (and ``vocab_size`` when
+        both fingerprints have it). A probe saved without a fingerprint is checked against its
+        input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
+        """
+        if not isinstance(fingerprint, dict):
+            raise ValueError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
+        saved = self.model_fingerprint
+        if saved is None:
+            _check_fingerprint(fingerprint, self.n_layer_outputs, self.hidden_size)
+            return
+        diffs = []
+        for key in FINGERPRINT_KEYS + ("vocab_size",):
+            if key not in saved:
+                continue
+            if key not in fingerprint:
+                if key == "vocab_size":
+                    continue
+                diffs.append(f"{key}: probe has {saved[key]!r}, model fingerprint lacks it")
+            elif fingerprint[key] != saved[key]:
+                diffs.append(f"{key}: probe has {saved[key]!r}, model has {fingerprint[key]!r}")
+        if diffs:
+            name = f" ({self.model_name})" if self.model_name else ""
+            raise ModelMismatchError(
+                f"this probe was trained on a different model{name}: " + "; ".join(diffs)
+            )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``probe.safetensors`` and ``probe.json`` into directory ``path`` atomically.
+
+        The files are written into a temporary sibling directory that is renamed into place,
+        so a crash never leaves a half-written probe. An existing probe directory (holding only
+        ``probe.json``/``probe.safetensors``) is replaced; an existing file or any other
+        non-empty directory raises ``ValueError``. Returns ``path``.
+        """
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        if path.exists():
+            if not path.is_dir():
+                raise ValueError(f"{path} exists and is not a directory; refusing to overwrite it")
+            entries = {p.name for p in path.iterdir()}
+            if entries and not _is_probe_dir(path, entries):
+                raise ValueError(
+                    f"{path} is a non-empty directory that is not an acute probe directory "
+                    f"(holding only {MANIFEST_FILE} and {ARRAYS_FILE}); refusing to overwrite it"
+                )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            arrays_path = tmp / ARRAYS_FILE
+            save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
+                      metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)})
+            manifest = dict(self.manifest)
+            manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
+            manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
+            with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh, indent=2, allow_nan=False)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            with open(arrays_path, "rb") as fh:
+                os.fsync(fh.fileno())
+            if path.exists():
+                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.manifest = manifest
+        return path
+
+
+def _is_probe_dir(path: Path, entries: set[str]) -> bool:
+    if not entries <= {MANIFEST_FILE, ARRAYS_FILE} or MANIFEST_FILE not in entries:
+        return False
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def _fail(source: str, msg: str) -> ProbeFormatError:
+    return ProbeFormatError(f"{source}: {msg}")
+
+
+def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> None:
+    """Check the manifest fields and every array's dtype, shape and node structure."""
+    man = MANIFEST_FILE
+    for key in ("view", "layers", "feature_names", "append_confidence", "input", "model"):
+        if key not in manifest:
+            raise _fail(man, f"missing field {key!r}")
+    try:
+        kind = _view_kind(manifest["view"])
+    except ValueError as exc:
+        raise _fail(man, str(exc)) from None
+    n_out = int(manifest["input"]["n_layer_outputs"])
+    d = int(manifest["input"]["hidden_size"])
+    n_features = len(manifest["feature_names"])
+    cal = manifest.get("calibration")
+    method = None if cal is None else cal.get("method")
+    if method not in CALIBRATIONS:
+        raise _fail(man, f"unknown calibration {method!r}")
+
+    required = {"trees.offsets", "trees.children_left", "trees.children_right", "trees.feature",
+                "trees.threshold", "trees.value", "layers"}
+    if kind == "pca":
+        required |= {"pca.means", "pca.components"}
+    if method == "platt":
+        required |= {"calibration.platt"}
+    elif method == "isotonic":
+        required |= {"calibration.isotonic_x", "calibration.isotonic_y"}
+    missing = required - set(arrays)
+    if missing:
+        raise _fail(source, f"missing arrays {sorted(missing)}")
+    extra = set(arrays) - required
+    if extra:
+        raise _fail(source, f"unexpected arrays {sorted(extra)}")
+    listed = manifest.get("arrays")
+    if listed is not None:
+        for k, v in arrays.items():
+            spec = listed.get(k)
+            if spec is None or list(v.shape) != list(spec["shape"]) or str(v.dtype) != spec["dtype"]:
+                raise _fail(source, f"array {k!r} has dtype {v.dtype} shape {list(v.shape)}, "
+                                    f"but {man} lists {spec}")
+
+    def arr(name: str, dtype: type, ndim: int) -> np.ndarray:
+        a = arrays[name]
+        if a.dtype != dtype or a.ndim != ndim:
+            raise _fail(source, f"array {name!r} must be {np.dtype(dtype)} with {ndim} dims; "
+                                f"got {a.dtype} shape {list(a.shape)}")
+        return a
+
+    offsets = arr("trees.offsets", np.int64, 1)
+    if offsets.size < 2 or offsets[0] != 0 or np.any(np.diff(offsets) < 1):
+        raise _fail(source, "trees.offsets must start at 0 and increase strictly")
+    n_nodes = int(offsets[-1])
+    node_arrays = {}
+    for name, dtype in (("trees.children_left", np.int64), ("trees.children_right", np.int64),
+                        ("trees.feature", np.int64), ("trees.threshold", np.float64),
+                        ("trees.value", np.float64)):
+        a = arr(name, dtype, 1)
+        if a.shape[0] != n_nodes:
+            raise _fail(source, f"array {name!r} has {a.shape[0]} nodes; trees.offsets says {n_nodes}")
+        node_arrays[name] = a
+    left, right = node_arrays["trees.children_left"], node_arrays["trees.children_right"]
+    feature, threshold = node_arrays["trees.feature"], node_arrays["trees.threshold"]
+    leaf = left == -1
+    if np.any(leaf != (right == -1)):
+        raise _fail(source, "a node has exactly one child")
+    local = np.arange(n_nodes) - np.repeat(offsets[:-1], np.diff(offsets))
+    size = np.repeat(np.diff(offsets), np.diff(offsets))
+    internal = ~leaf
+    # children come after their parent inside the same tree: traversal always ends
+    if np.any((left[internal] <= local[internal]) | (left[internal] >= size[internal])
+              | (right[internal] <= local[internal]) | (right[internal] >= size[internal])):
+        raise _fail(source, "a tree has a child index out of range")
+    if np.any((feature[internal] < 0) | (feature[internal] >= n_features)):
+        raise _fail(source, f"a split uses a feature outside 0..{n_features - 1}")
+    if not np.all(np.isfinite(threshold[internal])):
+        raise _fail(source, "a split threshold is not finite")
+    value = node_arrays["trees.value"]
+    if not np.all((value >= 0.0) & (value <= 1.0)):
+        raise _fail(source, "trees.value must hold probabilities in [0, 1]")
+
+    layers = arr("layers", np.int64, 1)
+    if list(layers) != [int(v) for v in manifest["layers"]]:
+        raise _fail(source, f"layers {layers.tolist()} differ from {man} layers {manifest['layers']}")
+    if layers.size == 0 or np.any((layers < 0) | (layers >= n_out)):
+        raise _fail(source, f"layers must lie in 0..{n_out - 1}")
+    conf = 1 if manifest["append_confidence"] else 0
+    if kind == "mean":
+        expected = d + conf
+        if layers.size != 1:
+            raise _fail(source, "a mean view reads exactly one layer")
+    elif kind == "cosine":
+        expected = n_out - 1 + conf
+    else:
+        means = arr("pca.means", np.float64, 2)
+        comps = arr("pca.components", np.float64, 3)
+        if means.shape != (n_out, d) or comps.shape[0] != n_out or comps.shape[2] != d:
+            raise _fail(source, f"pca arrays have shapes {list(means.shape)} and {list(comps.shape)}; "
+                                f"expected [{n_out}, {d}] and [{n_out}, m, {d}]")
+        if not (np.all(np.isfinite(means)) and np.all(np.isfinite(comps))):
+            raise _fail(source, "pca arrays hold NaN/inf")
+        expected = n_out * comps.shape[1] + conf
+    if n_features != expected:
+        raise _fail(man, f"{n_features} feature names but the view gives {expected} features")
+    if method == "platt":
+        p = arr("calibration.platt", np.float64, 1)
+        if p.shape != (2,) or not np.all(np.isfinite(p)):
+            raise _fail(source, "calibration.platt must hold two finite numbers a, b")
+    elif method == "isotonic":
+        x = arr("calibration.isotonic_x", np.float64, 1)
+        y = arr("calibration.isotonic_y", np.float64, 1)
+        if x.shape != y.shape or x.size == 0 or np.any(np.diff(x) < 0) or not np.all(np.isfinite(x) & np.isfinite(y)):
+            raise _fail(source, "calibration.isotonic_x/_y must be equal-length finite arrays, x sorted")
+
+
+def load_probe(path: str | os.PathLike) -> ExportedProbe:
+    """Load a probe directory written by :meth:`ActivationProbe.save` (no unpickling).
+
+    Raises ``FileNotFoundError`` naming a missing directory/file, and :class:`ProbeFormatError`
+    (a ``ValueError``) naming the file when ``probe.json`` is not a valid manifest, when
+    ``probe.safetensors`` does not match its recorded sha256 (truncated or tampered), or when
+    an array has the wrong dtype/shape/structure.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"probe directory {path} does not exist")
+    man_path, arr_path = path / MANIFEST_FILE, path / ARRAYS_FILE
+    for p in (man_path, arr_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"probe directory {path} is missing {p.name} ({p})")
+    try:
+        manifest = json.loads(man_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProbeFormatError(f"{man_path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ProbeFormatError(f"{man_path}: not an acute probe manifest (format != {FORMAT!r})")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ProbeFormatError(f"{man_path}: format_version {version!r} is not supported "
+                               f"(this acute reads <= {FORMAT_VERSION})")
+    try:
+        expected = manifest["files"][ARRAYS_FILE]["sha256"]
+    except (KeyError, TypeError):
+        raise ProbeFormatError(f"{man_path}: no sha256 recorded for {ARRAYS_FILE}") from None
+    actual = _sha256(arr_path)
+    if actual != expected:
+        raise ProbeFormatError(
+            f"{arr_path}: sha256 {actual[:16]}... does not match {MANIFEST_FILE} ({str(expected)[:16]}...); "
+            "the file is truncated, corrupted or was modified"
+        )
+    try:
+        arrays = load_file(str(arr_path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ProbeFormatError(f"{arr_path}: cannot read safetensors ({exc})") from None
+    try:
+        return ExportedProbe(manifest, arrays, source=str(arr_path))
+    except ProbeFormatError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProbeFormatError(f"{man_path}: malformed manifest ({exc!r})") from None

@@ -1,0 +1,927 @@
+"""On-disk record store: generations, correctness labels and pooled hidden states.
+
+A store is a directory::
+
+    manifest.json               what was collected and how (see below)
+    shard-00000.safetensors     layer_means    float16|float32 [b, L+1, d]
+                                token_logprobs float32 [sum of n_tokens]  (flat concatenation)
+                                token_offsets  int64   [b+1]              (record i = flat[off[i]:off[i+1]])
+    shard-00000.jsonl           one JSON record per line, same order as the tensor rows
+    shard-00001.safetensors ...
+
+Commit protocol (one shard at a time): both files are written to hidden temporary names in the
+store directory and fsync'ed, then the ``.jsonl`` is renamed into place, then the ``.safetensors``.
+The ``.safetensors`` file is the commit marker: a shard exists once it exists. A ``.jsonl`` without
+its ``.safetensors`` (crash between the two renames) and leftover temporary files are orphans;
+readers ignore them and a resuming :class:`StoreWriter` deletes them.
+
+Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerprint``, ``tokenizer``,
+``generation``, ``task``, ``task_settings``, ``num_layers`` (L, the number of decoder layers),
+``hidden_size`` (d), ``model_dtype``) plus the store's own fields: ``format``, ``format_version``,
+``dtype`` (the *storage* dtype of ``layer_means``, set by the writer), ``acute_version``,
+``created``, ``updated``, ``shard_size``, ``status`` (``"collecting"``, ``"complete"`` or
+``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close).
+Readers never trust ``num_records``; the committed shards are the truth.
+
+Record dicts carry ``id, prompt, generation, answer, gold, correct, task, n_tokens,
+raw_confidence, finish_reason`` (+ task-specific ``meta``); only ``id`` (a str or int, unique in the
+store) is required. ``n_tokens`` and ``raw_confidence`` are filled in from the log-probs when absent.
+
+Empty stores (a writer closed without records) open fine: ``len(store) == 0``, ``records == []``,
+and ``layer_means`` has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the manifest does not know L, d).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = [
+    "FORMAT_VERSION",
+    "COMPAT_KEYS",
+    "StoreError",
+    "CorruptStoreError",
+    "IncompatibleStoreError",
+    "StoreWriter",
+    "Store",
+    "open_store",
+    "verify_store",
+    "read_safetensors_header",
+]
+
+FORMAT = "acute-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+#: Manifest keys that must agree when a writer resumes an existing store.
+COMPAT_KEYS = ("format_version", "model_fingerprint", "task", "dtype", "num_layers", "hidden_size")
+
+_SHARD_RE = re.compile(r"^shard-(\d{5,})\.safetensors$")
+_JSONL_RE = re.compile(r"^shard-(\d{5,})\.jsonl$")
+_TMP_SUFFIX = ".tmp"
+_STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
+_ST_DTYPES = {
+    "F16": np.dtype("<f2"),
+    "F32": np.dtype("<f4"),
+    "F64": np.dtype("<f8"),
+    "I64": np.dtype("<i8"),
+    "I32": np.dtype("<i4"),
+}
+_MAX_HEADER = 100_000_000  # the safetensors format caps headers at 100 MB
+
+
+class StoreError(ValueError):
+    """A store on disk cannot be used as asked."""
+
+
+class CorruptStoreError(StoreError):
+    """A committed file of a store is unreadable or inconsistent; the message names the file."""
+
+
+class IncompatibleStoreError(StoreError):
+    """Resuming a store whose manifest disagrees with the new one; the message names the key."""
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _shard_name(index: int, ext: str) -> str:
+    return f"shard-{index:05d}.{ext}"
+
+
+def _json_default(obj: Any) -> Any:
+    """Make numpy scalars/arrays (and paths) JSON serialisable; anything else is an error."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _dumps(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj, default=_json_default, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} is not JSON serialisable (NaN/inf are not allowed): {err}") from None
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a directory so renames inside it are durable (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _tmp_path(final: Path) -> Path:
+    """A hidden temporary name next to ``final``; recognised (and ignored) as an orphan."""
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=_TMP_SUFFIX, dir=final.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _is_tmp(name: str) -> bool:
+    return name.startswith(".") and name.endswith(_TMP_SUFFIX)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def _storage_dtype(dtype: Any) -> str:
+    """Normalise a storage dtype spec to ``"float16"`` or ``"float32"``; ValueError otherwise."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
+    if name not in _STORAGE_DTYPES:
+        raise ValueError(f"dtype must be 'float16' or 'float32', got {dtype!r}")
+    return name
+
+
+def _expected_shape(manifest: dict) -> tuple[int | None, int | None]:
+    """(num_layers L, hidden_size d) from the manifest, falling back to ``model_fingerprint``."""
+    fp = manifest.get("model_fingerprint")
+    fp = fp if isinstance(fp, dict) else {}
+    out = []
+    for key in ("num_layers", "hidden_size"):
+        value = manifest.get(key, fp.get(key))
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"manifest[{key!r}] must be a positive int, got {value!r}")
+            value = int(value)
+        out.append(value)
+    return out[0], out[1]
+
+
+def _load_manifest(path: Path) -> dict:
+    if not path.is_dir():
+        raise FileNotFoundError(f"store directory not found: {path}")
+    mpath = path / MANIFEST
+    if not mpath.is_file():
+        raise FileNotFoundError(f"not a store: {mpath} does not exist")
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CorruptStoreError(f"{mpath}: invalid JSON ({err})") from None
+    if not isinstance(manifest, dict):
+        raise CorruptStoreError(f"{mpath}: expected a JSON object, got {type(manifest).__name__}")
+    version = manifest.get("format_version")
+    if version is not None and version > FORMAT_VERSION:
+        raise StoreError(
+            f"{mpath}: format_version {version} is newer than this acute supports ({FORMAT_VERSION})"
+        )
+    return manifest
+
+
+def _committed_shards(path: Path) -> list[tuple[int, Path]]:
+    """Committed shard indices and their ``.safetensors`` paths, in shard order."""
+    found = []
+    for entry in os.listdir(path):
+        m = _SHARD_RE.match(entry)
+        if m:
+            found.append((int(m.group(1)), path / entry))
+    return sorted(found)
+
+
+# --------------------------------------------------------------------------------------------
+# reading shards
+# --------------------------------------------------------------------------------------------
+
+
+def read_safetensors_header(path: str | os.PathLike) -> tuple[dict, int]:
+    """Parse a ``.safetensors`` header without reading the tensor data.
+
+    Returns ``(tensors, data_start)``: ``tensors`` maps each name to ``{"dtype": np.dtype,
+    "shape": tuple, "offset": absolute byte offset, "nbytes": int}`` (``__metadata__`` is returned
+    under that key as a dict of strings); ``data_start`` is the absolute offset of the byte buffer.
+    Raises :class:`CorruptStoreError` naming the file if it is truncated, the header length is
+    impossible, the header is not JSON, or a tensor's extent disagrees with its dtype and shape
+    or lies outside the file.
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    if size < 8:
+        raise CorruptStoreError(f"{path}: truncated file ({size} bytes, no header length)")
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        if header_len < 2 or header_len > _MAX_HEADER or 8 + header_len > size:
+            raise CorruptStoreError(
+                f"{path}: header length {header_len} is impossible for a file of {size} bytes "
+                "(truncated or not a safetensors file)"
+            )
+        raw = f.read(header_len)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorruptStoreError(f"{path}: header is not valid JSON ({err})") from None
+    if not isinstance(header, dict):
+        raise CorruptStoreError(f"{path}: header is not a JSON object")
+    data_start = 8 + header_len
+    buffer_len = size - data_start
+    tensors: dict = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            tensors[name] = dict(info or {})
+            continue
+        try:
+            dtype = _ST_DTYPES[info["dtype"]]
+            shape = tuple(int(s) for s in info["shape"])
+            begin, end = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CorruptStoreError(f"{path}: bad header entry for tensor {name!r} ({err!r})") from None
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if any(s < 0 for s in shape) or begin < 0 or end - begin != nbytes:
+            raise CorruptStoreError(
+                f"{path}: tensor {name!r} has data_offsets {[begin, end]} inconsistent with "
+                f"dtype {info['dtype']} and shape {list(shape)}"
+            )
+        if end > buffer_len:
+            raise CorruptStoreError(
+                f"{path}: truncated file: tensor {name!r} ends at byte {data_start + end} "
+                f"but the file has {size} bytes"
+            )
+        tensors[name] = {"dtype": dtype, "shape": shape, "offset": data_start + begin, "nbytes": nbytes}
+    return tensors, data_start
+
+
+def _read_small(path: Path, info: dict) -> np.ndarray:
+    """Read a (small) tensor fully into memory."""
+    with open(path, "rb") as f:
+        f.seek(info["offset"])
+        buf = f.read(info["nbytes"])
+    return np.frombuffer(buf, dtype=info["dtype"]).reshape(info["shape"]).astype(
+        info["dtype"].newbyteorder("=")
+    )
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise CorruptStoreError(f"{path}: missing (its .safetensors is committed)")
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise CorruptStoreError(f"{path}:{lineno}: invalid JSON ({err})") from None
+            if not isinstance(rec, dict) or "id" not in rec:
+                raise CorruptStoreError(f"{path}:{lineno}: expected a JSON object with an 'id'")
+            records.append(rec)
+    return records
+
+
+class _Shard:
+    """One committed, verified shard: records, log-probs (in memory) and a memmap of layer_means."""
+
+    def __init__(self, st_path: Path, manifest: dict):
+        self.path = st_path
+        self.jsonl_path = st_path.with_suffix(".jsonl")
+        tensors, _ = read_safetensors_header(st_path)
+        for name in ("layer_means", "token_logprobs", "token_offsets"):
+            if name not in tensors:
+                raise CorruptStoreError(f"{st_path}: tensor {name!r} is missing")
+        lm, lp, off = tensors["layer_means"], tensors["token_logprobs"], tensors["token_offsets"]
+        want_dtype = manifest.get("dtype")
+        if want_dtype is not None and lm["dtype"] != np.dtype(_STORAGE_DTYPES.get(want_dtype, lm["dtype"])):
+            raise CorruptStoreError(
+                f"{st_path}: layer_means dtype {lm['dtype'].name} != manifest dtype {want_dtype}"
+            )
+        if lm["dtype"].name not in _STORAGE_DTYPES:
+            raise CorruptStoreError(f"{st_path}: layer_means dtype {lm['dtype'].name} not supported")
+        if len(lm["shape"]) != 3:
+            raise CorruptStoreError(f"{st_path}: layer_means must be 3-D, has shape {list(lm['shape'])}")
+        n = lm["shape"][0]
+        num_layers, hidden = _expected_shape(manifest)
+        if num_layers is not None and lm["shape"][1] != num_layers + 1:
+            raise CorruptStoreError(
+                f"{st_path}: layer_means has {lm['shape'][1]} layers, manifest num_layers+1 = "
+                f"{num_layers + 1}"
+            )
+        if hidden is not None and lm["shape"][2] != hidden:
+            raise CorruptStoreError(
+                f"{st_path}: layer_means hidden size {lm['shape'][2]} != manifest hidden_size {hidden}"
+            )
+        if lp["dtype"] != np.dtype("<f4") or len(lp["shape"]) != 1:
+            raise CorruptStoreError(f"{st_path}: token_logprobs must be a 1-D float32 tensor")
+        if off["dtype"] != np.dtype("<i8") or off["shape"] != (n + 1,):
+            raise CorruptStoreError(
+                f"{st_path}: token_offsets must be int64 of shape [{n + 1}], "
+                f"got {off['dtype'].name} {list(off['shape'])}"
+            )
+        offsets = _read_small(st_path, off)
+        if offsets[0] != 0 or offsets[-1] != lp["shape"][0] or np.any(np.diff(offsets) < 0):
+            raise CorruptStoreError(
+                f"{st_path}: token_offsets must start at 0, be non-decreasing and end at "
+                f"len(token_logprobs) = {lp['shape'][0]}"
+            )
+        self.records = _read_jsonl(self.jsonl_path)
+        if len(self.records) != n:
+            raise CorruptStoreError(
+                f"{self.jsonl_path}: {len(self.records)} records but {st_path.name} has {n} rows"
+            )
+        self.offsets = offsets
+        self.logprobs = _read_small(st_path, lp)
+        for i, rec in enumerate(self.records):
+            nt = rec.get("n_tokens")
+            if nt is not None and nt != offsets[i + 1] - offsets[i]:
+                raise CorruptStoreError(
+                    f"{self.jsonl_path}: record {rec['id']!r} has n_tokens={nt} but "
+                    f"{offsets[i + 1] - offsets[i]} log-probs in {st_path.name}"
+                )
+        self.n = n
+        self.layer_shape = lm["shape"][1:]
+        self.dtype = lm["dtype"].newbyteorder("=")
+        self._lm_info = lm
+        self._memmap: np.memmap | None = None
+
+    @property
+    def layer_means(self) -> np.ndarray:
+        """Read-only memmap of this shard's layer_means (created on first use)."""
+        if self._memmap is None:
+            self._memmap = np.memmap(
+                self.path, dtype=self._lm_info["dtype"], mode="r",
+                offset=self._lm_info["offset"], shape=self._lm_info["shape"],
+            )
+        return self._memmap
+
+    def token_logprobs(self) -> list[np.ndarray]:
+        o = self.offsets
+        return [self.logprobs[o[i]:o[i + 1]] for i in range(self.n)]
+
+
+def _load_shards(path: Path, manifest: dict) -> list[_Shard]:
+    shards = [_Shard(p, manifest) for _, p in _committed_shards(path)]
+    seen: dict = {}
+    for shard in shards:
+        for rec in shard.records:
+            rid = rec["id"]
+            if rid in seen:
+                raise CorruptStoreError(
+                    f"{shard.jsonl_path}: id {rid!r} already appears in {seen[rid]}"
+                )
+            seen[rid] = shard.jsonl_path.name
+        if shards and shard.layer_shape != shards[0].layer_shape:
+            raise CorruptStoreError(
+                f"{shard.path}: layer_means rows have shape {list(shard.layer_shape)} but "
+                f"{shards[0].path.name} has {list(shards[0].layer_shape)}"
+            )
+    return shards
+
+
+def verify_store(path: str | os.PathLike) -> dict:
+    """Check a store's consistency without loading its hidden states.
+
+    Checks that the manifest is readable; for every committed shard, that the safetensors header
+    parses and fits the file, the tensors have the right dtypes/shapes (``layer_means`` matches the
+    manifest's ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known), the ``.jsonl`` line
+    count equals the number of rows, ``token_offsets`` start at 0, are non-decreasing and end at
+    the number of log-probs, ``n_tokens`` agrees with the offsets; and that ids are unique.
+    Orphan ``.jsonl`` and temporary files are ignored.
+
+    Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records"}], "orphans": [...]}``.
+    Raises ``FileNotFoundError`` (missing directory or manifest) or :class:`CorruptStoreError`
+    naming the offending file.
+    """
+    path = Path(path)
+    manifest = _load_manifest(path)
+    shards = _load_shards(path, manifest)
+    return {
+        "num_records": sum(s.n for s in shards),
+        "num_shards": len(shards),
+        "shards": [{"file": s.path.name, "num_records": s.n} for s in shards],
+        "orphans": _orphans(path),
+    }
+
+
+def _orphans(path: Path) -> list[str]:
+    """Names of uncommitted files: temporaries and ``.jsonl`` files without a ``.safetensors``."""
+    committed = {p.with_suffix(".jsonl").name for _, p in _committed_shards(path)}
+    out = []
+    for entry in sorted(os.listdir(path)):
+        if _is_tmp(entry) or (_JSONL_RE.match(entry) and entry not in committed):
+            out.append(entry)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Store (reader)
+# --------------------------------------------------------------------------------------------
+
+
+class Store:
+    """A read-only view over a store's committed records (use :func:`open_store`).
+
+    Attributes are computed on first access and cached. ``select`` returns another ``Store``
+    over a subset of rows that shares the same memory-mapped shards.
+    """
+
+    def __init__(self, path: Path, manifest: dict, shards: list[_Shard], rows: np.ndarray | None = None):
+        self.path = path
+        self.manifest = manifest
+        self._shards = shards
+        self._starts = np.cumsum([0] + [s.n for s in shards]).astype(np.int64)
+        self._rows = rows  # global row indices of this view, or None for all rows
+        self._cache: dict[str, Any] = {}
+
+    # -- basic info -----------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self._starts[-1]) if self._rows is None else len(self._rows)
+
+    def __repr__(self) -> str:
+        return (
+            f"Store({str(self.path)!r}, n={len(self)}, layers={self.num_layers}, "
+            f"hidden_size={self.hidden_size}, dtype={self.dtype})"
+        )
+
+    @property
+    def num_layers(self) -> int | None:
+        """L (layer_means has L+1 rows per record), or None for an empty store that doesn't know."""
+        if self._shards:
+            return self._shards[0].layer_shape[0] - 1
+        return _expected_shape(self.manifest)[0]
+
+    @property
+    def hidden_size(self) -> int | None:
+        if self._shards:
+            return self._shards[0].layer_shape[1]
+        return _expected_shape(self.manifest)[1]
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Storage dtype of ``layer_means`` (float16 or float32)."""
+        if self._shards:
+            return self._shards[0].dtype
+        return np.dtype(_STORAGE_DTYPES.get(self.manifest.get("dtype", "float16"), np.float16))
+
+    def _global_rows(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64) if self._rows is None else self._rows
+
+    # -- per-record data ------------------------------------------------------------------------
+    @property
+    def records(self) -> list[dict]:
+        """Record dicts in store order (shared objects; copy before mutating)."""
+        if "records" not in self._cache:
+            all_records = [r for s in self._shards for r in s.records]
+            self._cache["records"] = (
+                all_records if self._rows is None else [all_records[i] for i in self._rows]
+            )
+        return self._cache["records"]
+
+    @property
+    def ids(self) -> list:
+        return [r["id"] for r in self.records]
+
+    @property
+    def correct(self) -> np.ndarray:
+        """bool[n] from each record's ``correct``; ValueError naming the first record without one."""
+        if "correct" not in self._cache:
+            out = np.zeros(len(self), dtype=bool)
+            for i, rec in enumerate(self.records):
+                value = rec.get("correct")
+                if value is None:
+                    raise ValueError(f"record {rec['id']!r} has no 'correct' label")
+                out[i] = bool(value)
+            self._cache["correct"] = out
+        return self._cache["correct"]
+
+    @property
+    def token_logprobs(self) -> list[np.ndarray]:
+        """Per-record float32 log-probs of the generated tokens (read-only views)."""
+        if "token_logprobs" not in self._cache:
+            flat = [lp for s in self._shards for lp in s.token_logprobs()]
+            self._cache["token_logprobs"] = flat if self._rows is None else [flat[i] for i in self._rows]
+        return self._cache["token_logprobs"]
+
+    @property
+    def raw_confidence(self) -> np.ndarray:
+        """float64[n]: exp(sum of token log-probs) (1.0 for a zero-token generation)."""
+        if "raw_confidence" not in self._cache:
+            self._cache["raw_confidence"] = np.array(
+                [math.exp(math.fsum(lp.astype(np.float64))) for lp in self.token_logprobs],
+                dtype=np.float64,
+            )
+        return self._cache["raw_confidence"]
+
+    @property
+    def n_tokens(self) -> np.ndarray:
+        return np.array([len(lp) for lp in self.token_logprobs], dtype=np.int64)
+
+    # -- hidden states --------------------------------------------------------------------------
+    def _empty_shape(self) -> tuple[int, int]:
+        L, d = self.num_layers, self.hidden_size
+        return (0 if L is None else L + 1, 0 if d is None else d)
+
+    def _gather(self, rows: np.ndarray, layer: int | None) -> np.ndarray:
+        """Rows (global indices, any order) of layer_means, or of one layer, read shard by shard."""
+        width = self._shards[0].layer_shape if self._shards else self._empty_shape()
+        shape = (len(rows),) + (tuple(width) if layer is None else (width[1],))
+        out = np.empty(shape, dtype=self.dtype)
+        if len(rows) == 0:
+            return out
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        for k in np.unique(which):
+            mask = which == k
+            local = rows[mask] - self._starts[k]
+            mm = self._shards[k].layer_means
+            if layer is None:
+                out[mask] = mm[local]
+            else:
+                out[mask] = mm[local, layer]
+        return out
+
+    @property
+    def layer_means(self) -> np.ndarray:
+        """[n, L+1, d] in the storage dtype.
+
+        A whole store with one shard returns the read-only ``np.memmap`` itself; otherwise the
+        shards are concatenated (or the selected rows gathered) into memory on first access and
+        cached. Use :meth:`layer` to read one layer without materialising all of them.
+        """
+        if "layer_means" not in self._cache:
+            if self._rows is None and len(self._shards) == 1:
+                value = self._shards[0].layer_means
+            elif self._rows is None and len(self._shards) > 1:
+                value = np.concatenate([s.layer_means for s in self._shards], axis=0)
+            else:
+                value = self._gather(self._global_rows(), None)
+            self._cache["layer_means"] = value
+        return self._cache["layer_means"]
+
+    def layer(self, i: int) -> np.ndarray:
+        """[n, d] hidden-state means of layer ``i`` (negative counts from the end), storage dtype.
+
+        Reads only that layer from each shard's memmap (or from ``layer_means`` if it is already
+        in memory). IndexError when ``i`` is out of range.
+        """
+        n_layers = self._empty_shape()[0] if not self._shards else self._shards[0].layer_shape[0]
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"layer index must be an int, got {type(i).__name__}")
+        if not -n_layers <= i < n_layers:
+            raise IndexError(f"layer {i} out of range for {n_layers} layers (L+1)")
+        i = int(i) % n_layers
+        if "layer_means" in self._cache:
+            return np.array(self._cache["layer_means"][:, i])
+        return self._gather(self._global_rows(), i)
+
+    # -- subsets --------------------------------------------------------------------------------
+    def select(self, indices: Sequence[int] | np.ndarray) -> Store:
+        """A Store over the given rows (int indices, negatives allowed, in the given order; or a
+        boolean mask of length n). Shares the memory-mapped shards; arrays are gathered lazily.
+        IndexError for out-of-range indices, ValueError for a mask of the wrong length.
+        """
+        idx = np.asarray(indices)
+        n = len(self)
+        if idx.dtype == bool:
+            if idx.shape != (n,):
+                raise ValueError(f"indices: boolean mask has shape {idx.shape}, store has {n} records")
+            idx = np.flatnonzero(idx)
+        elif idx.size == 0:
+            idx = np.zeros(0, dtype=np.int64)
+        elif not np.issubdtype(idx.dtype, np.integer):
+            raise ValueError(f"indices must be integers or a boolean mask, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64).reshape(-1)
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"indices out of range for a store of {n} records")
+        idx = np.where(idx < 0, idx + n, idx)
+        rows = self._global_rows()[idx]
+        return Store(self.path, self.manifest, self._shards, rows)
+
+
+def open_store(path: str | os.PathLike) -> Store:
+    """Open a store directory for reading (committed shards only, in shard order).
+
+    Runs the same checks as :func:`verify_store`. Raises ``FileNotFoundError`` for a missing
+    directory or manifest and :class:`CorruptStoreError` (a ``ValueError``) naming the file for a
+    truncated shard, an impossible header length, a jsonl/tensor row-count mismatch, etc.
+    A store with zero records opens as an empty Store (see the module docstring).
+    """
+    path = Path(path)
+    manifest = _load_manifest(path)
+    return Store(path, manifest, _load_shards(path, manifest))
+
+
+# --------------------------------------------------------------------------------------------
+# StoreWriter
+# --------------------------------------------------------------------------------------------
+
+
+class StoreWriter:
+    """Append records to a store in atomically committed shards; resumes an existing store.
+
+    Parameters
+    ----------
+    out_dir : store directory (created if needed). If it already holds a manifest, the writer
+        resumes: the manifests must agree on :data:`COMPAT_KEYS` (else
+        :class:`IncompatibleStoreError` naming the key), orphans are deleted, ``done_ids`` lists
+        the committed ids and new shards continue the numbering.
+    manifest : JSON-serialisable dict describing the collection (see the module docstring).
+        ``num_layers``/``hidden_size`` (or the same keys in ``model_fingerprint``) are used to
+        validate shapes; when absent they are inferred from the first batch and recorded.
+    dtype : storage dtype of ``layer_means``: ``"float16"`` (default) or ``"float32"``.
+    shard_size : records per shard (the last shard may be smaller).
+
+    Use as a context manager: a clean exit commits the buffered records (``close()``); an
+    exception commits nothing more (buffered records are recomputed on resume) and marks the
+    manifest ``"interrupted"``. Not safe for two writers on one directory at once.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
+                 shard_size: int = 256):
+        if not isinstance(manifest, dict):
+            raise ValueError(f"manifest must be a dict, got {type(manifest).__name__}")
+        if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
+            raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+        self.path = Path(out_dir)
+        self.dtype = _storage_dtype(dtype)
+        self.shard_size = int(shard_size)
+        self._closed = False
+        self._buffer: list[tuple[dict, str, np.ndarray, np.ndarray]] = []
+        self._pending: set = set()
+        self._done: set = set()
+        self._n_correct = 0
+        self._n_labelled = 0
+        self._n_shards = 0
+        self._next_index = 0
+        self.manifest = self._prepare(dict(manifest))
+
+    # -- opening / resuming ---------------------------------------------------------------------
+    def _prepare(self, new: dict) -> dict:
+        given = new.get("dtype")
+        if given is not None and given != self.dtype:
+            raise ValueError(
+                f"manifest['dtype']={given!r} but dtype={self.dtype!r}: the manifest's 'dtype' is the "
+                "storage dtype of layer_means; put the model's dtype under 'model_dtype'"
+            )
+        from acute import __version__
+
+        new["dtype"] = self.dtype
+        new["format"] = FORMAT
+        new["format_version"] = FORMAT_VERSION
+        new.setdefault("acute_version", __version__)
+        L, d = _expected_shape(new)
+        if L is not None:
+            new["num_layers"] = L
+        if d is not None:
+            new["hidden_size"] = d
+        new = json.loads(_dumps(new, "manifest"))  # normalise (tuples -> lists, numpy -> python)
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        mpath = self.path / MANIFEST
+        if mpath.is_file():
+            old = _load_manifest(self.path)
+            for key in COMPAT_KEYS:
+                stored, given = old.get(key), new.get(key)
+                if key in ("num_layers", "hidden_size") and (stored is None or given is None):
+                    continue  # unknown on one side: adopt the known value
+                if stored != given:
+                    raise IncompatibleStoreError(
+                        f"{mpath}: cannot resume, manifest key {key!r} differs: "
+                        f"stored {stored!r}, new {given!r}"
+                    )
+            merged = {**old, **new}
+            merged["created"] = old.get("created", _now())
+            for key in ("num_layers", "hidden_size"):
+                if new.get(key) is None and old.get(key) is not None:
+                    merged[key] = old[key]
+            for orphan in _orphans(self.path):
+                (self.path / orphan).unlink(missing_ok=True)
+            shards = _load_shards(self.path, merged)
+            for shard in shards:
+                for rec in shard.records:
+                    self._count(rec)
+                    self._done.add(rec["id"])
+            if shards and merged.get("num_layers") is None:
+                merged["num_layers"] = shards[0].layer_shape[0] - 1
+                merged["hidden_size"] = shards[0].layer_shape[1]
+            self._n_shards = len(shards)
+            committed = _committed_shards(self.path)
+            self._next_index = committed[-1][0] + 1 if committed else 0
+        else:
+            if _committed_shards(self.path):
+                raise StoreError(f"{self.path}: has shard files but no {MANIFEST}; refusing to write")
+            merged = new
+            merged.setdefault("created", _now())
+        merged["shard_size"] = self.shard_size
+        merged["status"] = "collecting"
+        self._write_manifest(merged)
+        return merged
+
+    def _count(self, rec: dict) -> None:
+        if rec.get("correct") is not None:
+            self._n_labelled += 1
+            self._n_correct += bool(rec["correct"])
+
+    def _write_manifest(self, manifest: dict) -> None:
+        manifest["updated"] = _now()
+        manifest["num_records"] = len(self._done)
+        manifest["num_shards"] = self._n_shards
+        manifest["summary"] = {
+            "num_records": len(self._done),
+            "num_labelled": self._n_labelled,
+            "num_correct": self._n_correct,
+            "accuracy": self._n_correct / self._n_labelled if self._n_labelled else None,
+        }
+        _write_text_atomic(self.path / MANIFEST, json.dumps(
+            manifest, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+
+    # -- public API -----------------------------------------------------------------------------
+    @property
+    def done_ids(self) -> frozenset:
+        """Ids committed to disk (including those of earlier runs); buffered ids are not included."""
+        return frozenset(self._done)
+
+    @property
+    def num_buffered(self) -> int:
+        return len(self._buffer)
+
+    def add(self, records: Sequence[dict], layer_means: np.ndarray,
+            token_logprobs: Sequence[np.ndarray]) -> None:
+        """Buffer a batch of ``b`` records and commit every full shard.
+
+        ``layer_means`` is [b, L+1, d] (finite; must fit float16 when storing float16),
+        ``token_logprobs`` is a list of ``b`` 1-D arrays of finite log-probs. Records are copied;
+        ``n_tokens`` and ``raw_confidence`` are filled in when absent (``n_tokens`` must equal
+        the number of log-probs when present). ValueError for a duplicate id (committed, buffered
+        or within the batch), wrong shapes, non-finite values or non-JSON-serialisable records.
+        """
+        if self._closed:
+            raise ValueError("StoreWriter is closed")
+        records = list(records)
+        lm = np.asarray(layer_means)
+        b = len(records)
+        if lm.ndim != 3:
+            raise ValueError(f"layer_means must have shape [b, L+1, d], got {lm.shape}")
+        if lm.shape[0] != b:
+            raise ValueError(f"layer_means has {lm.shape[0]} rows but {b} records were given")
+        if len(token_logprobs) != b:
+            raise ValueError(f"token_logprobs has {len(token_logprobs)} entries but {b} records were given")
+        L, d = self.manifest.get("num_layers"), self.manifest.get("hidden_size")
+        if L is not None and lm.shape[1] != L + 1:
+            raise ValueError(
+                f"layer_means has {lm.shape[1]} layers but the manifest says num_layers={L} "
+                f"(expected L+1 = {L + 1})"
+            )
+        if d is not None and lm.shape[2] != d:
+            raise ValueError(f"layer_means hidden size {lm.shape[2]} != manifest hidden_size {d}")
+        if lm.shape[1] < 1 or lm.shape[2] < 1:
+            raise ValueError(f"layer_means has an empty dimension: {lm.shape}")
+        if not np.issubdtype(lm.dtype, np.floating):
+            raise ValueError(f"layer_means must be a float array, got dtype {lm.dtype}")
+        if not np.all(np.isfinite(lm)):
+            bad = int(np.argwhere(~np.isfinite(lm))[0][0])
+            raise ValueError(f"layer_means has non-finite values (record {records[bad].get('id')!r})")
+        with np.errstate(over="ignore"):
+            stored = lm.astype(_STORAGE_DTYPES[self.dtype])
+        if not np.all(np.isfinite(stored)):
+            raise ValueError(f"layer_means overflows {self.dtype} (|x| > 65504); use dtype='float32'")
+
+        batch_ids: set = set()
+        prepared = []
+        for k, (rec, lp) in enumerate(zip(records, token_logprobs)):
+            if not isinstance(rec, dict):
+                raise ValueError(f"records[{k}] must be a dict, got {type(rec).__name__}")
+            if "id" not in rec:
+                raise ValueError(f"records[{k}] has no 'id'")
+            rid = rec["id"]
+            if isinstance(rid, np.generic):
+                rid = rid.item()
+            if isinstance(rid, bool) or not isinstance(rid, (str, int)):
+                raise ValueError(f"records[{k}]['id'] must be a str or int, got {rid!r}")
+            if rid in self._done or rid in self._pending or rid in batch_ids:
+                where = ("already committed" if rid in self._done else
+                         "already buffered" if rid in self._pending else "repeated in this batch")
+                raise ValueError(f"duplicate id {rid!r} ({where})")
+            batch_ids.add(rid)
+            if np.ndim(lp) != 1:
+                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) must be 1-D, got shape {np.shape(lp)}")
+            lp = np.asarray(lp, dtype=np.float32).astype(np.float64)
+            if not np.all(np.isfinite(lp)):
+                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) has non-finite values")
+            if lp.size and lp.max() > 1e-4:
+                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) has positive log-probs (max {lp.max()})")
+            rec = dict(rec)
+            rec["id"] = rid
+            if rec.get("n_tokens") is not None and rec["n_tokens"] != lp.size:
+                raise ValueError(
+                    f"records[{k}] (id {rid!r}) has n_tokens={rec['n_tokens']} but {lp.size} log-probs"
+                )
+            rec["n_tokens"] = int(lp.size)
+            if rec.get("raw_confidence") is None:
+                rec["raw_confidence"] = math.exp(math.fsum(lp))
+            line = _dumps(rec, f"records[{k}] (id {rid!r})")
+            prepared.append((rec, line, stored[k], lp.astype(np.float32)))
+
+        for rec, line, row, lp in prepared:
+            self._buffer.append((rec, line, row, lp))
+            self._pending.add(rec["id"])
+        if b and self.manifest.get("num_layers") is None:
+            self.manifest["num_layers"] = int(lm.shape[1] - 1)
+            self.manifest["hidden_size"] = int(lm.shape[2])
+            self._write_manifest(self.manifest)
+        while len(self._buffer) >= self.shard_size:
+            self._flush(self.shard_size)
+
+    def _flush(self, count: int) -> None:
+        """Commit the first ``count`` buffered records as the next shard."""
+        from safetensors.numpy import save_file
+
+        batch = self._buffer[:count]
+        if not batch:
+            return
+        lengths = [len(lp) for _, _, _, lp in batch]
+        tensors = {
+            "layer_means": np.ascontiguousarray(np.stack([row for _, _, row, _ in batch])),
+            "token_logprobs": (np.concatenate([lp for _, _, _, lp in batch]).astype(np.float32)
+                               if sum(lengths) else np.zeros(0, np.float32)),
+            "token_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        }
+        st_path = self.path / _shard_name(self._next_index, "safetensors")
+        jl_path = self.path / _shard_name(self._next_index, "jsonl")
+        tmp_jl, tmp_st = _tmp_path(jl_path), _tmp_path(st_path)
+        try:
+            with open(tmp_jl, "w", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for _, line, _, _ in batch))
+                f.flush()
+                os.fsync(f.fileno())
+            save_file(tensors, str(tmp_st), metadata={"format": FORMAT, "num_records": str(len(batch))})
+            with open(tmp_st, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp_jl, jl_path)
+            os.replace(tmp_st, st_path)  # commit point
+            _fsync_dir(self.path)
+        finally:
+            for tmp in (tmp_jl, tmp_st):
+                if tmp.exists():
+                    tmp.unlink()
+        del self._buffer[:count]
+        for rec, _, _, _ in batch:
+            self._pending.discard(rec["id"])
+            self._done.add(rec["id"])
+            self._count(rec)
+        self._next_index += 1
+        self._n_shards += 1
+
+    def close(self) -> None:
+        """Commit buffered records (one last, possibly smaller shard) and finalise the manifest."""
+        if self._closed:
+            return
+        self._flush(len(self._buffer))
+        self._closed = True
+        self.manifest["status"] = "complete"
+        self._write_manifest(self.manifest)
+
+    def abort(self) -> None:
+        """Drop buffered records (they are recomputed on resume) and mark the store interrupted."""
+        if self._closed:
+            return
+        self._closed = True
+        self._buffer.clear()
+        self._pending.clear()
+        self.manifest["status"] = "interrupted"
+        self._write_manifest(self.manifest)
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            try:
+                self.abort()
+            except OSError:
+                pass  # never mask the original exception

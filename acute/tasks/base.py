@@ -1,0 +1,370 @@
+"""Shared pieces of the task layer: ``Example``, the ``Task`` base class, prompt formatting and
+data-file helpers (file/folder resolution, JSONL/JSON/CSV reading with file:line errors).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import DataError
+
+__all__ = [
+    "Example",
+    "Task",
+    "TaskDataError",
+    "format_prompt",
+    "use_chat",
+    "read_jsonl",
+    "read_json_array",
+    "read_csv_rows",
+    "DATA_ENV",
+]
+
+DATA_ENV = "ACUTE_DATA"
+
+
+class TaskDataError(DataError, ValueError):
+    """A benchmark file is malformed; the message names the file and (where known) the line."""
+
+
+@dataclass
+class Example:
+    """One benchmark item.
+
+    ``answers`` are the gold answer texts (aliases for open QA; the gold option text for multiple
+    choice), ``choices``/``label`` the options and gold index for multiple choice (else ``None``),
+    ``incorrect`` known wrong answers, ``wrong_type`` an answer of another type (see
+    :func:`acute.tasks.assign_wrong_types`). ``meta`` is small JSON-serialisable information stored
+    with every record (subject, answer type, ...). ``context`` is an optional passage shown in the
+    prompt, ``shots`` demonstration examples, ``payload`` task-private structured data (tool
+    specifications, gold calls, source sentences) that is not stored with records.
+    """
+
+    id: str
+    question: str
+    answers: list[str]
+    choices: list[str] | None = None
+    label: int | None = None
+    incorrect: list[str] = field(default_factory=list)
+    wrong_type: str | None = None
+    meta: dict = field(default_factory=dict)
+    context: str | None = None
+    shots: tuple = field(default=(), repr=False)
+    payload: dict = field(default_factory=dict, repr=False)
+
+
+# --------------------------------------------------------------------------- prompt formatting
+
+def _adds_bos(tokenizer) -> bool:
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if bos_id is None:
+        return False
+    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
+    without = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return len(with_special) > len(without) and with_special[0] == bos_id
+
+
+def _fallback_format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
+    """Same semantics as ``acute.models.format_prompt`` for the cases the tasks use."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    chat = has_template if chat is None else bool(chat)
+    if chat and not has_template:
+        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False")
+    if chat:
+        messages = ([{"role": "user", "content": messages_or_text}]
+                    if isinstance(messages_or_text, str) else list(messages_or_text))
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    elif isinstance(messages_or_text, str):
+        text = messages_or_text
+    else:
+        raise ValueError("a plain (non-chat) prompt must be a string")
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and _adds_bos(tokenizer) and not text.startswith(bos):
+        text = bos + text
+    return text
+
+
+def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
+    """Return a fully formatted prompt: ``acute.models.format_prompt`` when importable, else an
+    equivalent (chat template with generation prompt; plain text with BOS text prepended when the
+    tokenizer adds BOS by default). The result is meant for ``add_special_tokens=False``.
+    """
+    try:
+        from ..models import format_prompt as models_format_prompt
+    except ImportError:  # acute.models unavailable: same semantics, local implementation
+        models_format_prompt = _fallback_format_prompt
+    return models_format_prompt(tokenizer, messages_or_text, chat=chat)
+
+
+def use_chat(tokenizer, chat: bool | None) -> bool:
+    """Resolve ``chat``: ``None`` -> whether the tokenizer has a chat template; ``True`` without a
+    template raises ``ValueError``."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if chat is None:
+        return has_template
+    if chat and not has_template:
+        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False or None")
+    return bool(chat)
+
+
+# --------------------------------------------------------------------------- file reading
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for every non-blank line of a JSONL file (1-based lines).
+
+    Raises ``TaskDataError`` naming file and line for invalid JSON or a line that is not an object.
+    """
+    path = Path(path)
+    with path.open(encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskDataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(obj, dict):
+                raise TaskDataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def read_json_array(path: Path) -> list[dict]:
+    """Return the list of objects in a JSON file holding one array (item errors name the index)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as e:
+        raise TaskDataError(f"{path}:{e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(data, list):
+        raise TaskDataError(f"{path}: expected a JSON array of objects, got {type(data).__name__}")
+    for i, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise TaskDataError(f"{path}: item {i}: expected an object, got {type(item).__name__}")
+    return data
+
+
+def read_csv_rows(path: Path, header: bool) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, row)`` of a CSV file; rows are dicts when ``header`` else lists.
+
+    The line number is the physical line where the record starts (quoted cells may span lines).
+    A UTF-8 BOM is ignored.
+    """
+    path = Path(path)
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh) if header else csv.reader(fh)
+        start = reader.line_num + 1 if header else 1
+        try:
+            for row in reader:
+                if header or any(cell.strip() for cell in row):
+                    yield start, row
+                start = reader.line_num + 1
+        except csv.Error as e:
+            raise TaskDataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
+
+
+def require(value: Any, what: str, where: str) -> Any:
+    """Return ``value`` or raise ``TaskDataError`` saying ``where`` lacks ``what``."""
+    if value is None or (isinstance(value, str) and not value.strip()) or (
+            isinstance(value, (list, tuple)) and not value):
+        raise TaskDataError(f"{where}: missing or empty {what}")
+    return value
+
+
+def clean_texts(values: Sequence, where: str, what: str) -> list[str]:
+    """Strip and deduplicate a list of answer strings (order kept, empties dropped).
+
+    Raises ``TaskDataError`` when ``values`` is not a list of strings.
+    """
+    if isinstance(values, str) or not isinstance(values, (list, tuple)):
+        raise TaskDataError(f"{where}: {what} must be a list of strings, got {type(values).__name__}")
+    out: list[str] = []
+    for v in values:
+        if not isinstance(v, str):
+            raise TaskDataError(f"{where}: {what} must be a list of strings, found {type(v).__name__}")
+        v = v.strip()
+        if v and v not in out:
+            out.append(v)
+    return out
+
+
+# --------------------------------------------------------------------------- the Task base class
+
+class Task:
+    """Base class of every task; subclasses set the class attributes and implement ``_read``.
+
+    Constructor keyword options are stored as attributes (no other work) and reported by
+    :meth:`settings`. ``load`` resolves the data location, reads rows (``_read``), assigns
+    wrong-type answers and applies ``limit``.
+    """
+
+    name: str = ""
+    description: str = ""
+    data_hint: str = ""
+    max_new_tokens: int = 32
+    stop_strings: tuple[str, ...] = ("\n",)
+    default_split: str = "test"
+    #: split name accepted by ``load`` -> canonical split name
+    split_aliases: dict[str, str] = {}
+    #: folder name of the benchmark under ``$ACUTE_DATA``
+    data_folder: str = ""
+    #: constructor options with their defaults (subclasses extend)
+    options: dict[str, Any] = {"seed": 0, "on_error": "raise"}
+
+    def __init__(self, **options: Any):
+        unknown = sorted(set(options) - set(self._all_options()))
+        if unknown:
+            raise ValueError(f"task {self.name!r}: unknown option(s) {unknown}; known options: "
+                             f"{sorted(self._all_options())}")
+        for key, default in self._all_options().items():
+            setattr(self, key, options.get(key, default))
+
+    @classmethod
+    def _all_options(cls) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(getattr(klass, "options", {}) or {})
+        return merged
+
+    def get_params(self) -> dict[str, Any]:
+        """The constructor options and their current values."""
+        return {k: getattr(self, k) for k in self._all_options()}
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that determines prompts and labels, recorded in the store manifest."""
+        return {"name": self.name, "max_new_tokens": self.max_new_tokens,
+                "stop_strings": list(self.stop_strings), **self.get_params()}
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({opts})"
+
+    # ----------------------------------------------------------------- loading
+    def canonical_split(self, split: str | None) -> str:
+        """Map ``split`` (or ``None`` -> the default split) through the split aliases."""
+        split = split or self.default_split
+        return self.split_aliases.get(split.lower(), split.lower())
+
+    def resolve_path(self, path: str | os.PathLike | None) -> Path:
+        """Return the data file or folder to read: ``path``, else ``$ACUTE_DATA/<data_folder>``."""
+        if path is None:
+            root = os.environ.get(DATA_ENV)
+            if not root:
+                raise ValueError(f"task {self.name!r} needs data: pass path (--data) pointing at "
+                                 f"{self.data_hint}, or set ${DATA_ENV} to a folder holding "
+                                 f"'{self.data_folder}/'")
+            path = Path(root) / self.data_folder
+        path = Path(path).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"task {self.name!r}: data path {path} does not exist "
+                                    f"(expected {self.data_hint})")
+        return path
+
+    def load(self, path: str | os.PathLike | None = None, split: str | None = None,
+             limit: int | None = None) -> list[Example]:
+        """Read the examples of ``split`` from ``path`` (a file or a folder) and return them.
+
+        Wrong-type answers are assigned over the whole split before ``limit`` keeps the first
+        ``limit`` examples, so an example's wrong-type answer does not depend on ``limit``.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        resolved = self.resolve_path(path)
+        split_name = self.canonical_split(split)
+        examples = self._read(resolved, split_name)
+        seen: set[str] = set()
+        for ex in examples:
+            if ex.id in seen:
+                raise TaskDataError(f"{resolved}: duplicate example id {ex.id!r}")
+            seen.add(ex.id)
+        examples = self._assign_wrong_types(examples)
+        return examples if limit is None else examples[:limit]
+
+    def _read(self, path: Path, split: str) -> list[Example]:
+        raise NotImplementedError
+
+    def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
+        from .answer_types import assign_wrong_types
+        return assign_wrong_types(examples, seed=self.seed, text_of=self._typed_text)
+
+    def _typed_text(self, ex: Example) -> str:
+        """The answer text that is typed and lent to other rows as their wrong-type answer."""
+        return ex.answers[0] if ex.answers else ""
+
+    def _rows(self, rows: Iterator[tuple[Any, Any]], parse: Callable[[Any, str], Example | None],
+              where: Callable[[Any], str]) -> list[Example]:
+        """Parse rows with ``parse(row, where_text)``; errors raise or, with ``on_error='skip'``,
+        are counted and reported in one warning naming the first bad location."""
+        out, bad = [], []
+        for key, row in rows:
+            try:
+                ex = parse(row, where(key))
+            except TaskDataError as e:
+                if self.on_error == "raise":
+                    raise
+                bad.append(str(e))
+                continue
+            if ex is not None:
+                out.append(ex)
+        if bad:
+            warnings.warn(f"task {self.name!r}: skipped {len(bad)} malformed row(s); first: {bad[0]}",
+                          stacklevel=3)
+        return out
+
+    # ----------------------------------------------------------------- prompting and labelling
+    def prompt(self, tokenizer, ex: Example, chat: bool | None = None) -> str:
+        """The fully formatted prompt for ``ex`` (chat template or plain text, see module docs)."""
+        if use_chat(tokenizer, chat):
+            return format_prompt(tokenizer, self.chat_messages(ex), chat=True)
+        return format_prompt(tokenizer, self.plain_prompt(ex), chat=False)
+
+    def chat_messages(self, ex: Example) -> list[dict[str, str]]:
+        raise NotImplementedError
+
+    def plain_prompt(self, ex: Example) -> str:
+        raise NotImplementedError
+
+    def extract(self, ex: Example, generation: str) -> str | None:
+        raise NotImplementedError
+
+    def is_correct(self, ex: Example, generation: str) -> bool:
+        raise NotImplementedError
+
+    def label_details(self, ex: Example, generation: str) -> dict[str, Any]:
+        """``{"answer": extracted, "correct": bool, "parse_error": bool}`` (+ task-specific keys)."""
+        answer = self.extract(ex, generation)
+        return {"answer": answer, "correct": bool(self.is_correct(ex, generation)),
+                "parse_error": answer is None}
+
+    def gold_answer(self, ex: Example) -> str:
+        """The canonical gold answer (the first alias)."""
+        return ex.answers[0]
+
+    def plausible_wrong(self, ex: Example) -> list[str]:
+        """Known plausible but wrong answers (``ex.incorrect``)."""
+        return list(ex.incorrect)
+
+    def wrong_type(self, ex: Example) -> str | None:
+        """An answer of another type than the gold answer, or ``None`` when none was assigned."""
+        return ex.wrong_type
+
+    def answer_text(self, ex: Example, answer: str) -> str:
+        """How a provided ``answer`` is written as the model's reply (the text itself by default)."""
+        return str(answer).strip()
+
+
+def find_file(folder: Path, candidates: Sequence[str], task: str, split: str) -> Path:
+    """Return the first existing ``folder/<candidate>`` or raise ``FileNotFoundError`` listing them."""
+    for name in candidates:
+        p = folder / name
+        if p.is_file():
+            return p
+    raise FileNotFoundError(f"task {task!r}: no file for split {split!r} in {folder}; looked for "
+                            + ", ".join(candidates))

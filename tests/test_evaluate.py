@@ -1,0 +1,282 @@
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from acute import metrics
+from acute.evaluate import (
+    ACUTE_VARIANTS,
+    ESTIMATORS,
+    evaluate_predictions,
+    evaluate_store,
+    split_ids,
+)
+
+
+# ---------------------------------------------------------------- a store-like object
+class FakeStore:
+    """In-memory stand-in with the attributes evaluate_store reads from acute.store.Store."""
+
+    def __init__(self, ids, correct, raw_confidence, layer_means, manifest=None):
+        self.ids = list(ids)
+        self.correct = np.asarray(correct, dtype=bool)
+        self.raw_confidence = np.asarray(raw_confidence, dtype=np.float64)
+        self.layer_means = np.asarray(layer_means, dtype=np.float32)
+        self.manifest = manifest or {"model": "synthetic", "task": "planted"}
+        self.records = [{"id": i, "correct": bool(c), "raw_confidence": float(r)}
+                        for i, c, r in zip(self.ids, self.correct, self.raw_confidence)]
+
+    def __len__(self):
+        return len(self.ids)
+
+    def select(self, idx):
+        idx = np.asarray(idx)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        return FakeStore([self.ids[i] for i in idx], self.correct[idx], self.raw_confidence[idx],
+                         self.layer_means[idx], self.manifest)
+
+
+PLANT_LAYER = 2  # in the "early" third (layers 1-2 of L = 6)
+
+
+def planted_store(n=300, n_layers=7, d=16, seed=0, id_prefix="q"):
+    """Correctness is carried by a direction written into the residual stream at PLANT_LAYER
+    (and so present in every later layer); raw confidence is overconfident noise."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(size=n)
+    correct = rng.uniform(size=n) < 1.0 / (1.0 + np.exp(-12.0 * (t - 0.5)))
+    v = np.zeros(d)
+    v[3] = 1.0
+    h = np.empty((n, n_layers, d))
+    state = rng.normal(scale=0.3, size=(n, d))
+    h[:, 0] = state
+    for layer in range(1, n_layers):
+        state = state + rng.normal(scale=0.1, size=(n, d))
+        if layer == PLANT_LAYER:
+            state = state + 3.0 * t[:, None] * v
+        h[:, layer] = state
+    raw = rng.uniform(0.6, 1.0, size=n)  # uninformative and overconfident
+    return FakeStore([f"{id_prefix}{i}" for i in range(n)], correct, raw, h)
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    store = planted_store()
+    out = tmp_path_factory.mktemp("eval")
+    res = evaluate_store(store, out_dir=out, n_bootstrap=40, seed=0,
+                         probe_params={"n_estimators": 20}, progress=False)
+    return store, out, res
+
+
+# ---------------------------------------------------------------- split
+def test_split_rule_is_sha256_of_seed_and_id():
+    ids = [f"id{i}" for i in range(50)] + list(range(50))
+    train, test = split_ids(ids, test_fraction=0.3, seed=7)
+    expect = [int.from_bytes(hashlib.sha256(f"7:{i}".encode()).digest()[:8], "big") / 2**64 < 0.3
+              for i in ids]
+    np.testing.assert_array_equal(test, expect)
+    np.testing.assert_array_equal(train, ~np.array(expect))
+
+
+def test_split_deterministic_and_order_independent():
+    ids = [f"rec-{i}" for i in range(400)]
+    tr1, te1 = split_ids(ids, 0.3, seed=0)
+    tr2, te2 = split_ids(ids, 0.3, seed=0)
+    np.testing.assert_array_equal(te1, te2)
+    perm = np.random.default_rng(1).permutation(len(ids))
+    _, te_shuf = split_ids([ids[i] for i in perm], 0.3, seed=0)
+    assert {ids[i] for i in perm[te_shuf]} == {i for i, t in zip(ids, te1) if t}
+    # a record's side does not depend on which other records exist
+    _, te_half = split_ids(ids[:200], 0.3, seed=0)
+    np.testing.assert_array_equal(te_half, te1[:200])
+    # another seed gives another split
+    _, te_other = split_ids(ids, 0.3, seed=1)
+    assert not np.array_equal(te_other, te1)
+
+
+def test_split_proportion_is_stable():
+    ids = [f"x{i}" for i in range(20_000)]
+    for frac in (0.1, 0.3, 0.5):
+        _, te = split_ids(ids, frac, seed=3)
+        sd = np.sqrt(frac * (1 - frac) / len(ids))
+        assert abs(te.mean() - frac) < 4 * sd
+    tr, te = split_ids(ids[:10], 0.0)
+    assert tr.all() and not te.any()
+
+
+def test_split_bad_input():
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_ids(["a", "b"], 1.0)
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_ids(["a", "b"], -0.1)
+    with pytest.raises(ValueError, match="unique"):
+        split_ids(["a", "b", "a"], 0.3)
+
+
+# ---------------------------------------------------------------- evaluate_predictions
+def test_evaluate_predictions_matches_metrics():
+    rng = np.random.default_rng(2)
+    y = rng.uniform(size=200) < 0.6
+    good = np.clip(0.6 + 0.3 * (y - 0.5) + rng.normal(scale=0.1, size=200), 0, 1)
+    bad = rng.uniform(size=200)
+    rows = evaluate_predictions({"good": good, "bad": bad}, y, n_bootstrap=30, seed=4)
+    assert [r["estimator"] for r in rows] == ["good", "bad"]
+    for r, c in zip(rows, (good, bad)):
+        assert r["n"] == 200 and r["accuracy"] == pytest.approx(y.mean())
+        assert r["smece"] == pytest.approx(metrics.smece(c, y))
+        assert r["brier"] == pytest.approx(metrics.brier(c, y))
+        assert r["auroc"] == pytest.approx(metrics.auroc(c, y))
+        for band in ("low", "med", "high", "all"):
+            assert r[f"auc_euro_{band}"] == pytest.approx(metrics.auc_euro(c, y, band=band))
+        iv = metrics.bootstrap(metrics.smece, c, y, n=30, seed=4)
+        assert (r["smece_ci_low"], r["smece_ci_high"]) == pytest.approx((iv.low, iv.high))
+        for key in ("smece", "auc_euro_all", "brier", "auroc"):
+            assert r[f"{key}_ci_low"] <= r[key] <= r[f"{key}_ci_high"]
+    assert rows[0]["auroc"] > 0.9 > rows[1]["auroc"]
+
+
+def test_evaluate_predictions_edge_cases():
+    y = np.array([1, 1, 1, 1])
+    (row,) = evaluate_predictions({"c": np.array([0.9, 0.8, 0.7, 0.6])}, y, n_bootstrap=0)
+    assert np.isnan(row["auroc"]) and "smece_ci_low" not in row
+    assert row["brier"] == pytest.approx(np.mean((np.array([0.9, 0.8, 0.7, 0.6]) - 1) ** 2))
+    with pytest.raises(ValueError, match="'c'.*entries"):
+        evaluate_predictions({"c": np.array([0.5, 0.5])}, y)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        evaluate_predictions({"c": np.array([0.5, 0.5, 2.0, 0.1])}, y)
+    with pytest.raises(ValueError, match="empty"):
+        evaluate_predictions({}, y)
+
+
+# ---------------------------------------------------------------- evaluate_store
+def test_evaluate_store_writes_every_output(evaluated):
+    _, out, res = evaluated
+    for name in ("results.md", "results.csv", "results.json", "predictions.csv", "split.json",
+                 "euro_curves.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    for name in ESTIMATORS:
+        assert (out / f"reliability_{name}.png").is_file()
+    assert not list(out.glob(".partial-*"))
+    md = (out / "results.md").read_text()
+    table = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    assert len(table) == 1 + 12  # header + one row per estimator
+    assert "smECE" in table[0] and "AUROC" in table[0]
+    assert any(ln.startswith("| raw |") for ln in table)
+    assert "[" in table[1]  # intervals shown
+    with open(out / "results.csv", newline="") as f:
+        assert [r["estimator"] for r in csv.DictReader(f)] == list(ESTIMATORS)
+
+
+def test_evaluate_store_values_in_range(evaluated):
+    _, _, res = evaluated
+    assert [r["estimator"] for r in res.rows] == list(ESTIMATORS)
+    acc = {r["accuracy"] for r in res.rows}
+    assert len(acc) == 1 and acc.pop() == pytest.approx(res.test_correct.mean())
+    for r in res.rows:
+        for key in ("smece", "auc_euro_low", "auc_euro_med", "auc_euro_high", "auc_euro_all",
+                    "brier", "auroc"):
+            assert 0.0 <= r[key] <= 1.0, (r["estimator"], key)
+        assert r["smece_ci_low"] <= r["smece"] <= r["smece_ci_high"]
+    for name in ("acute-early", "acute-mid", "acute-late"):
+        assert isinstance(res.row(name)["layer"], int)
+    assert res.row("acute-early")["layer"] == PLANT_LAYER  # layer 1 carries no signal
+    assert res.row("raw")["layer"] is None
+
+
+def test_acute_beats_raw_on_planted_signal(evaluated):
+    _, _, res = evaluated
+    raw = res.row("raw")
+    for name in ACUTE_VARIANTS:
+        row = res.row(name)
+        assert row["auc_euro_all"] > raw["auc_euro_all"] + 0.05, name
+        assert row["auroc"] > 0.8, name
+    assert res.row("acute-mid")["smece"] < raw["smece"]
+
+
+def test_results_json_equals_recomputation_from_predictions(evaluated):
+    store, out, res = evaluated
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["complete"] is True
+    split = doc["split"]
+    train_mask, test_mask = split_ids(store.ids, 0.3, seed=0)
+    assert (split["seed"], split["test_fraction"]) == (0, 0.3)
+    assert (split["n_train"], split["n_test"]) == (int(train_mask.sum()), int(test_mask.sum()))
+    test_ids = [i for i, t in zip(store.ids, test_mask) if t]
+    assert split["test_ids_sha256"] == hashlib.sha256("\n".join(sorted(test_ids)).encode()).hexdigest()
+    assert json.loads((out / "split.json").read_text())["test"] == test_ids
+
+    with open(out / "predictions.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["id"] for r in rows] == test_ids
+    y = np.array([int(r["correct"]) for r in rows])
+    np.testing.assert_array_equal(y, store.correct[test_mask])
+    by_name = {r["estimator"]: r for r in doc["results"]}
+    assert list(by_name) == list(ESTIMATORS)
+    for name in ESTIMATORS:
+        c = np.array([float(r[name]) for r in rows])
+        got = by_name[name]
+        assert got["smece"] == pytest.approx(metrics.smece(c, y), abs=1e-12)
+        assert got["brier"] == pytest.approx(metrics.brier(c, y), abs=1e-12)
+        assert got["auroc"] == pytest.approx(metrics.auroc(c, y), abs=1e-12)
+        for band in ("low", "med", "high", "all"):
+            assert got[f"auc_euro_{band}"] == pytest.approx(metrics.auc_euro(c, y, band=band), abs=1e-12)
+        iv = metrics.bootstrap(lambda a, b: metrics.auc_euro(a, b, band="all"), c, y, n=40, seed=0)
+        assert (got["auc_euro_all_ci_low"], got["auc_euro_all_ci_high"]) == pytest.approx((iv.low, iv.high))
+
+
+def test_raw_row_is_the_raw_confidence(evaluated):
+    store, _, res = evaluated
+    _, test_mask = split_ids(store.ids, 0.3, seed=0)
+    np.testing.assert_array_equal(res.predictions["raw"], store.raw_confidence[test_mask])
+
+
+def test_test_store_mode_and_subset(tmp_path, capsys):
+    train = planted_store(n=120, seed=1, id_prefix="a")
+    test = planted_store(n=60, seed=2, id_prefix="b")
+    res = evaluate_store(train, test_store=test, out_dir=tmp_path, estimators=["raw", "platt", "isotonic"],
+                         n_bootstrap=0, progress=False)
+    assert res.split["mode"] == "test_store"
+    assert (res.split["n_train"], res.split["n_test"]) == (120, 60)
+    assert res.test_ids == test.ids
+    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic"]
+    assert str(tmp_path.resolve()) in capsys.readouterr().out
+    md = (tmp_path / "results.md").read_text()
+    assert "[" not in md.split("\n\n", 1)[1]  # no intervals without bootstrap
+
+
+def test_bad_stores_raise_clear_errors(tmp_path):
+    s = planted_store(n=60)
+    single = FakeStore(s.ids, np.ones(60, bool), s.raw_confidence, s.layer_means)
+    with pytest.raises(ValueError, match="single class"):
+        evaluate_store(single, out_dir=tmp_path, n_bootstrap=0, progress=False)
+    with pytest.raises(ValueError, match="test split is empty"):
+        evaluate_store(s, out_dir=tmp_path, test_fraction=0.0, n_bootstrap=0, progress=False)
+    tiny = FakeStore(["u", "v"], [True, False], [0.5, 0.6], s.layer_means[:2])
+    with pytest.raises(ValueError, match="fewer than"):
+        evaluate_store(tiny, test_store=s, out_dir=tmp_path, n_bootstrap=0, progress=False,
+                       estimators=["raw", "acute-pca10"])
+    other = FakeStore(s.ids, s.correct, s.raw_confidence, s.layer_means[:, :, :8])
+    with pytest.raises(ValueError, match="test_store"):
+        evaluate_store(s, test_store=other, out_dir=tmp_path, n_bootstrap=0, progress=False,
+                       estimators=["acute-cosine"])
+    with pytest.raises(ValueError, match="unknown estimator"):
+        evaluate_store(s, out_dir=tmp_path, estimators=["temperature"], progress=False)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
+    import acute.plots
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(acute.plots, "euro_curves", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"],
+                       n_bootstrap=0, progress=False)
+    assert list(tmp_path.iterdir()) == []
