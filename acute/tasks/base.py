@@ -176,9 +176,10 @@ def require(value: Any, what: str, where: str) -> Any:
     return value
 
 
-def clean_texts(values: Sequence, where: str, what: str) -> list[str]:
+def clean_texts(values: Sequence, where: str, what: str, dedupe: bool = True) -> list[str]:
     """Strip and deduplicate a list of answer strings (order kept, empties dropped).
 
+    With ``dedupe=False`` (option lists) duplicates are kept and an empty string raises.
     Raises ``TaskDataError`` when ``values`` is not a list of strings.
     """
     if isinstance(values, str) or not isinstance(values, (list, tuple)):
@@ -188,7 +189,11 @@ def clean_texts(values: Sequence, where: str, what: str) -> list[str]:
         if not isinstance(v, str):
             raise TaskDataError(f"{where}: {what} must be a list of strings, found {type(v).__name__}")
         v = v.strip()
-        if v and v not in out:
+        if not dedupe:
+            if not v:
+                raise TaskDataError(f"{where}: {what} contains an empty string")
+            out.append(v)
+        elif v and v not in out:
             out.append(v)
     return out
 
@@ -292,20 +297,26 @@ class Task:
 
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
         from .answer_types import assign_wrong_types
-        return assign_wrong_types(examples, seed=self.seed, text_of=self._typed_text)
+        return assign_wrong_types(examples, seed=self.seed, text_of=self._typed_text,
+                                  accept=self._is_wrong_reply)
+
+    def _is_wrong_reply(self, ex: Example, text: str) -> bool:
+        """True when ``text`` given as the reply is labelled wrong (wrong-type answers must be)."""
+        return not self.is_correct(ex, self.answer_text(ex, text))
 
     def _typed_text(self, ex: Example) -> str:
         """The answer text that is typed and lent to other rows as their wrong-type answer."""
         return ex.answers[0] if ex.answers else ""
 
-    def _rows(self, rows: Iterator[tuple[Any, Any]], parse: Callable[[Any, str], Example | None],
+    def _rows(self, rows: Iterator[tuple[Any, Any]], parse: Callable[[Any, Any, str], Example | None],
               where: Callable[[Any], str]) -> list[Example]:
-        """Parse rows with ``parse(row, where_text)``; errors raise or, with ``on_error='skip'``,
-        are counted and reported in one warning naming the first bad location."""
+        """Parse ``(key, row)`` pairs (key = line number or item index) with
+        ``parse(key, row, where(key))``. Errors raise, or with ``on_error='skip'`` are counted and
+        reported in one warning naming the first bad location."""
         out, bad = [], []
         for key, row in rows:
             try:
-                ex = parse(row, where(key))
+                ex = parse(key, row, where(key))
             except TaskDataError as e:
                 if self.on_error == "raise":
                     raise
@@ -348,8 +359,15 @@ class Task:
         return ex.answers[0]
 
     def plausible_wrong(self, ex: Example) -> list[str]:
-        """Known plausible but wrong answers (``ex.incorrect``)."""
-        return list(ex.incorrect)
+        """Known plausible but wrong answers: ``ex.incorrect`` without duplicates and without texts
+        that normalise to a gold answer (some benchmarks list the gold among the distractors)."""
+        from .normalize import normalize_answer
+        gold = {normalize_answer(a) for a in ex.answers}
+        out: list[str] = []
+        for text in ex.incorrect:
+            if text not in out and normalize_answer(text) not in gold:
+                out.append(text)
+        return out
 
     def wrong_type(self, ex: Example) -> str | None:
         """An answer of another type than the gold answer, or ``None`` when none was assigned."""

@@ -141,7 +141,8 @@ class JsonlQATask(OpenQATask):
     def _read(self, path: Path, split: str) -> list[Example]:
         if path.is_dir():
             path = find_file(path, [f"{split}.jsonl", "questions.jsonl"], self.name, split)
-        return self._rows(read_jsonl(path), _parse_jsonl_qa, lambda ln: f"{path}:{ln}")
+        return self._rows(read_jsonl(path), lambda _, obj, where: _parse_jsonl_qa(obj, where),
+                          lambda ln: f"{path}:{ln}")
 
 
 def default_questions_path() -> Path:
@@ -240,19 +241,19 @@ class TriviaQATask(OpenQATask):
             if not isinstance(rows, list):
                 raise TaskDataError(f"{path}: expected a list of questions (or {{'Data': [...]}})")
 
-            def parse_official(row, where):
+            def parse_official(i, row, where):
                 if not isinstance(row, dict):
                     raise TaskDataError(f"{where}: expected an object")
                 ans = row.get("Answer") or {}
                 conv = {"question": row.get("Question"), "question_id": row.get("QuestionId"),
                         "answer": {"value": ans.get("Value"), "aliases": ans.get("Aliases", [])}}
-                return _parse_triviaqa(conv, where, fallback_id=f"{path.stem}-{where.rsplit(' ', 1)[-1]}")
+                return _parse_triviaqa(conv, where, fallback_id=f"{path.stem}-{i:04d}")
 
             return self._rows(enumerate(rows), parse_official, lambda i: f"{path}: item {i}")
-        stem = path.stem
+        # Rows without an id (llm-foundry format) get "<file stem>-<0-based line index>".
         return self._rows(
             read_jsonl(path),
-            lambda obj, where: _parse_triviaqa(obj, where, fallback_id=f"{stem}-{int(where.rsplit(':', 1)[1]) - 1:04d}"),
+            lambda ln, obj, where: _parse_triviaqa(obj, where, fallback_id=f"{path.stem}-{ln - 1:04d}"),
             lambda ln: f"{path}:{ln}")
 
 
@@ -280,29 +281,30 @@ def _parse_sciq_original(obj: dict, where: str, example_id: str) -> Example:
     if any(not d for d in distractors):
         raise TaskDataError(f"{where}: empty distractor")
     support = (obj.get("support") or "").strip() or None
+    # Options keep duplicates (to reproduce the normalised files); ``incorrect`` is deduplicated.
     choices, label = sciq_choices(example_id, correct.strip(), distractors)
     return Example(id=example_id, question=question.strip(), answers=[correct.strip()],
-                   choices=choices, label=label, incorrect=distractors, context=support)
+                   choices=choices, label=label, incorrect=clean_texts(distractors, where, "distractors"),
+                   context=support)
 
 
 def _parse_sciq_jsonl(obj: dict, where: str) -> Example:
     if "correct_answer" in obj:
         return _parse_sciq_original(obj, where, str(require(obj.get("id"), "'id'", where)))
     ex = _parse_jsonl_qa(obj, where)
-    if len(ex.incorrect) != 3:
-        raise TaskDataError(f"{where}: SciQ rows need 3 distractors in 'incorrect', got {len(ex.incorrect)}")
+    if not ex.incorrect:
+        raise TaskDataError(f"{where}: SciQ rows need the distractors in 'incorrect'")
     choices, label = obj.get("choices"), obj.get("label")
     if choices is None:
         choices, label = sciq_choices(ex.id, ex.answers[0], ex.incorrect)
     else:
-        choices = clean_texts(choices, where, "'choices'")
-        if len(choices) != 4 or not isinstance(label, int) or not 0 <= label < 4:
-            raise TaskDataError(f"{where}: SciQ rows need 4 distinct choices and a label in 0-3")
+        choices = clean_texts(choices, where, "'choices'", dedupe=False)
+        if len(choices) < 2 or not isinstance(label, int) or not 0 <= label < len(choices):
+            raise TaskDataError(f"{where}: SciQ rows need >= 2 distinct choices and a label indexing them")
         if choices[label] != ex.answers[0]:
             raise TaskDataError(f"{where}: choices[label] {choices[label]!r} is not the gold answer "
                                 f"{ex.answers[0]!r}")
     ex.choices, ex.label = choices, label
-    ex.meta = {}
     return ex
 
 
@@ -314,15 +316,12 @@ def read_sciq(task: Task, path: Path, split: str) -> list[Example]:
     if path.is_dir():
         path = find_file(path, [f"{split}.jsonl", f"{split}.json"], task.name, split)
     if path.suffix == ".json":
-        rows = read_json_array(path)
         return task._rows(
-            enumerate(rows),
-            lambda row_i, where: _parse_sciq_original(row_i[1], where, f"sciq-{path.stem}-{row_i[0]:04d}"),
-            lambda i: f"{path}: item {i}") if False else task._rows(
-            ((i, (i, row)) for i, row in enumerate(rows)),
-            lambda row_i, where: _parse_sciq_original(row_i[1], where, f"sciq-{path.stem}-{row_i[0]:04d}"),
+            enumerate(read_json_array(path)),
+            lambda i, row, where: _parse_sciq_original(row, where, f"sciq-{path.stem}-{i:04d}"),
             lambda i: f"{path}: item {i}")
-    return task._rows(read_jsonl(path), _parse_sciq_jsonl, lambda ln: f"{path}:{ln}")
+    return task._rows(read_jsonl(path), lambda _, obj, where: _parse_sciq_jsonl(obj, where),
+                      lambda ln: f"{path}:{ln}")
 
 
 class SciQTask(OpenQATask):

@@ -1,0 +1,70 @@
+"""Benchmarks as tasks: loading, prompting, answer extraction and labelling.
+
+``get_task(name_or_path, **options)`` returns a :class:`Task`; ``list_tasks()`` lists the built-in
+ones. A path to a ``.jsonl`` file of ``{id, question, answers}`` rows gives a generic open-QA task
+(normalised exact match against any answer).
+
+Every task's ``load(path=None, split=None, limit=None)`` reads a file or a folder (see each task's
+``data_hint``); with ``path=None`` it reads ``$ACUTE_DATA/<benchmark folder>`` (the built-in
+``default`` task needs no data). Wrong-type answers are assigned on load (see
+:func:`assign_wrong_types`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .answer_types import ANSWER_TYPES, answer_type, assign_wrong_types
+from .apigen import APIGenTask
+from .base import DATA_ENV, Example, Task, TaskDataError, format_prompt
+from .choice import MultipleChoiceTask, SciQMCTask, extract_choice
+from .mmlu import MMLUTask
+from .normalize import extract_short_answer, normalize_answer, parse_number
+from .qa import DefaultTask, JsonlQATask, OpenQATask, SciQTask, TriviaQATask, answer_matches
+from .rouge import rouge_l, rouge_l_f1
+from .scitldr import SciTLDRTask
+from .truthfulqa import TruthfulQAGenTask, TruthfulQAMCTask
+
+__all__ = [
+    "get_task", "list_tasks", "TASKS", "Example", "Task", "TaskDataError", "DATA_ENV",
+    "OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask", "SciQMCTask",
+    "MultipleChoiceTask", "MMLUTask", "TruthfulQAMCTask", "TruthfulQAGenTask", "APIGenTask",
+    "SciTLDRTask", "assign_wrong_types", "answer_type", "ANSWER_TYPES", "normalize_answer",
+    "extract_short_answer", "extract_choice", "parse_number", "answer_matches", "rouge_l",
+    "rouge_l_f1", "format_prompt",
+]
+
+#: task name -> class (construct with options via :func:`get_task`)
+TASKS: dict[str, type[Task]] = {
+    cls.name: cls
+    for cls in (DefaultTask, MMLUTask, TriviaQATask, SciQTask, SciQMCTask, TruthfulQAMCTask,
+                TruthfulQAGenTask, APIGenTask, SciTLDRTask)
+}
+
+
+def get_task(name_or_path: str | Path, **options) -> Task:
+    """Return the task called ``name_or_path`` (see :func:`list_tasks`), built with ``options``.
+
+    A path to an existing ``.jsonl`` file (or any name ending in ``.jsonl``) gives a
+    :class:`JsonlQATask` over that file. Raises ``ValueError`` for an unknown name (listing the
+    known ones) or an unknown option, ``FileNotFoundError`` for a missing ``.jsonl`` path.
+    """
+    key = str(name_or_path)
+    if key in TASKS:
+        return TASKS[key](**options)
+    if key.lower() in TASKS:
+        return TASKS[key.lower()](**options)
+    path = Path(key).expanduser()
+    if path.suffix == ".jsonl" or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"task file {path} does not exist")
+        if path.suffix != ".jsonl":
+            raise ValueError(f"task file {path} must be a .jsonl of {{id, question, answers}} rows")
+        return JsonlQATask(path=path, **options)
+    raise ValueError(f"unknown task {key!r}; known tasks: {', '.join(TASKS)} "
+                     "(or a path to a .jsonl file of {id, question, answers})")
+
+
+def list_tasks() -> list[Task]:
+    """One instance (default options) of every built-in task, in registry order."""
+    return [cls() for cls in TASKS.values()]

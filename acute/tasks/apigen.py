@@ -1,0 +1,275 @@
+"""APIGen / xLAM function calling (zero-shot): emit a JSON list of calls for a query.
+
+Data: the xLAM JSON array (``xlam_*.json``: ``{"id": int, "query": str, "answers": str (JSON),
+"tools": str (JSON)}``) or the normalised JSONL (``tools``/``answers`` already parsed).
+
+Labelling: the generation's calls equal the gold calls as a multiset (order of calls ignored),
+each call's name equal and its arguments equal after type normalisation (``"5" == 5 == 5.0``,
+``"true" == True``, JSON-looking strings parsed). Unparseable output is wrong and flagged
+(``extract`` returns ``None``; ``label_details(...)["parse_error"]`` is True).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .base import Example, Task, TaskDataError, find_file, read_json_array, read_jsonl
+
+__all__ = ["APIGenTask", "parse_calls", "normalize_value", "normalize_calls", "calls_equal"]
+
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
+
+
+def normalize_value(value: Any) -> Any:
+    """Return a canonical form of an argument value for comparison.
+
+    Integral floats become ints (``5.0`` -> ``5``); numeric strings become numbers (``"5"`` ->
+    ``5``); ``"true"``/``"false"`` (any case) become booleans; strings holding a JSON list or
+    object are parsed; lists/tuples and dicts are normalised recursively (list order kept);
+    other strings are stripped. Booleans stay booleans (``True`` != ``1``).
+    """
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else value
+    if isinstance(value, str):
+        s = value.strip()
+        if _NUMBER.match(s):
+            return normalize_value(float(s)) if any(c in s for c in ".eE") else int(s)
+        if s.lower() in ("true", "false"):
+            return s.lower() == "true"
+        if s[:1] in "[{" and s[-1:] in "]}":
+            try:
+                return normalize_value(json.loads(s))
+            except json.JSONDecodeError:
+                pass
+        return s
+    if isinstance(value, (list, tuple)):
+        return [normalize_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): normalize_value(v) for k, v in value.items()}
+    return value
+
+
+def normalize_calls(calls: list[dict]) -> list[str]:
+    """Canonical, sorted JSON strings of ``(name, normalised arguments)`` -- a multiset key."""
+    return sorted(json.dumps([c["name"], normalize_value(c.get("arguments") or {})], sort_keys=True)
+                  for c in calls)
+
+
+def calls_equal(predicted: list[dict], gold: list[dict]) -> bool:
+    """True when both call lists hold the same calls (names and normalised arguments), any order."""
+    return normalize_calls(predicted) == normalize_calls(gold)
+
+
+def _as_call(obj: Any) -> dict | None:
+    """``{"name", "arguments"}`` from a call object (also ``{"function": {...}}``, ``"parameters"``
+    instead of ``"arguments"``, arguments given as a JSON string), else ``None``."""
+    if not isinstance(obj, dict):
+        return None
+    if "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = obj["function"]
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    args = obj.get("arguments", obj.get("parameters", obj.get("args", {})))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None
+    return {"name": name.strip(), "arguments": args}
+
+
+def _as_calls(obj: Any) -> list[dict] | None:
+    if isinstance(obj, dict):
+        for key in ("tool_calls", "calls", "function_calls"):
+            if isinstance(obj.get(key), list):
+                return _as_calls(obj[key])
+        call = _as_call(obj)
+        return None if call is None else [call]
+    if isinstance(obj, list):
+        calls = [_as_call(o) for o in obj]
+        return None if any(c is None for c in calls) else calls
+    return None
+
+
+def parse_calls(text: str) -> list[dict] | None:
+    """Parse the function calls in a generation; ``None`` when there are none to parse.
+
+    Looks inside the first code fence when there is one, then at every ``[`` / ``{`` from left to
+    right for the first JSON value that is a list of call objects (or one call object, or an
+    object with a ``tool_calls``/``calls`` list). Leading and trailing text is ignored. An empty
+    list ``[]`` parses (as no calls).
+    """
+    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
+    decoder = json.JSONDecoder()
+    for chunk in candidates:
+        for m in re.finditer(r"[\[{]", chunk):
+            try:
+                obj, _ = decoder.raw_decode(chunk, m.start())
+            except json.JSONDecodeError:
+                continue
+            calls = _as_calls(obj)
+            if calls is not None:
+                return calls
+    return None
+
+
+def _load_json_field(value: Any, where: str, what: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise TaskDataError(f"{where}: {what} is not valid JSON ({e.msg} at char {e.pos})") from None
+    return value
+
+
+def parse_apigen_row(obj: dict, where: str) -> Example:
+    """An Example from an xLAM row (JSON-string fields) or a normalised row (parsed fields)."""
+    for key in ("id", "query", "tools", "answers"):
+        if key not in obj:
+            raise TaskDataError(f"{where}: missing field {key!r}")
+    query = obj["query"]
+    if not isinstance(query, str) or not query.strip():
+        raise TaskDataError(f"{where}: empty 'query'")
+    tools = _load_json_field(obj["tools"], where, "'tools'")
+    if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                              for t in tools):
+        raise TaskDataError(f"{where}: 'tools' must be a list of objects with a 'name'")
+    answers = _load_json_field(obj["answers"], where, "'answers'")
+    if not isinstance(answers, list) or not answers:
+        raise TaskDataError(f"{where}: empty gold answer ('answers' must be a non-empty list of calls)")
+    calls = []
+    for k, a in enumerate(answers):
+        if not (isinstance(a, dict) and isinstance(a.get("name"), str)
+                and isinstance(a.get("arguments", {}), dict)):
+            raise TaskDataError(f"{where}: gold call {k} must be an object with 'name' and "
+                                "'arguments' (an object)")
+        calls.append({"name": a["name"], "arguments": a.get("arguments", {})})
+    gold = json.dumps(calls, ensure_ascii=False)
+    return Example(id=str(obj["id"]), question=query.strip(), answers=[gold],
+                   meta={"n_calls": len(calls)},
+                   payload={"tools": tools, "calls": calls})
+
+
+_INSTRUCTION = (
+    "You can call the following tools (JSON specifications):\n{tools}\n\n"
+    "Write the function calls that answer the user's query, using only these tools. "
+    "Reply with only a JSON list of calls of the form "
+    '[{{"name": "<tool name>", "arguments": {{"<parameter>": <value>, ...}}}}, ...] '
+    "and nothing else."
+)
+
+
+class APIGenTask(Task):
+    """xLAM function calling, zero-shot; correct iff the parsed calls equal the gold calls."""
+
+    name = "apigen"
+    description = ("APIGen/xLAM function calling, zero-shot: JSON list of calls; correct iff the calls "
+                   "match the gold calls (normalised argument types, any order)")
+    data_hint = ("an xLAM JSON array (xlam_<split>.json, fields id/query/answers/tools) or the "
+                 "normalised <split>.jsonl, or their folder")
+    data_folder = "apigen"
+    default_split = "test"
+    max_new_tokens = 256
+    stop_strings = ()
+
+    def _read(self, path: Path, split: str) -> list[Example]:
+        if path.is_dir():
+            path = find_file(path, [f"{split}.jsonl", f"xlam_{split}.json",
+                                    "xlam_function_calling_60k.json"], self.name, split)
+        if path.suffix == ".json":
+            return self._rows(enumerate(read_json_array(path)),
+                              lambda _, obj, where: parse_apigen_row(obj, where),
+                              lambda i: f"{path}: item {i}")
+        return self._rows(read_jsonl(path), lambda _, obj, where: parse_apigen_row(obj, where),
+                          lambda ln: f"{path}:{ln}")
+
+    def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
+        """Wrong-type answer: another row's gold calls that use none of this row's tools."""
+        from .answer_types import assign_wrong_types
+
+        def differs(ex: Example, other: Example) -> bool:
+            available = {t["name"] for t in ex.payload["tools"]}
+            return not ({c["name"] for c in other.payload["calls"]} & available)
+
+        return assign_wrong_types(examples, seed=self.seed, type_of=lambda ex: "calls",
+                                  differs=differs, accept=self._is_wrong_reply)
+
+    def _user_text(self, ex: Example) -> str:
+        tools = json.dumps(ex.payload["tools"], ensure_ascii=False)
+        return f"{_INSTRUCTION.format(tools=tools)}\n\nQuery: {ex.question}"
+
+    def chat_messages(self, ex: Example) -> list[dict[str, str]]:
+        return [{"role": "user", "content": self._user_text(ex)}]
+
+    def plain_prompt(self, ex: Example) -> str:
+        return f"{self._user_text(ex)}\nCalls:"
+
+    def extract(self, ex: Example, generation: str) -> str | None:
+        """The parsed calls as compact JSON, or ``None`` when the generation has no parseable calls."""
+        calls = parse_calls(generation)
+        return None if calls is None else json.dumps(calls, ensure_ascii=False)
+
+    def is_correct(self, ex: Example, generation: str) -> bool:
+        calls = parse_calls(generation)
+        return calls is not None and calls_equal(calls, ex.payload["calls"])
+
+    def label_details(self, ex: Example, generation: str) -> dict[str, Any]:
+        calls = parse_calls(generation)
+        return {"answer": None if calls is None else json.dumps(calls, ensure_ascii=False),
+                "correct": calls is not None and calls_equal(calls, ex.payload["calls"]),
+                "parse_error": calls is None,
+                "n_calls": None if calls is None else len(calls),
+                "n_gold_calls": len(ex.payload["calls"])}
+
+    def plausible_wrong(self, ex: Example) -> list[str]:
+        """Near-miss call lists, each labelled wrong: the gold calls without the last one; with
+        the first numeric/boolean argument changed (int +1, float x2, bool negated); with the first
+        call's name replaced by another available tool's name. Returned as JSON strings."""
+        gold = ex.payload["calls"]
+        out: list[list[dict]] = []
+        if len(gold) > 1:
+            out.append([dict(c) for c in gold[:-1]])
+        perturbed = json.loads(json.dumps(gold))
+        done = False
+        for call in perturbed:
+            for key, v in call["arguments"].items():
+                v = normalize_value(v)
+                if isinstance(v, bool):
+                    call["arguments"][key] = not v
+                elif isinstance(v, int):
+                    call["arguments"][key] = v + 1
+                elif isinstance(v, float):
+                    call["arguments"][key] = v * 2 if v else 1.0
+                else:
+                    continue
+                done = True
+                break
+            if done:
+                break
+        if done:
+            out.append(perturbed)
+        others = [t["name"] for t in ex.payload["tools"] if t["name"] != gold[0]["name"]]
+        if others:
+            swapped = json.loads(json.dumps(gold))
+            swapped[0]["name"] = others[0]
+            out.append(swapped)
+        return [json.dumps(c, ensure_ascii=False) for c in out if not calls_equal(c, gold)]
+
+    def answer_text(self, ex: Example, answer: Any) -> str:
+        """A JSON string of calls is returned as is; a list of calls is serialised."""
+        if isinstance(answer, (list, dict)):
+            return json.dumps(answer, ensure_ascii=False)
+        return str(answer).strip()
