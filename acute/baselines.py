@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import expit, logit, logsumexp
+from scipy.special import expit, logit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
@@ -213,14 +213,17 @@ def reflected_kernel_regression(x: np.ndarray, conf: np.ndarray, y: np.ndarray, 
     Weights are combined in log space, so a tiny ``sigma`` never divides 0 by 0 (far from all data
     the estimate follows the nearest training points). Returns a float array shaped like ``x``.
     """
-    centres = np.concatenate([conf, -conf, 2.0 - conf])
-    yy = np.concatenate([y, y, y])
+    centres = np.concatenate([conf, -conf, 2.0 - conf]) / sigma
+    targets = np.column_stack([np.concatenate([y, y, y]), np.ones(3 * conf.size)])
     out = np.empty(x.size)
     for start in range(0, x.size, chunk):
-        xs = x[start:start + chunk, None]
-        logw = -0.5 * ((xs - centres[None, :]) / sigma) ** 2
-        norm = logsumexp(logw, axis=1, keepdims=True)
-        out[start:start + chunk] = np.exp(logw - norm) @ yy
+        z = x[start:start + chunk, None] / sigma - centres[None, :]
+        z *= z
+        z -= z.min(axis=1, keepdims=True)  # log-weights relative to the nearest centre
+        z *= -0.5
+        np.exp(z, out=z)
+        num, den = (z @ targets).T
+        out[start:start + chunk] = num / den
     return out
 
 

@@ -172,9 +172,9 @@ def cmd_plot(args) -> int:
 
 # ---------------------------------------------------------------- score
 def _default_probe_dir() -> Path:
-    from .models import card_dir
+    from .models import get_card
 
-    return card_dir(DEFAULT_MODEL) / "probe"
+    return get_card(DEFAULT_MODEL).path.parent / "probe"
 
 
 def cmd_score(args) -> int:
@@ -339,10 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .errors import AcuteError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:
+    except (AcuteError, ValueError, FileNotFoundError) as e:
         _err(str(e))
         return 2
     except KeyboardInterrupt:

@@ -11,7 +11,8 @@
                    that crashed.
 * ``split.json``   the train and test ids.
 * ``predictions.csv`` id, correct (0/1) and every estimator's confidence on the test records.
-* ``euro_curves.png`` and ``reliability_<estimator>.png`` for every estimator.
+* ``euro_curves.png`` (every estimator) and ``reliability_<estimator>.png`` (every estimator, or
+  only raw and the best baseline and ACUTE variant with ``reliability="best"``).
 
 ``evaluate_predictions`` computes the metric rows from confidences alone (no fitting, no files).
 """
@@ -41,6 +42,7 @@ __all__ = [
     "EvaluationResult",
     "evaluate_predictions",
     "evaluate_store",
+    "best_estimators",
     "make_estimator",
     "results_markdown",
     "split_ids",
@@ -257,6 +259,38 @@ def _check_layer_means(store, n: int, label: str) -> tuple[int, ...]:
     return shape[1:]
 
 
+def _check_probe_inputs(names: Sequence[str], store, test_store, n_store: int, n_test: int,
+                        train_correct: np.ndarray, *, seed: int, n_jobs: int | None,
+                        probe_params: Mapping[str, Any] | None) -> None:
+    """Fail before any fitting when the ACUTE variants cannot run: layer_means of the wrong shape
+    (or differing between the stores), fewer training records than CV folds, too few records of a
+    class for the stratified layer search, or more PCA components than the hidden size allows."""
+    n_train = int(train_correct.size)
+    shape = _check_layer_means(store, n_store, "store")
+    if test_store is not None:
+        t_shape = _check_layer_means(test_store, n_test, "test_store")
+        if t_shape != shape:
+            raise ValueError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
+                             f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
+    folds = max(_cv_folds(make_estimator(n, seed=seed, n_jobs=n_jobs, probe_params=probe_params))
+                for n in names if n in _VARIANTS)
+    if n_train < folds:
+        raise ValueError(f"the training split has {n_train} records, fewer than the probes' "
+                         f"{folds} cross-validation folds; collect more records")
+    n_minority = int(min(train_correct.sum(), n_train - train_correct.sum()))
+    searched = [n for n in names if _VARIANTS.get(n, {}).get("layer") in ("early", "mid", "late")]
+    if searched and n_minority < folds:
+        raise ValueError(f"{', '.join(searched)} pick their layer by stratified {folds}-fold "
+                         f"cross-validation, which needs at least {folds} correct and {folds} wrong "
+                         f"training records; the training split has only {n_minority} of one class")
+    hidden = shape[1]
+    for n in names:
+        k = _VARIANTS.get(n, {}).get("view", "")
+        if k.startswith("pca") and int(k[3:]) > min(hidden, n_train):
+            raise ValueError(f"{n} needs {k[3:]} principal components but the hidden size is {hidden} "
+                             f"and the training split has {n_train} records; leave {n} out of estimators")
+
+
 # ----------------------------------------------------------------------------- result
 @dataclass
 class EvaluationResult:
@@ -321,6 +355,19 @@ def results_markdown(rows: Sequence[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
+    """The best baseline and the best ACUTE variant among metric rows: highest ``auc_euro_all``,
+    ties broken by lower ``smece``. Returns ``{"baseline": name, "acute": name}`` with only the
+    groups that have rows with a finite ``auc_euro_all``."""
+    out = {}
+    for group, members in (("baseline", BASELINES), ("acute", ACUTE_VARIANTS)):
+        cand = [r for r in rows if r["estimator"] in members and math.isfinite(r.get("auc_euro_all", math.nan))]
+        if cand:
+            best = max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))
+            out[group] = best["estimator"]
+    return out
+
+
 def _json_clean(x):
     if isinstance(x, dict):
         return {str(k): _json_clean(v) for k, v in x.items()}
@@ -345,7 +392,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                    out: str | os.PathLike | None = None,
                    estimators: Sequence[str] | None = None, test_fraction: float = 0.3, seed: int = 0,
                    n_bootstrap: int = 1000, n_jobs: int | None = None,
-                   probe_params: Mapping[str, Any] | None = None, progress: bool = True) -> EvaluationResult:
+                   probe_params: Mapping[str, Any] | None = None, progress: bool = True,
+                   reliability: str | Sequence[str] = "all") -> EvaluationResult:
     """Fit every estimator on the training records, predict the test records, report and write.
 
     ``store`` (and ``test_store``) need ``.ids``, ``.correct``, ``.raw_confidence``,
@@ -354,7 +402,10 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     (``test_fraction``, ``seed``); with it, all of ``store`` trains and all of ``test_store`` tests.
     ``estimators``: names from ``ESTIMATORS`` (default all twelve). ``probe_params`` go to every
     ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
-    ``out_dir`` (alias ``out``) receives the files listed in the module docstring.
+    ``out_dir`` (alias ``out``) receives the files listed in the module docstring;
+    ``reliability`` says which estimators get a ``reliability_<name>.png``: ``"all"`` (default),
+    ``"best"`` (raw, the best baseline and the best ACUTE variant, see :func:`best_estimators`) or
+    a list of names.
 
     Raises ``ValueError`` when the training split has a single class, has fewer records than the
     probes' cross-validation folds, the test split is empty, or inputs are malformed.
@@ -368,6 +419,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         raise ValueError(f"give out_dir or out, not two different paths ({out_dir!s}, {out!s})")
     if out_dir is None:
         raise ValueError("out_dir is required: where results.md/.csv/.json and plots go")
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
+        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     out_dir = Path(out_dir)
     names = list(ESTIMATORS if estimators is None else estimators)
     if not names:
@@ -378,6 +431,14 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if len(set(names)) != len(names):
         raise ValueError(f"estimators contains duplicates: {names}")
     uses_probes = any(n in _VARIANTS for n in names)
+    if isinstance(reliability, str):
+        if reliability not in ("all", "best"):
+            raise ValueError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
+    else:
+        reliability = list(reliability)
+        missing = [n for n in reliability if n not in names]
+        if missing:
+            raise ValueError(f"reliability names {missing} are not among the evaluated estimators {names}")
 
     ids, correct, conf = _store_arrays(store, "store")
     if test_store is None:
@@ -402,23 +463,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         raise ValueError(f"the training split has a single class (all {n_train} records "
                          f"{'correct' if train.correct[0] else 'incorrect'}); calibrators need both")
     if uses_probes:
-        shape = _check_layer_means(store, len(ids), "store")
-        if test_store is not None:
-            t_shape = _check_layer_means(test_store, n_test, "test_store")
-            if t_shape != shape:
-                raise ValueError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
-                                 f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
-        folds = max(_cv_folds(make_estimator(n, seed=seed, n_jobs=n_jobs, probe_params=probe_params))
-                    for n in names if n in _VARIANTS)
-        if n_train < folds:
-            raise ValueError(f"the training split has {n_train} records, fewer than the probes' "
-                             f"{folds} cross-validation folds; collect more records")
-        n_outputs, hidden = shape
-        for n in names:
-            k = _VARIANTS.get(n, {}).get("view", "")
-            if k.startswith("pca") and int(k[3:]) > min(hidden, n_train):
-                raise ValueError(f"{n} needs {k[3:]} principal components but the hidden size is {hidden} "
-                                 f"and the training split has {n_train} records; leave {n} out of estimators")
+        _check_probe_inputs(names, store, test_store, len(ids), n_test, train.correct,
+                            seed=seed, n_jobs=n_jobs, probe_params=probe_params)
 
     overlap = len(set(map(str, train.ids)) & set(map(str, test.ids)))
     split_info = {
@@ -463,14 +509,21 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
               "probe_params": dict(probe_params or {}), "interval": "95% percentile bootstrap"}
     manifest = getattr(store, "manifest", None)
     test_manifest = getattr(test_store, "manifest", None) if test_store is not None else None
-    result.files = _write_outputs(result, train.ids, params, manifest, test_manifest)
+    if reliability == "all":
+        plot_names = names
+    elif reliability == "best":
+        plot_names = [n for n in names if n in best_estimators(rows).values() or n == "raw"]
+    else:
+        plot_names = reliability
+    result.files = _write_outputs(result, train.ids, params, manifest, test_manifest, plot_names)
     print(f"evaluation of {len(names)} estimators ({n_train} train / {n_test} test records) "
           f"written to {out_dir.resolve()}")
     return result
 
 
 # ----------------------------------------------------------------------------- writing
-def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifest, test_manifest) -> dict[str, Path]:
+def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifest, test_manifest,
+                   plot_names: Sequence[str]) -> dict[str, Path]:
     """Write every output into a staging folder inside ``out_dir``, then move the files into place
     with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
     results.json that describes files of another run."""
@@ -485,7 +538,8 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
         y = res.test_correct.astype(int)
         (stage / "results.md").write_text(
             f"Held-out evaluation: {res.split['n_train']} training / {res.split['n_test']} test records "
-            f"(test accuracy {res.split['accuracy_test']:.3f}); 95% bootstrap intervals in brackets.\n\n"
+            f"(test accuracy {res.split['accuracy_test']:.3f}); 95% percentile-bootstrap intervals in brackets "
+            "(resampling inflates smECE, so its interval can lie above the estimate).\n\n"
             + res.to_markdown(), encoding="utf-8")
         _write_csv(stage / "results.csv", res.rows)
         with open(stage / "predictions.csv", "w", newline="", encoding="utf-8") as f:
@@ -498,7 +552,7 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
              "train": train_ids, "test": res.test_ids})), encoding="utf-8")
         euro_curves(res.predictions, y, stage / "euro_curves.png",
                     title=f"euro curves ({res.split['n_test']} test records)")
-        for n in names:
+        for n in plot_names:
             reliability_diagram(res.predictions[n], y, stage / f"reliability_{n}.png", title=n)
         files = sorted(p.name for p in stage.iterdir())
         payload = {
@@ -508,6 +562,7 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
             "params": params,
             "store_manifest": manifest,
             "test_store_manifest": test_manifest,
+            "best": best_estimators(res.rows),
             "results": res.rows,
             "files": files + ["results.json"],
         }

@@ -388,6 +388,17 @@ class CosineToLast(_LayerMeansTransformer):
         return np.array([f"cos.L{i}" for i in range(self.n_layer_outputs_ - 1)], dtype=object)
 
 
+def _single_thread_blas():
+    """Context limiting BLAS to one thread.
+
+    The per-layer matrices are small (d ~ 600); multi-threaded OpenBLAS gains little on them
+    and, on a busy machine, spin-waiting threads made LayerPCA.fit 20x slower (measured).
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def pca_project(layer_means: np.ndarray, means: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Project every layer onto its principal components: float64 ``[n, (L+1) * m]``.
 
@@ -396,9 +407,10 @@ def pca_project(layer_means: np.ndarray, means: np.ndarray, components: np.ndarr
     """
     n_out, m = components.shape[0], components.shape[1]
     out = np.empty((layer_means.shape[0], n_out * m), dtype=np.float64)
-    for layer in range(n_out):
-        x = np.asarray(layer_means[:, layer], dtype=np.float64) - means[layer]
-        out[:, layer * m : (layer + 1) * m] = x @ components[layer].T
+    with _single_thread_blas():
+        for layer in range(n_out):
+            x = np.asarray(layer_means[:, layer], dtype=np.float64) - means[layer]
+            out[:, layer * m : (layer + 1) * m] = x @ components[layer].T
     return out
 
 
@@ -450,16 +462,17 @@ class LayerPCA(_LayerMeansTransformer):
         means = np.empty((n_out, d), dtype=np.float64)
         components = np.empty((n_out, m, d), dtype=np.float64)
         ratio = np.zeros((n_out, m), dtype=np.float64)
-        for layer in range(n_out):
-            x = np.asarray(X[:, layer], dtype=np.float64)
-            means[layer] = x.mean(axis=0)
-            vt, var = _top_components(x - means[layer], m)
-            signs = np.sign(vt[np.arange(m), np.argmax(np.abs(vt), axis=1)])
-            signs[signs == 0] = 1.0
-            components[layer] = vt * signs[:, None]
-            total = float(np.sum(var))
-            if total > 0:
-                ratio[layer] = var[:m] / total
+        with _single_thread_blas():
+            for layer in range(n_out):
+                x = np.asarray(X[:, layer], dtype=np.float64)
+                means[layer] = x.mean(axis=0)
+                vt, var = _top_components(x - means[layer], m)
+                signs = np.sign(vt[np.arange(m), np.argmax(np.abs(vt), axis=1)])
+                signs[signs == 0] = 1.0
+                components[layer] = vt * signs[:, None]
+                total = float(np.sum(var))
+                if total > 0:
+                    ratio[layer] = var[:m] / total
         self.means_ = means
         self.components_ = components
         self.explained_variance_ratio_ = ratio

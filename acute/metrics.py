@@ -23,9 +23,8 @@ Metrics
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -43,6 +42,7 @@ __all__ = [
     "auc_euro",
     "auroc",
     "bootstrap",
+    "bootstrap_indices",
     "brier",
     "ece",
     "euro",
@@ -247,10 +247,11 @@ def auroc(confidence: ArrayLike, correct: ArrayLike) -> float:
 #   * the smoothed residual r(t) and density d(t) (+1e-4) are linearly interpolated onto
 #     max(round(10 / sigma), 200) evaluation points t, and
 #     smECE_sigma = sum_t |r(t)| / sum_t (d(t) + 1e-4);
-#   * sigma* is found by the same 10-step bisection on [0, 1] for the smallest sigma with
-#     smECE_sigma <= sigma (sigma < 0.001 counts as "too small"), and smECE = smECE_{sigma*}.
-# The speed-ups are ours: np.bincount instead of np.add.at, the grid masses computed once per
-# grid size, FFT convolution of residual and density together, and memoised bisection steps.
+#   * sigma* is found by the same 10-step bisection on [0, 1] for the fixed point
+#     smECE_sigma = sigma (sigma < 0.001 counts as "too small"), and smECE = smECE_{sigma*}.
+# The speed-ups are ours: np.bincount instead of np.add.at, grid masses built and
+# Fourier-transformed once per grid size (residual and density together), and memoised
+# bisection steps.
 
 _SMECE_DENS_EPS = 1e-4
 _SMECE_MIN_SIGMA = 0.001
@@ -353,12 +354,12 @@ class _SmoothECE:
 
 
 def smece_bandwidth(confidence: ArrayLike, correct: ArrayLike) -> float:
-    """The smooth-ECE bandwidth sigma*: the fixed point ``smECE_sigma(confidence, correct) = sigma``.
+    """The smooth-ECE bandwidth sigma*, the fixed point of ``smECE_sigma = sigma``.
 
     Found (as in relplot) by a 10-step bisection on [0, 1] that keeps the upper end at a point
     with ``smECE_sigma <= sigma`` (sigma < 0.001 always counts as too small) and returns that
-    upper end, so sigma* is a multiple of 2**-10 in [2**-9, 1]. Used as the kernel width of ``smooth_reliability`` and of
-    the NWKR baseline.
+    upper end, so sigma* is a multiple of 2**-10 in [2**-9, 1]. Used as the kernel width of
+    :func:`smooth_reliability` and of the NWKR baseline.
     """
     conf, y = validate_inputs(confidence, correct)
     return _SmoothECE(conf, y).bandwidth()
@@ -417,7 +418,9 @@ def smooth_reliability(
     sm = _SmoothECE(conf, y)
     if sigma is None:
         sigma = sm.bandwidth()
-    elif not (isinstance(sigma, (int, float, np.floating)) and 0.0 < float(sigma) <= 1.0):
+    elif isinstance(sigma, bool) or not (
+        isinstance(sigma, (int, float, np.floating)) and 0.0 < float(sigma) <= 1.0
+    ):
         raise ValueError(f"sigma: expected a float in (0, 1], got {sigma!r}")
     sigma = float(sigma)
     if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
@@ -437,6 +440,11 @@ def smooth_reliability(
 # --------------------------------------------------------------------------------------------
 # KDE-ECE (Zhang, Kailkhura & Han 2020)
 # --------------------------------------------------------------------------------------------
+
+def _trapezoid(values: np.ndarray, step: float) -> float:
+    """Trapezoid rule for samples on a uniform grid (np.trapezoid needs numpy >= 2)."""
+    return float(step * (values.sum() - 0.5 * (values[0] + values[-1])))
+
 
 _KDE_GRID_STEP = 2.0**-13  # 8193 points on [0, 1]; the paper's code uses 2**14 on [-0.6, 1.6]
 
@@ -512,10 +520,10 @@ def kde_ece(confidence: ArrayLike, correct: ArrayLike) -> float:
     p_in = np.clip(smooth[0, first : last + 1], 0.0, None)
     q_in = np.clip(smooth[1, first : last + 1], 0.0, None)
     t = np.linspace(0.0, 1.0, last - first + 1)
-    total = np.trapezoid(p_in, t)
+    total = _trapezoid(p_in, dx)
     if not total > 0:  # cannot happen for valid input; guards against underflow
         return float(abs(np.mean(conf) - np.mean(y)))
-    return float(np.trapezoid(np.abs(t * p_in - np.minimum(q_in, p_in)), t) / total)
+    return _trapezoid(np.abs(t * p_in - np.minimum(q_in, p_in)), dx) / total
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,7 +603,8 @@ def _euro_integral(conf: np.ndarray, y: np.ndarray, lo: float, hi: float) -> flo
     n_neg = y.shape[0] - n_pos
     acc, err = n_pos / y.shape[0], n_neg / y.shape[0]
     width = b - a
-    # euro(u) = (A + p u) / (C + q u) on each piece, with A = tp, p = tn - tp, C = acc, q = err - acc
+    # euro(u) = (A + p u) / (C + q u) on each piece:
+    # A = tp, p = tn - tp, C = acc, q = err - acc
     p = tn - tp
     if n_pos == n_neg:  # the denominator is the constant 1/2
         pieces = (tp * width + p * (b * b - a * a) / 2.0) / acc
@@ -658,22 +667,43 @@ def _check_bootstrap_args(n: int, alpha: float) -> None:
         raise ValueError(f"alpha: expected a float in (0, 1), got {alpha!r}")
 
 
+def _index_blocks(size: int, n: int, seed: int) -> Iterator[np.ndarray]:
+    """Blocks of bootstrap rows ([rows, size] int64), at most 2**22 indices per block."""
+    rng = np.random.default_rng(seed)
+    rows_per_block = max(1, _INDEX_BLOCK // size)
+    done = 0
+    while done < n:
+        rows = min(rows_per_block, n - done)
+        yield rng.integers(0, size, size=(rows, size))
+        done += rows
+
+
+def bootstrap_indices(size: int, n: int = 1000, seed: int = 0) -> np.ndarray:
+    """The ``[n, size]`` resample indices that :func:`bootstrap` and :func:`paired_bootstrap`
+    use for ``size`` records, ``n`` resamples and ``seed`` (row i is resample i).
+
+    Drawn from ``numpy.random.default_rng(seed)`` in blocks of at most 2**22 indices, so the
+    result is reproducible. Use it to compute several statistics on identical resamples;
+    mind the memory (``8 * n * size`` bytes).
+    """
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise ValueError(f"size: expected a positive number of records, got {size!r}")
+    _check_bootstrap_args(n, 0.05)
+    return np.concatenate(list(_index_blocks(int(size), int(n), seed)), axis=0)
+
+
 def _resample_stats(
     statistic: Callable[[np.ndarray], float], size: int, n: int, seed: int
 ) -> np.ndarray:
-    """``statistic(indices)`` for ``n`` resamples of ``size`` indices, drawn in blocks."""
-    rng = np.random.default_rng(seed)
-    rows_per_block = max(1, _INDEX_BLOCK // size)
+    """``statistic(indices)`` for each of the ``n`` resamples of :func:`bootstrap_indices`."""
     out = np.empty(n)
     done = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        while done < n:
-            rows = min(rows_per_block, n - done)
-            block = rng.integers(0, size, size=(rows, size))
-            for r in range(rows):
-                out[done + r] = statistic(block[r])
-            done += rows
+        for block in _index_blocks(size, n, seed):
+            for row in block:
+                out[done] = statistic(row)
+                done += 1
     return out
 
 

@@ -68,7 +68,7 @@ def planted_store(n=300, n_layers=7, d=24, seed=0, id_prefix="q"):
 def evaluated(tmp_path_factory):
     store = planted_store()
     out = tmp_path_factory.mktemp("eval")
-    res = evaluate_store(store, out_dir=out, n_bootstrap=40, seed=0,
+    res = evaluate_store(store, out_dir=out, n_bootstrap=20, seed=0, reliability="best",
                          probe_params={"n_estimators": 20, "search_n_estimators": 20}, progress=False)
     return store, out, res
 
@@ -159,8 +159,10 @@ def test_evaluate_store_writes_every_output(evaluated):
     for name in ("results.md", "results.csv", "results.json", "predictions.csv", "split.json",
                  "euro_curves.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
-    for name in ESTIMATORS:
-        assert (out / f"reliability_{name}.png").is_file()
+    best = json.loads((out / "results.json").read_text())["best"]
+    assert best["acute"] in ACUTE_VARIANTS and best["baseline"] in ESTIMATORS
+    plotted = {p.name for p in out.glob("reliability_*.png")}
+    assert plotted == {f"reliability_{n}.png" for n in ("raw", best["acute"], best["baseline"])}
     assert not list(out.glob(".partial-*"))
     md = (out / "results.md").read_text()
     table = [ln for ln in md.splitlines() if ln.startswith("| ")]
@@ -227,7 +229,7 @@ def test_results_json_equals_recomputation_from_predictions(evaluated):
         assert got["auroc"] == pytest.approx(metrics.auroc(c, y), abs=1e-12)
         for band in ("low", "med", "high", "all"):
             assert got[f"auc_euro_{band}"] == pytest.approx(metrics.auc_euro(c, y, band=band), abs=1e-12)
-        iv = metrics.bootstrap(lambda a, b: metrics.auc_euro(a, b, band="all"), c, y, n=40, seed=0)
+        iv = metrics.bootstrap(lambda a, b: metrics.auc_euro(a, b, band="all"), c, y, n=20, seed=0)
         assert (got["auc_euro_all_ci_low"], got["auc_euro_all_ci_high"]) == pytest.approx((iv.low, iv.high))
 
 
@@ -247,6 +249,8 @@ def test_test_store_mode_and_subset(tmp_path, capsys):
     assert res.test_ids == test.ids
     assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic"]
     assert str(tmp_path.resolve()) in capsys.readouterr().out
+    assert {p.name for p in tmp_path.glob("reliability_*.png")} == {
+        "reliability_raw.png", "reliability_platt.png", "reliability_isotonic.png"}
     md = (tmp_path / "results.md").read_text()
     assert "[" not in md.split("\n\n", 1)[1]  # no intervals without bootstrap
 
@@ -262,6 +266,10 @@ def test_bad_stores_raise_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="fewer than"):
         evaluate_store(tiny, test_store=s, out_dir=tmp_path, n_bootstrap=0, progress=False,
                        estimators=["raw", "acute-pca10"])
+    few_wrong = FakeStore(s.ids, np.arange(60) >= 2, s.raw_confidence, s.layer_means)
+    with pytest.raises(ValueError, match="at least 3 correct and 3 wrong"):
+        evaluate_store(few_wrong, test_store=s, out_dir=tmp_path, n_bootstrap=0, progress=False,
+                       estimators=["acute-mid"])
     other = FakeStore(s.ids, s.correct, s.raw_confidence, s.layer_means[:, :, :8])
     with pytest.raises(ValueError, match="test_store"):
         evaluate_store(s, test_store=other, out_dir=tmp_path, n_bootstrap=0, progress=False,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import importlib.resources
 import importlib.util
 import json
 import operator
@@ -17,7 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 GENERATOR = REPO / "examples" / "build_questions.py"
-DATA = Path(str(importlib.resources.files("acute") / "data" / "questions.jsonl"))
+DATA = REPO / "acute" / "data" / "questions.jsonl"  # the committed file (not an installed copy)
 
 KEYS = ["id", "question", "answers", "plausible_wrong", "wrong_type", "category", "difficulty", "answer_type"]
 DIFFICULTIES = {"easy", "medium", "hard"}
@@ -98,6 +97,15 @@ def test_plausible_wrong_is_never_gold(rows):
                 # a gold alias never appears as whole words inside a wrong answer either
                 assert not any(f" {g} " in f" {form(wrong)} " for g in gold), (row["id"], wrong)
             assert form(row["wrong_type"]) not in gold, row["id"]
+
+
+def test_no_gold_alias_inside_its_question(rows):
+    """Echoing the question must never contain the answer (containment checkers would accept it)."""
+    for row in rows:
+        for form in (norm, squad):
+            question = f" {form(row['question'])} "
+            hits = [a for a in row["answers"] if f" {form(a)} " in question]
+            assert not hits, (row["id"], row["question"], hits)
 
 
 def test_numeric_rows_have_numeric_gold_and_distinct_wrong_values(rows):

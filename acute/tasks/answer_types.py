@@ -190,11 +190,15 @@ def assign_wrong_types(
     wrong", so a wrong-type answer is never graded correct). One candidate is drawn with ``random.Random(f"{seed}:{ex.id}")``, so the choice
     depends only on the seed, the example's id and the set of examples (candidates are ordered by
     id), never on the input order or hash seeds. ``wrong_type`` is ``None`` when there is no candidate (e.g. every answer has the
-    same type). The example's own type is recorded in ``meta["answer_type"]`` (when ``type_of``
+    same type). The default ``type_of`` uses a valid ``meta["answer_type"]`` already present (e.g.
+    from the data file). The example's type is recorded in ``meta["answer_type"]`` (when ``type_of``
     returns a string). Examples whose ``wrong_type`` is already set are kept unchanged.
     """
     text_of = text_of or _default_text
-    type_of = type_of or (lambda ex: answer_type(text_of(ex)))
+    if type_of is None:
+        def type_of(ex):  # a valid type recorded in the data wins over the typer
+            given = (ex.meta or {}).get("answer_type")
+            return given if given in ANSWER_TYPES else answer_type(text_of(ex))
     texts = [text_of(ex) for ex in examples]
     norms = [normalize_answer(t) if t else "" for t in texts]
     types = [type_of(ex) for ex in examples]
@@ -228,8 +232,8 @@ def assign_wrong_types(
                 if texts[j] and texts[j] not in seen and norms[j] not in gold:
                     seen.add(texts[j])
                     candidates.append(texts[j])
-            candidates = [t for t in candidates if ok(t)]
-            wrong = rng.choice(candidates) if candidates else None
+            rng.shuffle(candidates)  # then the first one ``accept`` allows
+            wrong = next((t for t in candidates if ok(t)), None)
         out.append(replace(ex, wrong_type=wrong, meta=meta))
     return out
 

@@ -107,23 +107,57 @@ def _as_calls(obj: Any) -> list[dict] | None:
 def parse_calls(text: str) -> list[dict] | None:
     """Parse the function calls in a generation; ``None`` when there are none to parse.
 
-    Looks inside the first code fence when there is one, then at every ``[`` / ``{`` from left to
+    Looks inside code fences first, then in the whole text, at each ``[`` / ``{`` from left to
     right for the first JSON value that is a list of call objects (or one call object, or an
-    object with a ``tool_calls``/``calls`` list). Leading and trailing text is ignored. An empty
-    list ``[]`` parses (as no calls).
+    object with a ``tool_calls``/``calls`` list). Leading and trailing text is ignored. A bracket
+    that does not start valid JSON is skipped with everything up to its closing bracket, so a
+    truncated list is a parse failure rather than its first complete call. An empty list ``[]``
+    parses (as no calls).
     """
     candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
     decoder = json.JSONDecoder()
     for chunk in candidates:
-        for m in re.finditer(r"[\[{]", chunk):
+        pos = 0
+        while True:
+            m = re.compile(r"[\[{]").search(chunk, pos)
+            if m is None:
+                break
             try:
                 obj, _ = decoder.raw_decode(chunk, m.start())
             except json.JSONDecodeError:
+                # not JSON from here: skip the whole bracketed span, so the inner objects of a
+                # truncated list are never mistaken for the answer
+                pos = _end_of_brackets(chunk, m.start())
                 continue
             calls = _as_calls(obj)
             if calls is not None:
                 return calls
+            pos = m.start() + 1  # valid JSON but not calls: look inside it (wrappers)
     return None
+
+
+def _end_of_brackets(text: str, start: int) -> int:
+    """Index just after the bracket opened at ``start`` is closed (JSON strings respected), or
+    ``len(text)`` when it never closes."""
+    depth, in_string, escaped = 0, False, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return len(text)
 
 
 def _load_json_field(value: Any, where: str, what: str) -> Any:
@@ -200,9 +234,11 @@ class APIGenTask(Task):
         """Wrong-type answer: another row's gold calls that use none of this row's tools."""
         from .answer_types import assign_wrong_types
 
+        available = {ex.id: {t["name"] for t in ex.payload["tools"]} for ex in examples}
+        called = {ex.id: {c["name"] for c in ex.payload["calls"]} for ex in examples}
+
         def differs(ex: Example, other: Example) -> bool:
-            available = {t["name"] for t in ex.payload["tools"]}
-            return not ({c["name"] for c in other.payload["calls"]} & available)
+            return not (called[other.id] & available[ex.id])
 
         return assign_wrong_types(examples, seed=self.seed, type_of=lambda ex: "calls",
                                   differs=differs, accept=self._is_wrong_reply)

@@ -306,7 +306,7 @@ class Task:
 
     def _typed_text(self, ex: Example) -> str:
         """The answer text that is typed and lent to other rows as their wrong-type answer."""
-        return ex.answers[0] if ex.answers else ""
+        return self.gold_answer(ex) if ex.answers else ""
 
     def _rows(self, rows: Iterator[tuple[Any, Any]], parse: Callable[[Any, Any, str], Example | None],
               where: Callable[[Any], str]) -> list[Example]:
@@ -355,8 +355,10 @@ class Task:
                 "parse_error": answer is None}
 
     def gold_answer(self, ex: Example) -> str:
-        """The canonical gold answer (the first alias)."""
-        return ex.answers[0]
+        """The canonical gold answer: the first alias that is not empty once normalised (some
+        clipped aliases, e.g. ``"(a"``, are), else the first alias."""
+        from .normalize import normalize_answer
+        return next((a for a in ex.answers if normalize_answer(a)), ex.answers[0])
 
     def plausible_wrong(self, ex: Example) -> list[str]:
         """Known plausible but wrong answers: ``ex.incorrect`` without duplicates and without texts
@@ -374,8 +376,9 @@ class Task:
         return ex.wrong_type
 
     def answer_text(self, ex: Example, answer: str) -> str:
-        """How a provided ``answer`` is written as the model's reply (the text itself by default)."""
-        return str(answer).strip()
+        """How a provided ``answer`` is written as the model's reply: the text on one line (white
+        space collapsed) by default."""
+        return " ".join(str(answer).split())
 
 
 def find_file(folder: Path, candidates: Sequence[str], task: str, split: str) -> Path:

@@ -17,7 +17,7 @@ from typing import Any
 from .base import (Example, Task, TaskDataError, clean_texts, find_file, read_json_array, read_jsonl,
                    require)
 from .normalize import (contains_phrase, extract_short_answer, first_line, normalize_answer,
-                        numbers_equal, strip_answer_prefix)
+                        numbers_equal, parse_number, strip_answer_prefix)
 
 __all__ = ["OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask",
            "answer_matches", "default_questions_path"]
@@ -30,13 +30,18 @@ def answer_matches(answer: str, golds: list[str], *, containment: bool = False,
                    numeric: bool = False) -> bool:
     """True when ``answer`` matches any of ``golds`` (see the module docstring for the rules).
 
-    An answer that normalises to the empty string never matches.
+    An answer that normalises to the empty string never matches; when answer and alias are both
+    numbers, unequal values never match even if their normal forms agree ("4.2" vs "42").
     """
     norm = normalize_answer(answer)
     if not norm:
         return False
+    answer_number = parse_number(answer)
     for gold in golds:
         g = normalize_answer(gold)
+        gold_number = parse_number(gold)
+        if answer_number is not None and gold_number is not None and not numbers_equal(answer, gold):
+            continue  # "4.2" and "42" normalise alike but are different numbers
         if g and norm == g:
             return True
         if containment and contains_phrase(answer, gold):

@@ -97,7 +97,8 @@ class SciTLDRTask(Task):
     def plausible_wrong(self, ex: Example) -> list[str]:
         """Abstract sentences that score below the threshold against every target, best first
         (on-topic but labelled wrong); at most ``n_plausible_wrong``."""
-        scored = [(best_rouge_l_f1(s, ex.answers), i, s) for i, s in enumerate(ex.payload["source"])]
+        sentences = [" ".join(s.split()) for s in ex.payload["source"]]
+        scored = [(self.score(ex, s), i, s) for i, s in enumerate(sentences)]
         wrong = sorted((t for t in scored if t[0] < float(self.threshold)), key=lambda t: (-t[0], t[1]))
         return [s for _, _, s in wrong[: int(self.n_plausible_wrong)]]
 
