@@ -27,6 +27,7 @@ that is otherwise idle.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import statistics
@@ -136,12 +137,25 @@ def run_output_hidden_states(model, ids, mask, kw):
     return means.numpy()
 
 
+try:
+    _LIBC = ctypes.CDLL("libc.so.6")
+except OSError:  # pragma: no cover - not glibc
+    _LIBC = None
+
+
 def measure(fn, *args):
+    """Return (wall seconds, process CPU seconds, peak RSS increase in bytes) of one call.
+
+    Freed heap memory is handed back to the OS first (glibc ``malloc_trim``) so that the RSS
+    increase reflects the call's own transient allocations rather than the allocator's cache.
+    """
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
     with PeakRSS() as mem:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn(*args)
-        wall = time.perf_counter() - t0
-    return wall, mem.delta
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, cpu, mem.delta
 
 
 def main(argv=None) -> None:
@@ -171,7 +185,6 @@ def main(argv=None) -> None:
     diff = np.abs(run_recorder(model, ids, mask, kw, eos) - run_output_hidden_states(model, ids, mask, kw)).max()
     print(f"max |recorder - output_hidden_states| pooled difference (8 tokens): {diff:.2e}")
 
-    rows = []
     for bs in args.batch_sizes:
         ids, mask = batch_inputs(tokenizer, bs)
         kw = gen_kwargs(tokenizer, eos, args.new_tokens)
@@ -182,22 +195,26 @@ def main(argv=None) -> None:
         }
         fns["a"]()  # warm-up
         times = {k: [] for k in fns}
+        cpus = {k: [] for k in fns}
         mems = {k: [] for k in fns}
         order = list(fns)
         for rep in range(args.reps):
             for k in order[rep % 3:] + order[: rep % 3]:
-                wall, mem = measure(fns[k])
+                wall, cpu, mem = measure(fns[k])
                 times[k].append(wall)
+                cpus[k].append(cpu)
                 mems[k].append(mem)
         med_t = {k: statistics.median(v) for k, v in times.items()}
+        med_c = {k: statistics.median(v) for k, v in cpus.items()}
         med_m = {k: statistics.median(v) for k, v in mems.items()}
-        rows.append((bs, med_t, med_m, times))
         print(f"\nbatch {bs}, {args.new_tokens} new tokens, {args.reps} reps (median):")
         for k, name in (("a", "plain generate"), ("b", "generate + recorder"),
                         ("c", "output_hidden_states + pooling")):
-            print(f"  ({k}) {name:32s} {med_t[k]:7.3f} s   peak RSS +{med_m[k] / 2**20:7.1f} MiB"
-                  f"   runs: {', '.join(f'{t:.2f}' for t in times[k])}")
-        print(f"  ratio b/a = {med_t['b'] / med_t['a']:.3f}   c/a = {med_t['c'] / med_t['a']:.3f}")
+            print(f"  ({k}) {name:32s} wall {med_t[k]:7.3f} s  cpu {med_c[k]:7.3f} s  "
+                  f"peak RSS +{med_m[k] / 2**20:7.1f} MiB   wall runs: "
+                  f"{', '.join(f'{t:.2f}' for t in times[k])}")
+        print(f"  wall ratio b/a = {med_t['b'] / med_t['a']:.3f}   c/a = {med_t['c'] / med_t['a']:.3f}"
+              f"   |  cpu ratio b/a = {med_c['b'] / med_c['a']:.3f}   c/a = {med_c['c'] / med_c['a']:.3f}")
 
     print("\nrecorder memory vs number of generated tokens (largest batch):")
     bs = max(args.batch_sizes)
@@ -206,8 +223,8 @@ def main(argv=None) -> None:
         kw = gen_kwargs(tokenizer, eos, n)
         sizes: list[int] = []
         run_recorder(model, ids, mask, kw, eos, sizes=sizes)
-        rss_b = statistics.median(measure(run_recorder, model, ids, mask, kw, eos)[1] for _ in range(3))
-        rss_a = statistics.median(measure(run_plain, model, ids, mask, kw)[1] for _ in range(3))
+        rss_b = statistics.median(measure(run_recorder, model, ids, mask, kw, eos)[2] for _ in range(3))
+        rss_a = statistics.median(measure(run_plain, model, ids, mask, kw)[2] for _ in range(3))
         print(f"  {n:3d} tokens: recorder state {max(sizes) / 2**10:8.1f} KiB (max over steps); "
               f"peak RSS +{rss_b / 2**20:.1f} MiB with recorder vs +{rss_a / 2**20:.1f} MiB plain")
 

@@ -95,7 +95,7 @@ def _gen(rid, correct, c_verb, q, v):
 GEN_RECORDS = [
     _gen("r1", True, 0.9, [LOG(0.9), LOG(0.5)], [LOG(0.65)]),
     _gen("r2", False, 0.9, [LOG(0.35)], [LOG(0.25), LOG(0.8)]),
-    _gen("r3", True, 0.5, [LOG(0.75)], [LOG(0.45)]),
+    _gen("r3", True, 0.5, [LOG(0.75)], [LOG(0.55)]),
     _gen("r4", False, 0.05, [LOG(0.15)], [LOG(0.12)]),
     _gen("r5", True, "parse_failure", [LOG(0.5)], [LOG(0.5)]),
     _gen("r6", False, 0.4, [LOG(0.5)], "empty_span"),
@@ -115,8 +115,8 @@ def test_cell_data_rows_and_counts():
     assert d.status() == "ok"
     np.testing.assert_allclose(d.confidences("T1", "query"), [math.sqrt(0.45), 0.35, 0.75, 0.15])
     np.testing.assert_allclose(d.confidences("T2", "query"), [0.9, 0.35, 0.75, 0.15])
-    np.testing.assert_allclose(d.confidences("product", "verbal"), [0.65, 0.2, 0.45, 0.12])
-    np.testing.assert_allclose(d.confidences("T2", "verbal"), [0.65, 0.25, 0.45, 0.12])
+    np.testing.assert_allclose(d.confidences("product", "verbal"), [0.65, 0.2, 0.55, 0.12])
+    np.testing.assert_allclose(d.confidences("T2", "verbal"), [0.65, 0.25, 0.55, 0.12])
 
 
 def test_gap_cells_hand_computed_ece():
@@ -128,8 +128,8 @@ def test_gap_cells_hand_computed_ece():
     assert ece_verb == pytest.approx(0.3375)
     # T2 under the query: 0.9 (right), 0.35 (wrong), 0.75 (right), 0.15 (wrong), each alone in a bin
     ece_t2_query = (0.1 + 0.35 + 0.25 + 0.15) / 4
-    # T1 under the verbal prefix: 0.65 (right), sqrt(0.2) (wrong), 0.45 (right), 0.12 (wrong)
-    ece_t1_verbal = (0.35 + math.sqrt(0.2) + 0.55 + 0.12) / 4
+    # T1 under the verbal prefix: 0.65 (right), sqrt(0.2) (wrong), 0.55 (right), 0.12 (wrong)
+    ece_t1_verbal = (0.35 + math.sqrt(0.2) + 0.45 + 0.12) / 4
     c = by[("generated", "T2", "query")]
     assert c["status"] == "ok" and c["n"] == 4
     assert c["verb"] == pytest.approx(ece_verb)

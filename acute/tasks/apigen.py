@@ -21,6 +21,7 @@ from .base import Example, Task, TaskDataError, find_file, read_json_array, read
 __all__ = ["APIGenTask", "parse_calls", "normalize_value", "normalize_calls", "calls_equal"]
 
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
+_OPEN = re.compile(r"[\[{]")
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 
 
@@ -119,7 +120,7 @@ def parse_calls(text: str) -> list[dict] | None:
     for chunk in candidates:
         pos = 0
         while True:
-            m = re.compile(r"[\[{]").search(chunk, pos)
+            m = _OPEN.search(chunk, pos)
             if m is None:
                 break
             try:
