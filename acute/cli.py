@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_RUNS = Path("runs")
 
@@ -27,18 +29,31 @@ def _load_task(name: str, data: str | None, split: str | None, limit: int | None
 
 
 # ---------------------------------------------------------------- collect / tasks / models
+def _default_store_dir(model: str, task_name: str) -> Path:
+    """``runs/<model>-<task>`` with path-like names reduced to their file stem."""
+    return DEFAULT_RUNS / f"{Path(model).stem}-{Path(task_name).stem}"
+
+
+def _model_name(model: str) -> str:
+    """How a model is recorded in stores and probes: an existing path made absolute (so a probe
+    finds its model from any directory), else the card name or hub id as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
 def cmd_collect(args) -> int:
     from .collect import collect
     from .models import load_model
 
     task, examples = _load_task(args.task, args.data, args.split, args.limit)
-    out = Path(args.out or DEFAULT_RUNS / f"{Path(args.model).stem}-{task.name}")
+    out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
     model, tok = load_model(args.model, dtype=args.model_dtype)
-    summary = collect(model, tok, task, examples, out, model_name=args.model,
+    summary = collect(model, tok, task, examples, out, model_name=_model_name(args.model),
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                       dtype=args.dtype, pool=args.pool,
                       on_too_long="error" if args.fail_on_too_long else "skip",
-                      chat=_chat_flag(args))
+                      chat=_chat_flag(args), shard_size=args.shard_size,
+                      progress=not args.quiet)
     print("\n".join(summary.lines()))
     return 0
 
@@ -66,68 +81,93 @@ def cmd_models(args) -> int:
 
 
 # ---------------------------------------------------------------- train / export / evaluate
+def _parse_layer(layer: str | None) -> int | str | None:
+    if layer is not None and layer.lstrip("-").isdigit():
+        return int(layer)
+    return layer
+
+
 def _fit_probe(store, args, train_mask):
     from .probes import ActivationProbe
 
-    layer = args.layer
-    if layer is not None and layer.lstrip("-").isdigit():
-        layer = int(layer)
-    probe = ActivationProbe(view=args.view, layer=layer, n_estimators=args.n_estimators,
-                            n_jobs=args.n_jobs, random_state=args.seed)
-    probe.fit(store.layer_means[train_mask], store.correct[train_mask],
-              confidence=store.raw_confidence[train_mask])
+    params = {"view": args.view, "layer": _parse_layer(args.layer), "random_state": args.seed}
+    if args.n_estimators is not None:
+        params["n_estimators"] = args.n_estimators
+    if args.n_jobs is not None:
+        params["n_jobs"] = args.n_jobs
+    probe = ActivationProbe(**params)
+    idx = np.flatnonzero(train_mask)
+    probe.fit(np.asarray(store.layer_means[idx], dtype=np.float32), store.correct[idx],
+              confidence=store.raw_confidence[idx])
     return probe
 
 
-def _save_probe(probe, store, out, train_mask, test_mask, args) -> dict:
-    import numpy as np
-
+def _held_out_metrics(probe, store, test_mask) -> dict:
+    """Held-out smECE, auc-euro and Brier of the probe and of the raw confidence."""
     from . import metrics
 
-    held_out = None
-    if test_mask is not None and test_mask.any():
-        conf = probe.predict_proba(store.layer_means[test_mask],
-                                   confidence=store.raw_confidence[test_mask])[:, 1]
-        y = store.correct[test_mask]
-        held_out = {"n": int(test_mask.sum()), "accuracy": float(np.mean(y)),
-                    "smece": metrics.smece(conf, y), "auc_euro": metrics.auc_euro(conf, y),
-                    "brier": metrics.brier(conf, y)}
+    idx = np.flatnonzero(test_mask)
+    raw = store.raw_confidence[idx]
+    conf = probe.predict_proba(np.asarray(store.layer_means[idx], dtype=np.float32),
+                               confidence=raw)[:, 1]
+    y = store.correct[idx]
+    out = {"n": int(idx.size), "accuracy": float(np.mean(y))}
+    for name, fn in (("smece", metrics.smece), ("auc_euro", metrics.auc_euro),
+                     ("brier", metrics.brier)):
+        out[name] = float(fn(conf, y))
+        out[f"raw_{name}"] = float(fn(raw, y))
+    return out
+
+
+def _save_probe(probe, store, out, train_mask, held_out, args) -> None:
     m = store.manifest
     summary = {"store": str(Path(args.store).resolve()), "task": m.get("task"),
-               "n_train": int(train_mask.sum()), "accuracy_train": float(np.mean(store.correct[train_mask])),
+               "n_train": int(train_mask.sum()),
+               "accuracy_train": float(np.mean(store.correct[train_mask])),
                "split": {"test_fraction": args.test_fraction, "seed": args.seed},
                "generation": m.get("generation")}
     probe.save(out, model_name=m.get("model"), model_fingerprint=m.get("model_fingerprint"),
                training_summary=summary, metrics=held_out)
-    return held_out or {}
+
+
+def _open_labelled_store(path: str):
+    from .store import open_store
+
+    store = open_store(path)
+    if len(store) == 0:
+        raise ValueError(f"store {path} has no records")
+    return store
+
+
+def _view_label(args) -> str:
+    return args.view if args.layer is None else f"{args.view} {args.layer}"
 
 
 def cmd_train(args) -> int:
     from .evaluate import split_ids
-    from .store import open_store
 
-    store = open_store(args.store)
+    store = _open_labelled_store(args.store)
     train, test = split_ids(store.ids, test_fraction=args.test_fraction, seed=args.seed)
     probe = _fit_probe(store, args, train)
-    held = _save_probe(probe, store, args.out, train, test, args)
-    print(f"probe ({args.view}{'' if args.layer is None else ' ' + str(args.layer)}) written to {args.out}")
-    for k, v in held.items():
-        print(f"  held-out {k}: {v:.4f}" if isinstance(v, float) else f"  held-out {k}: {v}")
+    held = _held_out_metrics(probe, store, test) if test.any() else None
+    _save_probe(probe, store, args.out, train, held, args)
+    print(f"probe ({_view_label(args)}) fitted on {int(train.sum())} records, written to {args.out}")
+    if held:
+        print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f})")
+        print(f"{'':<10} {'probe':>8} {'raw':>8}")
+        for k in ("smece", "auc_euro", "brier"):
+            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f}")
     return 0
 
 
 def cmd_export(args) -> int:
     """Fit on every record of the store (after evaluating with train/evaluate) and export."""
-    import numpy as np
-
-    from .store import open_store
-
-    store = open_store(args.store)
+    store = _open_labelled_store(args.store)
     everything = np.ones(len(store), dtype=bool)
     args.test_fraction = 0.0
     probe = _fit_probe(store, args, everything)
     _save_probe(probe, store, args.out, everything, None, args)
-    print(f"probe ({args.view}) fitted on all {len(store)} records, exported to {args.out}")
+    print(f"probe ({_view_label(args)}) fitted on all {len(store)} records, exported to {args.out}")
     return 0
 
 
@@ -135,32 +175,38 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate_store
     from .store import open_store
 
-    store = open_store(args.store)
+    store = _open_labelled_store(args.store)
     test_store = open_store(args.test_store) if args.test_store else None
-    out = Path(args.out or Path(args.store) / "evaluation")
-    res = evaluate_store(store, test_store=test_store, out_dir=out,
-                         test_fraction=args.test_fraction, seed=args.seed,
-                         n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
-                         probe_params={"n_estimators": args.n_estimators})
-    print((out / "results.md").read_text())
-    print(f"evaluation written to {out}")
+    out = Path(args.out) if args.out else Path(args.store) / "evaluation"
+    evaluate_store(store, test_store=test_store, out_dir=out,
+                   test_fraction=args.test_fraction, seed=args.seed,
+                   n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
+                   probe_params={"n_estimators": args.n_estimators}, progress=not args.quiet)
+    print((out / "results.md").read_text(encoding="utf-8"))
     return 0
 
 
 def cmd_plot(args) -> int:
     import csv
 
-    import numpy as np
-
     from .plots import euro_curves, reliability_diagram
 
-    with open(args.predictions, newline="") as f:
+    path = Path(args.predictions)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictions file {path} does not exist (evaluate writes "
+                                "<out>/predictions.csv)")
+    with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{args.predictions}: no rows")
-    correct = np.array([float(r["correct"]) for r in rows])
+    if not rows or "correct" not in rows[0]:
+        raise ValueError(f"{path}: expected a header 'id,correct,<estimator>...' and rows")
     names = [k for k in rows[0] if k not in ("id", "correct")]
-    confs = {n: np.array([float(r[n]) for r in rows]) for n in names}
+    if not names:
+        raise ValueError(f"{path}: no estimator columns besides id and correct")
+    try:
+        correct = np.array([float(r["correct"]) for r in rows])
+        confs = {n: np.array([float(r[n]) for r in rows]) for n in names}
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: a value is not a number ({e})") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [euro_curves(confs, correct, out / "euro_curves.png")]
@@ -177,37 +223,80 @@ def _default_probe_dir() -> Path:
     return get_card(DEFAULT_MODEL).path.parent / "probe"
 
 
-def cmd_score(args) -> int:
-    from .models import load_model
-    from .probes import load_probe
-    from .scoring import Scorer
+def _probe_task(probe, name: str | None):
+    """The task whose prompt wraps live questions: ``name`` ('none' for none), else the probe's
+    training task when it is an open-QA task (others need options or choices)."""
+    from .tasks import OpenQATask, get_task
 
-    probe_dir = Path(args.probe) if args.probe else _default_probe_dir()
-    probe = load_probe(probe_dir)
-    model_name = args.model or probe.manifest.get("model") or DEFAULT_MODEL
-    model, tok = load_model(model_name)
-    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    if args.jsonl:
-        src = sys.stdin if args.jsonl == "-" else open(args.jsonl)
-        prompts, ids = [], []
-        for lineno, line in enumerate(src, 1):
+    if name is not None:
+        return None if name == "none" else get_task(name)
+    trained = (probe.training_summary or {}).get("task")
+    if not trained:
+        return None
+    try:
+        task = get_task(trained)
+    except (ValueError, FileNotFoundError):
+        return None
+    return task if isinstance(task, OpenQATask) else None
+
+
+def _read_prompts(source: str):
+    """``(ids, prompts)`` from a JSONL file or ``-`` (stdin): objects with 'prompt' or 'question'
+    (or bare JSON strings); errors name the file and line."""
+    name = "<stdin>" if source == "-" else source
+    if source != "-" and not Path(source).is_file():
+        raise FileNotFoundError(f"prompts file {source} does not exist")
+    fh = sys.stdin if source == "-" else open(source, encoding="utf-8")
+    ids, prompts = [], []
+    try:
+        for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{args.jsonl}:{lineno}: not valid JSON ({e.msg})") from None
-            text = obj.get("prompt") or obj.get("question") if isinstance(obj, dict) else obj
+                raise ValueError(f"{name}:{lineno}: not valid JSON ({e.msg})") from None
+            text = (obj.get("prompt") or obj.get("question")) if isinstance(obj, dict) else obj
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{args.jsonl}:{lineno}: needs a 'prompt' or 'question' string")
+                raise ValueError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
             prompts.append(text)
             ids.append(obj.get("id", lineno) if isinstance(obj, dict) else lineno)
-        for i, s in zip(ids, scorer.generate(prompts, risk=args.risk)):
-            print(json.dumps({"id": i, **s.to_dict()}))
-        return 0
-    if not args.question:
+    finally:
+        if fh is not sys.stdin:
+            fh.close()
+    if not prompts:
+        raise ValueError(f"{name}: no prompts")
+    return ids, prompts
+
+
+def cmd_score(args) -> int:
+    from .models import load_model
+    from .probes import load_probe
+    from .scoring import Scorer
+
+    if args.probe:
+        probe_dir = Path(args.probe)
+    else:
+        probe_dir = _default_probe_dir()
+        if not probe_dir.is_dir():
+            raise FileNotFoundError(
+                f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
+                "`acute demo` or `acute export` and pass it with --probe")
+    probe = load_probe(probe_dir)
+    if not args.jsonl and not args.question:
         raise ValueError("give a question, or --jsonl FILE (or - for stdin)")
-    s = scorer.generate(args.question, risk=args.risk)
+    ids, prompts = _read_prompts(args.jsonl) if args.jsonl else (None, [args.question])
+    model_name = args.model or probe.model_name or DEFAULT_MODEL
+    model, tok = load_model(model_name)
+    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
+                    batch_size=args.batch_size, task=_probe_task(probe, args.task))
+    scored = scorer.generate(prompts, risk=args.risk)
+    if args.jsonl:
+        for i, s in zip(ids, scored):
+            print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
+        return 0
+    s = scored[0]
+    print(f"question:       {s.question}")
     print(f"answer:         {s.answer}")
     print(f"raw confidence: {s.raw_confidence:.3f}")
     print(f"confidence:     {s.confidence:.3f}")
@@ -221,11 +310,12 @@ def cmd_protocol(args) -> int:
     from .protocol import run_protocol
 
     task, examples = _load_task(args.task, args.data, args.split, args.limit)
-    out = Path(args.out or DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{task.name}")
+    out = Path(args.out) if args.out else (
+        DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
     model, tok = load_model(args.model)
     run_protocol(model, tok, task, examples, out, batch_size=args.batch_size,
                  n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
-                 model_name=args.model)
+                 model_name=_model_name(args.model))
     print(f"protocol study written to {out}")
     return 0
 
@@ -242,7 +332,8 @@ def cmd_protocol_report(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    run_demo(out=Path(args.out), limit=args.limit, model_name=args.model)
+    run_demo(out=Path(args.out), limit=args.limit, model_name=args.model,
+             n_bootstrap=args.n_bootstrap)
     return 0
 
 
@@ -258,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"))
     d.add_argument("--limit", type=int, default=None, help="questions to collect (default: all built-in)")
     d.add_argument("--model", default=DEFAULT_MODEL)
+    d.add_argument("--n-bootstrap", type=int, default=200)
     d.set_defaults(func=cmd_demo)
 
     c = sub.add_parser("collect", help="generate, record activations, label, write a store")
@@ -273,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding")
     c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto")
     c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the context window")
-    c.add_argument("--out", default=None)
+    c.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--out", default=None, help="store folder (default: runs/<model>-<task>)")
     c.set_defaults(func=cmd_collect)
 
     sub.add_parser("tasks", help="list tasks and their data").set_defaults(func=cmd_tasks)
@@ -301,6 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n-bootstrap", type=int, default=1000)
     e.add_argument("--n-jobs", type=int, default=None)
     e.add_argument("--n-estimators", type=int, default=None)
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
 
     pl = sub.add_parser("plot", help="euro curves and reliability diagrams from predictions.csv")
@@ -316,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt' or 'question'), or - for stdin")
     s.add_argument("--max-new-tokens", type=int, default=None)
     s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--task", default=None,
+                   help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
     s.set_defaults(func=cmd_score)
 
     pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol")

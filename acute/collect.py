@@ -2,15 +2,17 @@
 
 This is the glue between the model (``acute.models``), the recorder (``acute.extraction``),
 the task layer (``acute.tasks``) and the store (``acute.store``). It is resumable: records
-already committed to ``out_dir`` are skipped.
+already committed to ``out_dir`` are skipped, so an interrupted collection (Ctrl-C, a crash)
+is continued by running the same command again.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,23 +20,35 @@ import numpy as np
 
 from . import __version__
 
+__all__ = ["CollectSummary", "build_manifest", "collect", "example_record"]
+
+#: Manifest sections that must agree, besides the store's own compatibility keys, before a
+#: collection resumes an existing store (otherwise old and new records would be incomparable).
+RESUME_KEYS = ("generation", "task_settings")
+
 
 @dataclass
 class CollectSummary:
-    """What ``collect`` did: counts, accuracy and speed of the records written in this run."""
+    """What :func:`collect` did: counts, accuracy and speed.
+
+    ``records`` counts every record in the store after the run (old and new); ``accuracy`` and
+    ``mean_raw_confidence`` are over all of them (NaN for an empty store); ``seconds_per_record``
+    is this run's wall time divided by the records it generated (NaN when it generated none).
+    """
 
     out_dir: str
     records: int = 0  #: records in the store after this run (old + new)
     new_records: int = 0  #: records generated in this run
-    resumed: int = 0  #: records found already committed and skipped
+    resumed: int = 0  #: examples found already committed and skipped
     skipped_too_long: int = 0  #: prompts longer than the context window (skipped)
-    unparseable: int = 0  #: generations the task could not parse (labelled wrong)
+    unparseable: int = 0  #: new generations the task could not parse (labelled wrong)
     accuracy: float = math.nan  #: over all records in the store
     mean_raw_confidence: float = math.nan  #: over all records in the store
     seconds_per_record: float = math.nan  #: wall time of this run / new records
     extra: dict[str, Any] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
+        """Human-readable summary lines (what ``acute collect`` prints)."""
         return [
             f"records:             {self.records} ({self.new_records} new, {self.resumed} resumed)",
             f"accuracy:            {self.accuracy:.3f}",
@@ -48,13 +62,20 @@ class CollectSummary:
 
 def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int,
                    stop_strings: Sequence[str], pool: str, chat: bool | None) -> dict:
-    """The store manifest: model, tokenizer, task and generation settings, acute version."""
+    """The store manifest: model, tokenizer, task and generation settings, acute version.
+
+    ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
+    manifest says how the prompts were actually built; a scorer reads it back from the probe.
+    """
     from .models import model_fingerprint
+    from .tasks.base import use_chat
 
     fp = model_fingerprint(model)
+    dtype = getattr(model, "dtype", None)
     return {
-        "model": model_name,
+        "model": str(model_name),
         "model_fingerprint": fp,
+        "model_dtype": None if dtype is None else str(dtype).replace("torch.", ""),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
         "num_layers": fp["num_layers"],
         "hidden_size": fp["hidden_size"],
@@ -62,12 +83,61 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
         "task_settings": task.settings(),
         "generation": {
             "do_sample": False,
-            "max_new_tokens": max_new_tokens,
+            "max_new_tokens": int(max_new_tokens),
             "stop_strings": list(stop_strings),
             "pool": pool,
-            "chat": chat,
+            "chat": use_chat(tokenizer, chat),
         },
         "acute_version": __version__,
+    }
+
+
+def _check_resumable(out_dir: Path, manifest: dict) -> None:
+    """Raise ``ValueError`` naming the key when ``out_dir`` holds a store collected differently.
+
+    The store itself checks model, task and storage dtype; this also checks the generation
+    settings and the task options, which decide what the labels and activations mean.
+    """
+    path = out_dir / "manifest.json"
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # the store reports an unreadable manifest itself
+    new = json.loads(json.dumps(manifest))  # tuples -> lists, as stored
+    for key in RESUME_KEYS:
+        if key in old and old[key] != new.get(key):
+            raise ValueError(
+                f"{path}: cannot resume, {key!r} differs: stored {old[key]!r}, new {new.get(key)!r}; "
+                "use another --out or the original settings"
+            )
+
+
+def example_record(task, ex, prompt: str, generation) -> dict:
+    """The store record of one example and its :class:`~acute.extraction.Generation`.
+
+    Keys: ``id, task, prompt, generation, answer, gold, correct, parse_error, n_tokens,
+    raw_confidence, finish_reason, meta``; ``meta`` is the example's meta plus any task-specific
+    labelling details (e.g. ROUGE scores).
+    """
+    details = dict(task.label_details(ex, generation.text))
+    answer = details.pop("answer", None)
+    correct = bool(details.pop("correct"))
+    parse_error = bool(details.pop("parse_error", answer is None))
+    return {
+        "id": ex.id,
+        "task": task.name,
+        "prompt": prompt,
+        "generation": generation.text,
+        "answer": answer,
+        "gold": list(ex.answers),
+        "correct": correct,
+        "parse_error": parse_error,
+        "n_tokens": int(len(generation.token_ids)),
+        "raw_confidence": float(generation.raw_confidence),
+        "finish_reason": generation.finish_reason,
+        "meta": {**(ex.meta or {}), **details},
     }
 
 
@@ -77,60 +147,68 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             shard_size: int = 256, progress: bool = True) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
-    Resumes an existing store in ``out_dir`` (same model, task and settings): committed
-    records are skipped, so an interrupted collection loses or duplicates nothing.
-    Returns a :class:`CollectSummary`.
+    ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
+    template when ``chat`` is None and the tokenizer has one), generated greedily with the
+    hidden-state recorder (``max_new_tokens`` and stop strings default to the task's), labelled
+    with ``task.label_details`` and written to the store ``out_dir`` in shards of
+    ``shard_size`` records (``dtype`` is the storage dtype of ``layer_means``).
+
+    Resumes an existing store in ``out_dir``: committed records are skipped, so an interrupted
+    collection loses or duplicates nothing (records not yet committed to a shard are generated
+    again). Prompts longer than the context window are skipped and counted
+    (``on_too_long="skip"``) or raise ``ValueError`` before anything is generated for their chunk
+    (``"error"``). Raises ``ValueError`` for an empty ``examples``, and when ``out_dir`` holds a
+    store of another model, task or generation settings. Returns a :class:`CollectSummary`.
     """
+    import warnings
+
     from tqdm.auto import tqdm
 
     from .extraction import generate_and_record
     from .store import StoreWriter, open_store
 
+    examples = list(examples)
     if not examples:
         raise ValueError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
+    if on_too_long not in ("skip", "error"):
+        raise ValueError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    out_dir = Path(out_dir)
     max_new_tokens = max_new_tokens or task.max_new_tokens
     stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
     manifest = build_manifest(model, tokenizer, task, model_name=model_name,
                               max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                               pool=pool, chat=chat)
+    _check_resumable(out_dir, manifest)
     summary = CollectSummary(out_dir=str(out_dir))
     start = time.perf_counter()
     with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size) as writer:
-        done = set(writer.done_ids)
+        done = writer.done_ids
         todo = [ex for ex in examples if ex.id not in done]
         summary.resumed = len(examples) - len(todo)
-        bar = tqdm(total=len(todo), desc=f"collect {task.name}", unit="rec",
+        bar = tqdm(total=len(todo), desc=f"collect {Path(task.name).name}", unit="rec",
                    disable=not progress, file=sys.stderr)
-        chunk = max(batch_size * 4, shard_size // 2)
+        # Chunks bound memory and give the progress bar something to show; prompts are sorted
+        # by length inside a chunk. Records wait in the writer until a shard is full.
+        chunk = max(batch_size * 8, 32)
         for i in range(0, len(todo), chunk):
             part = todo[i:i + chunk]
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
-            gens = generate_and_record(
-                model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                batch_size=batch_size, stop_strings=stop_strings, pool=pool,
-                on_too_long=on_too_long,
-            )
+            with warnings.catch_warnings():
+                # skipped prompts are counted in the summary instead of one warning each
+                warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
+                gens = generate_and_record(
+                    model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                    batch_size=batch_size, stop_strings=stop_strings, pool=pool,
+                    on_too_long=on_too_long,
+                )
             records, means, logprobs = [], [], []
             for ex, prompt, gen in zip(part, prompts, gens):
                 if gen is None:
                     summary.skipped_too_long += 1
                     continue
-                answer = task.extract(ex, gen.text)
-                if answer is None:
-                    summary.unparseable += 1
-                records.append({
-                    "id": ex.id,
-                    "task": task.name,
-                    "prompt": prompt,
-                    "generation": gen.text,
-                    "answer": answer,
-                    "gold": list(ex.answers),
-                    "correct": bool(task.is_correct(ex, gen.text)),
-                    "n_tokens": int(len(gen.token_ids)),
-                    "raw_confidence": float(gen.raw_confidence),
-                    "finish_reason": gen.finish_reason,
-                    "meta": ex.meta or {},
-                })
+                rec = example_record(task, ex, prompt, gen)
+                summary.unparseable += rec["parse_error"]
+                records.append(rec)
                 means.append(gen.layer_means)
                 logprobs.append(gen.token_logprobs)
             if records:

@@ -10,10 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+__all__ = ["DEMO_QUESTIONS", "DEMO_RISK", "DEMO_VIEW", "run_demo"]
+
 DEMO_QUESTIONS = (
     "What is the capital of France?",
     "What is the chemical symbol for gold?",
     "What is 4821 minus 1937?",
+    "Who was the first person to walk on the Moon?",
+    "In which year did the Byzantine emperor Basil II die?",
 )
 DEMO_VIEW = "pca10"
 DEMO_RISK = 0.5
@@ -23,9 +27,21 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135m-instruct",
-             n_bootstrap: int = 200) -> dict:
-    """Run the demo and return the paths it wrote. Resumes a collection left in ``out``."""
+             n_bootstrap: int = 200, questions=DEMO_QUESTIONS, risk: float = DEMO_RISK) -> dict:
+    """Run the demo into ``out`` and return the paths it wrote (store, evaluation, probe).
+
+    Collects ``limit`` built-in questions (all when None; a collection left in ``out`` is
+    resumed), evaluates the six baselines and six ACUTE variants on a held-out split (bootstrap
+    intervals from ``n_bootstrap`` resamples), exports a pca10 probe fitted on every record and
+    scores ``questions`` live at risk level ``risk``. Prints the collection summary, the
+    results table and one line per scored question to stdout, progress to stderr.
+    """
     import numpy as np
 
     from .collect import collect
@@ -38,33 +54,42 @@ def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135
 
     out = Path(out)
     t0 = time.perf_counter()
-    _say(f"[1/5] loading {model_name} (first run fetches and converts it into the acute cache)")
+    _say(f"[1/5] loading {model_name} (a first run fetches and converts it into the acute cache)")
     model, tok = load_model(model_name)
     task = get_task("default")
     examples = task.load(limit=limit)
-    _say(f"[2/5] collecting {len(examples)} built-in questions")
+    _say(f"[2/5] answering {len(examples)} built-in questions while recording every layer")
     summary = collect(model, tok, task, examples, out / "store", model_name=model_name)
     print("\n".join(summary.lines()))
 
-    _say("[3/5] evaluating the six baselines and six ACUTE variants on a held-out split")
+    _say("[3/5] evaluating six baselines and six ACUTE variants on a held-out split")
     store = open_store(out / "store")
     evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=n_bootstrap)
-    print((out / "evaluation" / "results.md").read_text())
+    print()
+    print((out / "evaluation" / "results.md").read_text(encoding="utf-8"))
 
-    _say(f"[4/5] exporting a {DEMO_VIEW} probe fitted on all {len(store)} records")
+    _say(f"[4/5] fitting a {DEMO_VIEW} probe on all {len(store)} records and exporting it")
     probe = ActivationProbe(view=DEMO_VIEW, random_state=0)
-    probe.fit(store.layer_means, store.correct, confidence=store.raw_confidence)
+    probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
+              confidence=store.raw_confidence)
     probe.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
-               training_summary={"store": str((out / "store").resolve()), "n": len(store),
-                                 "accuracy": float(np.mean(store.correct)),
+               training_summary={"store": str((out / "store").resolve()), "task": task.name,
+                                 "n_train": len(store),
+                                 "accuracy_train": float(np.mean(store.correct)),
                                  "generation": store.manifest.get("generation")})
+    print(f"\nprobe exported to {out / 'probe'} (probe.safetensors + probe.json, no pickle)")
 
-    _say(f"[5/5] scoring live questions at risk level {DEMO_RISK}")
-    scorer = Scorer(model, tok, load_probe(out / "probe"))
-    for s in scorer.generate(list(DEMO_QUESTIONS), risk=DEMO_RISK):
-        print(f"- {s.answer!r}: raw {s.raw_confidence:.2f}, probe {s.confidence:.2f} -> {s.decision}")
+    _say(f"[5/5] scoring live questions at risk level {risk}")
+    scorer = Scorer(model, tok, load_probe(out / "probe"), task=task)
+    scored = scorer.generate(list(questions), risk=risk)
+    print(f"\nlive scoring with the exported probe: trust iff confidence > risk level {risk}")
+    print(f"{'question':<52} {'answer':<24} {'raw':>5} {'probe':>5}  decision")
+    for s in scored:
+        print(f"{_clip(s.question, 52):<52} {_clip(s.answer, 24):<24} "
+              f"{s.raw_confidence:>5.2f} {s.confidence:>5.2f}  {s.decision}")
     paths = {"store": out / "store", "evaluation": out / "evaluation", "probe": out / "probe"}
     print(f"\ndone in {time.perf_counter() - t0:.0f} s. Outputs:")
     for k, v in paths.items():
         print(f"  {k:<11} {v}")
+    print(f"score your own question: acute score --probe {out / 'probe'} \"Who wrote Hamlet?\"")
     return paths

@@ -42,6 +42,7 @@ __all__ = [
     "append_confidence",
     "check_confidence",
     "check_correct",
+    "check_cv",
     "check_layer_means",
     "cosine_to_last",
     "layer_thirds",
@@ -234,7 +235,7 @@ def search_layer(
     return best, scores
 
 
-def _check_cv(cv: Any, y: np.ndarray) -> int:
+def check_cv(cv: Any, y: np.ndarray) -> int:
     """Validate a fold count against labels ``y``: >= 2 folds, enough records of each class."""
     if isinstance(cv, bool) or not isinstance(cv, Integral) or cv < 2:
         raise ValueError(f"cv must be an int >= 2; got {cv!r}")
@@ -324,7 +325,7 @@ class MeanPool(_LayerMeansTransformer):
                     f"MeanPool(layer={self.layer!r}) picks its layer by cross-validation and needs y (correct)"
                 )
             labels = check_correct(y, X.shape[0], name="y")
-            cv = _check_cv(self.cv, labels)
+            cv = check_cv(self.cv, labels)
             conf = None if confidence is None else check_confidence(confidence, X.shape[0])
             if isinstance(self.stride, bool) or not isinstance(self.stride, Integral) or self.stride < 1:
                 raise ValueError(f"stride must be an int >= 1; got {self.stride!r}")

@@ -46,7 +46,7 @@ from acute.features import (
     VIEWS,
     LayerPCA,
     MeanPool,
-    _check_cv,
+    check_cv,
     append_confidence,
     check_confidence,
     check_correct,
@@ -406,7 +406,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
         )
         if uses_cv:
-            _check_cv(self.cv, y)
+            check_cv(self.cv, y)
         elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
             raise ValueError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
 
@@ -718,7 +718,7 @@ def _fail(source: str, msg: str) -> ProbeFormatError:
 
 def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> None:
     """Check the manifest fields and every array's dtype, shape and node structure."""
-    man = MANIFEST_FILE
+    man = str(Path(source).with_name(MANIFEST_FILE))
     for key in ("view", "layers", "feature_names", "append_confidence", "input", "model"):
         if key not in manifest:
             raise _fail(man, f"missing field {key!r}")
@@ -763,6 +763,30 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
                                 f"got {a.dtype} shape {list(a.shape)}")
         return a
 
+    layers = arr("layers", np.int64, 1)
+    if list(layers) != [int(v) for v in manifest["layers"]]:
+        raise _fail(source, f"layers {layers.tolist()} differ from {man} layers {manifest['layers']}")
+    if layers.size == 0 or np.any((layers < 0) | (layers >= n_out)):
+        raise _fail(source, f"layers must lie in 0..{n_out - 1}")
+    conf = 1 if manifest["append_confidence"] else 0
+    if kind == "mean":
+        expected = d + conf
+        if layers.size != 1:
+            raise _fail(source, "a mean view reads exactly one layer")
+    elif kind == "cosine":
+        expected = n_out - 1 + conf
+    else:
+        means = arr("pca.means", np.float64, 2)
+        comps = arr("pca.components", np.float64, 3)
+        if means.shape != (n_out, d) or comps.shape[0] != n_out or comps.shape[2] != d:
+            raise _fail(source, f"pca arrays have shapes {list(means.shape)} and {list(comps.shape)}; "
+                                f"expected [{n_out}, {d}] and [{n_out}, m, {d}]")
+        if not (np.all(np.isfinite(means)) and np.all(np.isfinite(comps))):
+            raise _fail(source, "pca arrays hold NaN/inf")
+        expected = n_out * comps.shape[1] + conf
+    if n_features != expected:
+        raise _fail(man, f"{n_features} feature names but the view gives {expected} features")
+
     offsets = arr("trees.offsets", np.int64, 1)
     if offsets.size < 2 or offsets[0] != 0 or np.any(np.diff(offsets) < 1):
         raise _fail(source, "trees.offsets must start at 0 and increase strictly")
@@ -795,29 +819,6 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
     if not np.all((value >= 0.0) & (value <= 1.0)):
         raise _fail(source, "trees.value must hold probabilities in [0, 1]")
 
-    layers = arr("layers", np.int64, 1)
-    if list(layers) != [int(v) for v in manifest["layers"]]:
-        raise _fail(source, f"layers {layers.tolist()} differ from {man} layers {manifest['layers']}")
-    if layers.size == 0 or np.any((layers < 0) | (layers >= n_out)):
-        raise _fail(source, f"layers must lie in 0..{n_out - 1}")
-    conf = 1 if manifest["append_confidence"] else 0
-    if kind == "mean":
-        expected = d + conf
-        if layers.size != 1:
-            raise _fail(source, "a mean view reads exactly one layer")
-    elif kind == "cosine":
-        expected = n_out - 1 + conf
-    else:
-        means = arr("pca.means", np.float64, 2)
-        comps = arr("pca.components", np.float64, 3)
-        if means.shape != (n_out, d) or comps.shape[0] != n_out or comps.shape[2] != d:
-            raise _fail(source, f"pca arrays have shapes {list(means.shape)} and {list(comps.shape)}; "
-                                f"expected [{n_out}, {d}] and [{n_out}, m, {d}]")
-        if not (np.all(np.isfinite(means)) and np.all(np.isfinite(comps))):
-            raise _fail(source, "pca arrays hold NaN/inf")
-        expected = n_out * comps.shape[1] + conf
-    if n_features != expected:
-        raise _fail(man, f"{n_features} feature names but the view gives {expected} features")
     if method == "platt":
         p = arr("calibration.platt", np.float64, 1)
         if p.shape != (2,) or not np.all(np.isfinite(p)):

@@ -20,7 +20,11 @@ Settings (paper names)
 * **conditioning context**: the token probabilities are measured under the ``query`` (the
   task's own prompt, the text the model answered) or under the ``verbal`` prefix (the
   verbalization prompt up to and including the answer: the very text the model saw when it
-  verbalized).
+  verbalized). The verbalization prompt shows the question as the task shows it to a base
+  model, without the task's answering instruction (:func:`acute.verbalize.question_text`), so
+  for chat models the two contexts differ by that instruction, and for base models also by
+  ``Answer:`` vs ``Proposed answer:``; ``counts.n_context_identical`` reports how many generated
+  answers had the same text before them in both contexts (a no-op axis would show there).
 * **estimator**: 10-bin ``ECE``, ``KDE-ECE``, ``KS-Cal``, ``smECE``; ``Brier``, ``NLL`` and
   ``AUROC`` as robustness metrics (for AUROC higher is better, so ``g < 0`` there means the
   verbalized confidence ranks worse).
@@ -1045,6 +1049,10 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
             value = parse_confidence(g.text, template.scale)
             slot.update(raw=g.text, c_verb=value,
                         status="ok" if value is not None else "parse_failure")
+        n_vlong = sum(g is None for g in vgens)
+        if n_vlong:
+            warnings.warn(f"{n_vlong} verbalization prompts exceed the context window; skipped and "
+                          "counted (verbal status too_long)", UserWarning, stacklevel=2)
 
     limit = _context_limit(model)
     runnable: list[int] = []

@@ -2,8 +2,8 @@
 
 ``Scorer(model, tokenizer, probe).generate(prompt, risk=u)`` returns the answer, the model's
 raw confidence, the probe's calibrated confidence and the decision: trust iff the
-confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to
-the cost of abstaining on a right one, as in euro).
+confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to the
+cost of abstaining on a right one, as in euro).
 """
 
 from __future__ import annotations
@@ -13,11 +13,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
+__all__ = ["ScoredGeneration", "Scorer", "decide"]
+
 
 @dataclass
 class ScoredGeneration:
-    """One scored generation."""
+    """One scored generation.
 
+    ``question`` is the text asked (the string given, or the last user message), ``prompt`` the
+    fully formatted prompt the model saw, ``answer`` the generated text (stripped),
+    ``raw_confidence`` the product of its token probabilities, ``confidence`` the probe's
+    P(correct), ``trust`` whether ``confidence > risk``.
+    """
+
+    question: str
     prompt: str
     answer: str
     raw_confidence: float
@@ -29,64 +38,112 @@ class ScoredGeneration:
 
     @property
     def decision(self) -> str:
+        """``"trust"`` or ``"abstain"``."""
         return "trust" if self.trust else "abstain"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
+        """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on request)."""
         d = asdict(self)
+        if not include_prompt:
+            d.pop("prompt")
         d["decision"] = self.decision
         return d
 
 
-def decide(confidence: np.ndarray, risk: float) -> np.ndarray:
-    """Trust iff confidence > risk (the euro decision rule). Returns a bool array."""
-    if not 0.0 <= risk <= 1.0:
+def _check_risk(risk: float) -> float:
+    try:
+        value = float(risk)
+    except (TypeError, ValueError):
+        raise ValueError(f"risk must be a number in [0, 1], got {risk!r}") from None
+    if not 0.0 <= value <= 1.0:  # also rejects NaN
         raise ValueError(f"risk must be in [0, 1], got {risk!r}")
-    return np.asarray(confidence, dtype=float) > risk
+    return value
+
+
+def decide(confidence: Any, risk: float) -> np.ndarray:
+    """Trust iff confidence > risk (the euro decision rule). Returns a bool array.
+
+    At ``risk=1`` nothing is trusted; at ``risk=0`` everything with positive confidence is.
+    Raises ``ValueError`` for a risk outside [0, 1] (or NaN).
+    """
+    return np.asarray(confidence, dtype=float) > _check_risk(risk)
+
+
+def _question_of(item: Any) -> str:
+    if isinstance(item, str):
+        return item
+    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users else ""
 
 
 class Scorer:
-    """Generate with the hidden-state recorder attached and score with an exported probe.
+    """Generate with the hidden-state recorder attached and score with a probe.
 
     ``probe`` is an :class:`acute.probes.ExportedProbe` (``acute.load_probe(dir)``) or a fitted
-    :class:`acute.probes.ActivationProbe`. The model's fingerprint is checked against the
-    probe's manifest when the probe carries one, so a probe is never applied to the wrong model.
-    Generation settings (pooling, max new tokens, chat formatting) default to the ones the
-    probe was trained with, when its manifest records them.
+    :class:`acute.probes.ActivationProbe`. The model is checked against the probe on
+    construction (``ModelMismatchError``, a ``ValueError``): against the fingerprint saved with
+    an exported probe, or against the input shape a fitted probe was trained on, so a probe is
+    never applied to the wrong model.
+
+    Generation settings default to the ones the probe's training store was collected with,
+    when the probe records them (``training_summary["generation"]``, written by ``acute
+    train/export`` and the demo): max new tokens, stop strings, pooling and chat formatting.
+    ``task`` (an :class:`acute.tasks.Task`, e.g. ``get_task("default")``) wraps a plain
+    question in that task's prompt (its instruction), as during collection; without it a
+    question is sent as is (one user message when the tokenizer has a chat template).
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
                  chat: bool | None = None, batch_size: int = 8,
-                 stop_strings: Sequence[str] = ()):
+                 stop_strings: Sequence[str] | None = None, task=None):
         from .models import model_fingerprint
 
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
-        check = getattr(probe, "check_model", None)
-        if check is not None:
-            check(model_fingerprint(model))
-        generation = (getattr(probe, "manifest", None) or {}).get("generation", {}) or {}
-        self.max_new_tokens = max_new_tokens or generation.get("max_new_tokens") or 64
-        self.pool = generation.get("pool", "decoding")
+        self.task = task
+        _check_probe_model(probe, model_fingerprint(model))
+        generation = _probe_generation(probe)
+        self.max_new_tokens = int(max_new_tokens or generation.get("max_new_tokens") or 64)
+        self.pool = generation.get("pool") or "decoding"
         self.chat = chat if chat is not None else generation.get("chat")
-        self.stop_strings = tuple(stop_strings or generation.get("stop_strings") or ())
+        if stop_strings is None:
+            stop_strings = generation.get("stop_strings")
+            if stop_strings is None and task is not None:
+                stop_strings = task.stop_strings
+        self.stop_strings = tuple(stop_strings or ())
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
+
+    def format(self, item) -> str:
+        """The fully formatted prompt for one question (str) or chat (list of messages)."""
+        from .models import format_prompt
+
+        if isinstance(item, str) and self.task is not None:
+            from .tasks import Example
+
+            ex = Example(id="live", question=item.strip(), answers=[])
+            return self.task.prompt(self.tokenizer, ex, chat=self.chat)
+        return format_prompt(self.tokenizer, item, chat=self.chat)
 
     def generate(self, prompts, risk: float = 0.5):
         """Score one prompt (str or chat messages) or a list of them.
 
-        Returns a :class:`ScoredGeneration` for a single prompt, else a list of them.
-        Prompts longer than the context window raise ``ValueError``.
+        Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
+        order (an empty list for an empty list). Scoring in a batch gives the same answers and
+        confidences as scoring one at a time (up to float rounding of padded batches). Raises
+        ``ValueError`` for a risk outside [0, 1] and for a prompt longer than the context window.
         """
         from .extraction import generate_and_record
-        from .models import format_prompt
 
+        risk = _check_risk(risk)
         single = isinstance(prompts, str) or (
-            isinstance(prompts, list) and prompts and isinstance(prompts[0], dict))
+            isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
         items = [prompts] if single else list(prompts)
         if not items:
             return []
-        texts = [format_prompt(self.tokenizer, p, chat=self.chat) for p in items]
+        texts = [self.format(p) for p in items]
         gens = generate_and_record(self.model, self.tokenizer, texts,
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
@@ -96,9 +153,39 @@ class Scorer:
         conf = self.probe.predict_proba(means, confidence=raw)[:, 1]
         trust = decide(conf, risk)
         out = [
-            ScoredGeneration(prompt=t, answer=g.text.strip(), raw_confidence=float(r),
-                             confidence=float(c), risk=float(risk), trust=bool(k),
-                             n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason)
-            for t, g, r, c, k in zip(texts, gens, raw, conf, trust)
+            ScoredGeneration(question=_question_of(item), prompt=t, answer=g.text.strip(),
+                             raw_confidence=float(r), confidence=float(c), risk=risk,
+                             trust=bool(k), n_tokens=int(len(g.token_ids)),
+                             finish_reason=g.finish_reason)
+            for item, t, g, r, c, k in zip(items, texts, gens, raw, conf, trust)
         ]
         return out[0] if single else out
+
+
+def _probe_generation(probe) -> dict:
+    """The generation settings recorded with a probe (empty dict when none)."""
+    summary = getattr(probe, "training_summary", None)
+    if summary is None:
+        summary = getattr(probe, "training_summary_", None)
+    gen = (summary or {}).get("generation") if isinstance(summary, dict) else None
+    return dict(gen) if isinstance(gen, dict) else {}
+
+
+def _check_probe_model(probe, fingerprint: dict) -> None:
+    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one."""
+    from .probes import ModelMismatchError
+
+    check = getattr(probe, "check_model", None)
+    if check is not None:
+        check(fingerprint)
+        return
+    n_outputs = getattr(probe, "n_layer_outputs_", None)
+    hidden = getattr(probe, "hidden_size_", None)
+    if n_outputs is None or hidden is None:
+        raise ValueError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
+    want = (fingerprint["num_layers"] + 1, fingerprint["hidden_size"])
+    if (n_outputs, hidden) != want:
+        raise ModelMismatchError(
+            f"this probe was fitted on {n_outputs} layer outputs of size {hidden}, but the model "
+            f"has {want[0]} of size {want[1]}"
+        )

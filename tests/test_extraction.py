@@ -338,9 +338,12 @@ def test_recorder_state_does_not_grow_with_generated_tokens(tok):
 
 
 def test_score_continuations_matches_unpadded_forward(llama, tok):
-    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[2]]
-    conts = [" Paris", " is a planet of the solar system.", " 8"]
-    scored = score_continuations(llama, tok, prompts, conts, batch_size=2)
+    # "The capital of France is Pa" + "ris": tokenized jointly the boundary would merge, but the
+    # scored span must be exactly the continuation's own tokens.
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[2], "The capital of France is Pa"]
+    conts = [" Paris", " is a planet of the solar system.", " 8", "ris"]
+    assert _ids(tok, prompts[3] + conts[3]) != _ids(tok, prompts[3]) + _ids(tok, conts[3])
+    scored = score_continuations(llama, tok, prompts, conts, batch_size=3)
     for p, c, got in zip(prompts, conts, scored):
         p_ids, c_ids = _ids(tok, p), _ids(tok, c)
         with torch.no_grad():
@@ -349,16 +352,6 @@ def test_score_continuations_matches_unpadded_forward(llama, tok):
         ref = lp.gather(1, torch.tensor(c_ids)[:, None]).squeeze(1).numpy()
         assert got.shape == (len(c_ids),) and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL)
-
-
-def test_score_continuations_agrees_with_recorded_logprobs(llama, tok):
-    gen, = generate_and_record(llama, tok, PROMPTS[:1], max_new_tokens=5, eos_token_ids=[])
-    # re-tokenising the decoded text may merge tokens differently, so score the ids' own text
-    # only if it round-trips
-    text = tok.decode(gen.token_ids.tolist())
-    if _ids(tok, text) == gen.token_ids.tolist():
-        scored, = score_continuations(llama, tok, PROMPTS[:1], [text])
-        np.testing.assert_allclose(scored, gen.token_logprobs, atol=ATOL)
 
 
 def test_score_continuations_rejects_empty_continuation(llama, tok):

@@ -230,6 +230,22 @@ def test_assign_wrong_types_edge_cases():
     assert out[0].wrong_type == "1914"
 
 
+def test_same_type_answers_prefer_similar_questions():
+    from acute.tasks.answer_types import same_type_answers
+    exs = [Example(id="a", question="What type of animal is a dik-dik?", answers=["Antelope"]),
+           Example(id="b", question="What type of animal is a Garron?", answers=["Horse"]),
+           Example(id="c", question="Which vegetable is a leek related to?", answers=["Onion"]),
+           Example(id="d", question="Who wrote Hamlet?", answers=["William Shakespeare"]),
+           Example(id="e", question="Who painted the Mona Lisa?", answers=["Leonardo da Vinci"])]
+    out = same_type_answers(exs)
+    assert out[0] == "Horse" and out[1] == "Antelope"  # shared words "type", "animal"
+    assert out[3] == "Leonardo da Vinci" and out[4] == "William Shakespeare"  # the only other person
+    assert out[2] in {"Antelope", "Horse"}  # no similar question: a random "other" answer
+    assert same_type_answers(exs) == out  # deterministic
+    assert same_type_answers(exs, accept=lambda ex, t: t != "Horse")[0] == "Onion"  # the only other
+    assert same_type_answers(exs, accept=lambda ex, t: t not in {"Horse", "Onion"})[0] is None
+
+
 # ----------------------------------------------------------------------------- prompts
 
 def test_format_prompt_fallback_semantics(tiny_tokenizer):
@@ -413,6 +429,16 @@ def test_triviaqa_labelling_phrasings(tmp_path):
     assert loose.is_correct(ex, "Spring onion")  # containment is deliberately loose
     assert not loose.is_correct(ex, "Onionskin paper")  # word boundaries
     assert task.extract(ex, "  \n ") is None
+    # TriviaQA lists no wrong answers: a same-type answer of another row is the plausible wrong
+    # one; here the two rows have different types (other, date), so there is none
+    assert task.plausible_wrong(ex) == [] and task.plausible_wrong(task.load(path)[1]) == []
+    more = write_jsonl(tmp_path / "w.jsonl", [
+        {"id": "1", "question": "Which vegetable is a leek?", "answers": ["Onion"]},
+        {"id": "2", "question": "Which vegetable is orange?", "answers": ["Carrot"]},
+        {"id": "3", "question": "Which year?", "answers": ["1066"]}])
+    veg = task.load(more)
+    assert task.plausible_wrong(veg[0]) == ["Carrot"] and task.plausible_wrong(veg[1]) == ["Onion"]
+    assert veg[2].wrong_type in {"Onion", "Carrot"}
     year = task.load(path)[1]
     assert task.is_correct(year, "1066.") and not task.is_correct(year, "In 1066")
     assert not task.is_correct(year, "10.66")  # normalises to "1066" but is another number

@@ -16,7 +16,7 @@ from typing import Callable, Hashable, Sequence
 
 from .normalize import normalize_answer, parse_number
 
-__all__ = ["ANSWER_TYPES", "answer_type", "assign_wrong_types"]
+__all__ = ["ANSWER_TYPES", "answer_type", "assign_wrong_types", "same_type_answers"]
 
 ANSWER_TYPES = ("number", "date", "person", "place", "other")
 
@@ -103,7 +103,8 @@ judy julia julius karl kate katherine keith kevin larry laura lee leo leonard le
 louis louise lucy ludwig margaret maria marie mark martin mary matthew michael mick nancy napoleon
 neil nelson nicholas oliver oscar patrick paul peter philip queen rachel ralph raymond richard
 robert roger ronald rose roy ruth sally samuel sarah simon sophia stephen steve steven susan thomas
-tim timothy tom tony victoria vincent virginia walter wilhelm william winston wolfgang ringo
+tim timothy tom tony victoria vincent virginia walter wilhelm will william winston wolfgang ringo
+goldie marilyn audrey greta humphrey cary clark marlon bette meryl kirk burt dustin
 """.split())
 _PERSON_TITLES = re.compile(
     r"^(?:mr|mrs|ms|miss|dr|sir|dame|lord|lady|king|queen|prince|princess|saint|st|pope|president|"
@@ -133,6 +134,8 @@ def _is_place(low: str, norm: str) -> bool:
 
 
 def _is_person(text: str, norm: str) -> bool:
+    if text.isupper():  # "GOLDIE HAWN"
+        text = text.title()
     if _PERSON_TITLES.match(text.lower()) or _INITIALS.match(text):
         return True
     tokens = text.replace(",", " ").split()
@@ -257,3 +260,80 @@ def _draw_other_type(by_type: dict, own_type: Hashable, gold: set[str], rng: ran
             return text
     candidates = [t for g in groups for t, n in g if n not in gold and ok(t)]
     return rng.choice(candidates) if candidates else None
+
+
+_STOP = set("""what which who whom whose where when why how was were is are the and for from with
+that this these those into onto of in on at by to as an a its it his her their they he she you your
+name named called famous first known one two also did does do has have had be been being than then
+there what's which's""".split())
+
+
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", str(text).lower()) if len(w) > 2 and w not in _STOP}
+
+
+def same_type_answers(
+    examples: Sequence,
+    seed: int = 0,
+    *,
+    text_of: Callable | None = None,
+    accept: Callable[[object, str], bool] | None = None,
+) -> list[str | None]:
+    """For each example, another example's answer text *of the same type*, preferring the example
+    whose question is most similar (a plausible wrong answer for benchmarks that list none: an
+    animal for "what type of animal", a person for "who").
+
+    Similarity = sum over shared question content words of 1 / (number of questions holding the
+    word). Candidates exclude the example's own gold answers and texts ``accept(ex, text)``
+    rejects; the type is a valid ``meta["answer_type"]`` or :func:`answer_type`. Ties and rows
+    with no similar question are resolved with ``random.Random(f"same:{seed}:{ex.id}")`` over
+    candidates ordered by id. Returns one entry (``None`` when there is no candidate) per example,
+    in input order.
+    """
+    text_of = text_of or _default_text
+
+    def type_of(ex):
+        given = (ex.meta or {}).get("answer_type")
+        return given if given in ANSWER_TYPES else answer_type(text_of(ex))
+
+    n = len(examples)
+    order = sorted(range(n), key=lambda i: str(examples[i].id))
+    rank = {i: r for r, i in enumerate(order)}
+    types = [type_of(ex) for ex in examples]
+    texts = [text_of(ex) for ex in examples]
+    norms = [normalize_answer(t) if t else "" for t in texts]
+    words = [_content_words(ex.question) for ex in examples]
+    index: dict[tuple[str, str], list[int]] = {}
+    for i in order:
+        for w in words[i]:
+            index.setdefault((types[i], w), []).append(i)
+    df: dict[str, int] = {}
+    for ws in words:
+        for w in ws:
+            df[w] = df.get(w, 0) + 1
+    by_type: dict[str, list[tuple[str, str]]] = {}
+    seen: set[tuple[str, str]] = set()
+    for i in order:
+        if texts[i] and (types[i], texts[i]) not in seen:
+            seen.add((types[i], texts[i]))
+            by_type.setdefault(types[i], []).append((texts[i], norms[i]))
+    out: list[str | None] = []
+    for i, ex in enumerate(examples):
+        gold = {normalize_answer(a) for a in ex.answers}
+        ok = (lambda text, ex=ex: accept(ex, text)) if accept is not None else (lambda text: True)
+        rng = random.Random(f"same:{seed}:{ex.id}")
+        scores: dict[int, float] = {}
+        for w in words[i]:
+            for j in index.get((types[i], w), ()):
+                if j != i:
+                    scores[j] = scores.get(j, 0.0) + 1.0 / df[w]
+        tiebreak = {j: rng.random() for j in sorted(scores, key=rank.get)}
+        choice = None
+        for j in sorted(scores, key=lambda j: (-scores[j], tiebreak[j])):
+            if texts[j] and norms[j] not in gold and ok(texts[j]):
+                choice = texts[j]
+                break
+        if choice is None:
+            choice = _draw_other_type({types[i]: by_type.get(types[i], [])}, None, gold, rng, ok)
+        out.append(choice)
+    return out

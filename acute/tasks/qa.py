@@ -230,6 +230,27 @@ class TriviaQATask(OpenQATask):
     default_split = "validation"
     split_aliases = {"val": "validation", "valid": "validation", "dev": "validation"}
 
+    def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
+        """Wrong-type answers as usual; TriviaQA lists no wrong answers, so each row also gets a
+        plausible wrong answer: another row's answer of the same type (labelled wrong here)."""
+        from .answer_types import same_type_answers
+        examples = super()._assign_wrong_types(examples)
+        same = same_type_answers(examples, seed=self.seed, text_of=self._typed_text,
+                                 accept=self._is_wrong_reply)
+        for ex, text in zip(examples, same):
+            if text is not None:
+                ex.payload["same_type_wrong"] = text
+        return examples
+
+    def plausible_wrong(self, ex: Example) -> list[str]:
+        """``ex.incorrect`` when the data has wrong answers, else the same-type answer of another
+        row assigned on load (empty when there is none)."""
+        listed = super().plausible_wrong(ex)
+        if listed:
+            return listed
+        text = ex.payload.get("same_type_wrong")
+        return [text] if text else []
+
     def _read(self, path: Path, split: str) -> list[Example]:
         if path.is_dir():
             names = [f"{split}.jsonl", f"{split}.json"]
