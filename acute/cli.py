@@ -171,6 +171,15 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _estimator_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--estimators needs a comma-separated list of estimator names")
+    return names
+
+
 def cmd_evaluate(args) -> int:
     from .evaluate import evaluate_store
     from .store import open_store
@@ -181,7 +190,8 @@ def cmd_evaluate(args) -> int:
     evaluate_store(store, test_store=test_store, out_dir=out,
                    test_fraction=args.test_fraction, seed=args.seed,
                    n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
-                   probe_params={"n_estimators": args.n_estimators}, progress=not args.quiet)
+                   probe_params={"n_estimators": args.n_estimators}, progress=not args.quiet,
+                   estimators=_estimator_list(args.estimators), reliability=args.reliability)
     print((out / "results.md").read_text(encoding="utf-8"))
     return 0
 
@@ -395,6 +405,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n-bootstrap", type=int, default=1000)
     e.add_argument("--n-jobs", type=int, default=None)
     e.add_argument("--n-estimators", type=int, default=None)
+    e.add_argument("--estimators", default=None,
+                   help="comma-separated subset, e.g. raw,platt,acute-pca10 (default: all twelve)")
+    e.add_argument("--reliability", choices=["all", "best"], default="all",
+                   help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
 

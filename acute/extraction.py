@@ -29,7 +29,8 @@ Per-sequence termination (EOS ids and stop strings) is decided by the recorder's
 finished rows stop accumulating while the rest of the batch goes on. Each generated token's
 log-probability is taken under the model's raw distribution: ``log_softmax`` of the logits the model
 returns (captured by a forward hook on the model, i.e. before any logits processor such as
-temperature or top-k), gathered once the token is known.
+temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
+once the token is known.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ class _Run:
         self.reason = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.step_tokens: list[torch.Tensor] = []
         self.step_logprobs: list[torch.Tensor] = []
-        self.logprobs_next: torch.Tensor | None = None  # log-softmax of the latest raw logits
+        self.logits_next: torch.Tensor | None = None  # raw logits of the latest forward [B, V]
+        self.logsumexp_next: torch.Tensor | None = None  # their log-normaliser [B] (float32)
         self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
         self.forwards = 0
 
@@ -305,10 +307,12 @@ class _RecorderStoppingCriteria(StoppingCriteria):
         if run is None:
             raise RuntimeError("recorder stopping criterion called outside HiddenStateRecorder.generate")
         token = input_ids[:, -1].to(run.device)
-        if run.logprobs_next is None:
+        if run.logits_next is None:
             raise RuntimeError("no logits were captured for this step; the model's forward hook did not run")
-        logprob = run.logprobs_next.gather(1, token.unsqueeze(1)).squeeze(1)
-        run.logprobs_next = None
+        logits = run.logits_next
+        picked = logits.gather(1, token.to(logits.device).unsqueeze(1)).squeeze(1).float()
+        logprob = (picked - run.logsumexp_next).to(run.device)
+        run.logits_next = run.logsumexp_next = None
         active = ~run.done  # rows for which this token is a real generated token
         run.step_tokens.append(token)
         run.step_logprobs.append(logprob)
@@ -422,7 +426,11 @@ class HiddenStateRecorder:
         logits = getattr(output, "logits", None)
         if logits is None:
             logits = output[0] if isinstance(output, (tuple, list)) else output
-        run.logprobs_next = torch.log_softmax(logits[:, -1, :].to(run.device, torch.float32), dim=-1)
+        last = logits[:, -1, :]
+        # Keep a view of the model's own logits (generate frees them after this step anyway) and
+        # their log-normaliser; the token's log-prob is gathered once the token is known.
+        run.logits_next = last
+        run.logsumexp_next = torch.logsumexp(last.float(), dim=-1)
 
     # -- context manager ---------------------------------------------------------------------
 
@@ -555,14 +563,15 @@ class HiddenStateRecorder:
 
     def state_nbytes(self) -> int:
         """Bytes of tensors the recorder holds for the current batch other than the output tokens
-        (running sums, counts, masks and the latest log-softmax row); 0 outside a generate call."""
+        (running sums, counts, masks, the latest log-normaliser); the logits it references belong to
+        the model's output. 0 outside a generate call."""
         run = self._run
         if run is None:
             return 0
         tensors = [s for s in run.sums if s is not None]
         tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos]
-        if run.logprobs_next is not None:
-            tensors.append(run.logprobs_next)
+        if run.logsumexp_next is not None:
+            tensors.append(run.logsumexp_next)
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
+from acute.errors import AcuteError
 from acute.features import (
     CONFIDENCE_FEATURE,
     NAMED_LAYERS,
@@ -78,11 +79,11 @@ __all__ = [
 ]
 
 
-class ProbeFormatError(ValueError):
+class ProbeFormatError(AcuteError, ValueError):
     """A probe directory is malformed, truncated or tampered with (the message names the file)."""
 
 
-class ModelMismatchError(ValueError):
+class ModelMismatchError(AcuteError, ValueError):
     """A probe is used with a model whose fingerprint differs from the one it was trained on."""
 
 

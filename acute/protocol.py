@@ -571,7 +571,8 @@ def _gap_text(c: Mapping) -> str:
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    lines += ["| " + " | ".join(str(x).replace("|", "\\|").replace("\n", " ") for x in r) + " |"
+              for r in rows]
     return lines
 
 
@@ -821,7 +822,7 @@ def write_protocol_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | 
     docs = [load_protocol(p) for p in run_dirs]
     labels, seen = [], defaultdict(int)
     for doc in docs:
-        label = f"{doc['model']} | {doc['task']}"
+        label = f"{doc['model']} on {doc['task']}"
         seen[label] += 1
         labels.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
     md, summary = render_combined_report(docs, labels)

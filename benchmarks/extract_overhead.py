@@ -41,6 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from acute import extraction  # noqa: E402
 from acute.extraction import HiddenStateRecorder  # noqa: E402
 from acute.models import eos_token_ids, format_prompt, load_model  # noqa: E402
 
@@ -124,6 +125,46 @@ def run_recorder(model, ids, mask, kw, eos, sizes=None):
         batch = rec.generate(ids, mask, eos_token_ids=eos, **kw, **extra)
     assert batch.counts.tolist() == [kw["max_new_tokens"]] * ids.shape[0]
     return batch.layer_means
+
+
+class TimedRecorder(HiddenStateRecorder):
+    """The recorder with a stopwatch around its per-layer hook work and its logits hook."""
+
+    spent = 0.0
+
+    def _accumulate(self, index, hidden):
+        t0 = time.perf_counter()
+        super()._accumulate(index, hidden)
+        TimedRecorder.spent += time.perf_counter() - t0
+
+    def _logits_hook(self, module, args, output):
+        t0 = time.perf_counter()
+        super()._logits_hook(module, args, output)
+        TimedRecorder.spent += time.perf_counter() - t0
+
+
+def time_inside_recorder(model, ids, mask, kw, eos):
+    """(seconds inside the recorder's hooks + stopping criterion, total seconds) of one run."""
+    criterion_call = extraction._RecorderStoppingCriteria.__call__
+
+    def timed_call(self, *a, **k):
+        t0 = time.perf_counter()
+        try:
+            return criterion_call(self, *a, **k)
+        finally:
+            TimedRecorder.spent += time.perf_counter() - t0
+
+    kw = {k: v for k, v in kw.items() if k != "eos_token_id"}
+    TimedRecorder.spent = 0.0
+    extraction._RecorderStoppingCriteria.__call__ = timed_call
+    try:
+        t0 = time.perf_counter()
+        with TimedRecorder(model) as rec:
+            rec.generate(ids, mask, eos_token_ids=eos, **kw)
+        total = time.perf_counter() - t0
+    finally:
+        extraction._RecorderStoppingCriteria.__call__ = criterion_call
+    return TimedRecorder.spent, total
 
 
 def run_output_hidden_states(model, ids, mask, kw):
@@ -213,6 +254,10 @@ def main(argv=None) -> None:
             print(f"  ({k}) {name:32s} wall {med_t[k]:7.3f} s  cpu {med_c[k]:7.3f} s  "
                   f"peak RSS +{med_m[k] / 2**20:7.1f} MiB   wall runs: "
                   f"{', '.join(f'{t:.2f}' for t in times[k])}")
+        inside = [time_inside_recorder(model, ids, mask, kw, eos) for _ in range(args.reps)]
+        frac = statistics.median(a / b for a, b in inside)
+        print(f"  time inside the recorder's hooks + stopping criterion: median {frac:.2%} of the "
+              f"(b) run ({statistics.median(a for a, _ in inside) * 1e3 / args.new_tokens:.2f} ms per step)")
         print(f"  wall ratio b/a = {med_t['b'] / med_t['a']:.3f}   c/a = {med_t['c'] / med_t['a']:.3f}"
               f"   |  cpu ratio b/a = {med_c['b'] / med_c['a']:.3f}   c/a = {med_c['c'] / med_c['a']:.3f}")
 

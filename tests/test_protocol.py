@@ -496,7 +496,7 @@ def test_render_report_is_reproducible_from_json(zero_run):
 def test_write_protocol_report_combines_runs(na_run, zero_run, tmp_path):
     md_path = write_protocol_report([na_run[2].out_dir, zero_run[2].json_path], tmp_path / "combined")
     md = md_path.read_text()
-    assert "tiny-no-digits |" in md and "tiny-zero |" in md
+    assert "| tiny-no-digits on " in md and "| tiny-zero on " in md
     assert "## Shift table" in md and "Per run" in md
     summary = json.loads((tmp_path / "combined" / "protocol-report.json").read_text())
     # the no-digit run contributes no pairs; the pooled shifts equal the zero run's

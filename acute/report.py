@@ -1,0 +1,688 @@
+"""The reproduction report: ``docs/results/README.md`` from evaluation and protocol runs.
+
+Inputs are the folders that :func:`acute.evaluate.evaluate_store` (``results.json`` and
+``predictions.csv``) and :func:`acute.protocol.run_protocol` (``protocol.json``) wrote for each
+model and task, plus the stage timings of ``examples/reproduce.py``. Everything numeric is
+recomputed here from the test-set predictions, so one resampling scheme serves every table:
+
+* per model: for each (model, task) the test records are resampled ``n_bootstrap`` times
+  (:func:`acute.metrics.bootstrap_indices`, paired across estimators); every metric is computed
+  on every resample; the 95% interval is the 2.5/97.5 percentile of those values.
+* averaged over models: the estimate is the mean of the per-model estimates and resample ``b``
+  of the average is the mean of the models' resample ``b`` (the models' test sets are
+  independent, so this is the bootstrap distribution of the mean).
+
+Public functions are small and pure except :func:`load_eval_run` (reads files) and
+:func:`write_report` (writes files).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ACUTE_VIEWS",
+    "PAPER_NUMBERS",
+    "REPORT_METRICS",
+    "EvalRun",
+    "ReportInputs",
+    "ablation_markdown",
+    "average_draws",
+    "comparison_markdown",
+    "estimator_markdown",
+    "interval_summary",
+    "load_eval_run",
+    "metric_draws",
+    "metric_values",
+    "preserved_block",
+    "render_report",
+    "timings_markdown",
+    "write_report",
+]
+
+#: (key, column header, direction: +1 higher is better, -1 lower is better, 0 neither)
+REPORT_METRICS: tuple[tuple[str, str, int], ...] = (
+    ("accuracy", "Accuracy", 0),
+    ("smece", "smECE ↓", -1),
+    ("auc_euro_low", "auc-euro low ↑", +1),
+    ("auc_euro_med", "auc-euro med ↑", +1),
+    ("auc_euro_high", "auc-euro high ↑", +1),
+    ("auc_euro_all", "auc-euro all ↑", +1),
+)
+_METRIC_KEYS = tuple(k for k, _, _ in REPORT_METRICS)
+
+#: ACUTE variants (evaluation names) -> the view they ablate
+ACUTE_VIEWS: dict[str, str] = {
+    "acute-early": "mean-pooled early layer",
+    "acute-mid": "mean-pooled middle layer",
+    "acute-late": "mean-pooled late layer",
+    "acute-cosine": "cosine to last layer",
+    "acute-pca10": "per-layer PCA, 10 components",
+    "acute-pca20": "per-layer PCA, 20 components",
+}
+
+#: The papers' headline numbers that the report puts next to the measured ones.
+PAPER_NUMBERS: dict[str, Any] = {
+    "acute": [  # (task key, estimator, paper auc-euro)
+        ("mmlu", "raw", 0.72),
+        ("mmlu", "acute-late", 0.83),
+        ("apigen", "raw", 0.53),
+        ("apigen", "acute-pca20", 0.88),
+    ],
+    # mean |change in g| when one protocol axis is toggled
+    "protocol_shifts": {"context": 0.28, "readout": 0.11, "estimator": 0.01},
+}
+
+INTERPRETATION_START = "<!-- interpretation:start -->"
+INTERPRETATION_END = "<!-- interpretation:end -->"
+_INTERPRETATION_PLACEHOLDER = ("_Interpretation: to be written. Text between the two markers "
+                               "around this line is kept when the report is regenerated._")
+
+
+# ----------------------------------------------------------------------------- loading
+@dataclass
+class EvalRun:
+    """One model's held-out predictions on one task (an evaluation folder).
+
+    ``ids`` and ``correct`` (bool[n]) of the test records, ``predictions`` (estimator ->
+    float64[n] confidence, in the evaluation's order) and ``results`` (the parsed
+    ``results.json``).
+    """
+
+    model: str
+    task: str
+    path: Path
+    ids: list[str]
+    correct: np.ndarray
+    predictions: dict[str, np.ndarray]
+    results: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.correct.size)
+
+    def layer_of(self, estimator: str) -> int | None:
+        """The layer an ACUTE single-layer variant chose (``None`` for other estimators)."""
+        for row in self.results.get("results", []):
+            if row.get("estimator") == estimator:
+                return row.get("layer")
+        return None
+
+
+def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun:
+    """Read ``results.json`` and ``predictions.csv`` of an evaluation folder.
+
+    Raises ``FileNotFoundError`` when either file is missing and ``ValueError`` (naming the
+    file and line) when ``results.json`` is not a complete evaluation, a prediction is not a
+    number in [0, 1] or ``correct`` is not 0/1.
+    """
+    folder = Path(eval_dir)
+    res_path, pred_path = folder / "results.json", folder / "predictions.csv"
+    for p in (res_path, pred_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} does not exist (run the evaluate stage first)")
+    try:
+        results = json.loads(res_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{res_path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    if not isinstance(results, dict) or results.get("complete") is not True:
+        raise ValueError(f"{res_path}: not a complete evaluation (missing \"complete\": true)")
+    ids: list[str] = []
+    correct: list[int] = []
+    with open(pred_path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header or header[:2] != ["id", "correct"] or len(header) < 3:
+            raise ValueError(f"{pred_path}:1: expected a header 'id,correct,<estimator>...', got {header}")
+        names = header[2:]
+        cols: list[list[float]] = [[] for _ in names]
+        for lineno, row in enumerate(reader, start=2):
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"{pred_path}:{lineno}: {len(row)} cells, expected {len(header)}")
+            if row[1] not in ("0", "1"):
+                raise ValueError(f"{pred_path}:{lineno}: correct must be 0 or 1, got {row[1]!r}")
+            ids.append(row[0])
+            correct.append(int(row[1]))
+            for j, cell in enumerate(row[2:]):
+                try:
+                    v = float(cell)
+                except ValueError:
+                    raise ValueError(f"{pred_path}:{lineno}: {names[j]} is not a number: {cell!r}") from None
+                if not 0.0 <= v <= 1.0:
+                    raise ValueError(f"{pred_path}:{lineno}: {names[j]} = {v} is outside [0, 1]")
+                cols[j].append(v)
+    if not ids:
+        raise ValueError(f"{pred_path}: no test records")
+    return EvalRun(model=model, task=task, path=folder, ids=ids,
+                   correct=np.asarray(correct, dtype=bool),
+                   predictions={n: np.asarray(c, dtype=np.float64) for n, c in zip(names, cols)},
+                   results=results)
+
+
+# ----------------------------------------------------------------------------- numbers
+def metric_values(confidence: np.ndarray, correct: np.ndarray) -> dict[str, float]:
+    """Every report metric of one confidence vector on one labelled set.
+
+    ``accuracy`` = mean of ``correct``; ``smece`` (:func:`acute.metrics.smece`);
+    ``auc_euro_<band>`` = mean of :func:`acute.metrics.euro_curve` over the band's grid points,
+    i.e. :func:`acute.metrics.auc_euro` with ``exact=False`` (one euro curve serves all bands).
+    """
+    from . import metrics
+
+    conf = np.asarray(confidence, dtype=np.float64)
+    y = np.asarray(correct, dtype=bool)
+    curve = np.asarray(metrics.euro_curve(conf, y, metrics.EURO_GRID), dtype=np.float64)
+    out = {"accuracy": float(y.mean()), "smece": float(metrics.smece(conf, y))}
+    for band in ("low", "med", "high", "all"):
+        sl, _ = metrics.BANDS[band]
+        out[f"auc_euro_{band}"] = float(np.mean(curve[sl]))
+    return out
+
+
+def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
+                 estimators: Sequence[str] | None = None) -> dict[str, dict[str, tuple[float, np.ndarray]]]:
+    """``{estimator: {metric: (estimate, draws)}}`` for one run.
+
+    ``estimate`` is the metric on all test records; ``draws`` (float64[n_bootstrap]) the metric
+    on each resample of :func:`acute.metrics.bootstrap_indices` ``(run.n, n_bootstrap, seed)``,
+    the same resamples for every estimator (NaN where a metric is undefined on a resample).
+    ``n_bootstrap = 0`` gives empty draws. Raises ``ValueError`` for an unknown estimator.
+    """
+    from . import metrics
+
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
+        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+    names = list(run.predictions) if estimators is None else list(estimators)
+    missing = [n for n in names if n not in run.predictions]
+    if missing:
+        raise ValueError(f"{run.path}: no predictions for estimator(s) {missing}")
+    idx = metrics.bootstrap_indices(run.n, int(n_bootstrap), seed) if n_bootstrap else np.empty((0, run.n), int)
+    out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
+    for name in names:
+        conf = run.predictions[name]
+        full = metric_values(conf, run.correct)
+        draws = {k: np.full(len(idx), np.nan) for k in _METRIC_KEYS}
+        for b, row in enumerate(idx):
+            try:
+                vals = metric_values(conf[row], run.correct[row])
+            except ValueError:  # a metric undefined on this resample
+                continue
+            for k in _METRIC_KEYS:
+                draws[k][b] = vals[k]
+        out[name] = {k: (full[k], draws[k]) for k in _METRIC_KEYS}
+    return out
+
+
+def average_draws(per_run: Sequence[Mapping[str, Mapping[str, tuple[float, np.ndarray]]]]
+                  ) -> dict[str, dict[str, tuple[float, np.ndarray]]]:
+    """Average several runs' :func:`metric_draws` (independent test sets, e.g. one per model).
+
+    For every estimator present in all runs: estimate = mean of the estimates, draw ``b`` = mean
+    of the runs' draw ``b`` (all runs must have the same number of draws). Returns the same
+    structure; an empty input gives ``{}``.
+    """
+    if not per_run:
+        return {}
+    common = [e for e in per_run[0] if all(e in r for r in per_run[1:])]
+    out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
+    for est in common:
+        out[est] = {}
+        for key in per_run[0][est]:
+            estimates = [r[est][key][0] for r in per_run]
+            draws = [np.asarray(r[est][key][1], dtype=np.float64) for r in per_run]
+            if len({d.size for d in draws}) != 1:
+                raise ValueError(f"runs have different numbers of bootstrap draws: {[d.size for d in draws]}")
+            out[est][key] = (float(np.mean(estimates)), np.mean(np.stack(draws), axis=0))
+    return out
+
+
+def interval_summary(draws: Mapping[str, Mapping[str, tuple[float, np.ndarray]]], alpha: float = 0.05
+                     ) -> dict[str, dict[str, dict[str, float | None]]]:
+    """``{estimator: {metric: {"estimate", "low", "high"}}}``: percentile intervals of the draws.
+
+    Non-finite draws are left out; ``low``/``high`` are ``None`` when no draw is finite (or
+    there were none). Values are plain floats (JSON-ready).
+    """
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for est, by_metric in draws.items():
+        out[est] = {}
+        for key, (estimate, d) in by_metric.items():
+            d = np.asarray(d, dtype=np.float64)
+            d = d[np.isfinite(d)]
+            low = high = None
+            if d.size:
+                lo, hi = np.percentile(d, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+                low, high = float(lo), float(hi)
+            est_v = float(estimate) if estimate is not None and math.isfinite(estimate) else None
+            out[est][key] = {"estimate": est_v, "low": low, "high": high}
+    return out
+
+
+# ----------------------------------------------------------------------------- markdown
+def _cell(v: Mapping[str, float | None] | None) -> str:
+    if not v or v.get("estimate") is None:
+        return "n/a"
+    s = f"{v['estimate']:.3f}"
+    if v.get("low") is not None and v.get("high") is not None:
+        s += f" [{v['low']:.3f}, {v['high']:.3f}]"
+    return s
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], align_right_from: int = 1) -> list[str]:
+    sep = ["---" if i < align_right_from else "---:" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+    return lines
+
+
+def estimator_markdown(summary: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                       estimators: Sequence[str] | None = None,
+                       labels: Mapping[str, str] | None = None) -> str:
+    """Rows = estimators, columns = :data:`REPORT_METRICS` as ``estimate [low, high]``.
+
+    The best value of each column with a direction is bold (ties, at 3 decimals, too).
+    ``labels`` renames rows (e.g. ``acute-late (layer 27)``).
+    """
+    names = [e for e in (estimators or list(summary)) if e in summary]
+    best: dict[str, float] = {}
+    for key, _, direction in REPORT_METRICS:
+        vals = [summary[e][key]["estimate"] for e in names if summary[e][key]["estimate"] is not None]
+        if direction and vals:
+            best[key] = max(vals) if direction > 0 else min(vals)
+    rows = []
+    for e in names:
+        cells = [(labels or {}).get(e, e)]
+        for key, _, _ in REPORT_METRICS:
+            v = summary[e][key]
+            s = _cell(v)
+            if key in best and v["estimate"] is not None and round(v["estimate"], 3) == round(best[key], 3):
+                s = f"**{s}**"
+            cells.append(s)
+        rows.append(cells)
+    return "\n".join(_table(["Estimator"] + [h for _, h, _ in REPORT_METRICS], rows)) + "\n"
+
+
+def ablation_markdown(by_task: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float | None]]]],
+                      metric: str = "auc_euro_all", reference: Sequence[str] = ("raw",)) -> str:
+    """The ACUTE view ablation: rows = ACUTE variants (plus ``reference`` estimators), columns =
+    tasks, cells = ``metric`` averaged over models with its interval; the best ACUTE view of
+    each task in bold. ``by_task`` maps task -> averaged interval summary."""
+    tasks = list(by_task)
+    direction = {k: d for k, _, d in REPORT_METRICS}[metric]
+    best: dict[str, float] = {}
+    for t in tasks:
+        vals = [by_task[t][v][metric]["estimate"] for v in ACUTE_VIEWS
+                if v in by_task[t] and by_task[t][v][metric]["estimate"] is not None]
+        if vals:
+            best[t] = max(vals) if direction >= 0 else min(vals)
+    rows = []
+    for name in list(reference) + list(ACUTE_VIEWS):
+        desc = ACUTE_VIEWS.get(name, "baseline (reference)")
+        cells = [f"{name} ({desc})"]
+        for t in tasks:
+            v = by_task[t].get(name, {}).get(metric)
+            s = _cell(v)
+            if name in ACUTE_VIEWS and t in best and v and v["estimate"] is not None \
+                    and round(v["estimate"], 3) == round(best[t], 3):
+                s = f"**{s}**"
+            cells.append(s)
+        rows.append(cells)
+    return "\n".join(_table(["View"] + tasks, rows)) + "\n"
+
+
+def _fmt_seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "n/a"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m}m {sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"
+
+
+def _fmt_mb(mb: float | None) -> str:
+    if mb is None or not math.isfinite(mb):
+        return "n/a"
+    return f"{mb / 1024:.2f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+def timings_markdown(stages: Mapping[str, Mapping[str, Any]], models: Sequence[str],
+                     tasks: Sequence[str], stage_names: Sequence[str] = ("collect", "evaluate", "protocol")) -> str:
+    """Wall time and peak resident memory per (model, task) and stage, with per-stage totals.
+
+    ``stages`` maps ``"<stage>/<model>/<task>"`` to a timing entry (``status``, ``wall_s``,
+    ``peak_rss_mb``); missing entries read ``-``, failed ones ``failed``. Each stage ran in its
+    own process, so its peak memory is that process's peak resident set size.
+    """
+    header = ["Model", "Task"] + [f"{s} wall / peak" for s in stage_names]
+    rows = []
+    totals = {s: 0.0 for s in stage_names}
+    peaks = {s: 0.0 for s in stage_names}
+    for m in models:
+        for t in tasks:
+            cells = [m, t]
+            any_entry = False
+            for s in stage_names:
+                e = stages.get(f"{s}/{m}/{t}")
+                if not e:
+                    cells.append("-")
+                    continue
+                any_entry = True
+                if e.get("status") == "failed":
+                    cells.append(f"failed after {_fmt_seconds(e.get('wall_s'))}")
+                    continue
+                cells.append(f"{_fmt_seconds(e.get('wall_s'))} / {_fmt_mb(e.get('peak_rss_mb'))}")
+                totals[s] += float(e.get("wall_s") or 0.0)
+                peaks[s] = max(peaks[s], float(e.get("peak_rss_mb") or 0.0))
+            if any_entry:
+                rows.append(cells)
+    rows.append(["**total**", ""] + [f"**{_fmt_seconds(totals[s])}** / max {_fmt_mb(peaks[s] or None)}"
+                                     for s in stage_names])
+    grand = sum(totals.values())
+    return ("\n".join(_table(header, rows, align_right_from=2)) + "\n\n"
+            f"All stages together: {_fmt_seconds(grand)} of wall time.\n")
+
+
+def comparison_markdown(avg_by_task: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float | None]]]],
+                        measured_shifts: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The papers' headline numbers next to the measured ones (no interpretation).
+
+    ACUTE rows: auc-euro of ``raw`` and the paper's best view on MMLU and APIGen (measured: all
+    four bands averaged over models, so the band the paper used can be matched). Protocol rows:
+    the paper's mean |change in g| per toggled axis next to the pooled measured one.
+    """
+    lines = ["ACUTE paper (auc-euro):", ""]
+    rows = []
+    for task, est, paper in PAPER_NUMBERS["acute"]:
+        s = avg_by_task.get(task, {}).get(est)
+        if not s:
+            rows.append([task, est, f"{paper:.2f}", "not run", "", "", ""])
+            continue
+        rows.append([task, est, f"{paper:.2f}"] + [_cell(s[f"auc_euro_{b}"]) for b in ("all", "low", "med", "high")])
+    lines += _table(["Task", "Estimator", "paper", "measured all", "low", "med", "high"], rows, 2)
+    lines += ["", "Protocol paper (mean |change in g| when one axis is toggled):", ""]
+    rows = []
+    for axis, paper in PAPER_NUMBERS["protocol_shifts"].items():
+        m = (measured_shifts or {}).get(axis) or {}
+        v = m.get("mean_abs_change")
+        rows.append([axis, f"{paper:.2f}", "not run" if v is None else f"{v:.3f}",
+                     m.get("n_pairs", 0)])
+    if measured_shifts and "scored" in measured_shifts:
+        v = measured_shifts["scored"].get("mean_abs_change")
+        rows.append(["scored answer", "n/a", "n/a" if v is None else f"{v:.3f}",
+                     measured_shifts["scored"].get("n_pairs", 0)])
+    lines += _table(["Axis toggled", "paper", "measured (pooled)", "pairs"], rows, 1)
+    return "\n".join(lines) + "\n"
+
+
+def preserved_block(old_text: str | None) -> str:
+    """The interpretation text between :data:`INTERPRETATION_START` and
+    :data:`INTERPRETATION_END` in a previous README (stripped), else the placeholder."""
+    if old_text:
+        m = re.search(re.escape(INTERPRETATION_START) + r"(.*?)" + re.escape(INTERPRETATION_END),
+                      old_text, flags=re.S)
+        if m and m.group(1).strip():
+            return m.group(1).strip()
+    return _INTERPRETATION_PLACEHOLDER
+
+
+def _md_sections(md: str, titles: Sequence[str]) -> str:
+    """The ``## <title>`` sections of a markdown text, headings demoted to ``###``."""
+    parts = re.split(r"(?m)^## ", md)
+    keep = []
+    for p in parts[1:]:
+        title = p.splitlines()[0].strip()
+        if title in titles:
+            keep.append("### " + p.rstrip() + "\n")
+    return "\n".join(keep)
+
+
+def _compact_gap_table(cells: Sequence[Mapping[str, Any]], estimator: str = "smECE",
+                       readout: str = "T1") -> str:
+    cols = [("generated", "query"), ("generated", "verbal"), ("gold", "query"), ("gold", "verbal")]
+    grid: dict[str, dict[tuple[str, str], Mapping]] = {}
+    for c in cells:
+        if c.get("estimator") == estimator and c.get("readout") == readout:
+            grid.setdefault(str(c.get("run")), {})[(c.get("scored"), c.get("context"))] = c
+    rows = []
+    for run, by in grid.items():
+        cells_txt = []
+        for key in cols:
+            c = by.get(key)
+            if c is None:
+                cells_txt.append("-")
+            elif c.get("status") != "ok" or c.get("gap") is None:
+                cells_txt.append(str(c.get("status", "n/a")))
+            else:
+                ci = "" if c.get("low") is None else f" [{c['low']:+.3f}, {c['high']:+.3f}]"
+                cells_txt.append(f"{c['gap']:+.3f}{ci}")
+        first = next(iter(by.values()))
+        rows.append([run] + cells_txt + [first.get("n", "")])
+    header = ["run"] + [f"{s} / {ctx}" for s, ctx in cols] + ["n (generated)"]
+    return "\n".join(_table(header, rows)) + "\n"
+
+
+# ----------------------------------------------------------------------------- the report
+@dataclass
+class ReportInputs:
+    """What :func:`write_report` needs (paths and settings; no numbers).
+
+    ``eval_runs``: ``(model, task, eval_dir)`` for every completed evaluation;
+    ``protocol_runs``: ``(model, task, protocol_dir)``; ``models`` / ``tasks``: display order;
+    ``task_info``: task key -> short description (task name, data, shots); ``records``:
+    ``(model, task)`` -> requested records; ``stages``: timing entries by
+    ``"<stage>/<model>/<task>"``; ``failures``: ``(key, message)``; ``command``: the command
+    that regenerates the report; ``figures_model``: whose plots are copied (``None``: the first
+    model with an evaluation of that task).
+    """
+
+    out_dir: Path
+    eval_runs: list[tuple[str, str, Path]]
+    protocol_runs: list[tuple[str, str, Path]]
+    models: list[str]
+    tasks: list[str]
+    task_info: dict[str, str] = field(default_factory=dict)
+    records: dict[tuple[str, str], int] = field(default_factory=dict)
+    stages: dict[str, dict] = field(default_factory=dict)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    command: str = ""
+    report_command: str = ""
+    n_bootstrap: int = 1000
+    seed: int = 0
+    figures_model: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _copy_figures(run: EvalRun, task: str, fig_dir: Path, best_acute: str | None) -> list[tuple[str, str]]:
+    """Copy the run's euro curves and the raw / best-ACUTE reliability diagrams; returns
+    ``(caption, relative path)`` pairs for the ones that exist."""
+    wanted = [("euro curves, every estimator", "euro_curves.png", f"{task}-euro-curves.png"),
+              ("reliability, raw confidence", "reliability_raw.png", f"{task}-reliability-raw.png")]
+    if best_acute:
+        wanted.append((f"reliability, {best_acute}", f"reliability_{best_acute}.png",
+                       f"{task}-reliability-{best_acute}.png"))
+    out = []
+    for caption, src, dst in wanted:
+        p = run.path / src
+        if p.is_file():
+            fig_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, fig_dir / dst)
+            out.append((f"{caption} ({run.model})", f"figures/{dst}"))
+    return out
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _json_ready(x):
+    if isinstance(x, dict):
+        return {str(k): _json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_ready(v) for v in x]
+    if isinstance(x, (np.floating, float)):
+        return float(x) if math.isfinite(float(x)) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, Path):
+        return str(x)
+    return x
+
+
+def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
+    """Compute every table and return ``(markdown, data)``; copies figures into
+    ``inputs.out_dir/figures`` and writes the combined protocol report
+    (:func:`acute.protocol.write_protocol_report`) into ``inputs.out_dir``.
+
+    ``data`` holds the numbers of every table (JSON-ready), for ``report.json``.
+    """
+    out_dir = Path(inputs.out_dir)
+    lines: list[str] = ["# Reproduction results", ""]
+    lines += [
+        "Generated by `examples/reproduce.py` from the run outputs; do not edit by hand except "
+        "between the interpretation markers below. Regenerate with:", "",
+        "```bash", inputs.command, "```", ""]
+    if inputs.report_command:
+        lines += ["Only this README (from existing runs): `" + inputs.report_command + "`", ""]
+    s = inputs.settings
+    if s:
+        lines += ["Settings: " + "; ".join(f"{k} = {v}" for k, v in s.items()) + ".", ""]
+    lines += [
+        "Intervals are 95% percentile-bootstrap intervals over the test records "
+        f"({inputs.n_bootstrap} resamples, seed {inputs.seed}); the average over models resamples "
+        "each model's test set independently and averages resample by resample. Best value of each "
+        "column in bold (accuracy has no direction). smECE: lower is better; auc-euro: higher is "
+        "better.", ""]
+
+    if inputs.failures:
+        lines += ["## Stages that failed", ""]
+        lines += [f"* `{k}`: {msg}" for k, msg in inputs.failures] + [""]
+
+    data: dict[str, Any] = {"tasks": {}, "ablation": {}, "comparison": {}, "protocol": None}
+    runs_by_task: dict[str, list[EvalRun]] = {}
+    for model, task, path in inputs.eval_runs:
+        runs_by_task.setdefault(task, []).append(load_eval_run(path, model, task))
+
+    avg_by_task: dict[str, dict] = {}
+    fig_dir = out_dir / "figures"
+    if fig_dir.is_dir():
+        shutil.rmtree(fig_dir)
+    lines += ["## Calibration and selective trust per task", ""]
+    for task in inputs.tasks:
+        runs = runs_by_task.get(task)
+        if not runs:
+            continue
+        runs.sort(key=lambda r: inputs.models.index(r.model) if r.model in inputs.models else 1 << 30)
+        if progress:
+            print(f"report: bootstrap for {task} ({len(runs)} models)", flush=True)
+        per_model = [metric_draws(r, inputs.n_bootstrap, inputs.seed) for r in runs]
+        avg = interval_summary(average_draws(per_model))
+        avg_by_task[task] = avg
+        per_model_summary = {r.model: interval_summary(d) for r, d in zip(runs, per_model)}
+        estimators = list(avg)
+        info = inputs.task_info.get(task, "")
+        lines += [f"### {task}", ""]
+        if info:
+            lines += [info, ""]
+        size_rows = []
+        for r in runs:
+            sp = r.results.get("split", {})
+            size_rows.append([r.model, inputs.records.get((r.model, task), ""), sp.get("n_train", ""),
+                              r.n, f"{float(np.mean(r.correct)):.3f}"])
+        lines += _table(["Model", "records requested", "train", "test", "test accuracy"], size_rows) + [""]
+        lines += [f"Averaged over {len(runs)} model(s): " + ", ".join(r.model for r in runs), ""]
+        lines += [estimator_markdown(avg, estimators)]
+        for r in runs:
+            labels = {e: f"{e} (layer {r.layer_of(e)})" for e in estimators if r.layer_of(e) is not None}
+            lines += ["<details>", f"<summary>{r.model} ({r.n} test records)</summary>", "",
+                      estimator_markdown(per_model_summary[r.model], estimators, labels),
+                      "</details>", ""]
+        fig_run = next((r for r in runs if r.model == inputs.figures_model), runs[0])
+        best = fig_run.results.get("best", {}).get("acute")
+        figs = _copy_figures(fig_run, task, fig_dir, best)
+        if figs:
+            lines += [" ".join(f"![{cap}]({rel})" for cap, rel in figs), ""]
+        data["tasks"][task] = {"average": avg, "per_model": per_model_summary,
+                               "models": [r.model for r in runs]}
+
+    if avg_by_task:
+        lines += ["## Ablation: ACUTE views", "",
+                  "auc-euro over all risk levels, averaged over models (raw confidence for reference):", "",
+                  ablation_markdown(avg_by_task, "auc_euro_all"),
+                  "smECE, averaged over models:", "", ablation_markdown(avg_by_task, "smece")]
+        data["ablation"] = {t: {v: a.get(v) for v in ("raw", *ACUTE_VIEWS)} for t, a in avg_by_task.items()}
+
+    shifts = None
+    if inputs.protocol_runs:
+        from .protocol import write_protocol_report
+
+        md_path = write_protocol_report([p for _, _, p in inputs.protocol_runs], out_dir)
+        summary = json.loads((out_dir / "protocol-report.json").read_text(encoding="utf-8"))
+        shifts = summary.get("shifts")
+        lines += ["## Protocol study: verbalized vs token confidence", "",
+                  f"{len(inputs.protocol_runs)} runs; full tables (every estimator, readout and the "
+                  f"reporting checklist) in [{md_path.name}]({md_path.name}).", "",
+                  "### Gap table (smECE, readout T1)", "",
+                  "g = smECE(c_verb) - smECE(c_tok) (positive: verbalized worse), 95% paired bootstrap "
+                  "interval; columns are scored answer / conditioning context.", "",
+                  _compact_gap_table(summary.get("cells", [])),
+                  _md_sections(md_path.read_text(encoding="utf-8"), ("Shift table", "Provenance table"))]
+        data["protocol"] = {"shifts": shifts, "shifts_per_run": summary.get("shifts_per_run"),
+                            "runs": summary.get("runs")}
+
+    lines += ["## Comparison with the papers", "",
+              comparison_markdown(avg_by_task, shifts),
+              INTERPRETATION_START, "", "__INTERPRETATION__", "", INTERPRETATION_END, ""]
+    data["comparison"] = {
+        "acute": [{"task": t, "estimator": e, "paper": p,
+                   "measured": avg_by_task.get(t, {}).get(e)} for t, e, p in PAPER_NUMBERS["acute"]],
+        "protocol_shifts": {a: {"paper": p, "measured": (shifts or {}).get(a)}
+                            for a, p in PAPER_NUMBERS["protocol_shifts"].items()},
+    }
+
+    lines += ["## Wall time and peak memory", "",
+              "Each stage of each model and task ran in its own process; peak memory is that "
+              "process's peak resident set size. Times are from the run that produced the outputs "
+              "(a resumed invocation that skipped a stage keeps the earlier measurement).", "",
+              timings_markdown(inputs.stages, inputs.models, inputs.tasks)]
+    data["timings"] = inputs.stages
+    return "\n".join(lines), _json_ready(data)
+
+
+def write_report(inputs: ReportInputs, progress: bool = False) -> Path:
+    """Render the report and write ``README.md`` (and ``report.json``) into ``inputs.out_dir``;
+    returns the README path. The interpretation block of an existing README is kept."""
+    out_dir = Path(inputs.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    readme = out_dir / "README.md"
+    old = readme.read_text(encoding="utf-8") if readme.is_file() else None
+    md, data = render_report(inputs, progress=progress)
+    md = md.replace("__INTERPRETATION__", preserved_block(old))
+    data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _atomic_write(out_dir / "report.json", json.dumps(data, indent=1))
+    _atomic_write(readme, md)
+    return readme

@@ -1,0 +1,178 @@
+"""Collection (acute.collect) on the tiny model: the store matches a direct recorder run, records
+carry the labels, the summary adds up, and an interrupted collection resumes without loss or
+duplication."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import acute.extraction
+from acute.collect import collect
+from acute.extraction import generate_and_record
+from acute.models import load_model, model_fingerprint
+from acute.store import open_store
+from acute.tasks import get_task
+
+MAX_NEW = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run ~10x faster on one thread on a loaded machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+def write_questions(path, n, long_ids=()):
+    """A JSONL task file of ``n`` arithmetic questions; ids in ``long_ids`` get a very long text."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            q = f"What is {i} plus {i + 1}?" + (" Think." * 300 if i in long_ids else "")
+            f.write(json.dumps({"id": f"q{i:03d}", "question": q, "answers": [str(2 * i + 1)]}) + "\n")
+    return path
+
+
+def hash_rule(ex, generation):
+    """Deterministic mixed labels (random tiny models answer everything wrong)."""
+    return int(ex.id[1:]) % 3 == 0
+
+
+def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
+    model, tok = loaded
+    task = get_task(write_questions(tmp_path / "q.jsonl", 12))
+    monkeypatch.setattr(task, "is_correct", hash_rule)
+    examples = task.load()
+    summary = collect(model, tok, task, examples, tmp_path / "store", model_name="tiny",
+                      batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    store = open_store(tmp_path / "store")
+
+    prompts = [task.prompt(tok, ex) for ex in examples]
+    direct = generate_and_record(model, tok, prompts, max_new_tokens=MAX_NEW, batch_size=4,
+                                 stop_strings=task.stop_strings)
+    L, d = model.config.num_hidden_layers, model.config.hidden_size
+    assert store.layer_means.shape == (12, L + 1, d)
+    np.testing.assert_array_equal(store.layer_means, np.stack([g.layer_means for g in direct]))
+    assert store.ids == [ex.id for ex in examples]
+    for rec, ex, prompt, g in zip(store.records, examples, prompts, direct):
+        assert rec["prompt"] == prompt and rec["generation"] == g.text
+        assert rec["gold"] == ex.answers == [str(2 * int(ex.id[1:]) + 1)]
+        assert rec["correct"] is (int(ex.id[1:]) % 3 == 0)
+        assert rec["n_tokens"] == len(g.token_ids) <= MAX_NEW
+        assert rec["finish_reason"] == g.finish_reason
+        assert math.isclose(rec["raw_confidence"], math.exp(float(np.sum(g.token_logprobs))),
+                            rel_tol=1e-6)
+    for lp, g in zip(store.token_logprobs, direct):
+        np.testing.assert_array_equal(lp, g.token_logprobs)
+
+    # summary numbers, computed independently
+    assert (summary.records, summary.new_records, summary.resumed) == (12, 12, 0)
+    assert summary.accuracy == pytest.approx(4 / 12)  # ids 0, 3, 6, 9
+    assert summary.mean_raw_confidence == pytest.approx(np.mean([g.raw_confidence for g in direct]))
+    assert summary.skipped_too_long == 0
+    assert summary.unparseable == sum(task.extract(ex, g.text) is None for ex, g in zip(examples, direct))
+    assert summary.seconds_per_record > 0
+    assert "records:             12 (12 new, 0 resumed)" in summary.lines()
+
+    m = store.manifest
+    assert m["model"] == "tiny" and m["model_fingerprint"] == model_fingerprint(model)
+    assert m["generation"] == {"do_sample": False, "max_new_tokens": MAX_NEW, "stop_strings": ["\n"],
+                               "pool": "decoding", "chat": True}
+    assert m["task"] == task.name and m["dtype"] == "float32" and m["status"] == "complete"
+
+    again = collect(model, tok, task, examples, tmp_path / "store", model_name="tiny",
+                    batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    assert (again.records, again.new_records, again.resumed) == (12, 0, 12)
+    assert math.isnan(again.seconds_per_record)
+
+
+def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path, monkeypatch):
+    model, tok = loaded
+    task = get_task(write_questions(tmp_path / "q.jsonl", 40))
+    examples = task.load()
+    kw = dict(model_name="tiny", batch_size=2, max_new_tokens=MAX_NEW, dtype="float32",
+              shard_size=5, progress=False)
+    reference = collect(model, tok, task, examples, tmp_path / "ref", **kw)
+    assert reference.records == 40
+
+    real = acute.extraction.generate_and_record
+    calls = []
+
+    def fail_on_second_chunk(*args, **kwargs):
+        calls.append(len(args[2]))
+        if len(calls) == 2:
+            raise RuntimeError("simulated crash")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_second_chunk)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        collect(model, tok, task, examples, tmp_path / "store", **kw)
+    monkeypatch.setattr(acute.extraction, "generate_and_record", real)
+
+    partial = open_store(tmp_path / "store")
+    first_chunk = calls[0]
+    assert 0 < len(partial) < 40
+    assert len(partial) == (first_chunk // 5) * 5  # only full shards were committed
+    assert partial.manifest["status"] == "interrupted"
+
+    resumed = collect(model, tok, task, examples, tmp_path / "store", **kw)
+    assert resumed.resumed == len(partial) and resumed.new_records == 40 - len(partial)
+    store, ref = open_store(tmp_path / "store"), open_store(tmp_path / "ref")
+    assert len(store) == 40 and len(set(store.ids)) == 40
+    assert sorted(store.ids) == sorted(ref.ids)
+    order = [ref.ids.index(i) for i in store.ids]
+    np.testing.assert_array_equal(store.layer_means, ref.layer_means[order])
+    assert [r["generation"] for r in store.records] == [ref.records[i]["generation"] for i in order]
+
+
+def test_resume_refuses_other_generation_settings(loaded, tmp_path):
+    model, tok = loaded
+    task = get_task(write_questions(tmp_path / "q.jsonl", 3))
+    collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny",
+            max_new_tokens=MAX_NEW, progress=False)
+    with pytest.raises(ValueError, match="generation"):
+        collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny",
+                max_new_tokens=MAX_NEW + 1, progress=False)
+
+
+def test_empty_dataset_errors(loaded, tmp_path):
+    model, tok = loaded
+    (tmp_path / "empty.jsonl").write_text("\n")
+    task = get_task(tmp_path / "empty.jsonl")
+    with pytest.raises(ValueError, match="empty"):
+        collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = write_questions(tmp_path / "bad.jsonl", 3)
+    lines = path.read_text().splitlines()
+    lines.insert(1, '{"id": "x", "question": ')
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{path.name}:2"):
+        get_task(path).load()
+
+
+def test_too_long_prompt_is_skipped_and_counted(loaded, tmp_path):
+    model, tok = loaded
+    task = get_task(write_questions(tmp_path / "q.jsonl", 5, long_ids={2}))
+    examples = task.load()
+    assert len(tok(task.prompt(tok, examples[2]), add_special_tokens=False)["input_ids"]) > 256
+    summary = collect(model, tok, task, examples, tmp_path / "s", model_name="tiny",
+                      max_new_tokens=MAX_NEW, progress=False)
+    assert summary.skipped_too_long == 1 and summary.records == 4
+    assert open_store(tmp_path / "s").ids == ["q000", "q001", "q003", "q004"]
+    with pytest.raises(ValueError, match="context window"):
+        collect(model, tok, task, examples, tmp_path / "s2", model_name="tiny",
+                max_new_tokens=MAX_NEW, on_too_long="error", progress=False)
