@@ -18,6 +18,21 @@ def _err(msg: str) -> None:
     print(f"acute: error: {msg}", file=sys.stderr)
 
 
+def _task_options(pairs: list[str] | None) -> dict:
+    """``["shots=0", "context=true"]`` -> ``{"shots": 0, "context": True}`` (values read as JSON
+    when they parse, else kept as strings)."""
+    options = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--task-option must look like KEY=VALUE, got {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
 def _load_task(name: str, data: str | None, split: str | None, limit: int | None, **options):
     from .tasks import get_task
 
@@ -45,7 +60,8 @@ def cmd_collect(args) -> int:
     from .collect import collect
     from .models import load_model
 
-    task, examples = _load_task(args.task, args.data, args.split, args.limit)
+    task, examples = _load_task(args.task, args.data, args.split, args.limit,
+                                **_task_options(args.task_option))
     out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
     model, tok = load_model(args.model, dtype=args.model_dtype)
     summary = collect(model, tok, task, examples, out, model_name=_model_name(args.model),
@@ -125,7 +141,7 @@ def _save_probe(probe, store, out, train_mask, held_out, args) -> None:
                "n_train": int(train_mask.sum()),
                "accuracy_train": float(np.mean(store.correct[train_mask])),
                "split": {"test_fraction": args.test_fraction, "seed": args.seed},
-               "generation": m.get("generation")}
+               "task_settings": m.get("task_settings"), "generation": m.get("generation")}
     probe.save(out, model_name=m.get("model"), model_fingerprint=m.get("model_fingerprint"),
                training_summary=summary, metrics=held_out)
 
@@ -235,17 +251,20 @@ def _default_probe_dir() -> Path:
 
 def _probe_task(probe, name: str | None):
     """The task whose prompt wraps live questions: ``name`` ('none' for none), else the probe's
-    training task when it is an open-QA task (others need options or choices)."""
+    training task (rebuilt from its recorded settings) when it is an open-QA task; multiple
+    choice and the other tasks need more than a question."""
+    from .scoring import task_from_settings
     from .tasks import OpenQATask, get_task
 
     if name is not None:
         return None if name == "none" else get_task(name)
-    trained = (probe.training_summary or {}).get("task")
-    if not trained:
+    settings = (probe.training_summary or {}).get("task_settings")
+    if not settings:
         return None
     try:
-        task = get_task(trained)
-    except (ValueError, FileNotFoundError):
+        task = task_from_settings(settings)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"acute: note: asking questions as they are ({e})", file=sys.stderr)
         return None
     return task if isinstance(task, OpenQATask) else None
 
@@ -319,7 +338,8 @@ def cmd_protocol(args) -> int:
     from .models import load_model
     from .protocol import run_protocol
 
-    task, examples = _load_task(args.task, args.data, args.split, args.limit)
+    task, examples = _load_task(args.task, args.data, args.split, args.limit,
+                                **_task_options(args.task_option))
     out = Path(args.out) if args.out else (
         DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
     model, tok = load_model(args.model)
@@ -365,6 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("collect", help="generate, record activations, label, write a store")
     c.add_argument("--model", default=DEFAULT_MODEL, help="card name, hub id, folder or .gguf")
     c.add_argument("--task", default="default", help="task name (see `acute tasks`) or a JSONL of {id, question, answers}")
+    c.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
+                   help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
     c.add_argument("--data", default=None, help="benchmark file or folder")
     c.add_argument("--split", default=None)
     c.add_argument("--limit", type=int, default=None)
@@ -432,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol")
     pr.add_argument("--model", default=DEFAULT_MODEL)
     pr.add_argument("--task", required=True)
+    pr.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
+                   help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
     pr.add_argument("--data", default=None)
     pr.add_argument("--split", default=None)
     pr.add_argument("--limit", type=int, default=None)

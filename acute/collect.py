@@ -187,9 +187,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         summary.resumed = len(examples) - len(todo)
         bar = tqdm(total=len(todo), desc=f"collect {Path(task.name).name}", unit="rec",
                    disable=not progress, file=sys.stderr)
-        # Chunks bound memory and give the progress bar something to show; prompts are sorted
-        # by length inside a chunk. Records wait in the writer until a shard is full.
-        chunk = max(batch_size * 8, 32)
+        # Chunks bound memory and let the progress bar move; prompts are sorted by length inside
+        # a chunk. Records wait in the writer until a shard is full.
+        chunk = max(batch_size * 4, 16)
         for i in range(0, len(todo), chunk):
             part = todo[i:i + chunk]
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]

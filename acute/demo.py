@@ -74,6 +74,7 @@ def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135
               confidence=store.raw_confidence)
     probe.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
                training_summary={"store": str((out / "store").resolve()), "task": task.name,
+                                 "task_settings": store.manifest.get("task_settings"),
                                  "n_train": len(store),
                                  "accuracy_train": float(np.mean(store.correct)),
                                  "generation": store.manifest.get("generation")})

@@ -365,15 +365,16 @@ def _fmt_mb(mb: float | None) -> str:
 
 def timings_markdown(stages: Mapping[str, Mapping[str, Any]], models: Sequence[str],
                      tasks: Sequence[str], stage_names: Sequence[str] = ("collect", "evaluate", "protocol")) -> str:
-    """Wall time and peak resident memory per (model, task) and stage, with per-stage totals.
+    """Wall time, CPU time and peak resident memory per (model, task) and stage, with totals.
 
     ``stages`` maps ``"<stage>/<model>/<task>"`` to a timing entry (``status``, ``wall_s``,
-    ``peak_rss_mb``); missing entries read ``-``, failed ones ``failed``. Each stage ran in its
+    ``cpu_s``, ``peak_rss_mb``); missing entries read ``-``, failed ones ``failed``. Each stage ran in its
     own process, so its peak memory is that process's peak resident set size.
     """
-    header = ["Model", "Task"] + [f"{s} wall / peak" for s in stage_names]
+    header = ["Model", "Task"] + [f"{s}: wall / CPU / peak" for s in stage_names]
     rows = []
     totals = {s: 0.0 for s in stage_names}
+    cpu_totals = {s: 0.0 for s in stage_names}
     peaks = {s: 0.0 for s in stage_names}
     for m in models:
         for t in tasks:
@@ -388,16 +389,18 @@ def timings_markdown(stages: Mapping[str, Mapping[str, Any]], models: Sequence[s
                 if e.get("status") == "failed":
                     cells.append(f"failed after {_fmt_seconds(e.get('wall_s'))}")
                     continue
-                cells.append(f"{_fmt_seconds(e.get('wall_s'))} / {_fmt_mb(e.get('peak_rss_mb'))}")
+                cells.append(f"{_fmt_seconds(e.get('wall_s'))} / {_fmt_seconds(e.get('cpu_s'))} / "
+                             f"{_fmt_mb(e.get('peak_rss_mb'))}")
                 totals[s] += float(e.get("wall_s") or 0.0)
+                cpu_totals[s] += float(e.get("cpu_s") or 0.0)
                 peaks[s] = max(peaks[s], float(e.get("peak_rss_mb") or 0.0))
             if any_entry:
                 rows.append(cells)
-    rows.append(["**total**", ""] + [f"**{_fmt_seconds(totals[s])}** / max {_fmt_mb(peaks[s] or None)}"
-                                     for s in stage_names])
-    grand = sum(totals.values())
+    rows.append(["**total**", ""] + [f"**{_fmt_seconds(totals[s])}** / {_fmt_seconds(cpu_totals[s])} / "
+                                     f"max {_fmt_mb(peaks[s] or None)}" for s in stage_names])
+    grand, cpu = sum(totals.values()), sum(cpu_totals.values())
     return ("\n".join(_table(header, rows, align_right_from=2)) + "\n\n"
-            f"All stages together: {_fmt_seconds(grand)} of wall time.\n")
+            f"All stages together: {_fmt_seconds(grand)} of wall time, {_fmt_seconds(cpu)} of CPU time.\n")
 
 
 def comparison_markdown(avg_by_task: Mapping[str, Mapping[str, Mapping[str, Mapping[str, float | None]]]],

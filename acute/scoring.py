@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ScoredGeneration", "Scorer", "decide"]
+__all__ = ["ScoredGeneration", "Scorer", "decide", "task_from_settings"]
 
 
 @dataclass
@@ -160,6 +160,22 @@ class Scorer:
             for item, t, g, r, c, k in zip(items, texts, gens, raw, conf, trust)
         ]
         return out[0] if single else out
+
+
+#: ``Task.settings()`` keys that are not constructor options
+_NOT_OPTIONS = ("name", "max_new_tokens", "stop_strings", "path")
+
+
+def task_from_settings(settings: dict):
+    """Rebuild a task from the ``task_settings`` a store manifest records (``Task.settings()``):
+    ``get_task(settings["name"], **options)``. Raises ``ValueError`` (unknown task or option)
+    or ``FileNotFoundError`` (a JSONL task whose file is gone)."""
+    from .tasks import get_task
+
+    if not isinstance(settings, dict) or not settings.get("name"):
+        raise ValueError(f"task settings must be a dict with a 'name', got {settings!r}")
+    options = {k: v for k, v in settings.items() if k not in _NOT_OPTIONS}
+    return get_task(settings["name"], **options)
 
 
 def _probe_generation(probe) -> dict:

@@ -425,7 +425,8 @@ def _peak_rss_mb(ru_maxrss: float) -> float:
 def run_worker(job: Job, work: Path, log=print) -> dict:
     """Run ``job`` in a child process of this script and return its timing entry: ``status``
     (``ran``/``failed``), ``wall_s`` (child's wall time, imports included), ``peak_rss_mb``
-    (the child's peak resident set size), ``started``/``finished`` and the worker's
+    (the child's peak resident set size), ``cpu_s`` (its user + system CPU time: on a shared
+    machine a steadier measure of work than wall time), ``started``/``finished`` and the worker's
     ``detail`` (its summary, or the error)."""
     jobs_dir = work / ".jobs"
     jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -441,12 +442,13 @@ def run_worker(job: Job, work: Path, log=print) -> dict:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env)
-    peak = None
+    peak = cpu = None
     try:
         if hasattr(os, "wait4"):
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             peak = _peak_rss_mb(usage.ru_maxrss)
+            cpu = usage.ru_utime + usage.ru_stime
         else:  # pragma: no cover - non-POSIX
             proc.wait()
     except KeyboardInterrupt:
@@ -464,7 +466,8 @@ def run_worker(job: Job, work: Path, log=print) -> dict:
         peak = result.get("peak_rss_mb")
     ok = proc.returncode == 0 and result.get("ok") is True
     entry = {"status": "ran" if ok else "failed", "wall_s": round(wall, 3),
-             "peak_rss_mb": None if peak is None else round(peak, 1), "started": started,
+             "peak_rss_mb": None if peak is None else round(peak, 1),
+             "cpu_s": None if cpu is None else round(cpu, 2), "started": started,
              "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "config_hash": job.hash,
              "returncode": proc.returncode, "detail": result.get("summary") if ok else
              (result.get("error") or f"worker exited with status {proc.returncode}")}

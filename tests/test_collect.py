@@ -44,6 +44,11 @@ def write_questions(path, n, long_ids=()):
     return path
 
 
+def qa_task(path):
+    """Open QA over ``path`` without demonstrations: the tiny model's context is 256 tokens."""
+    return get_task(path, shots=0)
+
+
 def hash_rule(ex, generation):
     """Deterministic mixed labels (random tiny models answer everything wrong)."""
     return int(ex.id[1:]) % 3 == 0
@@ -51,7 +56,7 @@ def hash_rule(ex, generation):
 
 def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
     model, tok = loaded
-    task = get_task(write_questions(tmp_path / "q.jsonl", 12))
+    task = qa_task(write_questions(tmp_path / "q.jsonl", 12))
     monkeypatch.setattr(task, "is_correct", hash_rule)
     examples = task.load()
     summary = collect(model, tok, task, examples, tmp_path / "store", model_name="tiny",
@@ -99,7 +104,7 @@ def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
 
 def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path, monkeypatch):
     model, tok = loaded
-    task = get_task(write_questions(tmp_path / "q.jsonl", 40))
+    task = qa_task(write_questions(tmp_path / "q.jsonl", 40))
     examples = task.load()
     kw = dict(model_name="tiny", batch_size=2, max_new_tokens=MAX_NEW, dtype="float32",
               shard_size=5, progress=False)
@@ -138,7 +143,7 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
 
 def test_resume_refuses_other_generation_settings(loaded, tmp_path):
     model, tok = loaded
-    task = get_task(write_questions(tmp_path / "q.jsonl", 3))
+    task = qa_task(write_questions(tmp_path / "q.jsonl", 3))
     collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny",
             max_new_tokens=MAX_NEW, progress=False)
     with pytest.raises(ValueError, match="generation"):
@@ -149,7 +154,7 @@ def test_resume_refuses_other_generation_settings(loaded, tmp_path):
 def test_empty_dataset_errors(loaded, tmp_path):
     model, tok = loaded
     (tmp_path / "empty.jsonl").write_text("\n")
-    task = get_task(tmp_path / "empty.jsonl")
+    task = qa_task(tmp_path / "empty.jsonl")
     with pytest.raises(ValueError, match="empty"):
         collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny", progress=False)
     assert not (tmp_path / "s").exists()
@@ -166,7 +171,7 @@ def test_malformed_line_names_file_and_line(tmp_path):
 
 def test_too_long_prompt_is_skipped_and_counted(loaded, tmp_path):
     model, tok = loaded
-    task = get_task(write_questions(tmp_path / "q.jsonl", 5, long_ids={2}))
+    task = qa_task(write_questions(tmp_path / "q.jsonl", 5, long_ids={2}))
     examples = task.load()
     assert len(tok(task.prompt(tok, examples[2]), add_special_tokens=False)["input_ids"]) > 256
     summary = collect(model, tok, task, examples, tmp_path / "s", model_name="tiny",

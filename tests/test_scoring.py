@@ -129,7 +129,7 @@ def test_messages_and_empty_input(scorer):
 
 
 def test_task_wraps_questions(tiny_model, tiny_tokenizer, probe_dir):
-    task = get_task("default")
+    task = get_task("default", shots=0)
     s = Scorer(tiny_model, tiny_tokenizer, load_probe(probe_dir), task=task)
     expected = task.prompt(tiny_tokenizer, Example(id="x", question="Who wrote Hamlet?", answers=[]),
                            chat=False)

@@ -289,11 +289,18 @@ def test_open_qa_prompts(tmp_path, tiny_tokenizer):
                                                 "answers": ["Lima"], "context": "Lima is ..."}])
     task = get_task(str(path))
     ex = task.load()[0]
-    assert task.prompt(tiny_tokenizer, ex, chat=False) == "Question: Capital of Peru?\nAnswer:"
+    from acute.tasks.qa import SHORT_ANSWER_SHOTS
+
+    shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in SHORT_ANSWER_SHOTS)
+    assert task.prompt(tiny_tokenizer, ex, chat=False) == shots + "Question: Capital of Peru?\nAnswer:"
     chat = task.prompt(tiny_tokenizer, ex)
-    assert chat.startswith("<|im_start|>user\n") and "Question: Capital of Peru?" in chat
+    assert chat.startswith("<|im_start|>user\n") and chat.endswith("Question: Capital of Peru?<|im_end|>\n<|im_start|>assistant\n")
+    assert chat.count("<|im_start|>assistant") == 1 + len(SHORT_ANSWER_SHOTS)
+    assert f"<|im_start|>assistant\n{SHORT_ANSWER_SHOTS[0][1]}<|im_end|>" in chat
     assert "Lima is" not in chat
-    with_context = get_task(str(path), context=True)
+    zero_shot = get_task(str(path), shots=0)
+    assert zero_shot.prompt(tiny_tokenizer, ex, chat=False) == "Question: Capital of Peru?\nAnswer:"
+    with_context = get_task(str(path), context=True, shots=0)
     assert with_context.prompt(tiny_tokenizer, ex, chat=False).startswith("Context: Lima is ...\n\n")
 
 
@@ -421,11 +428,12 @@ def test_triviaqa_labelling_phrasings(tmp_path):
     task, loose = get_task("triviaqa"), get_task("triviaqa", containment=True)
     ex = task.load(path)[0]
     for gen in ["Onion", "onion.", "The answer is Onion.", "Answer: Onions\nQuestion: next",
-                "**Allium cepa**", "the onion", "A: Onion", "Onion. It is a bulb.", "\n\nONION"]:
+                "**Allium cepa**", "the onion", "A: Onion", "Onion. It is a bulb.", "\n\nONION",
+                "I think it is an onion."]:
         assert task.is_correct(ex, gen), gen
-    for gen in ["Garlic", "Spring onion", "", "I think it is an onion."]:
+    for gen in ["Garlic", "Spring onion", "", "I think it is an onion or a leek."]:
         assert not task.is_correct(ex, gen), gen
-    assert loose.is_correct(ex, "I think it is an onion.")
+    assert loose.is_correct(ex, "I think it is an onion or a leek.")
     assert loose.is_correct(ex, "Spring onion")  # containment is deliberately loose
     assert not loose.is_correct(ex, "Onionskin paper")  # word boundaries
     assert task.extract(ex, "  \n ") is None
@@ -769,7 +777,8 @@ def test_default_task_on_fixture(tmp_path, tiny_tokenizer):
     for ex in exs:
         assert task.is_correct(ex, task.answer_text(ex, task.gold_answer(ex)))
         assert not any(task.is_correct(ex, w) for w in task.plausible_wrong(ex))
-    assert task.prompt(tiny_tokenizer, q1, chat=False) == "Question: What is the capital of France?\nAnswer:"
+    assert task.prompt(tiny_tokenizer, q1, chat=False).endswith(
+        "Answer: Wolfgang Amadeus Mozart\n\nQuestion: What is the capital of France?\nAnswer:")
     assert len(task.load(path, limit=2)) == 2
 
 
@@ -792,3 +801,24 @@ def test_jsonl_bad_rows(tmp_path):
     write_jsonl(path, ["[1, 2]"])
     with pytest.raises(TaskDataError, match=rf"{path}:1: expected a JSON object"):
         get_task(str(path)).load()
+
+
+# ------------------------------------------------------------- replies that restate the question
+@pytest.mark.parametrize("generation, correct", [
+    ("The capital of Egypt is Cairo", True),
+    ("The opposite side from starboard on a ship is port.", True),
+    ("Poland's capital is Warsaw", False),       # gold below is Cairo: a different city
+    ("The capital of Egypt is Alexandria.", False),
+    ("Cairo is a big city", False),             # the complement is not the answer
+    ("It is known as Cairo", True),
+])
+def test_reply_restating_the_question_is_read_by_its_complement(generation, correct):
+    from acute.tasks.base import Example
+    from acute.tasks.normalize import copula_tail
+
+    task = get_task("triviaqa")
+    ex = Example(id="x", question="?", answers=["Cairo", "Port"], choices=None, label=None,
+                 incorrect=[], wrong_type=None, meta={})
+    assert task.is_correct(ex, generation) is correct
+    assert copula_tail("The capital of Egypt is Cairo.") == "Cairo"
+    assert copula_tail("Cairo") is None

@@ -113,6 +113,23 @@ def extract_short_answer(generation: str) -> str | None:
     return answer or None
 
 
+_COPULA = re.compile(r"\b(?:is|was|are|were)\s+(?:called\s+|named\s+|known as\s+)?", re.IGNORECASE)
+
+
+def copula_tail(answer: str) -> str | None:
+    """The complement of a one-sentence reply that restates the question, or ``None``.
+
+    Small chat models often answer "The capital of Egypt is Cairo" instead of "Cairo"; a person
+    reads the answer as what follows the last *is / was / are / were* (optionally "called",
+    "named", "known as"). Returns ``None`` when the sentence has no such verb or nothing after it.
+    """
+    matches = list(_COPULA.finditer(answer))
+    if not matches:
+        return None
+    tail = answer[matches[-1].end():].strip(_WRAP).rstrip(",;:.").strip()
+    return tail or None
+
+
 def contains_phrase(haystack: str, needle: str) -> bool:
     """True when normalised ``needle`` occurs in normalised ``haystack`` on word boundaries.
 

@@ -2,7 +2,8 @@
 
 Labelling (all of them): the generation's short answer (first line, answer prefixes such as
 "The answer is" removed, first sentence) is correct when its SQuAD-normalised form equals a
-normalised gold alias; ``containment=True`` also accepts an answer that contains an alias on word
+normalised gold alias, or when the complement of a reply that restates the question does
+("The capital of Egypt is Cairo" -> "Cairo", see :func:`copula_tail`); ``containment=True`` also accepts an answer that contains an alias on word
 boundaries; ``numeric=True`` also accepts numerically equal answers ("42" == "42.0" == "forty-two").
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from .base import (Example, Task, TaskDataError, clean_texts, find_file, read_json_array, read_jsonl,
                    require)
-from .normalize import (contains_phrase, extract_short_answer, first_line, normalize_answer,
+from .normalize import (contains_phrase, copula_tail, extract_short_answer, first_line, normalize_answer,
                         numbers_equal, parse_number, strip_answer_prefix)
 
 __all__ = ["OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask",
@@ -24,6 +25,15 @@ __all__ = ["OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask
 
 _INSTRUCTION = ("Answer the following question with a short answer only (a name, number, date or a "
                 "few words), without explanation.")
+
+#: Fixed demonstrations (general knowledge written for acute, in no benchmark or the built-in
+#: question set) shown before every open-QA question: small chat models otherwise answer in
+#: whole sentences, which an exact-match label cannot read. ``shots=0`` turns them off.
+SHORT_ANSWER_SHOTS = (
+    ("What is the freezing point of water in degrees Celsius?", "0"),
+    ("Which ocean lies between Africa and Australia?", "The Indian Ocean"),
+    ("Who composed the opera The Magic Flute?", "Wolfgang Amadeus Mozart"),
+)
 
 
 def answer_matches(answer: str, golds: list[str], *, containment: bool = False,
@@ -56,7 +66,7 @@ class OpenQATask(Task):
 
     max_new_tokens = 24
     stop_strings = ("\n",)
-    options = {"containment": False, "numeric": False, "context": False}
+    options = {"containment": False, "numeric": False, "context": False, "shots": 3}
 
     def _question_block(self, ex: Example) -> str:
         text = f"Question: {ex.question}"
@@ -65,12 +75,20 @@ class OpenQATask(Task):
         return text
 
     def chat_messages(self, ex: Example) -> list[dict[str, str]]:
-        """One user turn: the instruction, then (optionally) the context and the question."""
-        return [{"role": "user", "content": f"{_INSTRUCTION}\n\n{self._question_block(ex)}"}]
+        """The ``shots`` demonstrations as user/assistant turns, then one user turn with the
+        instruction, (optionally) the context and the question."""
+        messages: list[dict[str, str]] = []
+        for q, a in SHORT_ANSWER_SHOTS[: self.shots]:
+            messages += [{"role": "user", "content": f"{_INSTRUCTION}\n\nQuestion: {q}"},
+                         {"role": "assistant", "content": a}]
+        messages.append({"role": "user", "content": f"{_INSTRUCTION}\n\n{self._question_block(ex)}"})
+        return messages
 
     def plain_prompt(self, ex: Example) -> str:
-        """``[Context: ...\\n\\n]Question: <q>\\nAnswer:`` for base models."""
-        return f"{self._question_block(ex)}\nAnswer:"
+        """The demonstrations as ``Question: ...\\nAnswer: ...`` blocks, then
+        ``[Context: ...\\n\\n]Question: <q>\\nAnswer:`` for base models."""
+        shots = "".join(f"Question: {q}\nAnswer: {a}\n\n" for q, a in SHORT_ANSWER_SHOTS[: self.shots])
+        return f"{shots}{self._question_block(ex)}\nAnswer:"
 
     def extract(self, ex: Example, generation: str) -> str | None:
         """The short answer of ``generation`` (see :func:`extract_short_answer`), ``None`` if empty."""
@@ -85,7 +103,10 @@ class OpenQATask(Task):
         if answer_matches(answer, ex.answers, **kw):
             return True
         line = strip_answer_prefix(first_line(generation))
-        return line != answer and answer_matches(line, ex.answers, **kw)
+        if line != answer and answer_matches(line, ex.answers, **kw):
+            return True
+        tail = copula_tail(answer)  # "The capital of Egypt is Cairo" -> "Cairo"
+        return tail is not None and answer_matches(tail, ex.answers, **kw)
 
 
 def _parse_jsonl_qa(obj: dict, where: str, prefix: str = "") -> Example:

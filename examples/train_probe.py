@@ -1,0 +1,58 @@
+#!/usr/bin/env python
+"""Train an ACUTE probe for a model: collect -> evaluate -> fit -> save.
+
+    python examples/train_probe.py                         # SmolLM2, 200 built-in questions
+    python examples/train_probe.py --model path/to/model --limit 600 --out runs/my-probe
+
+1. collect: the model answers the built-in questions while every layer's hidden states are
+   pooled over the answer tokens; each answer is labelled correct or wrong (a store on disk;
+   rerunning resumes it).
+2. evaluate: the raw confidence, two classic calibrators and the probe on a held-out split
+   (``acute evaluate`` runs all six baselines and six probe variants).
+3. fit the probe on every record and save it: ``probe.safetensors`` + ``probe.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+import acute
+from acute.collect import collect
+from acute.evaluate import evaluate_store
+from acute.probes import ActivationProbe
+from acute.tasks import get_task
+
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--model", default="smollm2-135m-instruct", help="card name, folder or .gguf")
+parser.add_argument("--limit", type=int, default=200, help="built-in questions to collect")
+parser.add_argument("--view", default="pca10", help="pca10, pca20, cosine, early, mid or late")
+parser.add_argument("--trees", type=int, default=500, help="random-forest size")
+parser.add_argument("--out", default="runs/train-probe")
+args = parser.parse_args()
+out = Path(args.out)
+
+# 1. collect
+model, tokenizer = acute.load_model(args.model)
+task = get_task("default")
+summary = collect(model, tokenizer, task, task.load(limit=args.limit), out / "store",
+                  model_name=args.model)
+print("\n".join(summary.lines()))
+store = acute.open_store(out / "store")  # layer_means [n, L+1, d], correct, raw_confidence
+
+# 2. evaluate on a held-out split (by record id)
+result = evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=200,
+                        estimators=["raw", "platt", "isotonic", f"acute-{args.view}"],
+                        probe_params={"n_estimators": args.trees})
+print(result.to_markdown())
+
+# 3. fit on everything and save, with the model's fingerprint and the collection settings
+probe = ActivationProbe(view=args.view, n_estimators=args.trees)
+probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
+          confidence=store.raw_confidence)
+probe.save(out / "probe", model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
+           training_summary={"task_settings": store.manifest["task_settings"],
+                             "generation": store.manifest["generation"]})
+print(f"probe saved to {out / 'probe'}")

@@ -1,0 +1,313 @@
+"""The command line end to end on the tiny model, in process via ``acute.cli.main`` (plus one real
+subprocess of the entry point). Random tiny models answer everything wrong, so the stores used
+for train/evaluate/export/score get deterministic mixed labels."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from acute.cli import main
+from acute.extraction import generate_and_record
+from acute.models import format_prompt, load_model
+from acute.probes import load_probe
+from acute.store import StoreWriter, open_store
+from acute.tasks import get_task
+
+N = 48
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def label(record_id) -> bool:
+    return hashlib.sha256(str(record_id).encode()).digest()[0] % 2 == 0
+
+
+def relabel(src: Path, dst: Path) -> Path:
+    """Copy a store with the same activations and labels from :func:`label`."""
+    st = open_store(src)
+    records = [dict(r, correct=label(r["id"])) for r in st.records]
+    with StoreWriter(dst, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
+        w.add(records, st.layer_means, st.token_logprobs)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model_dir):
+    """A collected tiny-model store (via the CLI) and its relabelled copy."""
+    root = tmp_path_factory.mktemp("cli")
+    questions = root / "q.jsonl"
+    with open(questions, "w") as f:
+        for i in range(N):
+            f.write(json.dumps({"id": f"q{i:03d}", "question": f"What is {i} plus {i + 1}?",
+                                "answers": [str(2 * i + 1)]}) + "\n")
+    rc = main(["collect", "--model", str(tiny_model_dir), "--task", str(questions),
+               "--out", str(root / "store"), "--max-new-tokens", "4", "--batch-size", "8", "--quiet",
+               "--task-option", "shots=0"])  # the tiny model's context is 256 tokens
+    assert rc == 0
+    relabel(root / "store", root / "mixed")
+    return root
+
+
+def run(argv, capsys):
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_collect_output_and_store(work, tiny_model_dir):
+    store = open_store(work / "store")
+    assert store.layer_means.shape == (N, 5, 64)
+    assert store.manifest["model"] == str(Path(tiny_model_dir).resolve())
+    assert store.manifest["generation"]["max_new_tokens"] == 4
+    mixed = open_store(work / "mixed")
+    np.testing.assert_array_equal(mixed.layer_means, store.layer_means)
+    assert 0 < mixed.correct.sum() < N
+
+
+def test_collect_default_out_and_summary(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    questions = tmp_path / "few.jsonl"
+    questions.write_text('{"id": 1, "question": "Who wrote Hamlet?", "answers": ["Shakespeare"]}\n')
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = run(["collect", "--model", tiny_model_dir, "--task", questions,
+                      "--max-new-tokens", "3", "--quiet", "-O", "shots=0"], capsys)
+    assert rc == 0
+    expected = Path("runs") / f"{Path(tiny_model_dir).name}-few"
+    assert len(open_store(expected)) == 1
+    assert "records:             1 (1 new, 0 resumed)" in out and str(expected) in out
+
+
+def test_tasks_and_models(capsys):
+    rc, out, _ = run(["tasks"], capsys)
+    assert rc == 0 and out.splitlines()[0].startswith("default") and "triviaqa" in out
+    rc, out, _ = run(["models"], capsys)
+    assert rc == 0 and "smollm2-135m-instruct" in out and "30 layers" in out
+
+
+def test_evaluate(work, capsys):
+    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--n-estimators", 10,
+                      "--n-bootstrap", 20, "--reliability", "best", "--quiet"], capsys)
+    assert rc == 0
+    ev = work / "mixed" / "evaluation"
+    res = json.loads((ev / "results.json").read_text())
+    assert res["complete"] and [r["estimator"] for r in res["results"]][:1] == ["raw"]
+    assert len(res["results"]) == 12
+    assert "| acute-pca10 |" in out and "| platt |" in out
+    with open(ev / "predictions.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == res["split"]["n_test"]
+    assert all(r["correct"] == str(int(label(r["id"]))) for r in rows)
+
+
+def test_evaluate_subset_and_plot(work, capsys, tmp_path):
+    out_dir = tmp_path / "ev"
+    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,acute-pca10",
+                      "--n-estimators", 10, "--n-bootstrap", 20, "--out", out_dir, "--quiet"], capsys)
+    assert rc == 0 and "| platt |" not in out and "| acute-pca10 |" in out
+    rc, out, _ = run(["plot", "--predictions", out_dir / "predictions.csv", "--out", tmp_path / "pl"],
+                     capsys)
+    assert rc == 0
+    names = sorted(p.name for p in (tmp_path / "pl").iterdir())
+    assert names == ["euro_curves.png", "reliability_acute-pca10.png", "reliability_raw.png"]
+    assert all((tmp_path / "pl" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+
+
+@pytest.mark.parametrize("view", [["--view", "pca10"], ["--view", "mean", "--layer", "late"]])
+def test_train(work, capsys, tmp_path, view):
+    out = tmp_path / "probe"
+    rc, text, _ = run(["train", "--store", work / "mixed", *view, "--out", out,
+                       "--n-estimators", 10], capsys)
+    assert rc == 0 and "held-out records" in text
+    probe = load_probe(out)
+    assert probe.view == view[1]
+    if view[1] == "mean":
+        assert probe.layers[0] in (3, 4)  # the late third of 5 layer outputs
+    summary = probe.training_summary
+    assert summary["generation"]["max_new_tokens"] == 4
+    from acute.evaluate import split_ids
+
+    store = open_store(work / "mixed")
+    train, test = split_ids(store.ids, test_fraction=0.3, seed=0)
+    assert summary["n_train"] == train.sum() == probe.training_summary["n_records"]
+    assert probe.metrics["n"] == test.sum()
+
+
+@pytest.fixture(scope="module")
+def exported(work):
+    out = work / "exported"
+    assert main(["export", "--store", str(work / "mixed"), "--view", "pca10", "--out", str(out),
+                 "--n-estimators", "10"]) == 0
+    return out
+
+
+def test_export_fits_everything(exported, work):
+    probe = load_probe(exported)
+    assert probe.training_summary["n_records"] == N and probe.view == "pca10"
+    store = open_store(work / "mixed")
+    assert probe.model_fingerprint == store.manifest["model_fingerprint"]
+    assert probe.model_name == store.manifest["model"]
+
+
+def _expected_confidences(tiny_model_dir, probe_dir, questions):
+    """The probe applied to activations recorded separately with the probe's settings and the
+    task prompt of its training store."""
+    model, tok = load_model(tiny_model_dir)
+    probe = load_probe(probe_dir)
+    settings = probe.training_summary["task_settings"]
+    assert settings["shots"] == 0
+    task = get_task(settings["name"], shots=0)
+    gen = probe.training_summary["generation"]
+    from acute.tasks import Example
+
+    prompts = [task.prompt(tok, Example(id="x", question=q, answers=[]), chat=gen["chat"])
+               for q in questions]
+    gens = generate_and_record(model, tok, prompts, max_new_tokens=gen["max_new_tokens"],
+                               stop_strings=gen["stop_strings"])
+    X = np.stack([g.layer_means for g in gens])
+    raw = np.array([g.raw_confidence for g in gens])
+    return probe.predict_proba(X, confidence=raw)[:, 1]
+
+
+def test_score_question(exported, tiny_model_dir, capsys):
+    q = "What is 3 plus 4?"
+    rc, out, _ = run(["score", q, "--probe", exported, "--model", tiny_model_dir, "--risk", 0.4],
+                     capsys)
+    assert rc == 0
+    fields = dict(line.split(":", 1) for line in out.strip().splitlines())
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    assert fields["question"] == q
+    conf = float(fields["confidence"])
+    expected = _expected_confidences(tiny_model_dir, exported, [q])[0]
+    assert conf == pytest.approx(expected, abs=5e-4)
+    assert fields["decision"].split()[0] == ("trust" if expected > 0.4 else "abstain")
+    # without --model the model recorded with the probe (the tiny folder) is used
+    rc, out2, _ = run(["score", q, "--probe", exported, "--risk", 0.4], capsys)
+    assert rc == 0 and out2 == out
+
+
+def test_score_jsonl_file_and_stdin(exported, tiny_model_dir, capsys, tmp_path, monkeypatch):
+    qs = ["What is 3 plus 4?", "What is 10 plus 11?", "Who wrote Hamlet?"]
+    lines = [json.dumps({"id": "a", "prompt": qs[0]}), "", json.dumps({"question": qs[1]}),
+             json.dumps(qs[2])]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    rc, out, _ = run(["score", "--jsonl", path, "--probe", exported, "--model", tiny_model_dir,
+                      "--risk", 0.6], capsys)
+    assert rc == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in rows] == ["a", 3, 4]  # given id, else the line number
+    assert [r["question"] for r in rows] == qs
+    expected = _expected_confidences(tiny_model_dir, exported, qs)
+    np.testing.assert_allclose([r["confidence"] for r in rows], expected, atol=5e-4)
+    assert all(r["decision"] == ("trust" if r["confidence"] > 0.6 else "abstain") for r in rows)
+    assert all(r["risk"] == 0.6 for r in rows)
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(path.read_text()))
+    rc, out_stdin, _ = run(["score", "--jsonl", "-", "--probe", exported, "--model", tiny_model_dir,
+                            "--risk", 0.6], capsys)
+    assert rc == 0 and out_stdin == out
+
+
+def test_score_raw_question_without_task(exported, tiny_model_dir, capsys):
+    rc, out, _ = run(["score", "Hi", "--probe", exported, "--model", tiny_model_dir,
+                      "--task", "none"], capsys)
+    assert rc == 0 and "question:       Hi" in out
+
+
+# ------------------------------------------------------------------------- errors
+def test_unknown_task_lists_known(capsys):
+    rc, out, err = run(["collect", "--task", "no-such-task"], capsys)
+    assert rc == 2 and "unknown task 'no-such-task'" in err and "default" in err and "triviaqa" in err
+    assert "Traceback" not in err
+
+
+def test_unknown_model_lists_cards(capsys, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"id": 1, "question": "Q?", "answers": ["A"]}\n')
+    rc, _, err = run(["collect", "--task", questions, "--model", "no-such-model",
+                      "--out", tmp_path / "s"], capsys)
+    assert rc == 2 and "no-such-model" in err and "smollm2-135m-instruct" in err
+    assert "Traceback" not in err
+
+
+def test_malformed_task_file_names_line(capsys, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"id": 1, "question": "Q?", "answers": ["A"]}\n{oops\n')
+    rc, _, err = run(["collect", "--task", questions, "--out", tmp_path / "s"], capsys)
+    assert rc == 2 and "q.jsonl:2" in err
+
+
+def test_empty_task_file(capsys, tmp_path):
+    questions = tmp_path / "empty.jsonl"
+    questions.write_text("")
+    rc, _, err = run(["collect", "--task", questions, "--out", tmp_path / "s"], capsys)
+    assert rc == 2 and "no examples" in err
+
+
+def test_too_long_fails_with_flag(capsys, tmp_path, tiny_model_dir):
+    questions = tmp_path / "long.jsonl"
+    questions.write_text(json.dumps({"id": 1, "question": "Think. " * 300, "answers": ["A"]}) + "\n")
+    rc, out, err = run(["collect", "--task", questions, "--model", tiny_model_dir, "--out",
+                        tmp_path / "s", "--quiet", "--max-new-tokens", 3, "-O", "shots=0"], capsys)
+    assert rc == 0 and "skipped (too long):  1" in out
+    rc, _, err = run(["collect", "--task", questions, "--model", tiny_model_dir, "--out",
+                      tmp_path / "s2", "--quiet", "--max-new-tokens", 3, "-O", "shots=0",
+                      "--fail-on-too-long"], capsys)
+    assert rc == 2 and "context window" in err
+
+
+def test_probe_missing_file(capsys, exported, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(exported, broken)
+    (broken / "probe.safetensors").unlink()
+    rc, _, err = run(["score", "Q?", "--probe", broken], capsys)
+    assert rc == 2 and "probe.safetensors" in err and "Traceback" not in err
+    rc, _, err = run(["score", "Q?", "--probe", tmp_path / "nowhere"], capsys)
+    assert rc == 2 and "does not exist" in err
+
+
+def test_score_needs_a_question(capsys, exported):
+    rc, _, err = run(["score", "--probe", exported], capsys)
+    assert rc == 2 and "give a question" in err
+
+
+def test_bad_jsonl_line(capsys, exported, tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"nothing": 1}\n')
+    rc, _, err = run(["score", "--jsonl", path, "--probe", exported], capsys)
+    assert rc == 2 and "p.jsonl:2" in err
+
+
+def test_bad_task_option(capsys):
+    rc, _, err = run(["collect", "-O", "shots"], capsys)
+    assert rc == 2 and "KEY=VALUE" in err
+    rc, _, err = run(["collect", "-O", "colour=red"], capsys)
+    assert rc == 2 and "unknown option" in err and "colour" in err
+
+
+def test_store_missing(capsys, tmp_path):
+    rc, _, err = run(["train", "--store", tmp_path / "none", "--out", tmp_path / "p"], capsys)
+    assert rc == 2 and "not found" in err
+
+
+def test_entry_point_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "acute.cli", "models"], capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "smollm2-135m-instruct" in proc.stdout

@@ -1,0 +1,99 @@
+"""The scripts in examples/ run end to end on a tiny model (in process with runpy, so that the
+labels can be made mixed: random tiny models answer everything wrong)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from acute.probes import load_probe
+from acute.store import open_store
+from acute.tasks import OpenQATask
+from acute.testing import make_tiny_model, make_tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny Llama with a context long enough for the default task's few-shot prompt."""
+    path = tmp_path_factory.mktemp("tiny-long")
+    make_tiny_model("llama", max_position_embeddings=1024).save_pretrained(path)
+    make_tiny_tokenizer().save_pretrained(path)
+    return path
+
+
+def hash_label(self, ex, generation) -> bool:
+    return hashlib.sha256(ex.id.encode()).digest()[0] % 2 == 0
+
+
+@pytest.fixture
+def mixed_labels(monkeypatch):
+    monkeypatch.setattr(OpenQATask, "is_correct", hash_label)
+
+
+def run_example(name: str, *argv, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", [name, *map(str, argv)])
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+
+
+@pytest.fixture(scope="module")
+def trained(model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("train") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(OpenQATask, "is_correct", hash_label)
+        run_example("train_probe.py", "--model", model_dir, "--limit", 40, "--trees", 10,
+                    "--out", out, monkeypatch=mp)
+    return out
+
+
+def test_train_probe(trained, model_dir):
+    store = open_store(trained / "store")
+    assert len(store) == 40 and store.layer_means.shape == (40, 5, 64)
+    assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
+    results = json.loads((trained / "evaluation" / "results.json").read_text())
+    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "isotonic", "acute-pca10"]
+    probe = load_probe(trained / "probe")
+    assert probe.view == "pca10" and probe.training_summary["n_records"] == 40
+    assert probe.model_name == str(model_dir)
+    assert probe.training_summary["task_settings"]["name"] == "default"
+
+
+def test_score_live(trained, model_dir, monkeypatch, capsys):
+    run_example("score_live.py", "--model", model_dir, "--probe", trained / "probe",
+                "--limit", 3, "--risk", 0.5, monkeypatch=monkeypatch)
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert len(lines) == 6 and lines[0] == "What is the capital of France?"
+    for line in lines[1::2]:
+        conf = float(line.split("probe ")[1].split()[0])
+        assert line.endswith("trust" if conf > 0.5 else "abstain")
+
+
+def test_export_and_load(model_dir, tmp_path, monkeypatch, mixed_labels, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the fresh process imports acute from here
+    run_example("export_and_load.py", "--model", model_dir, "--limit", 30, "--trees", 10,
+                "--out", tmp_path, monkeypatch=monkeypatch)
+    out = capsys.readouterr().out
+    assert "30 records: largest difference between the fitted and the reloaded probe = 0.0e+00" in out
+    assert (tmp_path / "probe" / "probe.safetensors").is_file()
+    store = open_store(tmp_path / "store")
+    p = load_probe(tmp_path / "probe").predict_proba(np.asarray(store.layer_means, np.float32),
+                                                     confidence=store.raw_confidence)
+    assert p.shape == (30, 2)
