@@ -136,12 +136,13 @@ def _held_out_metrics(probe, store, test_mask) -> dict:
 
 
 def _save_probe(probe, store, out, train_mask, held_out, args) -> None:
+    from .collect import collection_settings
+
     m = store.manifest
-    summary = {"store": str(Path(args.store).resolve()), "task": m.get("task"),
-               "n_train": int(train_mask.sum()),
+    summary = {"store": str(Path(args.store).resolve()), "n_train": int(train_mask.sum()),
                "accuracy_train": float(np.mean(store.correct[train_mask])),
                "split": {"test_fraction": args.test_fraction, "seed": args.seed},
-               "task_settings": m.get("task_settings"), "generation": m.get("generation")}
+               **collection_settings(m)}
     probe.save(out, model_name=m.get("model"), model_fingerprint=m.get("model_fingerprint"),
                training_summary=summary, metrics=held_out)
 
@@ -249,24 +250,13 @@ def _default_probe_dir() -> Path:
     return get_card(DEFAULT_MODEL).path.parent / "probe"
 
 
-def _probe_task(probe, name: str | None):
-    """The task whose prompt wraps live questions: ``name`` ('none' for none), else the probe's
-    training task (rebuilt from its recorded settings) when it is an open-QA task; multiple
-    choice and the other tasks need more than a question."""
-    from .scoring import task_from_settings
-    from .tasks import OpenQATask, get_task
+def _score_task(name: str | None):
+    """``--task``: None -> "auto" (the probe's open-QA task), "none" -> None, else that task."""
+    from .tasks import get_task
 
-    if name is not None:
-        return None if name == "none" else get_task(name)
-    settings = (probe.training_summary or {}).get("task_settings")
-    if not settings:
-        return None
-    try:
-        task = task_from_settings(settings)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"acute: note: asking questions as they are ({e})", file=sys.stderr)
-        return None
-    return task if isinstance(task, OpenQATask) else None
+    if name is None:
+        return "auto"
+    return None if name == "none" else get_task(name)
 
 
 def _read_prompts(source: str):
@@ -318,7 +308,7 @@ def cmd_score(args) -> int:
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name)
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
-                    batch_size=args.batch_size, task=_probe_task(probe, args.task))
+                    batch_size=args.batch_size, task=_score_task(args.task))
     scored = scorer.generate(prompts, risk=args.risk)
     if args.jsonl:
         for i, s in zip(ids, scored):

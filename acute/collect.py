@@ -20,7 +20,7 @@ import numpy as np
 
 from . import __version__
 
-__all__ = ["CollectSummary", "build_manifest", "collect", "example_record"]
+__all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record"]
 
 #: Manifest sections that must agree, besides the store's own compatibility keys, before a
 #: collection resumes an existing store (otherwise old and new records would be incomparable).
@@ -90,6 +90,13 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
         },
         "acute_version": __version__,
     }
+
+
+def collection_settings(manifest: dict) -> dict:
+    """``{"task", "task_settings", "generation"}`` of a store manifest: what a probe trained on
+    the store should carry in its ``training_summary`` so that :class:`acute.scoring.Scorer`
+    generates live answers the same way (prompt, max new tokens, stop strings, pooling)."""
+    return {key: manifest.get(key) for key in ("task", "task_settings", "generation")}
 
 
 def _check_resumable(out_dir: Path, manifest: dict) -> None:

@@ -44,7 +44,7 @@ def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135
     """
     import numpy as np
 
-    from .collect import collect
+    from .collect import collect, collection_settings
     from .evaluate import evaluate_store
     from .models import load_model, model_fingerprint
     from .probes import ActivationProbe, load_probe
@@ -73,15 +73,12 @@ def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135
     probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
               confidence=store.raw_confidence)
     probe.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
-               training_summary={"store": str((out / "store").resolve()), "task": task.name,
-                                 "task_settings": store.manifest.get("task_settings"),
-                                 "n_train": len(store),
-                                 "accuracy_train": float(np.mean(store.correct)),
-                                 "generation": store.manifest.get("generation")})
+               training_summary={"store": str((out / "store").resolve()),
+                                 **collection_settings(store.manifest)})
     print(f"\nprobe exported to {out / 'probe'} (probe.safetensors + probe.json, no pickle)")
 
     _say(f"[5/5] scoring live questions at risk level {risk}")
-    scorer = Scorer(model, tok, load_probe(out / "probe"), task=task)
+    scorer = Scorer(model, tok, load_probe(out / "probe"))  # asks like the default task
     scored = scorer.generate(list(questions), risk=risk)
     print(f"\nlive scoring with the exported probe: trust iff confidence > risk level {risk}")
     print(f"{'question':<52} {'answer':<24} {'raw':>5} {'probe':>5}  decision")

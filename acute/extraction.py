@@ -253,8 +253,11 @@ class _Run:
         self.done = torch.zeros(batch_size, dtype=torch.bool, device=device)
         self.n_tokens = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.reason = torch.zeros(batch_size, dtype=torch.long, device=device)
-        self.step_tokens: list[torch.Tensor] = []
-        self.step_logprobs: list[torch.Tensor] = []
+        # Preallocated so that nothing long-lived is allocated per step (no heap fragmentation
+        # between the growing KV-cache blocks); generate runs at most max_new_tokens + 1 steps.
+        self.step = 0
+        self.tokens = torch.zeros(batch_size, max_new_tokens + 1, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(batch_size, max_new_tokens + 1, dtype=torch.float32, device=device)
         self.logits_next: torch.Tensor | None = None  # raw logits of the latest forward [B, V]
         self.logsumexp_next: torch.Tensor | None = None  # their log-normaliser [B] (float32)
         self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
@@ -269,7 +272,7 @@ class _Run:
         return w
 
     def set_weight(self, mask: torch.Tensor) -> None:
-        self.weight = mask.to(self.dtype).unsqueeze(1)
+        self.weight.copy_(mask.unsqueeze(1))
         self._weights_by_device = {}
 
 
@@ -314,9 +317,11 @@ class _RecorderStoppingCriteria(StoppingCriteria):
         logprob = (picked - run.logsumexp_next).to(run.device)
         run.logits_next = run.logsumexp_next = None
         active = ~run.done  # rows for which this token is a real generated token
-        run.step_tokens.append(token)
-        run.step_logprobs.append(logprob)
-        run.n_tokens += active.long()
+        if run.step < run.tokens.shape[1]:
+            run.tokens[:, run.step] = token
+            run.logprobs[:, run.step] = logprob
+        run.step += 1
+        run.n_tokens += active
 
         is_eos = active & torch.isin(token, run.eos) if run.eos.numel() else torch.zeros_like(active)
         is_stop = torch.zeros_like(active)
@@ -335,10 +340,10 @@ class _RecorderStoppingCriteria(StoppingCriteria):
                 stop_flags[r] = any(s in text for s in run.stop_strings)
             is_stop = torch.tensor(stop_flags, dtype=torch.bool, device=run.device)
         is_len = active & (run.n_tokens >= run.max_new_tokens)
-        run.reason = torch.where(active & is_len, _REASON_LENGTH, run.reason)
-        run.reason = torch.where(is_stop, _REASON_STOP, run.reason)
-        run.reason = torch.where(is_eos, _REASON_EOS, run.reason)
-        run.done = run.done | is_eos | is_stop | is_len
+        run.reason.masked_fill_(is_len, _REASON_LENGTH)
+        run.reason.masked_fill_(is_stop, _REASON_STOP)
+        run.reason.masked_fill_(is_eos, _REASON_EOS)
+        run.done |= is_eos | is_stop | is_len
 
         if run.pool == "decoding":
             # The next forward decodes the next token of every still-running row.
@@ -416,7 +421,7 @@ class HiddenStateRecorder:
             self._accumulate(index, hidden)
             run.forwards += 1
             if run.pool_this_forward:
-                run.counts += run.weight.squeeze(1).to(run.counts.device).long()
+                run.counts += run.weight.squeeze(1).to(run.counts.device, torch.long)
         return hook
 
     def _logits_hook(self, module, args, output):
@@ -545,8 +550,8 @@ class HiddenStateRecorder:
                 f"recorder pooled {counts.tolist()} states for {n_tokens.tolist()} generated tokens; "
                 "generate did not run the expected decoding steps (unsupported generation mode?)"
             )
-        tokens = torch.stack(run.step_tokens, dim=1).cpu().numpy().astype(np.int64)
-        logprobs = torch.stack(run.step_logprobs, dim=1).cpu().numpy().astype(np.float32)
+        tokens = run.tokens.cpu().numpy()
+        logprobs = run.logprobs.cpu().numpy()
         sums = [s.to("cpu", torch.float64) for s in run.sums]
         if any(s is None for s in run.sums):
             raise RuntimeError("some layers were never reached by a forward pass")
@@ -562,14 +567,17 @@ class HiddenStateRecorder:
         )
 
     def state_nbytes(self) -> int:
-        """Bytes of tensors the recorder holds for the current batch other than the output tokens
-        (running sums, counts, masks, the latest log-normaliser); the logits it references belong to
-        the model's output. 0 outside a generate call."""
+        """Bytes of the tensors the recorder holds for the current batch: running sums, counts,
+        masks, the latest log-normaliser and the preallocated [B, max_new_tokens + 1] token and
+        log-prob buffers (the logits it references belong to the model's output). Fixed for a
+        given batch and ``max_new_tokens``, i.e. it does not grow while tokens are generated;
+        0 outside a generate call."""
         run = self._run
         if run is None:
             return 0
         tensors = [s for s in run.sums if s is not None]
-        tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos]
+        tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos,
+                    run.tokens, run.logprobs]
         if run.logsumexp_next is not None:
             tensors.append(run.logsumexp_next)
         return int(sum(t.numel() * t.element_size() for t in tensors))

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["ScoredGeneration", "Scorer", "decide", "task_from_settings"]
+__all__ = ["ScoredGeneration", "Scorer", "decide", "probe_task", "task_from_settings"]
 
 
 @dataclass
@@ -88,21 +88,28 @@ class Scorer:
     Generation settings default to the ones the probe's training store was collected with,
     when the probe records them (``training_summary["generation"]``, written by ``acute
     train/export`` and the demo): max new tokens, stop strings, pooling and chat formatting.
-    ``task`` (an :class:`acute.tasks.Task`, e.g. ``get_task("default")``) wraps a plain
-    question in that task's prompt (its instruction), as during collection; without it a
-    question is sent as is (one user message when the tokenizer has a chat template).
+    ``task`` wraps a plain-string question in a task's prompt (instruction, demonstrations),
+    as during collection, so the probe sees answers like those it was trained on: ``"auto"``
+    (default) rebuilds the probe's training task from ``training_summary["task_settings"]``
+    when that is an open-QA task; an :class:`acute.tasks.Task` is used as given; ``None`` (or
+    no usable recorded task) sends a question as is (one user message when the tokenizer has
+    a chat template). Chat message lists are never wrapped.
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
                  chat: bool | None = None, batch_size: int = 8,
-                 stop_strings: Sequence[str] | None = None, task=None):
+                 stop_strings: Sequence[str] | None = None, task="auto"):
         from .models import model_fingerprint
 
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
-        self.task = task
         _check_probe_model(probe, model_fingerprint(model))
+        if isinstance(task, str):
+            if task != "auto":
+                raise ValueError(f"task must be 'auto', None or a Task, got {task!r}")
+            task = probe_task(probe)
+        self.task = task
         generation = _probe_generation(probe)
         self.max_new_tokens = int(max_new_tokens or generation.get("max_new_tokens") or 64)
         self.pool = generation.get("pool") or "decoding"
@@ -178,12 +185,33 @@ def task_from_settings(settings: dict):
     return get_task(settings["name"], **options)
 
 
-def _probe_generation(probe) -> dict:
-    """The generation settings recorded with a probe (empty dict when none)."""
+def probe_task(probe):
+    """The open-QA task a probe was trained on, rebuilt from its recorded ``task_settings``;
+    ``None`` when it records none, when the task cannot be rebuilt here (e.g. its JSONL file is
+    gone) or when it is not open QA (multiple choice and the others need more than a question)."""
+    from .tasks import OpenQATask
+
+    summary = _probe_summary(probe)
+    settings = summary.get("task_settings")
+    if not settings:
+        return None
+    try:
+        task = task_from_settings(settings)
+    except (ValueError, FileNotFoundError):
+        return None
+    return task if isinstance(task, OpenQATask) else None
+
+
+def _probe_summary(probe) -> dict:
     summary = getattr(probe, "training_summary", None)
     if summary is None:
         summary = getattr(probe, "training_summary_", None)
-    gen = (summary or {}).get("generation") if isinstance(summary, dict) else None
+    return summary if isinstance(summary, dict) else {}
+
+
+def _probe_generation(probe) -> dict:
+    """The generation settings recorded with a probe (empty dict when none)."""
+    gen = _probe_summary(probe).get("generation")
     return dict(gen) if isinstance(gen, dict) else {}
 
 

@@ -270,7 +270,9 @@ def main(argv=None) -> None:
         run_recorder(model, ids, mask, kw, eos, sizes=sizes)
         rss_b = statistics.median(measure(run_recorder, model, ids, mask, kw, eos)[2] for _ in range(3))
         rss_a = statistics.median(measure(run_plain, model, ids, mask, kw)[2] for _ in range(3))
-        print(f"  {n:3d} tokens: recorder state {max(sizes) / 2**10:8.1f} KiB (max over steps); "
+        buffers = ids.shape[0] * (n + 1) * (8 + 4)  # the output token ids + log-probs
+        print(f"  {n:3d} tokens: recorder state {max(sizes) / 2**10:8.1f} KiB (max over steps; "
+              f"{(max(sizes) - buffers) / 2**10:.1f} KiB without the output token/log-prob buffers); "
               f"peak RSS +{rss_b / 2**20:.1f} MiB with recorder vs +{rss_a / 2**20:.1f} MiB plain")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 import acute
-from acute.scoring import Scorer, task_from_settings
+from acute.scoring import Scorer
 from acute.tasks import get_task
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -25,9 +25,9 @@ args = parser.parse_args()
 
 probe = acute.load_probe(args.probe)  # safetensors + JSON, nothing is unpickled
 model, tokenizer = acute.load_model(args.model)
-# Ask the questions the way the training answers were collected (same task prompt).
-task = task_from_settings(probe.training_summary["task_settings"])
-scorer = Scorer(model, tokenizer, probe, task=task)  # refuses a probe of another model
+# The scorer refuses a probe of another model and asks each question the way the training
+# answers were collected (the task prompt and generation settings recorded with the probe).
+scorer = Scorer(model, tokenizer, probe)
 
 questions = [ex.question for ex in get_task("default").load(limit=args.limit)]
 for s in scorer.generate(questions, risk=args.risk):

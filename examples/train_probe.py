@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 import acute
-from acute.collect import collect
+from acute.collect import collect, collection_settings
 from acute.evaluate import evaluate_store
 from acute.probes import ActivationProbe
 from acute.tasks import get_task
@@ -53,6 +53,5 @@ probe = ActivationProbe(view=args.view, n_estimators=args.trees)
 probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
           confidence=store.raw_confidence)
 probe.save(out / "probe", model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
-           training_summary={"task_settings": store.manifest["task_settings"],
-                             "generation": store.manifest["generation"]})
+           training_summary=collection_settings(store.manifest))  # how to prompt live
 print(f"probe saved to {out / 'probe'}")

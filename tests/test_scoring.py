@@ -137,6 +137,27 @@ def test_task_wraps_questions(tiny_model, tiny_tokenizer, probe_dir):
     assert expected == "Question: Who wrote Hamlet?\nAnswer:"  # the task's plain prompt
 
 
+def test_task_auto_from_probe_settings(tiny_model, tiny_tokenizer, probe_dir, tmp_path):
+    """A probe that records its training task (as `acute train/export` write it) makes the
+    scorer ask questions with that task's prompt; no recorded task: asked as is."""
+    assert Scorer(tiny_model, tiny_tokenizer, load_probe(probe_dir)).task is None
+    probe = load_probe(probe_dir)
+    settings = get_task("default", shots=0).settings()
+    probe.manifest["training_summary"] = {"generation": GENERATION, "task_settings": settings}
+    probe.training_summary = probe.manifest["training_summary"]
+    s = Scorer(tiny_model, tiny_tokenizer, probe)
+    assert s.task.name == "default" and s.task.shots == 0
+    assert s.format("Who wrote Hamlet?") == "Question: Who wrote Hamlet?\nAnswer:"
+    assert Scorer(tiny_model, tiny_tokenizer, probe, task=None).format("Hi") == "Hi"
+    mc = get_task("mmlu").settings()
+    probe.training_summary = {"generation": GENERATION, "task_settings": mc}
+    assert Scorer(tiny_model, tiny_tokenizer, probe).task is None  # needs choices: not wrapped
+    probe.training_summary = {"task_settings": {"name": str(tmp_path / "gone.jsonl")}}
+    assert Scorer(tiny_model, tiny_tokenizer, probe).task is None
+    with pytest.raises(ValueError, match="task must be"):
+        Scorer(tiny_model, tiny_tokenizer, probe, task="default")
+
+
 def test_fingerprint_rejects_other_model(tiny_tokenizer, probe_dir):
     qwen = make_tiny_model("qwen2")
     with pytest.raises(ModelMismatchError, match="architecture"):
