@@ -332,7 +332,7 @@ def ablation_markdown(by_task: Mapping[str, Mapping[str, Mapping[str, Mapping[st
             best[t] = max(vals) if direction >= 0 else min(vals)
     rows = []
     for name in list(reference) + list(ACUTE_VIEWS):
-        desc = ACUTE_VIEWS.get(name, "baseline (reference)")
+        desc = ACUTE_VIEWS.get(name, "baseline, for reference")
         cells = [f"{name} ({desc})"]
         for t in tasks:
             v = by_task[t].get(name, {}).get(metric)
@@ -513,21 +513,31 @@ class ReportInputs:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def _copy_figures(run: EvalRun, task: str, fig_dir: Path, best_acute: str | None) -> list[tuple[str, str]]:
-    """Copy the run's euro curves and the raw / best-ACUTE reliability diagrams; returns
-    ``(caption, relative path)`` pairs for the ones that exist."""
-    wanted = [("euro curves, every estimator", "euro_curves.png", f"{task}-euro-curves.png"),
-              ("reliability, raw confidence", "reliability_raw.png", f"{task}-reliability-raw.png")]
-    if best_acute:
-        wanted.append((f"reliability, {best_acute}", f"reliability_{best_acute}.png",
-                       f"{task}-reliability-{best_acute}.png"))
+def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]]:
+    """Draw the figures of one task from ``run``'s test predictions: euro curves of raw
+    confidence, the best baseline and the best ACUTE variant (highest auc-euro all, see
+    :func:`acute.evaluate.best_estimators`), and the reliability diagrams of raw confidence and
+    of the best ACUTE variant. Returns ``(caption, path relative to the report)`` pairs."""
+    from .evaluate import best_estimators
+    from .plots import euro_curves, reliability_diagram
+
+    best = best_estimators(run.results.get("results", []))
+    names = ["raw"] + [best[g] for g in ("baseline", "acute") if g in best and best[g] != "raw"]
+    names = [n for n in dict.fromkeys(names) if n in run.predictions]
+    if not names:
+        return []
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    y = run.correct.astype(int)
     out = []
-    for caption, src, dst in wanted:
-        p = run.path / src
-        if p.is_file():
-            fig_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(p, fig_dir / dst)
-            out.append((f"{caption} ({run.model})", f"figures/{dst}"))
+    path = fig_dir / f"{task}-euro-curves.png"
+    euro_curves({n: run.predictions[n] for n in names}, y, path,
+                title=f"{task}: euro curves ({run.model}, {run.n} test records)")
+    out.append((f"euro curves, {task}, {run.model}", f"figures/{path.name}"))
+    for n in dict.fromkeys(["raw", best.get("acute", "raw")]):
+        if n in run.predictions:
+            path = fig_dir / f"{task}-reliability-{n}.png"
+            reliability_diagram(run.predictions[n], y, path, title=f"{task}: {n} ({run.model})")
+            out.append((f"reliability, {task}, {n}, {run.model}", f"figures/{path.name}"))
     return out
 
 
@@ -557,8 +567,9 @@ def _json_ready(x):
 
 
 def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
-    """Compute every table and return ``(markdown, data)``; copies figures into
-    ``inputs.out_dir/figures`` and writes the combined protocol report
+    """Compute every table and return ``(markdown, data)``; draws each task's figures into
+    ``inputs.out_dir/figures`` (from the test predictions of ``inputs.figures_model``, else the
+    first model with that task) and writes the combined protocol report
     (:func:`acute.protocol.write_protocol_report`) into ``inputs.out_dir``.
 
     ``data`` holds the numbers of every table (JSON-ready), for ``report.json``.
@@ -625,8 +636,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
                       estimator_markdown(per_model_summary[r.model], estimators, labels),
                       "</details>", ""]
         fig_run = next((r for r in runs if r.model == inputs.figures_model), runs[0])
-        best = fig_run.results.get("best", {}).get("acute")
-        figs = _copy_figures(fig_run, task, fig_dir, best)
+        figs = _task_figures(fig_run, task, fig_dir)
         if figs:
             lines += [" ".join(f"![{cap}]({rel})" for cap, rel in figs), ""]
         data["tasks"][task] = {"average": avg, "per_model": per_model_summary,
@@ -647,7 +657,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
         summary = json.loads((out_dir / "protocol-report.json").read_text(encoding="utf-8"))
         shifts = summary.get("shifts")
         lines += ["## Protocol study: verbalized vs token confidence", "",
-                  f"{len(inputs.protocol_runs)} runs; full tables (every estimator, readout and the "
+                  f"{len(inputs.protocol_runs)} run(s) (model | task); full tables (every estimator, readout and the "
                   f"reporting checklist) in [{md_path.name}]({md_path.name}).", "",
                   "### Gap table (smECE, readout T1)", "",
                   "g = smECE(c_verb) - smECE(c_tok) (positive: verbalized worse), 95% paired bootstrap "

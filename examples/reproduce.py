@@ -22,8 +22,8 @@ Resumable: a stage whose outputs are complete and were made with the same settin
 the settings that determine them, stored next to the outputs) is skipped; collection resumes
 record by record. Each stage of each model and task runs in its own Python process (this file
 with the hidden ``_worker`` argument), so its peak resident memory is measured alone (the
-kernel's ``ru_maxrss`` of that child, via ``os.wait4``); wall times and peaks go to
-``<work>/timings.json``. A failed stage is recorded and the others go on; the exit status is 1
+process's ``VmHWM``, see :func:`own_peak_rss_mb`); wall time, CPU time (``os.wait4``) and peak
+memory go to ``<work>/timings.json``. A failed stage is recorded and the others go on; the exit status is 1
 when any stage failed.
 
 Work layout: ``<work>/<model>/<task>/{store,eval,protocol}`` and ``<stage>.done.json`` there.
@@ -323,7 +323,6 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
     every output present."""
     work, out = Path(work).resolve(), Path(out).resolve()
     jobs: list[Job] = []
-    eval_hashes: dict[str, str] = {}
     for m in cfg.models:
         evals = []
         for t in cfg.tasks:
@@ -350,8 +349,6 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
                             "n_jobs": cfg.n_jobs, "probe_params": cfg.probe_params},
                            e_hash, pair / "evaluate.done.json", (pair / "eval" / "results.json",),
                            after=(collect.key,))
-            if n > 0:
-                eval_hashes[evaluate.key] = e_hash
             p_fields = {"stage": "protocol", "model": model_id, "task": t.identity(), "rows": n_proto,
                         "seed": cfg.seed, "n_bootstrap": cfg.protocol_n_bootstrap,
                         "variant": cfg.protocol_variant}
@@ -376,9 +373,10 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
     return jobs
 
 
-def report_inputs_hash(cfg: Config, work: Path, timings: dict) -> str:
+def report_inputs_hash(cfg: Config, work: Path, timings: dict, extra: dict | None = None) -> str:
     """Hash of everything the report reads: the config, each completed stage's sidecar (settings
-    hash and finish time) and the recorded timings of the stages (not of the report)."""
+    hash and finish time), the recorded timings of the stages (not of the report) and ``extra``
+    (the report job's payload: output folder and the commands it prints)."""
     inputs = []
     for m in cfg.models:
         for t in cfg.tasks:
@@ -394,7 +392,7 @@ def report_inputs_hash(cfg: Config, work: Path, timings: dict) -> str:
     stages = {k: [v.get("status"), v.get("finished")] for k, v in timings.get("stages", {}).items()
               if not k.startswith("report")}
     return config_hash({"config": cfg.text, "data_root": str(cfg.data_root), "inputs": inputs,
-                        "stages": stages, "format": 1})
+                        "stages": stages, "extra": extra or {}, "format": 1})
 
 
 # ----------------------------------------------------------------------------- timings
@@ -422,10 +420,32 @@ def _peak_rss_mb(ru_maxrss: float) -> float:
     return ru_maxrss / (1024.0 * 1024.0) if sys.platform == "darwin" else ru_maxrss / 1024.0
 
 
+def own_peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this program's own
+    address space. (``ru_maxrss`` is not used there: the kernel carries the pre-``exec`` peak
+    of the forked parent into it, so a child of a large process would report at least the
+    parent's size.) Elsewhere: ``resource.getrusage(RUSAGE_SELF).ru_maxrss``. psutil offers no
+    peak on Linux, so it is not needed.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    import resource
+
+    return _peak_rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def run_worker(job: Job, work: Path, log=print) -> dict:
     """Run ``job`` in a child process of this script and return its timing entry: ``status``
     (``ran``/``failed``), ``wall_s`` (child's wall time, imports included), ``peak_rss_mb``
-    (the child's peak resident set size), ``cpu_s`` (its user + system CPU time: on a shared
+    (the child's peak resident set size as it reports it, :func:`own_peak_rss_mb`; else the
+    ``ru_maxrss`` of ``os.wait4``), ``cpu_s`` (its user + system CPU time: on a shared
     machine a steadier measure of work than wall time), ``started``/``finished`` and the worker's
     ``detail`` (its summary, or the error)."""
     jobs_dir = work / ".jobs"
@@ -462,8 +482,8 @@ def run_worker(job: Job, work: Path, log=print) -> dict:
             result = json.loads(result_file.read_text(encoding="utf-8"))
         except json.JSONDecodeError:
             result = {}
-    if peak is None:
-        peak = result.get("peak_rss_mb")
+    if result.get("peak_rss_mb") is not None:  # the worker's own measure (see own_peak_rss_mb)
+        peak = result["peak_rss_mb"]
     ok = proc.returncode == 0 and result.get("ok") is True
     entry = {"status": "ran" if ok else "failed", "wall_s": round(wall, 3),
              "peak_rss_mb": None if peak is None else round(peak, 1),
@@ -504,11 +524,20 @@ def _command(argv: Sequence[str]) -> str:
     return shlex.join(["python", "examples/reproduce.py", *argv])
 
 
-def _report_command(args: argparse.Namespace) -> str:
-    parts = [args.config, "--out", args.out, "--work", args.work, "--stages", "report"]
+def regenerate_commands(args: argparse.Namespace) -> tuple[str, str]:
+    """``(full, report_only)``: the command that regenerates every output of the config (no
+    ``--only``/``--stages``: the report covers every model and task) and the one that only
+    rewrites the report from existing runs."""
+    parts = [args.config, "--out", args.out, "--work", args.work]
     if args.data_root:
         parts += ["--data-root", args.data_root]
-    return _command(parts)
+    return _command(parts), _command(parts + ["--stages", "report"])
+
+
+def _prepare_report(job: Job, cfg: Config, work: Path, out: Path, timings: dict) -> None:
+    job.hash = report_inputs_hash(cfg, work, timings, job.payload)
+    job.done_file = work / "report.done.json"
+    job.outputs = (out / "README.md", out / "report.json")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -519,20 +548,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     cfg = load_config(args.config, data_root=args.data_root)
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
-    full_args = [a for a in argv if a != "--plan"]
-    command = _command(full_args)
+    command, report_command = regenerate_commands(args)
     jobs = plan_jobs(cfg, work, out, args.stages, args.only, command=command,
-                     report_command=_report_command(args))
+                     report_command=report_command)
     timings_path = work / "timings.json"
     timings = load_timings(timings_path)
     if args.plan:
         for j in jobs:
+            if j.stage == "report":
+                _prepare_report(j, cfg, work, out, timings)
             state = "complete, would skip" if j.is_complete() else "would run"
             print(f"{j.key:60s} {state}")
         return 0
 
     work.mkdir(parents=True, exist_ok=True)
-    invocation = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command, "jobs": []}
+    invocation = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "command": _command(argv), "jobs": []}
     timings["invocations"] = (timings.get("invocations", []) + [invocation])[-_MAX_INVOCATIONS:]
     failed: set[str] = set()
     t_start = time.perf_counter()
@@ -540,9 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i, job in enumerate(jobs, start=1):
         tag = f"[{i}/{len(jobs)}] {job.key}"
         if job.stage == "report":
-            job.hash = report_inputs_hash(cfg, work, timings)
-            job.done_file = work / "report.done.json"
-            job.outputs = (out / "README.md",)
+            _prepare_report(job, cfg, work, out, timings)
         blocked = [a for a in job.after if a in failed]
         if blocked:
             entry = {"status": "blocked", "wall_s": 0.0, "detail": f"needs {', '.join(blocked)}"}
@@ -726,7 +755,6 @@ _WORKERS = {"collect": _worker_collect, "evaluate": _worker_evaluate, "protocol"
 def worker_main(job_file: str, result_file: str) -> int:
     """Child-process entry: run one job, write its sidecar (``<stage>.done.json``: settings hash,
     ``complete``, summary) and a result file for the driver. Returns the exit status."""
-    import resource
     import traceback
 
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
@@ -735,9 +763,10 @@ def worker_main(job_file: str, result_file: str) -> int:
         summary = _WORKERS[job["stage"]](job["payload"])
     except Exception as exc:  # noqa: BLE001 - reported to the driver, which goes on with other jobs
         traceback.print_exc()
-        _write_json_atomic(Path(result_file), {"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        _write_json_atomic(Path(result_file), {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                                               "peak_rss_mb": own_peak_rss_mb()})
         return 1
-    peak = _peak_rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    peak = own_peak_rss_mb()
     summary = {**summary, "inner_wall_s": round(time.perf_counter() - t0, 2)}
     done = {"stage": job["stage"], "key": job["key"], "config_hash": job["hash"], "complete": True,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary}

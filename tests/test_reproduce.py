@@ -92,7 +92,7 @@ probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
 task = "jsonl"
 data = "qa.jsonl"
 records = {N_ROWS}
-protocol = 8
+protocol = 4
 description = "Tiny open-QA fixture."
 
 [models.tiny]
@@ -104,6 +104,12 @@ model = "{model_dir.as_posix()}"
 @pytest.fixture(scope="module")
 def driven(tmp_path_factory):
     """Run the driver twice on the tiny model (the second run must do no work)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")  # the workers inherit it: no thread spinning for a tiny model
+        yield _drive(tmp_path_factory)
+
+
+def _drive(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("reproduce")
     model_dir = _tiny_model_dir(root / "tiny-model")
     expected = _write_fixture_data(root / "data", model_dir)
@@ -180,7 +186,8 @@ def test_readme_has_every_section_and_table(driven):
                     "## Ablation: ACUTE views", "## Protocol study", "### Shift table",
                     "### Provenance table", "## Comparison with the papers", "## Wall time and peak memory"):
         assert heading in text, heading
-    assert rp._command(driven["argv"]) in text
+    assert rp._command(driven["argv"]) in text  # the full command (no --only / --stages)
+    assert rp._command(driven["argv"] + ["--stages", "report"]) in text
     for est in ESTIMATORS:
         assert f"| {est} " in text or f"| {est} (" in text, est
     assert "0.72" in text and "0.88" in text and "0.28" in text  # the papers' numbers
@@ -197,7 +204,7 @@ def test_readme_has_every_section_and_table(driven):
 def test_changed_settings_rerun_only_what_depends_on_them(driven, tmp_path):
     cfg_text = driven["cfg"].read_text(encoding="utf-8")
     changed = tmp_path / "changed.toml"
-    changed.write_text(cfg_text.replace("protocol = 8", "protocol = 9")
+    changed.write_text(cfg_text.replace("protocol = 4", "protocol = 5")
                        .replace("n_bootstrap = 20\n", "n_bootstrap = 21\n"), encoding="utf-8")
     cfg = rp.load_config(changed)
     jobs = {j.key: j for j in rp.plan_jobs(cfg, driven["work"], driven["out"])}
@@ -224,6 +231,23 @@ def test_a_failed_stage_is_recorded_and_blocks_its_evaluation(driven, tmp_path):
     status = {j["key"]: j["status"] for j in t["invocations"][-1]["jobs"]}
     assert status == {"collect/tiny/qa": "failed", "evaluate/tiny/qa": "blocked"}
     assert "answers" in t["stages"]["collect/tiny/qa"]["detail"]
+
+
+def test_peak_memory_is_the_workers_own():
+    """A child that touches 320 MB reports at least that; one that allocates nothing reports far
+    less than this (large, torch-importing) test process, whose peak ``ru_maxrss`` would carry."""
+    code = ("import sys; sys.path.insert(0, {ex!r}); import reproduce as r; import numpy as np; "
+            "a = np.ones({n}); print(r.own_peak_rss_mb())")
+    import subprocess
+
+    def peak(n: int) -> float:
+        out = subprocess.run([sys.executable, "-c", code.format(ex=str(REPO / "examples"), n=n)],
+                             capture_output=True, text=True, check=True)
+        return float(out.stdout.strip())
+
+    small, big = peak(1), peak(40_000_000)
+    assert big - small >= 300  # 40e6 float64 = 305 MiB, all touched by np.ones
+    assert small < 150
 
 
 # ----------------------------------------------------------------------------- driver helpers
