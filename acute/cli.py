@@ -207,7 +207,9 @@ def cmd_evaluate(args) -> int:
     evaluate_store(store, test_store=test_store, out_dir=out,
                    test_fraction=args.test_fraction, seed=args.seed,
                    n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
-                   probe_params={"n_estimators": args.n_estimators}, progress=not args.quiet,
+                   probe_params={"n_estimators": args.n_estimators,
+                                 "search_n_estimators": args.search_n_estimators},
+                   progress=not args.quiet,
                    estimators=_estimator_list(args.estimators), reliability=args.reliability)
     print((out / "results.md").read_text(encoding="utf-8"))
     return 0
@@ -291,8 +293,11 @@ def _read_prompts(source: str):
 def cmd_score(args) -> int:
     from .models import load_model
     from .probes import load_probe
-    from .scoring import Scorer
+    from .scoring import Scorer, decide
 
+    if not args.jsonl and not args.question:
+        raise ValueError("give a question, or --jsonl FILE (or - for stdin)")
+    decide([], args.risk)  # a bad risk level fails before the model is loaded
     if args.probe:
         probe_dir = Path(args.probe)
     else:
@@ -302,8 +307,6 @@ def cmd_score(args) -> int:
                 f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
-    if not args.jsonl and not args.question:
-        raise ValueError("give a question, or --jsonl FILE (or - for stdin)")
     ids, prompts = _read_prompts(args.jsonl) if args.jsonl else (None, [args.question])
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name)
@@ -416,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--n-bootstrap", type=int, default=1000)
     e.add_argument("--n-jobs", type=int, default=None)
-    e.add_argument("--n-estimators", type=int, default=None)
+    e.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
+    e.add_argument("--search-n-estimators", type=int, default=None,
+                   help="trees of the forests that pick the early/mid/late layer")
     e.add_argument("--estimators", default=None,
                    help="comma-separated subset, e.g. raw,platt,acute-pca10 (default: all twelve)")
     e.add_argument("--reliability", choices=["all", "best"], default="all",

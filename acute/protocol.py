@@ -21,9 +21,9 @@ Settings (paper names)
   task's own prompt, the text the model answered) or under the ``verbal`` prefix (the
   verbalization prompt up to and including the answer: the very text the model saw when it
   verbalized). The verbalization prompt shows the question as the task shows it to a base
-  model, without the task's answering instruction (:func:`acute.verbalize.question_text`), so
-  for chat models the two contexts differ by that instruction, and for base models also by
-  ``Answer:`` vs ``Proposed answer:``; ``counts.n_context_identical`` reports how many generated
+  model, without the task's answering instruction and demonstrations
+  (:func:`acute.verbalize.question_text`), so the two contexts differ by those (and, for base
+  models, by ``Answer:`` vs ``Proposed answer:``); ``counts.n_context_identical`` reports how many generated
   answers had the same text before them in both contexts (a no-op axis would show there).
 * **estimator**: 10-bin ``ECE``, ``KDE-ECE``, ``KS-Cal``, ``smECE``; ``Brier``, ``NLL`` and
   ``AUROC`` as robustness metrics (for AUROC higher is better, so ``g < 0`` there means the
@@ -51,6 +51,10 @@ choice with a change of what is being rated. Pooling the wrong provided answers 
 one keeps both classes present (a gold-only set has every label 1). The provided answers'
 token log-probs and verbalizations are all stored per record, so other pairings can be
 recomputed from ``protocol.json``.
+
+Intervals resample rows; in the pooled ``gold`` cells an example contributes up to three rows,
+so those intervals treat rows as independent (a cluster bootstrap over examples would be
+somewhat wider).
 
 A row enters a cell only when its verbalization parsed and its answer was scored under *both*
 contexts, so toggling context, readout or estimator never changes the rows. A reply without a
@@ -139,7 +143,7 @@ ROBUSTNESS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
 AXES = ("context", "readout", "scored", "estimator")
 #: mean absolute change of g per toggled axis reported in the paper (for reference in reports)
 PAPER_SHIFTS = {"context": 0.28, "readout": 0.11, "estimator": 0.01}
-VERBAL_MAX_NEW_TOKENS = 10
+VERBAL_MAX_NEW_TOKENS = 12
 ALPHA = 0.05
 
 _AXIS_LEVELS = {

@@ -21,8 +21,8 @@ Prompt shapes (built with :func:`acute.models.format_prompt`)
       Probability that the proposed answer is correct (0.0 to 1.0):
 
 ``<question>`` is the task's question as it shows it to a base model (its plain prompt, which for
-open QA is ``Question: ...``, with options for multiple choice) without the trailing answer cue
-(``Answer:``), see :func:`question_text`. ``<answer>`` is the answer being judged, stripped.
+open QA is ``Question: ...``, with options for multiple choice) without demonstrations and without
+the trailing answer cue (``Answer:``), see :func:`question_text`. ``<answer>`` is the answer being judged, stripped.
 
 For the token-probability side, :class:`VerbalPrompt` also returns the *prefix* of the rendered
 prompt up to the answer and the answer *continuation*, such that ``prefix + continuation`` is the
@@ -40,7 +40,8 @@ Parsing rules of :func:`parse_confidence`
 2. If the number is followed by ``%`` (or ``percent``), it is a percentage on either scale:
    ``"80%"`` -> 0.8.
 3. If it is followed by ``/ b`` or ``out of b`` (b > 0), it is the fraction a/b on either scale:
-   ``"8/10"`` -> 0.8, ``"0.8/1"`` -> 0.8, ``"7 out of 10"`` -> 0.7.
+   ``"8/10"`` -> 0.8, ``"0.8/1"`` -> 0.8, ``"7 out of 10"`` -> 0.7. A slash or ``out of``
+   without a denominator (``"1/"``, a reply cut off by the token limit) is a parse failure.
 4. Otherwise a bare number is read on the requested scale: ``scale="unit"`` -> the number itself,
    ``scale="percent"`` -> the number / 100 (so ``"0.8"`` on the percent scale is 0.8% = 0.008;
    the reply is read literally, never guessed).
@@ -52,6 +53,7 @@ Parsing rules of :func:`parse_confidence`
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -116,6 +118,7 @@ _NUMBER = r"(?<!\w)(?<!\d[.,])([-+\u2212]?)(\d+(?:[.,]\d+)?\.?|(?<![.,])[.,]\d+)
 _FIRST = re.compile(_NUMBER)
 _PERCENT = re.compile(r"\s*(?:%|percent\b|per\s+cent\b)", re.IGNORECASE)
 _FRACTION = re.compile(r"\s*(?:/|out\s+of\b)\s*(\d+(?:\.\d+)?)", re.IGNORECASE)
+_SLASH = re.compile(r"\s*(?:/|out\s+of\b)", re.IGNORECASE)
 
 
 def _to_float(digits: str) -> float:
@@ -151,6 +154,8 @@ def parse_confidence(text: str, scale: str = "unit") -> float | None:
         value = value / 100.0
     else:
         frac = _FRACTION.match(rest)
+        if frac is None and _SLASH.match(rest):
+            return None  # "1/" cut off before its denominator: ambiguous
         if frac:
             denom = float(frac.group(1))
             if denom <= 0:
@@ -170,14 +175,34 @@ def parse_confidence(text: str, scale: str = "unit") -> float | None:
 _ANSWER_CUE = re.compile(r"\s*(?:Answer|A)\s*:\s*$")
 
 
+def _without_demonstrations(task, ex):
+    """``(task, ex)`` with demonstrations removed: ``ex.shots`` emptied (multiple choice) and the
+    task cloned with ``shots=0`` (sklearn-style, ``type(task)(**task.get_params())``) when it has
+    a non-zero ``shots`` option (open QA). Falls back to the originals when cloning fails."""
+    if dataclasses.is_dataclass(ex) and getattr(ex, "shots", ()):
+        ex = dataclasses.replace(ex, shots=())
+    get_params = getattr(task, "get_params", None)
+    params = get_params() if callable(get_params) else {}
+    if isinstance(params, dict) and params.get("shots"):
+        try:
+            task = type(task)(**{**params, "shots": 0})
+        except Exception:  # noqa: BLE001 - an unusual constructor: keep the task as it is
+            pass
+    return task, ex
+
+
 def question_text(task, ex) -> str:
     """The question as shown in the verbalization prompt.
 
-    The task's plain (base-model) prompt ``task.plain_prompt(ex)`` without its trailing answer
-    cue (``Answer:`` or ``A:``), so open QA gives ``"Question: <q>"`` and multiple choice
-    includes the options (and any header or shots the task shows). Falls back to
-    ``"Question: <ex.question>"`` when the task has no plain prompt. Never empty.
+    The task's plain (base-model) prompt ``task.plain_prompt(ex)`` for the example alone
+    (demonstrations removed, see below) without its trailing answer cue (``Answer:`` or
+    ``A:``), so open QA gives ``"Question: <q>"`` and multiple choice the task's header, the
+    question and its options. Demonstrations (``ex.shots``, or a task's ``shots`` option) are
+    dropped: they steer the answer format of the query and are not part of the question being
+    rated. Falls back to ``"Question: <ex.question>"`` when the task has no plain prompt.
+    Never empty.
     """
+    task, ex = _without_demonstrations(task, ex)
     plain = getattr(task, "plain_prompt", None)
     text = None
     if callable(plain):

@@ -19,7 +19,7 @@ import torch
 
 from acute.cli import main
 from acute.extraction import generate_and_record
-from acute.models import format_prompt, load_model
+from acute.models import load_model
 from acute.probes import load_probe
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
@@ -102,12 +102,14 @@ def test_tasks_and_models(capsys):
 
 def test_evaluate(work, capsys):
     rc, out, _ = run(["evaluate", "--store", work / "mixed", "--n-estimators", 10,
-                      "--n-bootstrap", 20, "--reliability", "best", "--quiet"], capsys)
+                      "--search-n-estimators", 10, "--n-bootstrap", 20, "--reliability", "best",
+                      "--quiet"], capsys)
     assert rc == 0
     ev = work / "mixed" / "evaluation"
     res = json.loads((ev / "results.json").read_text())
     assert res["complete"] and [r["estimator"] for r in res["results"]][:1] == ["raw"]
     assert len(res["results"]) == 12
+    assert res["params"]["probe_params"] == {"n_estimators": 10, "search_n_estimators": 10}
     assert "| acute-pca10 |" in out and "| platt |" in out
     with open(ev / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
@@ -282,9 +284,11 @@ def test_probe_missing_file(capsys, exported, tmp_path):
     assert rc == 2 and "does not exist" in err
 
 
-def test_score_needs_a_question(capsys, exported):
+def test_score_needs_a_question_and_a_valid_risk(capsys, exported):
     rc, _, err = run(["score", "--probe", exported], capsys)
     assert rc == 2 and "give a question" in err
+    rc, _, err = run(["score", "Q?", "--probe", exported, "--risk", 1.5], capsys)
+    assert rc == 2 and "risk must be in [0, 1]" in err
 
 
 def test_bad_jsonl_line(capsys, exported, tmp_path):

@@ -326,7 +326,7 @@ def _biased_model(tokenizer, boost=(), forbid_digits=False, forbid=(), boost_val
     """A tiny random Llama whose output layer gets a fixed bias (deterministic behaviours)."""
     from acute.testing import make_tiny_model
 
-    model = make_tiny_model("llama")
+    model = make_tiny_model("llama", max_position_embeddings=1024)  # room for 3-shot prompts
     old = model.lm_head
     head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
     head.weight = old.weight
@@ -374,7 +374,7 @@ def na_run(tiny_task, tmp_path_factory):
 def _long_example(ex):
     import dataclasses
 
-    return dataclasses.replace(ex, id="too-long", question="Paris " * 300)
+    return dataclasses.replace(ex, id="too-long", question="Paris " * 1100)
 
 
 def test_end_to_end_reports_parse_failures_as_na(na_run):

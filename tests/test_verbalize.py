@@ -55,6 +55,8 @@ CASES = [
     ("150%", "unit", None),
     ("3/2", "unit", None),
     ("3/0", "unit", None),
+    ("The probability is 1/", "unit", None),  # cut off before the denominator
+    ("1 out of", "unit", None),
     ("1,000", "unit", None),  # thousands separator
     ("12 is my guess, 0.5", "unit", None),  # the first number decides
     # percent scale
@@ -125,6 +127,24 @@ def test_question_text_strips_answer_cue_and_falls_back():
     assert question_text(_PlainTask(mc), ex) == "Header\n\nQuestion: Pick\nA. one\nB. two"
     assert question_text(object(), ex) == "Question: What is 2+2?"  # no plain prompt
     assert question_text(_PlainTask("   "), ex) == "Question: What is 2+2?"
+
+
+def test_question_text_drops_demonstrations(tmp_path):
+    from acute.tasks import Example, MultipleChoiceTask, get_task
+
+    path = tmp_path / "qa.jsonl"
+    path.write_text('{"id": "1", "question": "Capital of France?", "answers": ["Paris"]}\n')
+    task = get_task(str(path))
+    ex = task.load()[0]
+    assert task.shots > 0 and task.plain_prompt(ex).count("Question:") == task.shots + 1
+    assert question_text(task, ex) == "Question: Capital of France?"
+    assert task.shots > 0  # the task itself is left unchanged
+    shot = Example(id="s", question="Two plus two?", answers=["4"], choices=["3", "4"], label=1)
+    mc = Example(id="m", question="Pick one", answers=["b"], choices=["a", "b"], label=1, shots=(shot,))
+    mct = MultipleChoiceTask()
+    assert "Two plus two?" in mct.plain_prompt(mc)
+    assert question_text(mct, mc) == f"{mct.header(mc)}\n\nQuestion: Pick one\nA. a\nB. b"
+    assert mc.shots == (shot,)
 
 
 def test_chat_prompt_shape_and_answer_span():
