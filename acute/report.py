@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from .protocol import PAPER_SHIFTS
+
 __all__ = [
     "ACUTE_VIEWS",
     "PAPER_NUMBERS",
@@ -83,7 +85,7 @@ PAPER_NUMBERS: dict[str, Any] = {
         ("apigen", "acute-pca20", 0.88),
     ],
     # mean |change in g| when one protocol axis is toggled
-    "protocol_shifts": {"context": 0.28, "readout": 0.11, "estimator": 0.01},
+    "protocol_shifts": dict(PAPER_SHIFTS),
 }
 
 INTERPRETATION_START = "<!-- interpretation:start -->"
@@ -396,9 +398,13 @@ def timings_markdown(stages: Mapping[str, Mapping[str, Any]], models: Sequence[s
                 peaks[s] = max(peaks[s], float(e.get("peak_rss_mb") or 0.0))
             if any_entry:
                 rows.append(cells)
-    rows.append(["**total**", ""] + [f"**{_fmt_seconds(totals[s])}** / {_fmt_seconds(cpu_totals[s])} / "
-                                     f"max {_fmt_mb(peaks[s] or None)}" for s in stage_names])
-    grand, cpu = sum(totals.values()), sum(cpu_totals.values())
+    has_cpu = {s: any((stages.get(f"{s}/{m}/{t}") or {}).get("cpu_s") is not None
+                      for m in models for t in tasks) for s in stage_names}
+    rows.append(["**total**", ""] + [
+        f"**{_fmt_seconds(totals[s])}** / {_fmt_seconds(cpu_totals[s] if has_cpu[s] else None)} / "
+        f"max {_fmt_mb(peaks[s] or None)}" for s in stage_names])
+    grand = sum(totals.values())
+    cpu = sum(cpu_totals.values()) if any(has_cpu.values()) else None
     return ("\n".join(_table(header, rows, align_right_from=2)) + "\n\n"
             f"All stages together: {_fmt_seconds(grand)} of wall time, {_fmt_seconds(cpu)} of CPU time.\n")
 

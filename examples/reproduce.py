@@ -647,11 +647,38 @@ def _load_model(source: str):
     return model, tok, time.perf_counter() - t0
 
 
+def _store_matches(manifest: dict, p: dict, task) -> bool:
+    """Whether an existing store was collected with this job's model, task settings, answer
+    length, chat choice (when set) and dtype; otherwise :func:`acute.collect.collect` is called
+    and reports the incompatibility itself."""
+    gen = manifest.get("generation") or {}
+    same_settings = json.loads(json.dumps(manifest.get("task_settings"), default=str)) == \
+        json.loads(json.dumps(task.settings(), default=str))
+    chat = p["task"].get("chat")
+    return (manifest.get("model") == p["model"] and same_settings
+            and gen.get("max_new_tokens") == (p["task"].get("max_new_tokens") or task.max_new_tokens)
+            and (chat is None or gen.get("chat") == chat) and manifest.get("dtype") == p["store_dtype"])
+
+
 def _worker_collect(p: dict) -> dict:
     from acute.collect import collect
 
     task, examples = load_task_examples(p["task"])
     chosen = select_examples(examples, p["records"], p["seed"])
+    store_dir = Path(p["store_dir"])
+    if (store_dir / "manifest.json").is_file():
+        from acute.store import open_store
+
+        store = open_store(store_dir)
+        have = {str(i) for i in store.ids}
+        if _store_matches(store.manifest, p, task) and all(str(ex.id) in have for ex in chosen):
+            # e.g. a smaller size than before: nothing to generate, no model to load
+            keep = [i for i, rid in enumerate(store.ids) if str(rid) in {str(ex.id) for ex in chosen}]
+            print(f"  all {len(chosen)} selected records are already in {store_dir}", flush=True)
+            return {"load_s": 0.0, "work_s": 0.0, "available": len(examples), "selected": len(chosen),
+                    "records": len(keep), "new_records": 0, "resumed": len(keep),
+                    "accuracy": float(store.correct[keep].mean()),
+                    "selected_ids": [str(ex.id) for ex in chosen]}
     model, tok, load_s = _load_model(p["model_source"])
     t0 = time.perf_counter()
     summary = collect(model, tok, task, chosen, p["store_dir"], model_name=p["model"],
@@ -728,8 +755,9 @@ def _worker_report(p: dict) -> dict:
                 evals.append((m.key, t.key, pair / "eval"))
             if (pair / "protocol.done.json").is_file() and (pair / "protocol" / "protocol.json").is_file():
                 protos.append((m.key, t.key, pair / "protocol"))
+    current = {f"{s}/{m.key}/{t.key}" for s in STAGES for m in cfg.models for t in cfg.tasks}
     for key, e in timings.get("stages", {}).items():
-        if e.get("status") == "failed":
+        if e.get("status") == "failed" and key in current:
             failures.append((key, str(e.get("detail"))))
     settings = {"seed": cfg.seed, "test fraction": cfg.test_fraction,
                 "evaluation bootstrap": cfg.n_bootstrap, "protocol bootstrap": cfg.protocol_n_bootstrap,

@@ -4,6 +4,11 @@
     python examples/train_probe.py                         # SmolLM2, 200 built-in questions
     python examples/train_probe.py --model path/to/model --limit 600 --out runs/my-probe
 
+The probe shipped in models/smollm2-135m-instruct/probe was made with
+
+    python examples/train_probe.py --limit 200 --store runs/sanity/default \
+        --probe-out models/smollm2-135m-instruct/probe --out runs/shipped-probe
+
 1. collect: the model answers the built-in questions while every layer's hidden states are
    pooled over the answer tokens; each answer is labelled correct or wrong (a store on disk;
    rerunning resumes it).
@@ -31,16 +36,20 @@ parser.add_argument("--limit", type=int, default=200, help="built-in questions t
 parser.add_argument("--view", default="pca10", help="pca10, pca20, cosine, early, mid or late")
 parser.add_argument("--trees", type=int, default=500, help="random-forest size")
 parser.add_argument("--out", default="runs/train-probe")
+parser.add_argument("--store", default=None, help="store folder (default: OUT/store); resumed if present")
+parser.add_argument("--probe-out", default=None, help="probe folder (default: OUT/probe)")
 args = parser.parse_args()
 out = Path(args.out)
+store_dir = Path(args.store) if args.store else out / "store"
+probe_dir = Path(args.probe_out) if args.probe_out else out / "probe"
 
 # 1. collect
 model, tokenizer = acute.load_model(args.model)
 task = get_task("default")
-summary = collect(model, tokenizer, task, task.load(limit=args.limit), out / "store",
+summary = collect(model, tokenizer, task, task.load(limit=args.limit), store_dir,
                   model_name=args.model)
 print("\n".join(summary.lines()))
-store = acute.open_store(out / "store")  # layer_means [n, L+1, d], correct, raw_confidence
+store = acute.open_store(store_dir)  # layer_means [n, L+1, d], correct, raw_confidence
 
 # 2. evaluate on a held-out split (by record id)
 result = evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=200,
@@ -52,6 +61,6 @@ print(result.to_markdown())
 probe = ActivationProbe(view=args.view, n_estimators=args.trees)
 probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
           confidence=store.raw_confidence)
-probe.save(out / "probe", model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
+probe.save(probe_dir, model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
            training_summary=collection_settings(store.manifest))  # how to prompt live
-print(f"probe saved to {out / 'probe'}")
+print(f"probe saved to {probe_dir}")

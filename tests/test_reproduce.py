@@ -215,6 +215,27 @@ def test_changed_settings_rerun_only_what_depends_on_them(driven, tmp_path):
     assert all(j.is_complete() for j in rp.plan_jobs(cfg2, driven["work"], driven["out"]) if j.stage != "report")
 
 
+def test_a_smaller_size_reuses_the_store_without_the_model(driven, tmp_path):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(driven["work"], work)
+    smaller = tmp_path / "smaller.toml"
+    smaller.write_text(driven["cfg"].read_text(encoding="utf-8").replace(
+        f"records = {N_ROWS}", "records = 30"), encoding="utf-8")
+    assert rp.main([str(smaller), "--out", str(tmp_path / "out"), "--work", str(work),
+                    "--stages", "collect"]) == 0
+    t = json.loads((work / "timings.json").read_text(encoding="utf-8"))
+    detail = t["stages"]["collect/tiny/qa"]["detail"]
+    assert detail["selected"] == 30 and detail["new_records"] == 0 and detail["load_s"] == 0.0
+    done = json.loads((work / "tiny" / "qa" / "collect.done.json").read_text(encoding="utf-8"))
+    assert done["summary"]["selected_ids"] == [e.id for e in rp.select_examples(
+        [_Ex(f"q{i:03d}") for i in range(N_ROWS)], 30, seed=0)]
+    # the evaluation's settings include the collection's, so it is due again
+    jobs = {j.key: j for j in rp.plan_jobs(rp.load_config(smaller), work, tmp_path / "out")}
+    assert jobs["collect/tiny/qa"].is_complete() and not jobs["evaluate/tiny/qa"].is_complete()
+
+
 def test_a_failed_stage_is_recorded_and_blocks_its_evaluation(driven, tmp_path):
     bad = tmp_path / "data"
     bad.mkdir()
