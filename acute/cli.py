@@ -355,7 +355,7 @@ def cmd_protocol_report(args) -> int:
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
-    run_demo(out=Path(args.out), limit=args.limit, model_name=args.model,
+    run_demo(out=Path(args.out), limit=args.limit or None, model_name=args.model,
              n_bootstrap=args.n_bootstrap)
     return 0
 
@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the whole pipeline on the default model and built-in questions")
     d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"))
-    d.add_argument("--limit", type=int, default=None, help="questions to collect (default: all built-in)")
+    d.add_argument("--limit", type=int, default=300,
+                   help="built-in questions to collect, sampled across categories (default 300; 0 = all 600)")
     d.add_argument("--model", default=DEFAULT_MODEL)
     d.add_argument("--n-bootstrap", type=int, default=200)
     d.set_defaults(func=cmd_demo)

@@ -32,12 +32,15 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135m-instruct",
+DEMO_LIMIT = 300
+
+
+def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smollm2-135m-instruct",
              n_bootstrap: int = 200, questions=DEMO_QUESTIONS, risk: float = DEMO_RISK) -> dict:
     """Run the demo into ``out`` and return the paths it wrote (store, evaluation, probe).
 
-    Collects ``limit`` built-in questions (all when None; a collection left in ``out`` is
-    resumed), evaluates the six baselines and six ACUTE variants on a held-out split (bootstrap
+    Collects ``limit`` built-in questions drawn evenly from every category with a fixed seed
+    (all of them when None; a collection left in ``out`` is resumed), evaluates the six baselines and six ACUTE variants on a held-out split (bootstrap
     intervals from ``n_bootstrap`` resamples), exports a pca10 probe fitted on every record and
     scores ``questions`` live at risk level ``risk``. Prints the collection summary, the
     results table and one line per scored question to stdout, progress to stderr.
@@ -57,7 +60,10 @@ def run_demo(out: Path, limit: int | None = None, model_name: str = "smollm2-135
     _say(f"[1/5] loading {model_name} (a first run fetches and converts it into the acute cache)")
     model, tok = load_model(model_name)
     task = get_task("default")
-    examples = task.load(limit=limit)
+    examples = task.load()
+    if limit is not None and limit < len(examples):  # a fixed sample across all categories
+        keep = np.random.default_rng(0).choice(len(examples), size=limit, replace=False)
+        examples = [examples[i] for i in sorted(keep)]
     _say(f"[2/5] answering {len(examples)} built-in questions while recording every layer")
     summary = collect(model, tok, task, examples, out / "store", model_name=model_name)
     print("\n".join(summary.lines()))
