@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--data-root", default="../shared/data")
     ap.add_argument("--rows", type=int, default=200)
-    ap.add_argument("--tasks", nargs="*", default=list(TASKS))
+    ap.add_argument("--tasks", nargs="*", default=list(TASKS),
+                    help="task names, each optionally with its own row count: mmlu:100")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--out", default="runs/sanity")
     args = ap.parse_args()
@@ -45,11 +46,13 @@ def main() -> None:
     model, tok = load_model(args.model)
     out = Path(args.out)
     rows, spots = [], ["# Spot check: 20 labelled generations per task\n"]
-    for name in args.tasks:
+    for spec in args.tasks:
+        name, _, n_rows = spec.partition(":")
+        n_rows = int(n_rows) if n_rows else args.rows
         rel, split = TASKS[name]
         task = get_task(name)
         data = None if rel is None else str(Path(args.data_root) / rel)
-        examples = task.load(data, split=split, limit=args.rows)
+        examples = task.load(data, split=split, limit=n_rows)
         s = collect(model, tok, task, examples, out / name, model_name=args.model,
                     batch_size=args.batch_size)
         store = open_store(out / name)
