@@ -50,6 +50,7 @@ from torch import nn
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
+from acute._util import progress as _progress
 from acute.errors import AcuteError
 
 __all__ = [
@@ -664,16 +665,6 @@ def _check_strings(values: Any, name: str) -> list[str]:
 def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
     cuts = [text.find(s) for s in stop_strings if s in text]
     return text[: min(cuts)] if cuts else text
-
-
-def _progress(iterable, total: int, enabled: bool, desc: str):
-    if not enabled:
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return iterable
-    return tqdm(iterable, total=total, desc=desc)
 
 
 def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,

@@ -78,7 +78,6 @@ import json
 import math
 import os
 import time
-import uuid
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -89,6 +88,8 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
+from ._util import progress as _progress, write_text_atomic
+from .tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
 
 __all__ = [
@@ -340,16 +341,6 @@ def _percentiles(stats: np.ndarray, alpha: float = ALPHA) -> tuple[float | None,
 
 def _finite(x: float) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
-
-
-def _progress(iterable, total: int, enabled: bool, desc: str):
-    if not enabled:
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return iterable
-    return tqdm(iterable, total=total, desc=desc)
 
 
 def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int = 0,
@@ -734,20 +725,6 @@ def render_report(doc: Mapping) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _json_safe(obj):
     if isinstance(obj, dict):
         return {str(k): _json_safe(v) for k, v in obj.items()}
@@ -832,8 +809,8 @@ def write_protocol_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | 
     md, summary = render_combined_report(docs, labels)
     out = Path(out_dir)
     md_path = out / "protocol-report.md"
-    _atomic_write(out / "protocol-report.json", json.dumps(_json_safe(summary), indent=1))
-    _atomic_write(md_path, md)
+    write_text_atomic(out / "protocol-report.json", json.dumps(_json_safe(summary), indent=1))
+    write_text_atomic(md_path, md)
     print(f"protocol report: wrote {md_path} and {out / 'protocol-report.json'}")
     return md_path
 
@@ -888,15 +865,6 @@ def _fingerprint(model) -> dict | None:
         return model_fingerprint(model)
     except Exception:  # noqa: BLE001 - informative only
         return None
-
-
-def _resolve_chat(tokenizer, chat: bool | None) -> bool:
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if chat is None:
-        return has_template
-    if chat and not has_template:
-        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False or None")
-    return bool(chat)
 
 
 def _first_text(values) -> str | None:
@@ -960,7 +928,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
-    use_chat = _resolve_chat(tokenizer, chat)
+    use_chat = resolve_chat(tokenizer, chat)
     template = TEMPLATES[variant]
     out = Path(out_dir)
     gen_tokens = int(max_new_tokens or getattr(task, "max_new_tokens", 32))
@@ -1131,8 +1099,8 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     }
     doc = _json_safe(doc)
     json_path, md_path = out / "protocol.json", out / "protocol.md"
-    _atomic_write(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
-    _atomic_write(md_path, render_report(doc))
+    write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
+    write_text_atomic(md_path, render_report(doc))
     print(f"protocol study: wrote {json_path} and {md_path}")
     return ProtocolResult(out_dir=out, json_path=json_path, md_path=md_path,
                           cells=doc["cells"], shifts=doc["shifts"], provenance=doc["provenance"],

