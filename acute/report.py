@@ -400,9 +400,10 @@ def timings_markdown(stages: Mapping[str, Mapping[str, Any]], models: Sequence[s
                 rows.append(cells)
     has_cpu = {s: any((stages.get(f"{s}/{m}/{t}") or {}).get("cpu_s") is not None
                       for m in models for t in tasks) for s in stage_names}
+    seen = {s: any(f"{s}/{m}/{t}" in stages for m in models for t in tasks) for s in stage_names}
     rows.append(["**total**", ""] + [
         f"**{_fmt_seconds(totals[s])}** / {_fmt_seconds(cpu_totals[s] if has_cpu[s] else None)} / "
-        f"max {_fmt_mb(peaks[s] or None)}" for s in stage_names])
+        f"max {_fmt_mb(peaks[s] or None)}" if seen[s] else "-" for s in stage_names])
     grand = sum(totals.values())
     cpu = sum(cpu_totals.values()) if any(has_cpu.values()) else None
     return ("\n".join(_table(header, rows, align_right_from=2)) + "\n\n"
