@@ -25,10 +25,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def default_mode(path: str | Path) -> None:
+    """Give ``path`` the permissions a plain ``open``/``mkdir`` would (0666/0777 minus the
+    umask): ``tempfile`` creates files and folders private, which must not leak into outputs."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~mask)
+
+
 def tmp_path(final: Path) -> Path:
-    """A new hidden temporary file next to ``final`` (``.<name>.<random>.tmp``)."""
+    """A new hidden temporary file next to ``final`` (``.<name>.<random>.tmp``), with the
+    default permissions of a new file."""
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=TMP_SUFFIX, dir=final.parent)
     os.close(fd)
+    default_mode(name)
     return Path(name)
 
 

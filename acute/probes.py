@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
+from acute._util import default_mode
 from acute.errors import AcuteError
 from acute.features import (
     CONFIDENCE_FEATURE,
@@ -689,6 +690,8 @@ class ExportedProbe:
                 os.fsync(fh.fileno())
             with open(arrays_path, "rb") as fh:
                 os.fsync(fh.fileno())
+            for p in (tmp, arrays_path, tmp / MANIFEST_FILE):
+                default_mode(p)
             if path.exists():
                 old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
                 os.replace(path, old)

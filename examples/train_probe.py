@@ -62,5 +62,6 @@ probe = ActivationProbe(view=args.view, n_estimators=args.trees)
 probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
           confidence=store.raw_confidence)
 probe.save(probe_dir, model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
-           training_summary=collection_settings(store.manifest))  # how to prompt live
+           training_summary=collection_settings(store.manifest),  # how to prompt live
+           metrics={"held_out": result.row(f"acute-{args.view}"), "split": result.split})
 print(f"probe saved to {probe_dir}")

@@ -424,3 +424,16 @@ def test_bad_inputs_at_predict(fitted, data, tmp_path):
         with pytest.raises(ValueError, match=r"\[n, 9, 12\]"):
             model.predict_proba(Xt[:, :9], ct)
     assert isinstance(exported, ExportedProbe)
+
+
+def test_saved_probe_is_readable_by_others_not_private(fitted, tmp_path):
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    try:
+        out = fitted.save(tmp_path / "p", model_fingerprint=FINGERPRINT)
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert {stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()} == {0o644}

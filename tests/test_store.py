@@ -517,3 +517,18 @@ def test_shards_without_manifest_refused(tmp_path):
     (tmp_path / "s" / "manifest.json").unlink()
     with pytest.raises(ValueError, match="manifest.json"):
         StoreWriter(tmp_path / "s", make_manifest())
+
+
+def test_store_files_get_default_permissions_not_private(tmp_path):
+    import os
+    import stat
+
+    from acute._util import write_text_atomic
+
+    mask = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "x" / "out.json", "{}")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert path.read_text() == "{}" and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
