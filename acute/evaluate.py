@@ -64,7 +64,7 @@ ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS
 _DEFAULT_CV = 5
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither)
-_TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
+TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("accuracy", "Accuracy", 0),
     ("smece", "smECE ↓", -1),
     ("auc_euro_low", "auc-euro low ↑", +1),
@@ -335,10 +335,10 @@ def results_markdown(rows: Sequence[dict]) -> str:
 
     Intervals are 95% bootstrap intervals, shown as ``estimate [low, high]``. ACUTE rows with a
     chosen layer show it after the name, e.g. ``acute-late (layer 5)``."""
-    header = "| Estimator | " + " | ".join(h for _, h, _ in _TABLE_COLUMNS) + " |"
-    sep = "|---|" + "|".join("---:" for _ in _TABLE_COLUMNS) + "|"
+    header = "| Estimator | " + " | ".join(h for _, h, _ in TABLE_COLUMNS) + " |"
+    sep = "|---|" + "|".join("---:" for _ in TABLE_COLUMNS) + "|"
     best: dict[str, float] = {}
-    for key, _, direction in _TABLE_COLUMNS:
+    for key, _, direction in TABLE_COLUMNS:
         vals = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])]
         if direction and vals:
             best[key] = max(vals) if direction > 0 else min(vals)
@@ -346,7 +346,7 @@ def results_markdown(rows: Sequence[dict]) -> str:
     for r in rows:
         name = r["estimator"] + (f" (layer {r['layer']})" if r.get("layer") is not None else "")
         cells = []
-        for key, _, _ in _TABLE_COLUMNS:
+        for key, _, _ in TABLE_COLUMNS:
             s = _fmt(r, key)
             if key in best and r.get(key) is not None and round(r[key], 3) == round(best[key], 3):
                 s = f"**{s}**"

@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from ._util import write_text_atomic
+from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
 
 __all__ = [
@@ -55,15 +56,8 @@ __all__ = [
     "write_report",
 ]
 
-#: (key, column header, direction: +1 higher is better, -1 lower is better, 0 neither)
-REPORT_METRICS: tuple[tuple[str, str, int], ...] = (
-    ("accuracy", "Accuracy", 0),
-    ("smece", "smECE ↓", -1),
-    ("auc_euro_low", "auc-euro low ↑", +1),
-    ("auc_euro_med", "auc-euro med ↑", +1),
-    ("auc_euro_high", "auc-euro high ↑", +1),
-    ("auc_euro_all", "auc-euro all ↑", +1),
-)
+#: (key, column header, direction): the paper-style columns of ``acute.evaluate`` up to auc-euro all
+REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6]
 _METRIC_KEYS = tuple(k for k, _, _ in REPORT_METRICS)
 
 #: ACUTE variants (evaluation names) -> the view they ablate
@@ -548,17 +542,6 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
     return out
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _json_ready(x):
     if isinstance(x, dict):
         return {str(k): _json_ready(v) for k, v in x.items()}
@@ -703,6 +686,6 @@ def write_report(inputs: ReportInputs, progress: bool = False) -> Path:
     md, data = render_report(inputs, progress=progress)
     md = md.replace("__INTERPRETATION__", preserved_block(old))
     data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    _atomic_write(out_dir / "report.json", json.dumps(data, indent=1))
-    _atomic_write(readme, md)
+    write_text_atomic(out_dir / "report.json", json.dumps(data, indent=1))
+    write_text_atomic(readme, md)
     return readme
