@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from acute.cli import main
 from acute.extraction import generate_and_record
@@ -27,12 +26,6 @@ from acute.tasks import get_task
 N = 48
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def label(record_id) -> bool:

@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 import acute.extraction
 from acute.collect import collect
@@ -21,13 +20,6 @@ from acute.tasks import get_task
 MAX_NEW = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run ~10x faster on one thread on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

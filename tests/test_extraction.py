@@ -29,13 +29,6 @@ PROMPTS = [
 ATOL = 1e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """Tiny models run faster on one thread (and the test machine is shared)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

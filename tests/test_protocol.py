@@ -314,12 +314,6 @@ def tiny_task(tmp_path_factory):
     return task, task.load()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def _biased_model(tokenizer, boost=(), forbid_digits=False, forbid=(), boost_value=1e4):

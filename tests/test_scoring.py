@@ -7,7 +7,6 @@ import hashlib
 
 import numpy as np
 import pytest
-import torch
 
 from acute.extraction import generate_and_record
 from acute.models import format_prompt, model_fingerprint
@@ -20,13 +19,6 @@ GENERATION = {"max_new_tokens": 5, "stop_strings": [], "pool": "decoding", "chat
 LIVE = ["What is the capital of France?", "Who wrote Hamlet? Answer:", "2+2=", "Name a planet."]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run ~10x faster on one thread on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _label(text: str) -> int:
