@@ -408,6 +408,24 @@ def load_timings(path: Path) -> dict:
     return {"format": TIMINGS_FORMAT, "stages": {}, "invocations": []}
 
 
+def update_timings(path: Path, stages: dict, invocation: dict) -> dict:
+    """Merge this invocation's ``stages`` entries and its ``invocation`` record into
+    ``timings.json`` under an exclusive lock, re-reading the file first, so that invocations
+    running side by side (different ``--only`` pairs, same ``--work``) do not drop each
+    other's entries. Returns the merged document."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        doc = load_timings(path)
+        doc["stages"].update(stages)
+        others = [i for i in doc.get("invocations", []) if i.get("id") != invocation["id"]]
+        doc["invocations"] = (others + [invocation])[-_MAX_INVOCATIONS:]
+        _write_json_atomic(path, doc)
+    return doc
+
+
 def _write_json_atomic(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -562,15 +580,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     work.mkdir(parents=True, exist_ok=True)
-    invocation = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    invocation = {"id": uuid.uuid4().hex, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                   "command": _command(argv), "jobs": []}
-    timings["invocations"] = (timings.get("invocations", []) + [invocation])[-_MAX_INVOCATIONS:]
+    ran: dict[str, dict] = {}  # this invocation's stage entries, merged into timings.json
     failed: set[str] = set()
     t_start = time.perf_counter()
     print(f"reproduce: {len(jobs)} jobs; work {work}; out {out}; data {cfg.data_root}", flush=True)
     for i, job in enumerate(jobs, start=1):
         tag = f"[{i}/{len(jobs)}] {job.key}"
         if job.stage == "report":
+            timings = load_timings(timings_path)  # includes side-by-side invocations' stages
             _prepare_report(job, cfg, work, out, timings)
         blocked = [a for a in job.after if a in failed]
         if blocked:
@@ -583,19 +602,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"{tag}: running", flush=True)
             entry = run_worker(job, work)
+            ran[job.key] = entry
             if entry["status"] == "ran":
-                timings["stages"][job.key] = entry
                 peak = entry["peak_rss_mb"]
                 print(f"{tag}: done in {entry['wall_s']:.1f} s, peak memory "
                       f"{'n/a' if peak is None else f'{peak:.0f} MB'}", flush=True)
             else:
                 failed.add(job.key)
-                timings["stages"][job.key] = entry
                 print(f"{tag}: FAILED after {entry['wall_s']:.1f} s: {entry['detail']}", flush=True)
         invocation["jobs"].append({"key": job.key, "status": entry["status"], "wall_s": entry["wall_s"]})
-        _write_json_atomic(timings_path, timings)
+        timings = update_timings(timings_path, ran, invocation)
     invocation["wall_s"] = round(time.perf_counter() - t_start, 3)
-    _write_json_atomic(timings_path, timings)
+    update_timings(timings_path, ran, invocation)
     n_ran = sum(j["status"] == "ran" for j in invocation["jobs"])
     n_skip = sum(j["status"] == "skipped" for j in invocation["jobs"])
     print(f"reproduce: {n_ran} ran, {n_skip} skipped, {len(failed)} failed/blocked in "
