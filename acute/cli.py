@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,21 +57,67 @@ def _model_name(model: str) -> str:
     return str(path.resolve()) if path.exists() else model
 
 
+def _launched_processes() -> int:
+    """How many processes ``accelerate launch`` / ``torchrun`` started (1 when run directly)."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def _relaunch_with_accelerate(args, argv: list[str]) -> int:
+    """``acute collect --num-processes N ...``: run the same command under
+    ``accelerate launch --num_processes N -m acute collect ...`` and return its exit status."""
+    import subprocess
+
+    rest, skip = [], False
+    for a in argv:  # drop --num-processes N / --num-processes=N
+        if skip:
+            skip = False
+        elif a == "--num-processes":
+            skip = True
+        elif not a.startswith("--num-processes="):
+            rest.append(a)
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes",
+           str(args.num_processes), "--num_machines", "1", "--mixed_precision", "no",
+           "--dynamo_backend", "no", "--multi_gpu", "-m", "acute", *rest]
+    print("running: " + " ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
 def cmd_collect(args) -> int:
     from .collect import collect
     from .models import load_model
 
+    if args.num_processes < 1:
+        raise ValueError(f"--num-processes must be >= 1, got {args.num_processes}")
+    world = _launched_processes()
+    if args.num_processes > 1 and world == 1:
+        return _relaunch_with_accelerate(args, args.argv)
+    if world > 1 and args.device_map:
+        raise ValueError("--device-map spreads one model over several devices and needs a single "
+                         "process; drop it or launch one process")
+    state = None
+    device = args.device
+    if world > 1:
+        from accelerate import PartialState
+
+        state = PartialState(cpu=device == "cpu")
+        if device != "cpu":
+            device = str(state.device)  # one accelerator per process
     task, examples = _load_task(args.task, args.data, args.split, args.limit,
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
-    model, tok = load_model(args.model, dtype=args.model_dtype)
+    model, tok = load_model(args.model, dtype=args.model_dtype, device=device,
+                            device_map=args.device_map)
     summary = collect(model, tok, task, examples, out, model_name=_model_name(args.model),
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                       dtype=args.dtype, pool=args.pool,
                       on_too_long="error" if args.fail_on_too_long else "skip",
                       chat=_chat_flag(args), shard_size=args.shard_size,
-                      progress=not args.quiet)
-    print("\n".join(summary.lines()))
+                      progress=not args.quiet, state=state)
+    if state is None or state.is_main_process:
+        print("\n".join(summary.lines()))
     return 0
 
 
@@ -387,7 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, default=8)
     c.add_argument("--max-new-tokens", type=int, default=None)
     c.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="storage dtype of layer means")
-    c.add_argument("--model-dtype", default="float32")
+    c.add_argument("--model-dtype", default="float32",
+                   help="weights dtype: float32, bfloat16 or float16 (layer sums stay float32)")
+    c.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N (under accelerate launch: each process's own GPU)")
+    c.add_argument("--device-map", default=None,
+                   help="spread one model over the available devices (e.g. auto); one process only")
+    c.add_argument("--num-processes", type=int, default=1,
+                   help="data-parallel processes: relaunches this command with accelerate launch")
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding")
     c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto")
     c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the context window")
@@ -472,7 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from .errors import AcuteError
 
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     try:
         return args.func(args)
     except (AcuteError, ValueError, FileNotFoundError) as e:

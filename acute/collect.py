@@ -8,7 +8,6 @@ is continued by running the same command again.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -21,11 +20,6 @@ import numpy as np
 from . import __version__
 
 __all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record"]
-
-#: Manifest sections that must agree, besides the store's own compatibility keys, before a
-#: collection resumes an existing store (otherwise old and new records would be incomparable).
-RESUME_KEYS = ("generation", "task_settings")
-
 
 @dataclass
 class CollectSummary:
@@ -99,28 +93,6 @@ def collection_settings(manifest: dict) -> dict:
     return {key: manifest.get(key) for key in ("task", "task_settings", "generation")}
 
 
-def _check_resumable(out_dir: Path, manifest: dict) -> None:
-    """Raise ``ValueError`` naming the key when ``out_dir`` holds a store collected differently.
-
-    The store itself checks model, task and storage dtype; this also checks the generation
-    settings and the task options, which decide what the labels and activations mean.
-    """
-    path = out_dir / "manifest.json"
-    if not path.is_file():
-        return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return  # the store reports an unreadable manifest itself
-    new = json.loads(json.dumps(manifest))  # tuples -> lists, as stored
-    for key in RESUME_KEYS:
-        if key in old and old[key] != new.get(key):
-            raise ValueError(
-                f"{path}: cannot resume, {key!r} differs: stored {old[key]!r}, new {new.get(key)!r}; "
-                "use another --out or the original settings"
-            )
-
-
 def example_record(task, ex, prompt: str, generation) -> dict:
     """The store record of one example and its :class:`~acute.extraction.Generation`.
 
@@ -151,7 +123,7 @@ def example_record(task, ex, prompt: str, generation) -> dict:
 def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
             batch_size: int = 8, max_new_tokens: int | None = None, dtype: str = "float16",
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
-            shard_size: int = 256, progress: bool = True) -> CollectSummary:
+            shard_size: int = 256, progress: bool = True, state=None) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
     ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
@@ -166,39 +138,61 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     (``on_too_long="skip"``) or raise ``ValueError`` before anything is generated for their chunk
     (``"error"``). Raises ``ValueError`` for an empty ``examples``, and when ``out_dir`` holds a
     store of another model, task or generation settings. Returns a :class:`CollectSummary`.
+
+    Data parallel: ``state`` is an ``accelerate.PartialState`` (anything with ``process_index``,
+    ``num_processes``, ``is_main_process`` and ``wait_for_everyone()``); every process calls
+    ``collect`` with the same arguments (``accelerate launch -m acute collect ...``). The main
+    process prepares the store, each process then takes every ``num_processes``-th of the
+    examples not yet committed and commits its
+    own part shards (:class:`acute.store.StoreWriter` with ``part``), and the main process
+    finalises the manifest once all are done. The store reads as one, in a deterministic order;
+    a rerun, with any number of processes, generates only the missing records. The summary's
+    ``new_records`` and speed are this process's; ``records`` and accuracy the whole store's.
     """
     import warnings
 
     from tqdm.auto import tqdm
 
     from .extraction import generate_and_record
-    from .store import StoreWriter, open_store
+    from .store import StoreWriter, finalize_store, open_store, prepare_store
 
     examples = list(examples)
     if not examples:
         raise ValueError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
     if on_too_long not in ("skip", "error"):
         raise ValueError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
+    parallel = world > 1
     out_dir = Path(out_dir)
     max_new_tokens = max_new_tokens or task.max_new_tokens
     stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
     manifest = build_manifest(model, tokenizer, task, model_name=model_name,
                               max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                               pool=pool, chat=chat)
-    _check_resumable(out_dir, manifest)
+    if parallel:
+        if rank == 0:
+            prepare_store(out_dir, manifest, dtype=dtype, shard_size=shard_size)
+        state.wait_for_everyone()  # the manifest exists before any part writer opens
     summary = CollectSummary(out_dir=str(out_dir))
+    if parallel:
+        summary.extra.update(process=rank, num_processes=world)
     start = time.perf_counter()
-    with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size) as writer:
+    with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+                     part=rank if parallel else None) as writer:
         done = writer.done_ids
+        if parallel:
+            state.wait_for_everyone()  # every process has read the same done set before writing
         todo = [ex for ex in examples if ex.id not in done]
         summary.resumed = len(examples) - len(todo)
-        bar = tqdm(total=len(todo), desc=f"collect {Path(task.name).name}", unit="rec",
-                   disable=not progress, file=sys.stderr)
+        mine = todo[rank::world]
+        bar = tqdm(total=len(mine), desc=f"collect {Path(task.name).name}"
+                   + (f" [{rank + 1}/{world}]" if parallel else ""), unit="rec",
+                   disable=not progress, file=sys.stderr, position=rank)
         # Chunks bound memory and let the progress bar move; prompts are sorted by length inside
-        # a chunk. Records wait in the writer until a shard is full.
+        # a chunk (generate_and_record). Records wait in the writer until a shard is full.
         chunk = max(batch_size * 4, 16)
-        for i in range(0, len(todo), chunk):
-            part = todo[i:i + chunk]
+        for i in range(0, len(mine), chunk):
+            part = mine[i:i + chunk]
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each
@@ -223,6 +217,11 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             summary.new_records += len(records)
             bar.update(len(part))
         bar.close()
+    if parallel:
+        state.wait_for_everyone()  # every part committed
+        if rank == 0:
+            finalize_store(out_dir)
+        state.wait_for_everyone()  # the manifest is final before anyone reads the store
     elapsed = time.perf_counter() - start
     store = open_store(out_dir)
     summary.records = len(store)

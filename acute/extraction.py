@@ -24,6 +24,13 @@ Pooling modes (``pool``):
     discarded. This costs one extra forward step per batch and gives the same states as feeding
     the last token with the returned KV cache.
 
+Devices and dtypes: each layer's running sum is allocated on the device where that layer's hidden
+states appear, so a model split over several devices (``device_map="auto"``, accelerate's
+dispatch hooks) is recorded without moving any hidden state between devices; per step only the
+``[B, 1]`` row weights are copied to each device once. Sums are float32 (or float64) whatever the
+model's dtype, so bfloat16 / float16 states are accumulated without half-precision rounding, and
+they are gathered to the CPU in float64 once, after ``generate`` returns.
+
 Per-sequence termination (EOS ids and stop strings) is decided by the recorder's own
 ``StoppingCriteria``, so the hooks know exactly which rows are finished before the next forward;
 finished rows stop accumulating while the rest of the batch goes on. Each generated token's
@@ -36,6 +43,7 @@ once the token is known.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import logging
@@ -59,6 +67,7 @@ __all__ = [
     "LayerMap",
     "RecordedBatch",
     "UnsupportedArchitectureError",
+    "batch_order",
     "context_window",
     "find_layers",
     "generate_and_record",
@@ -265,6 +274,7 @@ class _Run:
         self.forwards = 0
 
     def weight_on(self, device: torch.device) -> torch.Tensor:
+        """The row weights on ``device`` (copied at most once per step and device)."""
         if device == self.weight.device:
             return self.weight
         w = self._weights_by_device.get(device)
@@ -362,11 +372,12 @@ class HiddenStateRecorder:
     """Context manager that pools every layer's hidden states inside ``model.generate``.
 
     ``pool`` is ``"decoding"`` or ``"generated"`` (see the module docstring); ``dtype`` is the
-    accumulation dtype of the running sums (float32 or float64). On entering, forward hooks are
-    attached to the first decoder layer (its input is index 0 and its output index 1), the other
-    decoder layers but the last (indices 2..L-1), the final norm (index L) and the model itself
-    (raw logits). They are removed on exit, also when an exception is raised. Outside
-    :meth:`generate` the hooks do nothing.
+    accumulation dtype of the running sums (float32 or float64, also for half-precision models);
+    each sum lives on the device of the layer it pools (models split with a ``device_map`` work).
+    On entering, forward hooks are attached to the first decoder layer (its input is index 0 and
+    its output index 1), the other decoder layers but the last (indices 2..L-1), the final norm
+    (index L) and the model itself (raw logits). They are removed on exit, also when an exception
+    is raised. Outside :meth:`generate` the hooks do nothing.
 
     Use::
 
@@ -390,9 +401,9 @@ class HiddenStateRecorder:
             return
         last = hidden[:, -1, :]
         total = run.sums[index]
-        if total is None:
+        if total is None:  # on this layer's device, in the accumulation dtype
             total = run.sums[index] = torch.zeros(last.shape, dtype=run.dtype, device=last.device)
-        total.addcmul_(last, run.weight_on(last.device))
+        total.addcmul_(last.to(run.dtype), run.weight_on(last.device))
 
     def _layer_hook(self, index: int):
         def hook(module, args, output):
@@ -553,10 +564,10 @@ class HiddenStateRecorder:
             )
         tokens = run.tokens.cpu().numpy()
         logprobs = run.logprobs.cpu().numpy()
-        sums = [s.to("cpu", torch.float64) for s in run.sums]
         if any(s is None for s in run.sums):
             raise RuntimeError("some layers were never reached by a forward pass")
-        stacked = torch.stack(sums, dim=1)  # [B, L+1, d]
+        # The only gather: each layer's sum, wherever it lives, to the CPU in float64.
+        stacked = torch.stack([s.to("cpu", torch.float64) for s in run.sums], dim=1)  # [B, L+1, d]
         means = (stacked / torch.from_numpy(counts).to(torch.float64)[:, None, None]).numpy()
         reasons = run.reason.cpu().tolist()
         return RecordedBatch(
@@ -667,21 +678,95 @@ def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
     return text[: min(cuts)] if cuts else text
 
 
+def batch_order(lengths: Sequence[int], batch_size: int, sort_by_length: bool = True
+                ) -> list[list[int]]:
+    """Split the indices of ``lengths`` into batches of ``batch_size`` (the last may be shorter).
+
+    With ``sort_by_length`` the indices are ordered longest first (ties keep input order), so each
+    batch holds prompts of similar length and little padding; otherwise they keep input order.
+    """
+    order = list(range(len(lengths)))
+    if sort_by_length:
+        order.sort(key=lambda i: -lengths[i])
+    return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+#: Shortest shared token prefix that :func:`generate_and_record` runs once and reuses.
+MIN_SHARED_PREFIX = 8
+
+
+def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
+    """The longest common token prefix of ``seqs``, leaving every sequence at least one own token
+    (its last prompt position is where pooling and the first generated token start)."""
+    first = seqs[0]
+    n = min(len(s) for s in seqs) - 1
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s[k] == first[k]:
+            k += 1
+        n = k
+    return list(first[:max(n, 0)])
+
+
+def _window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
+    """False when a sliding attention window shorter than ``length`` would see the padding placed
+    after the shared prefix (it counts positions, not real tokens)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    return not (isinstance(window, int) and 0 < window < length)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """transformers >= 5.2x names the KV cache argument ``cache``; older releases
+    ``past_key_values``."""
+    return "cache" if _forward_accepts(model, "cache") else "past_key_values"
+
+
+def _prefill(model: nn.Module, prefix: Sequence[int]):
+    """The KV cache of one forward pass over ``prefix`` (batch of one)."""
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=_model_device(model))
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                    **({"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}))
+    return out.cache if _cache_keyword(model) == "cache" else out.past_key_values
+
+
+def _pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
+                      pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``prefix + padding + own tokens`` (the prefix is cached, the own tokens end aligned,
+    as with left padding) as ``(input_ids, attention_mask)``."""
+    ids, mask = _left_pad([s[n_prefix:] for s in seqs], pad_id)
+    head = torch.tensor([list(seqs[0][:n_prefix])], dtype=torch.long).expand(len(seqs), -1)
+    return (torch.cat([head, ids], 1),
+            torch.cat([torch.ones((len(seqs), n_prefix), dtype=torch.long), mask], 1))
+
+
 def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
                         max_new_tokens: int = 64, batch_size: int = 8,
                         stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
                         do_sample: bool = False, progress: bool = False,
                         on_too_long: Literal["skip", "error"] = "skip",
                         eos_token_ids: Sequence[int] | None = None,
+                        sort_by_length: bool = True, reuse_prefix: bool = True,
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
 
-    Prompts are tokenized with ``add_special_tokens=False``, sorted by length (longest first) and
+    Prompts are tokenized with ``add_special_tokens=False``, sorted by length (longest first;
+    ``sort_by_length=False`` keeps the input order, e.g. to measure what sorting gains) and
     generated in left-padded batches of ``batch_size`` (greedy unless ``do_sample``); results come
     back in input order. Generation of a row stops at an EOS id (default
     ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
     string, or after ``max_new_tokens``. Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).
+
+    With ``reuse_prefix`` (default) the token prefix that all prompts share (a system prompt,
+    few-shot demonstrations; at least :data:`MIN_SHARED_PREFIX` tokens) is run once: every batch
+    starts from a copy of its KV cache, its rows padded between the prefix and their own tokens,
+    so each record only pays for its own tokens. The recorded states are those of the plain
+    path up to floating-point rounding. Skipped for models with a sliding attention window
+    shorter than the longest prompt plus ``max_new_tokens``.
 
     A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
     window (:func:`context_window`): with ``on_too_long="skip"`` (default) its slot in the result
@@ -717,20 +802,35 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
             continue
         keep.append(i)
-    order = sorted(keep, key=lambda i: -len(encoded[i]))
-    batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+    batches = [[keep[j] for j in batch] for batch in
+               batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
     if not do_sample:
         # Greedy: silence sampling parameters a model's generation_config may carry.
         for key in ("temperature", "top_p", "top_k"):
             generate_kwargs.setdefault(key, None)
+    prefix: list[int] = []
+    if reuse_prefix and keep:
+        prefix = _shared_prefix([encoded[i] for i in keep])
+        longest = max(len(encoded[i]) for i in keep) + max_new_tokens
+        if len(prefix) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(model, longest):
+            prefix = []
+    prefix_cache = _prefill(model, prefix) if prefix else None
     results: list[Generation | None] = [None] * len(prompts)
     with HiddenStateRecorder(model, pool=pool) as recorder:
         for batch in _progress(batches, len(batches), progress, "generate"):
-            ids, mask = _left_pad([encoded[i] for i in batch], pad_id)
+            seqs = [encoded[i] for i in batch]
+            cache_kwargs: dict[str, Any] = {}
+            if prefix_cache is None:
+                ids, mask = _left_pad(seqs, pad_id)
+            else:
+                ids, mask = _pad_after_prefix(seqs, len(prefix), pad_id)
+                cache = copy.deepcopy(prefix_cache)
+                cache.batch_repeat_interleave(len(batch))
+                cache_kwargs[_cache_keyword(model)] = cache
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
                                          eos_token_ids=eos_ids, stop_strings=stop_strings,
                                          tokenizer=tokenizer, do_sample=do_sample,
-                                         pad_token_id=pad_id, **generate_kwargs)
+                                         pad_token_id=pad_id, **cache_kwargs, **generate_kwargs)
             for r, i in enumerate(batch):
                 text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
                 reason = recorded.finish_reasons[r]
@@ -756,15 +856,22 @@ def _forward_accepts(model: nn.Module, name: str) -> bool:
 
 
 def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
-                        continuations: Sequence[str], batch_size: int = 8) -> list[np.ndarray]:
+                        continuations: Sequence[str], batch_size: int = 8,
+                        reuse_prefix: bool = True) -> list[np.ndarray]:
     """Teacher-forced log-probabilities of each continuation's tokens given its prompt.
 
     Prompt and continuation are tokenized separately (``add_special_tokens=False``) and their ids
-    concatenated, so the scored span is exactly the continuation's tokens. Pairs are sorted by
-    length and scored in left-padded batches, one forward pass per batch. Returns, in input
+    concatenated, so the scored span is exactly the continuation's tokens. Returns, in input
     order, float32 arrays with one log-probability (``log_softmax`` of the raw logits) per
     continuation token. Raises ``ValueError`` naming the index for an empty prompt or
     continuation (no tokens), for mismatched lengths, or for a pair longer than the context window.
+
+    With ``reuse_prefix`` (default) pairs that share a prompt (same token ids) are scored from one
+    KV cache of that prompt: batches of ``batch_size`` distinct prompts run once with the cache
+    on, each cache row is repeated for its continuations, and the continuations run on top of it
+    (right-padded, positions continuing the prompt's). Several answers to one long prompt then
+    cost one prompt pass instead of one each. Models whose ``forward`` takes no ``position_ids``
+    use the plain path: pairs sorted by length, one left-padded forward pass per batch.
     """
     prompts = _check_strings(prompts, "prompts")
     continuations = _check_strings(continuations, "continuations")
@@ -784,9 +891,11 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             raise ValueError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
                              f"more than the context window of {limit}")
     pad_id = _pad_id(tokenizer, _resolve_eos(model, tokenizer))
-    device = _model_device(model)
     keep_logits = _forward_accepts(model, "logits_to_keep")
     pass_positions = _forward_accepts(model, "position_ids")
+    if reuse_prefix and pass_positions:
+        return _score_from_prefix_cache(model, p_ids, c_ids, pad_id, batch_size, keep_logits)
+    device = _model_device(model)
     order = sorted(range(len(prompts)), key=lambda i: -(len(p_ids[i]) + len(c_ids[i])))
     out: list[np.ndarray | None] = [None] * len(prompts)
     with torch.inference_mode():
@@ -809,3 +918,58 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                 rows = logprobs[r, longest - n: longest, :]
                 out[i] = rows.gather(1, target[:, None]).squeeze(1).cpu().numpy().astype(np.float32)
     return out  # type: ignore[return-value]
+
+
+def _span_logprobs(logits: torch.Tensor, targets: Sequence[int]) -> np.ndarray:
+    """log_softmax of ``logits`` [n, V] (row j predicts ``targets[j]``) gathered at the targets."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    index = torch.tensor(list(targets), dtype=torch.long, device=logprobs.device)[:, None]
+    return logprobs.gather(1, index).squeeze(1).cpu().numpy().astype(np.float32)
+
+
+def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: list[list[int]],
+                             pad_id: int, batch_size: int, keep_logits: bool) -> list[np.ndarray]:
+    """:func:`score_continuations` with one KV-cache pass per distinct prompt (see there)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(p_ids):
+        groups.setdefault(tuple(p), []).append(i)
+    prefixes = sorted(groups, key=len, reverse=True)
+    device = _model_device(model)
+    cache_kw = _cache_keyword(model)
+    out: list[np.ndarray | None] = [None] * len(p_ids)
+    with torch.inference_mode():
+        for k in range(0, len(prefixes), batch_size):
+            batch = prefixes[k: k + batch_size]
+            ids, mask = _left_pad(batch, pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": True,
+                                      "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+            if keep_logits:
+                kwargs["logits_to_keep"] = 1
+            res = model(**kwargs)
+            last = res.logits[:, -1, :]  # predicts each continuation's first token
+            rows = [(r, i) for r, prefix in enumerate(batch) for i in groups[prefix]]
+            width = max(len(c_ids[i]) for _, i in rows) - 1  # continuation tokens fed as input
+            if width == 0:
+                for r, i in rows:
+                    out[i] = _span_logprobs(last[r: r + 1], c_ids[i])
+                continue
+            cache = res.cache if cache_kw == "cache" else res.past_key_values
+            select = torch.tensor([r for r, _ in rows], dtype=torch.long, device=device)
+            cache.batch_select_indices(select)
+            cont = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            cont_mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for j, (_, i) in enumerate(rows):
+                n = len(c_ids[i]) - 1
+                cont[j, :n] = torch.tensor(c_ids[i][:-1], dtype=torch.long)
+                cont_mask[j, :n] = 1
+            cont, cont_mask = cont.to(device), cont_mask.to(device)
+            lengths = mask.sum(-1)[select]
+            positions = lengths[:, None] + torch.arange(width, device=device)[None, :]
+            logits = model(input_ids=cont, attention_mask=torch.cat([mask[select], cont_mask], 1),
+                           position_ids=positions, use_cache=True, **{cache_kw: cache}).logits
+            for j, (r, i) in enumerate(rows):
+                n = len(c_ids[i])
+                out[i] = _span_logprobs(torch.cat([last[r: r + 1], logits[j, : n - 1]]), c_ids[i])
+    return out  # type: ignore[return-value]
+

@@ -2,26 +2,64 @@
 
 A store is a directory::
 
-    manifest.json               what was collected and how (see below)
-    shard-00000.safetensors     layer_means    float16|float32 [b, L+1, d]
-                                token_logprobs float32 [sum of n_tokens]  (flat concatenation)
-                                token_offsets  int64   [b+1]              (record i = flat[off[i]:off[i+1]])
-    shard-00000.jsonl           one JSON record per line, same order as the tensor rows
-    shard-00001.safetensors ...
+    manifest.json                    what was collected and how (see below)
+    shard-00000.safetensors          layer_means    float16|float32 [b, L+1, d]
+                                     token_logprobs float32 [sum of n_tokens]  (flat concatenation)
+                                     token_offsets  int64   [b+1]  (row i: flat[off[i]:off[i+1]])
+    shard-00000.jsonl                one JSON record per line, same order as the tensor rows
+    shard-00001.safetensors ...      shards of a single writer ("unpartitioned")
+    shard-p000-00000.safetensors     shards of part 0 of a multi-process collection
+    shard-p000-00000.jsonl ...
+    shard-p001-00000.safetensors ... shards of part 1, etc.
+
+Readers see the committed shards of both kinds as one store, in a deterministic order:
+unpartitioned shards by index, then part shards by (part, index).
 
 Commit protocol (one shard at a time): both files are written to hidden temporary names in the
 store directory and fsync'ed, then the ``.jsonl`` is renamed into place, then the ``.safetensors``.
 The ``.safetensors`` file is the commit marker: a shard exists once it exists. A ``.jsonl`` without
 its ``.safetensors`` (crash between the two renames) and leftover temporary files are orphans;
-readers ignore them and a resuming :class:`StoreWriter` deletes them.
+readers ignore them and a resuming writer deletes them (a part writer only its own part's).
+
+Shard identity: every shard's safetensors metadata holds a ``collection_key``, a short sha256 of
+the manifest's :data:`COLLECTION_KEY_FIELDS` (JSON, sorted keys). A shard whose key differs from
+the manifest's was written by another collection (a shard copied in from another store) and is
+rejected with :class:`IncompatibleStoreError` naming the file; shards without a key (written
+before keys existed) are accepted. An id that appears in two committed shards is a
+:class:`CorruptStoreError` naming both files.
 
 Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerprint``, ``tokenizer``,
 ``generation``, ``task``, ``task_settings``, ``num_layers`` (L, the number of decoder layers),
 ``hidden_size`` (d), ``model_dtype``) plus the store's own fields: ``format``, ``format_version``,
 ``dtype`` (the *storage* dtype of ``layer_means``, set by the writer), ``acute_version``,
 ``created``, ``updated``, ``shard_size``, ``status`` (``"collecting"``, ``"complete"`` or
-``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close).
-Readers never trust ``num_records``; the committed shards are the truth.
+``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close, or by
+:func:`finalize_store`). Readers never trust ``num_records``; the committed shards are the truth.
+Resuming requires the manifests to agree on :data:`COMPAT_KEYS` and, when the stored manifest
+records them, on ``generation`` and ``task_settings``.
+
+Writers and locks (advisory ``flock`` locks, released when the writer closes, aborts or its
+process dies): a single :class:`StoreWriter` (``part=None``) owns the manifest and holds an
+exclusive lock on the store directory itself (no lock file, so the directory holds only data);
+:func:`prepare_store` and :func:`finalize_store` hold it for the duration of the call. A part
+writer (``StoreWriter(part=k)``) holds a shared lock on the directory, so part writers run
+together but never alongside a single writer, plus an exclusive lock on ``.part-{k:03d}.lock``
+(deleted when the writer closes), so no two processes write the same part. A second claimant
+gets a :class:`StoreError` instead of waiting. Locks on the directory are local to one machine
+on NFS; the part lock files follow the filesystem's ``flock`` semantics.
+
+Multi-process (data-parallel) collection, N processes of ranks 0..N-1 writing one store::
+
+    rank 0:     prepare_store(dir, manifest)          # create or validate; cleans all orphans
+    barrier
+    every rank: w = StoreWriter(dir, manifest, part=rank); done = w.done_ids
+    barrier     # every rank has read the same done_ids before anyone writes
+    every rank: todo = [x for x in items if x.id not in done][rank::N]; w.add(...); w.close()
+    barrier
+    rank 0:     finalize_store(dir)                   # recount, status "complete"
+
+A resumed run, with any number of processes, redoes only the records that no committed shard
+holds (records buffered by a process that died are lost from the buffer, not from the store).
 
 Record dicts carry ``id, prompt, generation, answer, gold, correct, task, n_tokens,
 raw_confidence, finish_reason`` (+ task-specific ``meta``); only ``id`` (a str or int, unique in the
@@ -33,15 +71,24 @@ and ``layer_means`` has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the manifest d
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import math
 import os
 import re
+import warnings
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - no advisory locks (Windows): one writer at a time
+    fcntl = None
 
 from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, tmp_path, write_text_atomic
 
@@ -51,7 +98,11 @@ __all__ = [
     "StoreError",
     "CorruptStoreError",
     "IncompatibleStoreError",
+    "COLLECTION_KEY_FIELDS",
     "StoreWriter",
+    "prepare_store",
+    "finalize_store",
+    "collection_key",
     "Store",
     "open_store",
     "verify_store",
@@ -63,9 +114,17 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 #: Manifest keys that must agree when a writer resumes an existing store.
 COMPAT_KEYS = ("format_version", "model_fingerprint", "task", "dtype", "num_layers", "hidden_size")
+#: Manifest keys that must also agree on resume, when the stored manifest records them.
+_RUN_KEYS = ("generation", "task_settings")
+#: Manifest keys hashed into each shard's ``collection_key`` (see :func:`collection_key`).
+COLLECTION_KEY_FIELDS = ("format_version", "model_fingerprint", "task", "dtype", "generation",
+                         "task_settings")
+STATUSES = ("collecting", "complete", "interrupted")
 
-_SHARD_RE = re.compile(r"^shard-(\d{5,})\.safetensors$")
-_JSONL_RE = re.compile(r"^shard-(\d{5,})\.jsonl$")
+#: ``shard-00007.jsonl`` (unpartitioned) or ``shard-p002-00007.safetensors`` (part 2).
+_SHARD_FILE_RE = re.compile(r"^shard-(?:p(\d{3,})-)?(\d{5,})\.(safetensors|jsonl)$")
+_PART_FILE_RE = re.compile(r"^\.?shard-p(\d{3,})-")  # a part's shard file or its temporary
+_PART_LOCK_RE = re.compile(r"^\.part-\d{3,}\.lock$")
 _STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
 _ST_DTYPES = {
     "F16": np.dtype("<f2"),
@@ -98,8 +157,38 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _shard_name(index: int, ext: str) -> str:
-    return f"shard-{index:05d}.{ext}"
+def _shard_name(part: int | None, index: int, ext: str) -> str:
+    """``shard-{index:05d}.{ext}``, or ``shard-p{part:03d}-{index:05d}.{ext}`` for a part."""
+    return f"shard-{index:05d}.{ext}" if part is None else f"shard-p{part:03d}-{index:05d}.{ext}"
+
+
+def _parse_shard_name(name: str) -> tuple[int | None, int, str] | None:
+    """``(part or None, index, ext)`` of a shard file name, None for any other name."""
+    m = _SHARD_FILE_RE.match(name)
+    if not m:
+        return None
+    return (None if m.group(1) is None else int(m.group(1))), int(m.group(2)), m.group(3)
+
+
+def _part_of(name: str) -> int | None:
+    """The part a shard file or its temporary belongs to; None for anything else."""
+    m = _PART_FILE_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _part_lock_name(part: int) -> str:
+    return f".part-{part:03d}.lock"
+
+
+def collection_key(manifest: dict) -> str:
+    """Short sha256 (16 hex digits) of the manifest's :data:`COLLECTION_KEY_FIELDS`.
+
+    Written into every shard's safetensors metadata: shards of one collection share it, and a
+    shard with another key was collected with another model, task, dtype or settings.
+    """
+    fields = {key: manifest.get(key) for key in COLLECTION_KEY_FIELDS}
+    text = json.dumps(fields, sort_keys=True, default=_json_default, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _json_default(obj: Any) -> Any:
@@ -172,14 +261,15 @@ def _load_manifest(path: Path) -> dict:
     return manifest
 
 
-def _committed_shards(path: Path) -> list[tuple[int, Path]]:
-    """Committed shard indices and their ``.safetensors`` paths, in shard order."""
+def _committed_shards(path: Path) -> list[tuple[int | None, int, Path]]:
+    """``(part, index, .safetensors path)`` of the committed shards, in store order:
+    unpartitioned shards (``part`` None) by index, then part shards by (part, index)."""
     found = []
     for entry in os.listdir(path):
-        m = _SHARD_RE.match(entry)
-        if m:
-            found.append((int(m.group(1)), path / entry))
-    return sorted(found)
+        parsed = _parse_shard_name(entry)
+        if parsed and parsed[2] == "safetensors":
+            found.append((parsed[0], parsed[1], path / entry))
+    return sorted(found, key=lambda t: (-1 if t[0] is None else t[0], t[1]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,12 +362,18 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 class _Shard:
-    """One committed, verified shard: records, log-probs (in memory) and a memmap of layer_means."""
+    """One committed, verified shard: records, log-probs (in memory) and a memmap of layer_means.
 
-    def __init__(self, st_path: Path, manifest: dict):
+    ``part`` (None for an unpartitioned shard) and ``index`` come from the file name; ``key`` is
+    the manifest's :func:`collection_key`, which the shard's own key (if any) must equal.
+    """
+
+    def __init__(self, st_path: Path, manifest: dict, key: str):
         self.path = st_path
         self.jsonl_path = st_path.with_suffix(".jsonl")
+        self.part, self.index, _ = _parse_shard_name(st_path.name)
         tensors, _ = read_safetensors_header(st_path)
+        _check_collection_key(st_path, tensors.get("__metadata__") or {}, key)
         for name in ("layer_means", "token_logprobs", "token_offsets"):
             if name not in tensors:
                 raise CorruptStoreError(f"{st_path}: tensor {name!r} is missing")
@@ -350,8 +446,22 @@ class _Shard:
         return [self.logprobs[o[i]:o[i + 1]] for i in range(self.n)]
 
 
+def _check_collection_key(st_path: Path, metadata: dict, key: str) -> None:
+    """IncompatibleStoreError naming the shard when its ``collection_key`` is not ``key``
+    (shards written before keys existed have none and are accepted)."""
+    found = metadata.get("collection_key")
+    if found is not None and found != key:
+        raise IncompatibleStoreError(
+            f"{st_path}: written by a different collection run/settings (collection_key {found} "
+            f"!= {key} of {MANIFEST}: model, task, dtype, generation or task settings differ); "
+            "move the shard out of this store"
+        )
+
+
 def _load_shards(path: Path, manifest: dict) -> list[_Shard]:
-    shards = [_Shard(p, manifest) for _, p in _committed_shards(path)]
+    """Every committed shard, verified, in store order; ids must be unique across the store."""
+    key = collection_key(manifest)
+    shards = [_Shard(p, manifest, key) for _, _, p in _committed_shards(path)]
     seen: dict = {}
     for shard in shards:
         for rec in shard.records:
@@ -376,12 +486,13 @@ def verify_store(path: str | os.PathLike) -> dict:
     parses and fits the file, the tensors have the right dtypes/shapes (``layer_means`` matches the
     manifest's ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known), the ``.jsonl`` line
     count equals the number of rows, ``token_offsets`` start at 0, are non-decreasing and end at
-    the number of log-probs, ``n_tokens`` agrees with the offsets; and that ids are unique.
+    the number of log-probs, ``n_tokens`` agrees with the offsets, the shard's
+    ``collection_key`` (when it has one) matches the manifest; and that ids are unique.
     Orphan ``.jsonl`` and temporary files are ignored.
 
     Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records"}], "orphans": [...]}``.
-    Raises ``FileNotFoundError`` (missing directory or manifest) or :class:`CorruptStoreError`
-    naming the offending file.
+    Raises ``FileNotFoundError`` (missing directory or manifest), :class:`CorruptStoreError` or
+    :class:`IncompatibleStoreError` naming the offending file.
     """
     path = Path(path)
     manifest = _load_manifest(path)
@@ -394,14 +505,25 @@ def verify_store(path: str | os.PathLike) -> dict:
     }
 
 
-def _orphans(path: Path) -> list[str]:
-    """Names of uncommitted files: temporaries and ``.jsonl`` files without a ``.safetensors``."""
-    committed = {p.with_suffix(".jsonl").name for _, p in _committed_shards(path)}
+def _orphans(path: Path, part: int | None = None) -> list[str]:
+    """Names of uncommitted files: temporaries and ``.jsonl`` files without a ``.safetensors``.
+
+    With ``part``, only that part's (its shards' temporaries and orphan ``.jsonl`` files).
+    """
+    committed = {p.with_suffix(".jsonl").name for _, _, p in _committed_shards(path)}
     out = []
     for entry in sorted(os.listdir(path)):
-        if _is_tmp(entry) or (_JSONL_RE.match(entry) and entry not in committed):
+        parsed = _parse_shard_name(entry)
+        orphan = _is_tmp(entry) or (parsed is not None and parsed[2] == "jsonl"
+                                    and entry not in committed)
+        if orphan and (part is None or _part_of(entry) == part):
             out.append(entry)
     return out
+
+
+def _delete(path: Path, names: Iterable[str]) -> None:
+    for name in names:
+        (path / name).unlink(missing_ok=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,16 +711,288 @@ class Store:
 
 
 def open_store(path: str | os.PathLike) -> Store:
-    """Open a store directory for reading (committed shards only, in shard order).
+    """Open a store directory for reading (committed shards only, in store order: unpartitioned
+    shards by index, then part shards by (part, index)).
 
     Runs the same checks as :func:`verify_store`. Raises ``FileNotFoundError`` for a missing
     directory or manifest and :class:`CorruptStoreError` (a ``ValueError``) naming the file for a
-    truncated shard, an impossible header length, a jsonl/tensor row-count mismatch, etc.
+    truncated shard, an impossible header length, a jsonl/tensor row-count mismatch, an id in two
+    shards, etc., and :class:`IncompatibleStoreError` naming a shard written by another collection.
     A store with zero records opens as an empty Store (see the module docstring).
     """
     path = Path(path)
     manifest = _load_manifest(path)
     return Store(path, manifest, _load_shards(path, manifest))
+
+
+# --------------------------------------------------------------------------------------------
+# locks
+# --------------------------------------------------------------------------------------------
+
+_NO_LOCKS_ERRNOS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+
+
+def _try_flock(fd: int, exclusive: bool) -> bool:
+    """Take a non-blocking ``flock`` on ``fd``; False when another open file holds a conflicting
+    one. Where the filesystem has no locks, warns and returns True (the caller goes unlocked)."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as err:
+        if err.errno not in _NO_LOCKS_ERRNOS:
+            raise
+        warnings.warn(f"file locks are not supported here ({err}); make sure that one process "
+                      "at most writes each store (or each part)", RuntimeWarning, stacklevel=3)
+    return True
+
+
+def _lock_store(path: Path, exclusive: bool) -> int | None:
+    """Lock the store directory itself: exclusive for the manifest's owner (a single writer,
+    :func:`prepare_store`, :func:`finalize_store`), shared for part writers.
+
+    Returns the open descriptor (closing it releases the lock; None where the platform has no
+    ``fcntl``). StoreError when another process holds a conflicting lock; FileNotFoundError when
+    the directory does not exist.
+    """
+    if not path.is_dir():
+        raise FileNotFoundError(f"store directory not found: {path}")
+    if fcntl is None:
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    if not _try_flock(fd, exclusive):
+        os.close(fd)
+        holder = ("part writers or another writer" if exclusive else
+                  "a single StoreWriter, prepare_store or finalize_store")
+        raise StoreError(
+            f"{path}: the store is being written by another process ({holder} holds its lock); "
+            "wait until it has finished"
+        )
+    return fd
+
+
+@contextmanager
+def _store_lock(path: Path) -> Iterator[None]:
+    """Hold the exclusive store lock for the duration of a ``with`` block."""
+    fd = _lock_store(path, exclusive=True)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _lock_part(path: Path, part: int) -> int | None:
+    """Exclusive lock on ``.part-{part:03d}.lock`` (created if needed); returns the descriptor
+    (None where the platform has no ``fcntl``).
+
+    StoreError naming the part and the store when another process holds it. The holder deletes
+    the lock file when it releases it, so a lock won on a file that is no longer at the path is
+    retried on a fresh one.
+    """
+    if fcntl is None:
+        return None
+    lock = path / _part_lock_name(part)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        if not _try_flock(fd, exclusive=True):
+            os.close(fd)
+            raise StoreError(
+                f"{path}: part {part} is already being written by another process "
+                f"(it holds {lock.name}); give every process its own part"
+            )
+        try:
+            at_path = os.stat(lock)
+        except FileNotFoundError:
+            at_path = None
+        mine = os.fstat(fd)
+        if at_path is not None and (at_path.st_dev, at_path.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        os.close(fd)
+
+
+def _unlock_part(path: Path, part: int, fd: int) -> None:
+    """Delete the part's lock file while still holding it, then release the lock."""
+    try:
+        (path / _part_lock_name(part)).unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# manifests: create, resume, finalize
+# --------------------------------------------------------------------------------------------
+
+
+def _writer_args(manifest: Any, dtype: Any, shard_size: Any) -> tuple[str, int]:
+    """Validate a writer's arguments; returns the normalised ``(dtype, shard_size)``."""
+    if not isinstance(manifest, dict):
+        raise ValueError(f"manifest must be a dict, got {type(manifest).__name__}")
+    if (isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer))
+            or shard_size < 1):
+        raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+    return _storage_dtype(dtype), int(shard_size)
+
+
+def _normalised_manifest(manifest: dict, dtype: str) -> dict:
+    """A JSON-normalised copy of a caller's manifest with the store's own fields set."""
+    new = dict(manifest)
+    given = new.get("dtype")
+    if given is not None and given != dtype:
+        raise ValueError(
+            f"manifest['dtype']={given!r} but dtype={dtype!r}: the manifest's 'dtype' is the "
+            "storage dtype of layer_means; put the model's dtype under 'model_dtype'"
+        )
+    from acute import __version__
+
+    new["dtype"] = dtype
+    new["format"] = FORMAT
+    new["format_version"] = FORMAT_VERSION
+    new.setdefault("acute_version", __version__)
+    L, d = _expected_shape(new)
+    if L is not None:
+        new["num_layers"] = L
+    if d is not None:
+        new["hidden_size"] = d
+    return json.loads(_dumps(new, "manifest"))  # tuples -> lists, numpy -> python
+
+
+def _check_compatible(mpath: Path, old: dict, new: dict) -> None:
+    """IncompatibleStoreError naming the first key on which the stored manifest ``old`` and a
+    writer's ``new`` one disagree: :data:`COMPAT_KEYS` (``num_layers``/``hidden_size`` only when
+    both know them) and, when the stored manifest records them, ``generation``/``task_settings``."""
+    for key in COMPAT_KEYS + _RUN_KEYS:
+        stored, given = old.get(key), new.get(key)
+        if key in ("num_layers", "hidden_size") and (stored is None or given is None):
+            continue  # unknown on one side: adopt the known value
+        if key in _RUN_KEYS and key not in old:
+            continue  # a store from before these were recorded
+        if stored != given:
+            raise IncompatibleStoreError(
+                f"{mpath}: cannot resume, manifest key {key!r} differs: "
+                f"stored {stored!r}, new {given!r}"
+            )
+
+
+def _fill_shape(manifest: dict, *sources: dict) -> dict:
+    """Fill an unknown ``num_layers``/``hidden_size`` from the first source that knows it."""
+    for key in ("num_layers", "hidden_size"):
+        for source in sources:
+            if manifest.get(key) is None and source.get(key) is not None:
+                manifest[key] = source[key]
+    return manifest
+
+
+def _shape_of(shards: Sequence[_Shard]) -> dict:
+    """``num_layers``/``hidden_size`` of the first shard's ``layer_means`` ({} without shards)."""
+    if not shards:
+        return {}
+    rows, hidden = shards[0].layer_shape
+    return {"num_layers": int(rows) - 1, "hidden_size": int(hidden)}
+
+
+class _Tally:
+    """Committed ids and label counts: a writer's ``done_ids`` and the manifest's summary."""
+
+    def __init__(self, shards: Sequence[_Shard] = ()):
+        self.ids: set = set()
+        self.num_shards = 0
+        self.num_labelled = 0
+        self.num_correct = 0
+        for shard in shards:
+            self.add_shard(shard.records)
+
+    def add_shard(self, records: Iterable[dict]) -> None:
+        self.num_shards += 1
+        for rec in records:
+            self.ids.add(rec["id"])
+            if rec.get("correct") is not None:
+                self.num_labelled += 1
+                self.num_correct += bool(rec["correct"])
+
+    def stamp(self, manifest: dict) -> dict:
+        """Set the manifest's ``updated``, ``num_records``, ``num_shards``, ``summary``; return it."""
+        manifest["updated"] = _now()
+        manifest["num_records"] = len(self.ids)
+        manifest["num_shards"] = self.num_shards
+        manifest["summary"] = {
+            "num_records": len(self.ids),
+            "num_labelled": self.num_labelled,
+            "num_correct": self.num_correct,
+            "accuracy": self.num_correct / self.num_labelled if self.num_labelled else None,
+        }
+        return manifest
+
+
+def _write_manifest(path: Path, manifest: dict) -> None:
+    write_text_atomic(path / MANIFEST, json.dumps(
+        manifest, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+
+
+def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_Shard]]:
+    """Create or resume a store with the (normalised) manifest ``new``; the caller holds the
+    exclusive store lock.
+
+    Resuming checks the manifests agree (:class:`IncompatibleStoreError` naming the key), deletes
+    every orphan and stale part lock file, and verifies all committed shards. Writes the manifest
+    with status ``"collecting"`` and current counts; returns it and the shards.
+    """
+    mpath = path / MANIFEST
+    if mpath.is_file():
+        old = _load_manifest(path)
+        _check_compatible(mpath, old, new)
+        merged = _fill_shape({**old, **new, "created": old.get("created", _now())}, old)
+        _delete(path, _orphans(path))
+        _delete(path, [e for e in os.listdir(path) if _PART_LOCK_RE.match(e)])
+        shards = _load_shards(path, merged)
+        _fill_shape(merged, _shape_of(shards))
+    else:
+        if _committed_shards(path):
+            raise StoreError(f"{path}: has shard files but no {MANIFEST}; refusing to write")
+        merged, shards = new, []
+        merged.setdefault("created", _now())
+    merged["shard_size"] = shard_size
+    merged["status"] = "collecting"
+    _write_manifest(path, _Tally(shards).stamp(merged))
+    return merged, shards
+
+
+def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
+                  shard_size: int = 256) -> dict:
+    """Create or resume a store for part writers; the main process calls it before they start.
+
+    Does what a single :class:`StoreWriter` does when it opens (same checks: a resumed store must
+    agree on the manifest keys, else :class:`IncompatibleStoreError` naming the key; deletes all
+    orphans; status ``"collecting"``), holding the exclusive store lock during the call only
+    (:class:`StoreError` if another writer is active). Returns the manifest as written.
+    """
+    dtype, shard_size = _writer_args(manifest, dtype, shard_size)
+    new = _normalised_manifest(manifest, dtype)
+    path = Path(out_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    with _store_lock(path):
+        written, _ = _open_as_owner(path, new, shard_size)
+    return written
+
+
+def finalize_store(out_dir: str | os.PathLike, status: str = "complete") -> dict:
+    """Recount a store from its committed shards (all parts) and set its ``status``.
+
+    The main process calls it after every part writer has closed: updates the manifest's
+    ``num_records``, ``num_shards``, ``summary``, ``status`` and ``updated`` (and ``num_layers``/
+    ``hidden_size`` when it did not know them) atomically, and returns it. Verifies every shard
+    like :func:`open_store`; :class:`StoreError` while another writer holds the store.
+    """
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    path = Path(out_dir)
+    with _store_lock(path):
+        manifest = _load_manifest(path)
+        shards = _load_shards(path, manifest)
+        _fill_shape(manifest, _shape_of(shards))
+        manifest["status"] = status
+        _write_manifest(path, _Tally(shards).stamp(manifest))
+    return manifest
 
 
 # --------------------------------------------------------------------------------------------
@@ -612,7 +1006,7 @@ class StoreWriter:
     Parameters
     ----------
     out_dir : store directory (created if needed). If it already holds a manifest, the writer
-        resumes: the manifests must agree on :data:`COMPAT_KEYS` (else
+        resumes: the manifests must agree (see :func:`prepare_store`; else
         :class:`IncompatibleStoreError` naming the key), orphans are deleted, ``done_ids`` lists
         the committed ids and new shards continue the numbering.
     manifest : JSON-serialisable dict describing the collection (see the module docstring).
@@ -620,116 +1014,93 @@ class StoreWriter:
         validate shapes; when absent they are inferred from the first batch and recorded.
     dtype : storage dtype of ``layer_means``: ``"float16"`` (default) or ``"float32"``.
     shard_size : records per shard (the last shard may be smaller).
+    part : None (default) for the single writer that owns the manifest and holds the store's
+        exclusive lock. An int ``k >= 0`` for one process of a multi-process collection (see the
+        module docstring): the store must have been prepared (:func:`prepare_store`, else
+        :class:`StoreError`), the manifest must agree with the stored one, shards are named
+        ``shard-p{k:03d}-{i:05d}``, only part ``k``'s orphans are deleted, the manifest is never
+        written (:func:`finalize_store` does that), and a second writer of part ``k`` gets a
+        :class:`StoreError`. ``done_ids`` covers every part's committed records.
 
     Use as a context manager: a clean exit commits the buffered records (``close()``); an
-    exception commits nothing more (buffered records are recomputed on resume) and marks the
-    manifest ``"interrupted"``. Not safe for two writers on one directory at once.
+    exception commits nothing more (buffered records are recomputed on resume) and, for a single
+    writer, marks the manifest ``"interrupted"``. Either way the locks are released. A second
+    writer on the same store (or part) fails with :class:`StoreError` instead of clobbering it.
     """
 
     def __init__(self, out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
-                 shard_size: int = 256):
-        if not isinstance(manifest, dict):
-            raise ValueError(f"manifest must be a dict, got {type(manifest).__name__}")
-        if isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer)) or shard_size < 1:
-            raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+                 shard_size: int = 256, *, part: int | None = None):
+        self._store_fd: int | None = None
+        self._part_fd: int | None = None
+        self.dtype, self.shard_size = _writer_args(manifest, dtype, shard_size)
+        if part is not None and (isinstance(part, bool) or not isinstance(part, (int, np.integer))
+                                 or part < 0):
+            raise ValueError(f"part must be None or an int >= 0, got {part!r}")
+        new = _normalised_manifest(manifest, self.dtype)
         self.path = Path(out_dir)
-        self.dtype = _storage_dtype(dtype)
-        self.shard_size = int(shard_size)
+        self.part = None if part is None else int(part)
         self._closed = False
         self._buffer: list[tuple[dict, str, np.ndarray, np.ndarray]] = []
         self._pending: set = set()
-        self._done: set = set()
-        self._n_correct = 0
-        self._n_labelled = 0
-        self._n_shards = 0
-        self._next_index = 0
-        self.manifest = self._prepare(dict(manifest))
-
-    # -- opening / resuming ---------------------------------------------------------------------
-    def _prepare(self, new: dict) -> dict:
-        given = new.get("dtype")
-        if given is not None and given != self.dtype:
-            raise ValueError(
-                f"manifest['dtype']={given!r} but dtype={self.dtype!r}: the manifest's 'dtype' is the "
-                "storage dtype of layer_means; put the model's dtype under 'model_dtype'"
+        if self.part is None:
+            self.path.mkdir(parents=True, exist_ok=True)
+        elif not (self.path / MANIFEST).is_file():
+            raise StoreError(
+                f"{self.path / MANIFEST} does not exist: call prepare_store() in the main process "
+                "before opening part writers"
             )
-        from acute import __version__
+        self._store_fd = _lock_store(self.path, exclusive=self.part is None)
+        try:
+            if self.part is None:
+                self.manifest, shards = _open_as_owner(self.path, new, self.shard_size)
+            else:
+                self._part_fd = _lock_part(self.path, self.part)
+                self.manifest, shards = self._open_part(new)
+        except BaseException:
+            self._release()
+            raise
+        self._tally = _Tally(shards)
+        self._key = collection_key(self.manifest)
+        own = [shard.index for shard in shards if shard.part == self.part]
+        self._next_index = max(own) + 1 if own else 0
 
-        new["dtype"] = self.dtype
-        new["format"] = FORMAT
-        new["format_version"] = FORMAT_VERSION
-        new.setdefault("acute_version", __version__)
-        L, d = _expected_shape(new)
-        if L is not None:
-            new["num_layers"] = L
-        if d is not None:
-            new["hidden_size"] = d
-        new = json.loads(_dumps(new, "manifest"))  # normalise (tuples -> lists, numpy -> python)
+    # -- opening / closing ----------------------------------------------------------------------
+    def _open_part(self, new: dict) -> tuple[dict, list[_Shard]]:
+        """Check a part writer's (normalised) manifest against the stored one, delete this part's
+        orphans and load the committed shards of every part. Returns (stored manifest, shards)."""
+        stored = _load_manifest(self.path)
+        _check_compatible(self.path / MANIFEST, stored, new)
+        _fill_shape(stored, new)
+        _delete(self.path, _orphans(self.path, part=self.part))
+        shards = _load_shards(self.path, stored)
+        return _fill_shape(stored, _shape_of(shards)), shards
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        mpath = self.path / MANIFEST
-        if mpath.is_file():
-            old = _load_manifest(self.path)
-            for key in COMPAT_KEYS:
-                stored, given = old.get(key), new.get(key)
-                if key in ("num_layers", "hidden_size") and (stored is None or given is None):
-                    continue  # unknown on one side: adopt the known value
-                if stored != given:
-                    raise IncompatibleStoreError(
-                        f"{mpath}: cannot resume, manifest key {key!r} differs: "
-                        f"stored {stored!r}, new {given!r}"
-                    )
-            merged = {**old, **new}
-            merged["created"] = old.get("created", _now())
-            for key in ("num_layers", "hidden_size"):
-                if new.get(key) is None and old.get(key) is not None:
-                    merged[key] = old[key]
-            for orphan in _orphans(self.path):
-                (self.path / orphan).unlink(missing_ok=True)
-            shards = _load_shards(self.path, merged)
-            for shard in shards:
-                for rec in shard.records:
-                    self._count(rec)
-                    self._done.add(rec["id"])
-            if shards and merged.get("num_layers") is None:
-                merged["num_layers"] = shards[0].layer_shape[0] - 1
-                merged["hidden_size"] = shards[0].layer_shape[1]
-            self._n_shards = len(shards)
-            committed = _committed_shards(self.path)
-            self._next_index = committed[-1][0] + 1 if committed else 0
-        else:
-            if _committed_shards(self.path):
-                raise StoreError(f"{self.path}: has shard files but no {MANIFEST}; refusing to write")
-            merged = new
-            merged.setdefault("created", _now())
-        merged["shard_size"] = self.shard_size
-        merged["status"] = "collecting"
-        self._write_manifest(merged)
-        return merged
+    def _write_manifest(self) -> None:
+        _write_manifest(self.path, self._tally.stamp(self.manifest))
 
-    def _count(self, rec: dict) -> None:
-        if rec.get("correct") is not None:
-            self._n_labelled += 1
-            self._n_correct += bool(rec["correct"])
+    def _release(self) -> None:
+        """Release the part lock (deleting its file), then the store lock; idempotent."""
+        part_fd, self._part_fd = self._part_fd, None
+        store_fd, self._store_fd = self._store_fd, None
+        try:
+            if part_fd is not None:
+                _unlock_part(self.path, self.part, part_fd)
+        finally:
+            if store_fd is not None:
+                os.close(store_fd)
 
-    def _write_manifest(self, manifest: dict) -> None:
-        manifest["updated"] = _now()
-        manifest["num_records"] = len(self._done)
-        manifest["num_shards"] = self._n_shards
-        manifest["summary"] = {
-            "num_records": len(self._done),
-            "num_labelled": self._n_labelled,
-            "num_correct": self._n_correct,
-            "accuracy": self._n_correct / self._n_labelled if self._n_labelled else None,
-        }
-        write_text_atomic(self.path / MANIFEST, json.dumps(
-            manifest, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+    def __del__(self) -> None:
+        try:
+            self._release()  # a writer dropped without close() must not keep the store locked
+        except Exception:
+            pass
 
     # -- public API -----------------------------------------------------------------------------
     @property
     def done_ids(self) -> frozenset:
-        """Ids committed to disk (including those of earlier runs); buffered ids are not included."""
-        return frozenset(self._done)
+        """Ids committed to disk: every shard of the store when the writer opened (all parts,
+        earlier runs included) plus this writer's own commits; buffered ids are not included."""
+        return frozenset(self._tally.ids)
 
     @property
     def num_buffered(self) -> int:
@@ -788,8 +1159,8 @@ class StoreWriter:
                 rid = rid.item()
             if isinstance(rid, bool) or not isinstance(rid, (str, int)):
                 raise ValueError(f"records[{k}]['id'] must be a str or int, got {rid!r}")
-            if rid in self._done or rid in self._pending or rid in batch_ids:
-                where = ("already committed" if rid in self._done else
+            if rid in self._tally.ids or rid in self._pending or rid in batch_ids:
+                where = ("already committed" if rid in self._tally.ids else
                          "already buffered" if rid in self._pending else "repeated in this batch")
                 raise ValueError(f"duplicate id {rid!r} ({where})")
             batch_ids.add(rid)
@@ -818,7 +1189,8 @@ class StoreWriter:
         if b and self.manifest.get("num_layers") is None:
             self.manifest["num_layers"] = int(lm.shape[1] - 1)
             self.manifest["hidden_size"] = int(lm.shape[2])
-            self._write_manifest(self.manifest)
+            if self.part is None:
+                self._write_manifest()
         while len(self._buffer) >= self.shard_size:
             self._flush(self.shard_size)
 
@@ -836,15 +1208,16 @@ class StoreWriter:
                                if sum(lengths) else np.zeros(0, np.float32)),
             "token_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         }
-        st_path = self.path / _shard_name(self._next_index, "safetensors")
-        jl_path = self.path / _shard_name(self._next_index, "jsonl")
+        st_path = self.path / _shard_name(self.part, self._next_index, "safetensors")
+        jl_path = self.path / _shard_name(self.part, self._next_index, "jsonl")
         tmp_jl, tmp_st = tmp_path(jl_path), tmp_path(st_path)
         try:
             with open(tmp_jl, "w", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for _, line, _, _ in batch))
                 f.flush()
                 os.fsync(f.fileno())
-            save_file(tensors, str(tmp_st), metadata={"format": FORMAT, "num_records": str(len(batch))})
+            save_file(tensors, str(tmp_st), metadata={
+                "format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key})
             with open(tmp_st, "rb+") as f:
                 os.fsync(f.fileno())
             os.replace(tmp_jl, jl_path)
@@ -857,29 +1230,37 @@ class StoreWriter:
         del self._buffer[:count]
         for rec, _, _, _ in batch:
             self._pending.discard(rec["id"])
-            self._done.add(rec["id"])
-            self._count(rec)
+        self._tally.add_shard(rec for rec, _, _, _ in batch)
         self._next_index += 1
-        self._n_shards += 1
 
     def close(self) -> None:
-        """Commit buffered records (one last, possibly smaller shard) and finalise the manifest."""
+        """Commit buffered records (one last, possibly smaller shard), finalise the manifest (a
+        single writer only) and release the locks (also when committing fails)."""
         if self._closed:
             return
-        self._flush(len(self._buffer))
-        self._closed = True
-        self.manifest["status"] = "complete"
-        self._write_manifest(self.manifest)
+        try:
+            self._flush(len(self._buffer))
+            if self.part is None:
+                self.manifest["status"] = "complete"
+                self._write_manifest()
+        finally:
+            self._closed = True
+            self._release()
 
     def abort(self) -> None:
-        """Drop buffered records (they are recomputed on resume) and mark the store interrupted."""
+        """Drop buffered records (they are recomputed on resume), mark the store interrupted (a
+        single writer only) and release the locks."""
         if self._closed:
             return
         self._closed = True
         self._buffer.clear()
         self._pending.clear()
-        self.manifest["status"] = "interrupted"
-        self._write_manifest(self.manifest)
+        try:
+            if self.part is None:
+                self.manifest["status"] = "interrupted"
+                self._write_manifest()
+        finally:
+            self._release()
 
     def __enter__(self) -> StoreWriter:
         return self

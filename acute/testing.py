@@ -80,8 +80,7 @@ def make_tiny_model(arch: str = "llama", vocab_size: int = 320, seed: int = 0, *
         cfg = transformers.Qwen2Config(**common)
         cls = transformers.Qwen2ForCausalLM
     elif arch == "gemma3":
-        common.update(head_dim=16, sliding_window=64)
-        cfg = transformers.Gemma3TextConfig(**common)
+        cfg = transformers.Gemma3TextConfig(**{"head_dim": 16, "sliding_window": 64, **common})
         cls = transformers.Gemma3ForCausalLM
     elif arch == "gpt2":
         cfg = transformers.GPT2Config(

@@ -197,6 +197,56 @@ def test_other_architectures_match_reference(arch, pool, tok):
     assert_matches_reference(model, tok, prompts, gens, pool)
 
 
+SHARED = "Answer briefly. Question: What is the capital of France? Answer: Paris.\nQuestion:"
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gpt2"])
+@pytest.mark.parametrize("pool", ["decoding", "generated"])
+def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, monkeypatch):
+    # Few-shot prompts share a long prefix: it runs once (one _prefill), every batch continues
+    # from a copy of its cache, and the recorded states equal the unpadded reference and the
+    # plain path. One prompt is the prefix plus a single token, one is the prefix of another.
+    import acute.extraction as ex
+
+    # (tiny gemma3's sliding window of 64 would turn the cache off: see the next test)
+    model = make_tiny_model(arch, **({"sliding_window": 128} if arch == "gemma3" else {}))
+    prompts = [SHARED + " Water is", SHARED + " How many legs does a spider have? Answer:",
+               SHARED + " Mars", SHARED + " Mars is a"]
+    shared = ex._shared_prefix([_ids(tok, p) for p in prompts])
+    assert len(shared) >= ex.MIN_SHARED_PREFIX
+    calls = []
+    real = ex._prefill
+    monkeypatch.setattr(ex, "_prefill", lambda m, prefix: calls.append(len(prefix)) or real(m, prefix))
+    gens = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=3,
+                               eos_token_ids=[], pool=pool)
+    assert calls == [len(shared)]
+    assert_matches_reference(model, tok, prompts, gens, pool)
+    plain = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=3,
+                                eos_token_ids=[], pool=pool, reuse_prefix=False)
+    assert calls == [len(shared)]  # the plain path builds no cache
+    for a, b in zip(gens, plain):
+        assert a.token_ids.tolist() == b.token_ids.tolist()
+        assert_close_scaled(a.layer_means, b.layer_means)
+
+
+def test_shared_prefix_leaves_each_prompt_an_own_token_and_respects_windows(tok, monkeypatch):
+    import acute.extraction as ex
+
+    assert ex._shared_prefix([[1, 2, 3], [1, 2, 3, 4], [1, 2, 5]]) == [1, 2]
+    assert ex._shared_prefix([[1, 2, 3], [1, 2, 3]]) == [1, 2]
+    assert ex._shared_prefix([[7], [7, 8]]) == []
+    assert ex._shared_prefix([[1, 2], [3, 4]]) == []
+    # tiny gemma3 has a sliding window of 64 positions: a longer prompt is generated the plain way
+    model = make_tiny_model("gemma3")
+    long_prompts = [SHARED * 3 + " Water is", SHARED * 3 + " Mars"]
+    assert len(_ids(tok, long_prompts[0])) + 4 > 64
+    calls = []
+    monkeypatch.setattr(ex, "_prefill", lambda m, prefix: calls.append(prefix))
+    gens = generate_and_record(model, tok, long_prompts, max_new_tokens=4, batch_size=2,
+                               eos_token_ids=[])
+    assert calls == [] and all(len(g.token_ids) == 4 for g in gens)
+
+
 def test_stop_strings_cut_text_and_stop_the_row(llama, tok):
     n = 10
     free = generate_and_record(llama, tok, PROMPTS, max_new_tokens=n, eos_token_ids=[])
@@ -344,6 +394,39 @@ def test_score_continuations_matches_unpadded_forward(llama, tok):
         ref = lp.gather(1, torch.tensor(c_ids)[:, None]).squeeze(1).numpy()
         assert got.shape == (len(c_ids),) and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL)
+
+
+def _unpadded_logprobs(model, tok, prompt, cont):
+    p_ids, c_ids = _ids(tok, prompt), _ids(tok, cont)
+    with torch.no_grad():
+        logits = model(torch.tensor([p_ids + c_ids])).logits[0].double()
+    lp = torch.log_softmax(logits, -1)[len(p_ids) - 1: len(p_ids) + len(c_ids) - 1]
+    return lp.gather(1, torch.tensor(c_ids)[:, None]).squeeze(1).numpy()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+@pytest.mark.parametrize("batch_size", [1, 2, 5])
+def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_size, tok):
+    # Several answers per prompt (the protocol's provenances), prompts of different lengths,
+    # one-token and long continuations mixed: the cached path equals one unpadded forward pass
+    # per pair, and the plain path.
+    model = make_tiny_model(arch, seed=3)
+    prompts, conts = [], []
+    for p, answers in ((PROMPTS[0], [" Paris", " Lyon is nice", "ris", " a"]),
+                       (PROMPTS[3], [" is a planet of the solar system.", " 8"]),
+                       (PROMPTS[1], [" no"]),
+                       (PROMPTS[2], [" one two three", " x"])):
+        prompts += [p] * len(answers)
+        conts += answers
+    order = [5, 0, 8, 2, 7, 1, 3, 6, 4]  # interleaved, not grouped
+    prompts, conts = [prompts[i] for i in order], [conts[i] for i in order]
+    cached = score_continuations(model, tok, prompts, conts, batch_size=batch_size)
+    plain = score_continuations(model, tok, prompts, conts, batch_size=batch_size, reuse_prefix=False)
+    for p, c, got, ref_plain in zip(prompts, conts, cached, plain):
+        ref = _unpadded_logprobs(model, tok, p, c)
+        assert got.shape == ref.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL)
+        np.testing.assert_allclose(got, ref_plain, rtol=0, atol=ATOL)
 
 
 def test_score_continuations_rejects_empty_continuation(llama, tok):

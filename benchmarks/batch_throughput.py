@@ -1,0 +1,194 @@
+#!/usr/bin/env python
+"""Collection throughput by batch size, with and without length-sorted batches (a benchmark).
+
+Runs :func:`acute.extraction.generate_and_record` -- what :func:`acute.collect.collect` runs on
+each chunk of examples, without the labelling and the store writes -- on the first ``--n``
+built-in questions (the ``default`` task, ``acute/data/questions.jsonl``), prompted and generated
+as a collection does: the task's prompt (chat template when the tokenizer has one), its
+``max_new_tokens`` and stop strings, greedy, stopping at the model's EOS. Each batch size runs
+with the prompts sorted by length (``sort_by_length=True``, what collection does) and in a
+shuffled order (``sort_by_length=False``; batch 1 has no padding, so it runs once). The runs are
+interleaved in a rotating order and repeated ``--reps`` times; the table gives the median
+records/s and the speed-up over batch 1. Target of the scale-out issue: batch 8 or 16 reaches at
+least 3x the records/s of batch 1.
+
+Usage (on an otherwise idle machine; the model is fetched once into ``$ACUTE_HOME``)::
+
+    python benchmarks/batch_throughput.py --threads 2 --n 64 --reps 3
+
+``--model`` takes anything :func:`acute.load_model` does (card name, folder, GGUF file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from acute.extraction import generate_and_record  # noqa: E402
+from acute.models import load_model  # noqa: E402
+from acute.tasks import get_task  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "batch_throughput.md"
+
+
+# ----------------------------------------------------------------- shared with gpu_collect.py
+
+
+def task_prompts(tokenizer, n: int, task_name: str = "default"):
+    """``(prompts, task)``: the collection prompts of the task's first ``n`` examples."""
+    task = get_task(task_name)
+    examples = task.load(limit=n)
+    if len(examples) < n:
+        raise SystemExit(f"task {task_name!r} has only {len(examples)} examples; use --n <= that")
+    return [task.prompt(tokenizer, ex) for ex in examples], task
+
+
+def timed(fn: Callable[[], object], sync: Callable[[], None] = lambda: None) -> float:
+    """Wall seconds of one call of ``fn``; ``sync`` waits for queued device work first and last."""
+    sync()
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - t0
+
+
+def interleaved_times(runs: dict[str, Callable[[], object]], reps: int,
+                      sync: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
+    """Time every run ``reps`` times, rotating their order each repetition (drift is shared)."""
+    keys = list(runs)
+    times: dict[str, list[float]] = {k: [] for k in keys}
+    for rep in range(reps):
+        shift = rep % len(keys)
+        for key in keys[shift:] + keys[:shift]:
+            times[key].append(timed(runs[key], sync))
+    return times
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table; the first column left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(header) + " |",
+             "|---|" + "---:|" * (len(header) - 1)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (creating its folder), print it and where it went."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(text)
+    print(f"wrote {path}")
+    return path
+
+
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """How ``benchmarks/<script>`` was invoked, for the report."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python", f"benchmarks/{script}", *args])
+
+
+# ------------------------------------------------------------------------------- this benchmark
+
+
+def collect_run(model, tokenizer, prompts: Sequence[str], task, batch_size: int,
+                sort_by_length: bool, tokens: list[int]) -> Callable[[], None]:
+    """A callable that generates and records all prompts once, appending the tokens it generated
+    to ``tokens``."""
+
+    def run() -> None:
+        gens = generate_and_record(model, tokenizer, prompts, max_new_tokens=task.max_new_tokens,
+                                   batch_size=batch_size, stop_strings=task.stop_strings,
+                                   sort_by_length=sort_by_length)
+        tokens.append(sum(len(g.token_ids) for g in gens if g is not None))
+
+    return run
+
+
+def configurations(batch_sizes: Sequence[int]) -> list[tuple[int, bool]]:
+    """``(batch size, sorted)`` pairs; batch 1 only once (sorting changes nothing there)."""
+    return [(bs, s) for bs in batch_sizes for s in ((True,) if bs == 1 else (True, False))]
+
+
+def mean_prompt_tokens(tokenizer, prompts: Sequence[str]) -> float:
+    """Mean prompt length in tokens (tokenized as ``generate_and_record`` does)."""
+    ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    return statistics.fmean(len(i) for i in ids)
+
+
+def report(args, prompts, task, times, tokens, prompt_tokens: float, argv) -> str:
+    n = len(prompts)
+    base = next((statistics.median(t) for (bs, _), t in times.items() if bs == 1), None)
+    rows = []
+    for (bs, is_sorted), runs in times.items():
+        med = statistics.median(runs)
+        speedup = f"{base / med:.2f}x" if base else "-"
+        rows.append([bs, "sorted by length" if is_sorted or bs == 1 else "shuffled",
+                     f"{n / med:.2f}", f"{med:.2f}", ", ".join(f"{t:.2f}" for t in runs), speedup,
+                     f"{statistics.median(tokens[(bs, is_sorted)]) / n:.1f}"])
+    table = markdown_table(["batch", "prompt order", "records/s (median)", "seconds (median)",
+                            "runs (s)", "vs batch 1", "generated tokens / record"], rows)
+    gains = [base / statistics.median(t) for (bs, s), t in times.items() if s and bs in (8, 16)]
+    verdict = (f"Best of batch 8 / 16 (sorted): {max(gains):.2f}x the records/s of batch 1 "
+               f"(target >= 3x: {'met' if max(gains) >= 3 else 'NOT met'})." if base and gains
+               else "Target (batch 8 or 16 >= 3x batch 1) not assessed: run batch 1 and 8 or 16.")
+    return "\n".join([
+        "# Collection throughput by batch size (`benchmarks/batch_throughput.py`)",
+        "",
+        f"    {command_line(Path(__file__).name, argv)}",
+        "",
+        f"Model `{args.model}` ({args.dtype}, CPU), task `{task.name}`: the first {n} built-in "
+        f"questions (prompts of {prompt_tokens:.0f} tokens on average), max_new_tokens "
+        f"{task.max_new_tokens}, stop strings "
+        f"{list(task.stop_strings)}, greedy; `generate_and_record` over all {n} prompts per run, "
+        f"{args.reps} interleaved repetitions. torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}.",
+        "",
+        table,
+        "",
+        verdict,
+        "",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m-instruct")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--n", type=int, default=64, help="number of built-in questions")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the shuffled prompt order")
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    model, tokenizer = load_model(args.model, dtype=args.dtype)
+    prompts, task = task_prompts(tokenizer, args.n)
+    random.Random(args.seed).shuffle(prompts)  # the "shuffled" order; sorted runs re-sort
+    collect_run(model, tokenizer, prompts[:2], task, 2, True, [])()  # warm-up
+    tokens: dict[tuple[int, bool], list[int]] = {c: [] for c in configurations(args.batch_sizes)}
+    runs = {cfg: collect_run(model, tokenizer, prompts, task, *cfg, tokens[cfg]) for cfg in tokens}
+    times = interleaved_times(runs, args.reps)
+    write_report(args.out, report(args, prompts, task, times, tokens,
+                                  mean_prompt_tokens(tokenizer, prompts), argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
