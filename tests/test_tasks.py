@@ -14,7 +14,7 @@ import pytest
 from acute.tasks import (TASKS, Example, TaskDataError, answer_type, assign_wrong_types, get_task,
                          list_tasks)
 from acute.tasks.apigen import calls_equal, normalize_value, parse_calls
-from acute.tasks.base import _fallback_format_prompt
+from acute.tasks.base import format_prompt
 from acute.tasks.choice import extract_choice
 from acute.tasks.normalize import extract_short_answer, normalize_answer, parse_number
 from acute.tasks.qa import JsonlQATask, default_questions_path
@@ -248,21 +248,21 @@ def test_same_type_answers_prefer_similar_questions():
 
 # ----------------------------------------------------------------------------- prompts
 
-def test_format_prompt_fallback_semantics(tiny_tokenizer):
+def test_format_prompt_chat_plain_and_bos(tiny_tokenizer):
     from acute.testing import make_tiny_tokenizer
-    chat = _fallback_format_prompt(tiny_tokenizer, "Hi?")
+    chat = format_prompt(tiny_tokenizer, "Hi?")
     assert chat == "<|im_start|>user\nHi?<|im_end|>\n<|im_start|>assistant\n"
     plain_tok = make_tiny_tokenizer(chat_template=False)
-    assert _fallback_format_prompt(plain_tok, "Q: x\nA:") == "Q: x\nA:"  # no BOS added by default
+    assert format_prompt(plain_tok, "Q: x\nA:") == "Q: x\nA:"  # no BOS added by default
     with pytest.raises(ValueError, match="chat template"):
-        _fallback_format_prompt(plain_tok, "x", chat=True)
+        format_prompt(plain_tok, "x", chat=True)
     # a tokenizer that adds BOS by default gets the BOS text prepended to plain prompts
     from tokenizers.processors import TemplateProcessing
     bos_tok = make_tiny_tokenizer(chat_template=False)
     bos_tok.backend_tokenizer.post_processor = TemplateProcessing(
         single="<|im_start|> $A", special_tokens=[("<|im_start|>", bos_tok.bos_token_id)])
     assert bos_tok("a")["input_ids"][0] == bos_tok.bos_token_id
-    assert _fallback_format_prompt(bos_tok, "Q: x") == "<|im_start|>Q: x"
+    assert format_prompt(bos_tok, "Q: x") == "<|im_start|>Q: x"
 
 
 def test_mmlu_prompts_chat_and_plain(tmp_path, tiny_tokenizer):

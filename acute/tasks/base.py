@@ -61,44 +61,12 @@ class Example:
 
 # --------------------------------------------------------------------------- prompt formatting
 
-def _adds_bos(tokenizer) -> bool:
-    bos_id = getattr(tokenizer, "bos_token_id", None)
-    if bos_id is None:
-        return False
-    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
-    without = tokenizer("a", add_special_tokens=False)["input_ids"]
-    return len(with_special) > len(without) and with_special[0] == bos_id
-
-
-def _fallback_format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
-    """Same semantics as ``acute.models.format_prompt`` for the cases the tasks use."""
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    chat = has_template if chat is None else bool(chat)
-    if chat and not has_template:
-        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False")
-    if chat:
-        messages = ([{"role": "user", "content": messages_or_text}]
-                    if isinstance(messages_or_text, str) else list(messages_or_text))
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    elif isinstance(messages_or_text, str):
-        text = messages_or_text
-    else:
-        raise ValueError("a plain (non-chat) prompt must be a string")
-    bos = getattr(tokenizer, "bos_token", None)
-    if bos and _adds_bos(tokenizer) and not text.startswith(bos):
-        text = bos + text
-    return text
-
-
 def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
-    """Return a fully formatted prompt: ``acute.models.format_prompt`` when importable, else an
-    equivalent (chat template with generation prompt; plain text with BOS text prepended when the
-    tokenizer adds BOS by default). The result is meant for ``add_special_tokens=False``.
-    """
-    try:
-        from ..models import format_prompt as models_format_prompt
-    except ImportError:  # acute.models unavailable: same semantics, local implementation
-        models_format_prompt = _fallback_format_prompt
+    """Return a fully formatted prompt (:func:`acute.models.format_prompt`: chat template with
+    generation prompt; plain text with BOS text prepended when the tokenizer adds BOS by default).
+    The result is meant for ``add_special_tokens=False``."""
+    from ..models import format_prompt as models_format_prompt
+
     return models_format_prompt(tokenizer, messages_or_text, chat=chat)
 
 
