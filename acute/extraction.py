@@ -753,20 +753,23 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
 
-    Prompts are tokenized with ``add_special_tokens=False``, sorted by length (longest first;
-    ``sort_by_length=False`` keeps the input order, e.g. to measure what sorting gains) and
-    generated in left-padded batches of ``batch_size`` (greedy unless ``do_sample``); results come
+    Prompts are tokenized with ``add_special_tokens=False``, ordered (see ``reuse_prefix``;
+    with ``reuse_prefix=False`` by length, longest first; ``sort_by_length=False`` keeps the input
+    order, e.g. to measure what ordering gains) and generated in left-padded batches of
+    ``batch_size`` (greedy unless ``do_sample``); results come
     back in input order. Generation of a row stops at an EOS id (default
     ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
     string, or after ``max_new_tokens``. Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).
 
-    With ``reuse_prefix`` (default) the token prefix that all prompts share (a system prompt,
-    few-shot demonstrations; at least :data:`MIN_SHARED_PREFIX` tokens) is run once: every batch
-    starts from a copy of its KV cache, its rows padded between the prefix and their own tokens,
-    so each record only pays for its own tokens. The recorded states are those of the plain
-    path up to floating-point rounding. Skipped for models with a sliding attention window
-    shorter than the longest prompt plus ``max_new_tokens``.
+    With ``reuse_prefix`` (default) prompts are batched in token order instead, so that prompts
+    sharing a prefix (system prompt, few-shot demonstrations) land together, and the prefix a
+    batch's prompts share (at least :data:`MIN_SHARED_PREFIX` tokens) runs once: the batch starts
+    from a copy of its KV cache (kept for the next batch when that shares the same prefix), its
+    rows padded between the prefix and their own tokens, so each record mostly pays for its own
+    tokens. The recorded states are those of the plain path up to floating-point rounding. A
+    batch runs the plain way when its prompts share less, or when the model's sliding attention
+    window is shorter than its longest prompt plus ``max_new_tokens``.
 
     A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
     window (:func:`context_window`): with ``on_too_long="skip"`` (default) its slot in the result
@@ -802,27 +805,36 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
             continue
         keep.append(i)
-    batches = [[keep[j] for j in batch] for batch in
-               batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
+    if reuse_prefix and sort_by_length:
+        # token-lexicographic order puts prompts with a common prefix (same demonstrations) in
+        # the same batches, so each batch's shared prefix is long
+        order = sorted(keep, key=lambda i: encoded[i])
+        batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+        # a batch's cached prefix is the one it shares with its neighbours in that order too, so
+        # consecutive batches (even of one prompt) reuse one prefill
+        context = {tuple(b): [encoded[i] for i in order[max(k - 1, 0): k + batch_size + 1]]
+                   for b, k in zip(batches, range(0, len(order), batch_size))}
+    else:
+        batches = [[keep[j] for j in batch] for batch in
+                   batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
     if not do_sample:
         # Greedy: silence sampling parameters a model's generation_config may carry.
         for key in ("temperature", "top_p", "top_k"):
             generate_kwargs.setdefault(key, None)
     prefix: list[int] = []
-    if reuse_prefix and keep:
-        prefix = _shared_prefix([encoded[i] for i in keep])
-        longest = max(len(encoded[i]) for i in keep) + max_new_tokens
-        if len(prefix) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(model, longest):
-            prefix = []
-    prefix_cache = _prefill(model, prefix) if prefix else None
+    prefix_cache = None
     results: list[Generation | None] = [None] * len(prompts)
     with HiddenStateRecorder(model, pool=pool) as recorder:
         for batch in _progress(batches, len(batches), progress, "generate"):
             seqs = [encoded[i] for i in batch]
             cache_kwargs: dict[str, Any] = {}
-            if prefix_cache is None:
+            shared = _shared_prefix(context[tuple(batch)]) if reuse_prefix and sort_by_length else []
+            if len(shared) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(
+                    model, max(len(s) for s in seqs) + max_new_tokens):
                 ids, mask = _left_pad(seqs, pad_id)
             else:
+                if shared != prefix:  # consecutive batches often share the same prefix
+                    prefix, prefix_cache = shared, _prefill(model, shared)
                 ids, mask = _pad_after_prefix(seqs, len(prefix), pad_id)
                 cache = copy.deepcopy(prefix_cache)
                 cache.batch_repeat_interleave(len(batch))

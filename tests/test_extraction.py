@@ -217,13 +217,19 @@ def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, mon
     calls = []
     real = ex._prefill
     monkeypatch.setattr(ex, "_prefill", lambda m, prefix: calls.append(len(prefix)) or real(m, prefix))
-    gens = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=3,
+    gens = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=4,
                                eos_token_ids=[], pool=pool)
     assert calls == [len(shared)]
     assert_matches_reference(model, tok, prompts, gens, pool)
     plain = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=3,
                                 eos_token_ids=[], pool=pool, reuse_prefix=False)
     assert calls == [len(shared)]  # the plain path builds no cache
+    # batches of one: each caches the prefix it shares with its neighbours in token order, and
+    # consecutive batches with the same such prefix reuse one prefill
+    single = generate_and_record(model, tok, prompts[:3], max_new_tokens=5, batch_size=1,
+                                 eos_token_ids=[], pool=pool)
+    assert 1 <= len(calls) - 1 < 3 and min(calls) == len(shared)
+    assert_matches_reference(model, tok, prompts[:3], single, pool)
     for a, b in zip(gens, plain):
         assert a.token_ids.tolist() == b.token_ids.tolist()
         assert_close_scaled(a.layer_means, b.layer_means)

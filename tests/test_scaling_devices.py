@@ -249,11 +249,19 @@ def test_generate_and_record_without_sorting_keeps_input_order(tok, monkeypatch)
                                    sort_by_length=False)
     assert seen == [lengths[:2], lengths[2:]]
     seen.clear()
-    ordered = generate_and_record(model, tok, PROMPTS, max_new_tokens=4, batch_size=2)
+    ordered = generate_and_record(model, tok, PROMPTS, max_new_tokens=4, batch_size=2,
+                                  reuse_prefix=False)
     assert seen == [sorted(lengths, reverse=True)[:2], sorted(lengths, reverse=True)[2:]]
-    for a, b in zip(unsorted, ordered):  # same results, in input order, either way
+    seen.clear()
+    grouped = generate_and_record(model, tok, PROMPTS, max_new_tokens=4, batch_size=2)
+    by_tokens = [len(ids) for ids in sorted(tok(p, add_special_tokens=False)["input_ids"]
+                                            for p in PROMPTS)]
+    assert seen == [by_tokens[:2], by_tokens[2:]]  # token order (these prompts share no prefix)
+    for a, b, c in zip(unsorted, ordered, grouped):  # same results, in input order, every way
         np.testing.assert_array_equal(a.token_ids, b.token_ids)
+        np.testing.assert_array_equal(a.token_ids, c.token_ids)
         np.testing.assert_allclose(a.layer_means, b.layer_means, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(a.layer_means, c.layer_means, rtol=0, atol=1e-4)
 
 
 # ------------------------------------------------------------------ benchmarks
