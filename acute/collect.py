@@ -188,9 +188,10 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         bar = tqdm(total=len(mine), desc=f"collect {Path(task.name).name}"
                    + (f" [{rank + 1}/{world}]" if parallel else ""), unit="rec",
                    disable=not progress, file=sys.stderr, position=rank)
-        # Chunks bound memory and let the progress bar move; prompts are sorted by length inside
-        # a chunk (generate_and_record). Records wait in the writer until a shard is full.
-        chunk = max(batch_size * 4, 16)
+        # Chunks bound memory (~L*d*4 bytes per record) and let the progress bar move; inside a
+        # chunk generate_and_record groups prompts that share a prefix (large chunks give it
+        # more to group) and sorts them by length. Records wait in the writer until a shard is full.
+        chunk = max(batch_size * 32, 64)
         for i in range(0, len(mine), chunk):
             part = mine[i:i + chunk]
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]

@@ -693,6 +693,8 @@ def batch_order(lengths: Sequence[int], batch_size: int, sort_by_length: bool = 
 
 #: Shortest shared token prefix that :func:`generate_and_record` runs once and reuses.
 MIN_SHARED_PREFIX = 8
+#: Tokens after the common prefix of all prompts that decide a prompt's batching group.
+PREFIX_GROUP_DEPTH = 32
 
 
 def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
@@ -762,8 +764,9 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     string, or after ``max_new_tokens``. Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).
 
-    With ``reuse_prefix`` (default) prompts are batched in token order instead, so that prompts
-    sharing a prefix (system prompt, few-shot demonstrations) land together, and the prefix a
+    With ``reuse_prefix`` (default) prompts are grouped by their tokens instead (see
+    :data:`PREFIX_GROUP_DEPTH`; longest first within a group), so that prompts sharing a prefix
+    (system prompt, few-shot demonstrations) land together, and the prefix a
     batch's prompts share (at least :data:`MIN_SHARED_PREFIX` tokens) runs once: the batch starts
     from a copy of its KV cache (kept for the next batch when that shares the same prefix), its
     rows padded between the prefix and their own tokens, so each record mostly pays for its own
@@ -806,9 +809,11 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             continue
         keep.append(i)
     if reuse_prefix and sort_by_length:
-        # token-lexicographic order puts prompts with a common prefix (same demonstrations) in
-        # the same batches, so each batch's shared prefix is long
-        order = sorted(keep, key=lambda i: encoded[i])
+        # Prompts that agree on the first PREFIX_GROUP_DEPTH tokens after the prefix they all
+        # share (e.g. one subject's few-shot demonstrations) are batched together, longest first
+        # within such a group, so each batch's shared prefix is long and its padding short.
+        depth = len(_shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
+        order = sorted(keep, key=lambda i: (encoded[i][:depth], -len(encoded[i])))
         batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
         # a batch's cached prefix is the one it shares with its neighbours in that order too, so
         # consecutive batches (even of one prompt) reuse one prefill

@@ -94,14 +94,17 @@ def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
     assert math.isnan(again.seconds_per_record)
 
 
+N_RESUME = 70  # more than one collection chunk (64 records at batch size 1)
+
+
 def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path, monkeypatch):
     model, tok = loaded
-    task = qa_task(write_questions(tmp_path / "q.jsonl", 40))
+    task = qa_task(write_questions(tmp_path / "q.jsonl", N_RESUME))
     examples = task.load()
-    kw = dict(model_name="tiny", batch_size=2, max_new_tokens=MAX_NEW, dtype="float32",
+    kw = dict(model_name="tiny", batch_size=1, max_new_tokens=MAX_NEW, dtype="float32",
               shard_size=5, progress=False)
     reference = collect(model, tok, task, examples, tmp_path / "ref", **kw)
-    assert reference.records == 40
+    assert reference.records == N_RESUME
 
     real = acute.extraction.generate_and_record
     calls = []
@@ -119,14 +122,14 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
 
     partial = open_store(tmp_path / "store")
     first_chunk = calls[0]
-    assert 0 < len(partial) < 40
+    assert 0 < len(partial) < N_RESUME
     assert len(partial) == (first_chunk // 5) * 5  # only full shards were committed
     assert partial.manifest["status"] == "interrupted"
 
     resumed = collect(model, tok, task, examples, tmp_path / "store", **kw)
-    assert resumed.resumed == len(partial) and resumed.new_records == 40 - len(partial)
+    assert resumed.resumed == len(partial) and resumed.new_records == N_RESUME - len(partial)
     store, ref = open_store(tmp_path / "store"), open_store(tmp_path / "ref")
-    assert len(store) == 40 and len(set(store.ids)) == 40
+    assert len(store) == N_RESUME and len(set(store.ids)) == N_RESUME
     assert sorted(store.ids) == sorted(ref.ids)
     order = [ref.ids.index(i) for i in store.ids]
     # batches are grouped differently after the resume: equal up to float rounding of padding
