@@ -201,8 +201,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                 gens = generate_and_record(
                     model, tokenizer, prompts, max_new_tokens=max_new_tokens,
                     batch_size=batch_size, stop_strings=stop_strings, pool=pool,
-                    on_too_long=on_too_long,
+                    on_too_long=on_too_long, on_batch=bar.update,
                 )
+            bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
             records, means, logprobs = [], [], []
             for ex, prompt, gen in zip(part, prompts, gens):
                 if gen is None:
@@ -216,7 +217,6 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             if records:
                 writer.add(records, np.stack(means), logprobs)
             summary.new_records += len(records)
-            bar.update(len(part))
         bar.close()
     if parallel:
         state.wait_for_everyone()  # every part committed

@@ -49,7 +49,7 @@ import inspect
 import logging
 import math
 import warnings
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -700,6 +700,8 @@ PREFIX_GROUP_DEPTH = 32
 def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     """The longest common token prefix of ``seqs``, leaving every sequence at least one own token
     (its last prompt position is where pooling and the first generated token start)."""
+    if not seqs:
+        return []
     first = seqs[0]
     n = min(len(s) for s in seqs) - 1
     for s in seqs[1:]:
@@ -752,6 +754,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                         on_too_long: Literal["skip", "error"] = "skip",
                         eos_token_ids: Sequence[int] | None = None,
                         sort_by_length: bool = True, reuse_prefix: bool = True,
+                        on_batch: Callable[[int], None] | None = None,
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
 
@@ -761,7 +764,8 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     ``batch_size`` (greedy unless ``do_sample``); results come
     back in input order. Generation of a row stops at an EOS id (default
     ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
-    string, or after ``max_new_tokens``. Extra keyword arguments go to ``model.generate`` (e.g.
+    string, or after ``max_new_tokens``. ``on_batch(n)`` is called after each batch of ``n``
+    prompts (e.g. a caller's progress bar). Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).
 
     With ``reuse_prefix`` (default) prompts are grouped by their tokens instead (see
@@ -861,6 +865,8 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                     prompt_tokens=len(encoded[i]),
                     finish_reason=reason,
                 )
+            if on_batch is not None:
+                on_batch(len(batch))
     return results
 
 

@@ -242,6 +242,7 @@ def test_shared_prefix_leaves_each_prompt_an_own_token_and_respects_windows(tok,
     assert ex._shared_prefix([[1, 2, 3], [1, 2, 3]]) == [1, 2]
     assert ex._shared_prefix([[7], [7, 8]]) == []
     assert ex._shared_prefix([[1, 2], [3, 4]]) == []
+    assert ex._shared_prefix([]) == []
     # tiny gemma3 has a sliding window of 64 positions: a longer prompt is generated the plain way
     model = make_tiny_model("gemma3")
     long_prompts = [SHARED * 3 + " Water is", SHARED * 3 + " Mars"]
