@@ -107,7 +107,8 @@ def measure_batch_size(model, tokenizer, prompts, eos, bs: int, args):
 
     def recorded():
         generate_and_record(model, tokenizer, prompts, max_new_tokens=args.new_tokens,
-                            min_new_tokens=args.new_tokens, batch_size=bs, eos_token_ids=eos)
+                            min_new_tokens=args.new_tokens, batch_size=bs, eos_token_ids=eos,
+                            reuse_prefix=False)  # the same padded batches as (a)
 
     runs = {"plain": plain, "recorder": recorded}
     memory = {key: peak_gib(fn) for key, fn in runs.items()}  # also the warm-up

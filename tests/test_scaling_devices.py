@@ -327,5 +327,6 @@ def test_batch_throughput_writes_a_table(tmp_path, long_context_dir):
     assert bench.main(["--model", str(long_context_dir), "--n", "4", "--reps", "1",
                        "--batch-sizes", "1", "2", "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| 1 | sorted by length |" in text and "| 2 | shuffled |" in text
+    assert "| 1 | sorted |" in text and "| 1 | prefix |" in text and "| 2 | shuffled |" in text
+    assert "| 1 | shuffled |" not in text and "| 2 | prefix |" in text
     assert "vs batch 1" in text
