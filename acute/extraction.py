@@ -712,6 +712,33 @@ def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     return list(first[:max(n, 0)])
 
 
+def _prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
+                    batch_size: int) -> list[tuple[list[int], list[int]]]:
+    """``(batch, prefix)`` pairs for the shared-prefix path of :func:`generate_and_record`.
+
+    Prompts (indices ``keep`` into ``encoded``) that agree on the first
+    :data:`PREFIX_GROUP_DEPTH` tokens after the prefix all of them share form a group (e.g. one
+    subject's few-shot demonstrations); every group of two or more gets its own batches, the
+    remaining prompts are batched together. Within each, prompts run longest first (little
+    padding) and every batch caches the prefix its whole group shares, so a group needs one
+    prefill however many batches it spans.
+    """
+    depth = len(_shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in keep:
+        groups.setdefault(tuple(encoded[i][:depth]), []).append(i)
+    runs = [g for g in groups.values() if len(g) > 1]
+    runs.append([i for g in groups.values() if len(g) == 1 for i in g])
+    planned = []
+    for run in runs:
+        if not run:
+            continue
+        prefix = _shared_prefix([encoded[i] for i in run])
+        run = sorted(run, key=lambda i: -len(encoded[i]))
+        planned += [(run[k: k + batch_size], prefix) for k in range(0, len(run), batch_size)]
+    return planned
+
+
 def _window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
     """False when a sliding attention window shorter than ``length`` would see the padding placed
     after the shared prefix (it counts positions, not real tokens)."""
@@ -768,13 +795,11 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts (e.g. a caller's progress bar). Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).
 
-    With ``reuse_prefix`` (default) prompts are grouped by their tokens instead (see
-    :data:`PREFIX_GROUP_DEPTH`; longest first within a group), so that prompts sharing a prefix
-    (system prompt, few-shot demonstrations) land together, and the prefix a
-    batch's prompts share (at least :data:`MIN_SHARED_PREFIX` tokens) runs once: the batch starts
-    from a copy of its KV cache (kept for the next batch when that shares the same prefix), its
-    rows padded between the prefix and their own tokens, so each record mostly pays for its own
-    tokens. The recorded states are those of the plain path up to floating-point rounding. A
+    With ``reuse_prefix`` (default) prompts that share a prefix (system prompt, few-shot
+    demonstrations of one subject) are batched together (:func:`_prefix_batches`, longest first
+    within a group) and that prefix (at least :data:`MIN_SHARED_PREFIX` tokens) runs once per
+    group: every batch starts from a copy of its KV cache, its rows padded between the prefix and
+    their own tokens, so each record mostly pays for its own tokens. The recorded states are those of the plain path up to floating-point rounding. A
     batch runs the plain way when its prompts share less, or when the model's sliding attention
     window is shorter than its longest prompt plus ``max_new_tokens``.
 
@@ -813,18 +838,9 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             continue
         keep.append(i)
     if reuse_prefix and sort_by_length:
-        # Prompts that agree on the first PREFIX_GROUP_DEPTH tokens after the prefix they all
-        # share (e.g. one subject's few-shot demonstrations) are batched together, longest first
-        # within such a group, so each batch's shared prefix is long and its padding short.
-        depth = len(_shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
-        order = sorted(keep, key=lambda i: (encoded[i][:depth], -len(encoded[i])))
-        batches = [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
-        # a batch's cached prefix is the one it shares with its neighbours in that order too, so
-        # consecutive batches (even of one prompt) reuse one prefill
-        context = {tuple(b): [encoded[i] for i in order[max(k - 1, 0): k + batch_size + 1]]
-                   for b, k in zip(batches, range(0, len(order), batch_size))}
+        planned = _prefix_batches(encoded, keep, batch_size)
     else:
-        batches = [[keep[j] for j in batch] for batch in
+        planned = [([keep[j] for j in batch], None) for batch in
                    batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
     if not do_sample:
         # Greedy: silence sampling parameters a model's generation_config may carry.
@@ -834,11 +850,10 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prefix_cache = None
     results: list[Generation | None] = [None] * len(prompts)
     with HiddenStateRecorder(model, pool=pool) as recorder:
-        for batch in _progress(batches, len(batches), progress, "generate"):
+        for batch, shared in _progress(planned, len(planned), progress, "generate"):
             seqs = [encoded[i] for i in batch]
             cache_kwargs: dict[str, Any] = {}
-            shared = _shared_prefix(context[tuple(batch)]) if reuse_prefix and sort_by_length else []
-            if len(shared) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(
+            if shared is None or len(shared) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(
                     model, max(len(s) for s in seqs) + max_new_tokens):
                 ids, mask = _left_pad(seqs, pad_id)
             else:

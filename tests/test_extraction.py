@@ -224,15 +224,28 @@ def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, mon
     plain = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=3,
                                 eos_token_ids=[], pool=pool, reuse_prefix=False)
     assert calls == [len(shared)]  # the plain path builds no cache
-    # batches of one: each caches the prefix it shares with its neighbours in token order, and
-    # consecutive batches with the same such prefix reuse one prefill
+    # batches of one reuse the same prefill
     single = generate_and_record(model, tok, prompts[:3], max_new_tokens=5, batch_size=1,
                                  eos_token_ids=[], pool=pool)
-    assert 1 <= len(calls) - 1 < 3 and min(calls) == len(shared)
+    assert calls == [len(shared)] * 2
     assert_matches_reference(model, tok, prompts[:3], single, pool)
     for a, b in zip(gens, plain):
         assert a.token_ids.tolist() == b.token_ids.tolist()
         assert_close_scaled(a.layer_means, b.layer_means)
+
+
+def test_prefix_batches_group_prompts_by_their_shared_prefix():
+    import acute.extraction as ex
+
+    head, subj_a, subj_b = list(range(100, 110)), [1] * 40, [2] * 40
+    encoded = [head + subj_a + [7, 7], head + subj_b + [8], head + subj_a + [9, 9, 9],
+               head + [5, 6], head + subj_a + [3], head + subj_b + [4, 4], head + [6, 5, 4]]
+    planned = ex._prefix_batches(encoded, list(range(7)), batch_size=2)
+    # subject a (3 prompts, longest first), subject b (2), then the two loners together
+    assert [b for b, _ in planned] == [[2, 0], [4], [5, 1], [6, 3]]
+    assert [len(p) for _, p in planned] == [50, 50, 50, 10]
+    assert planned[0][1] == head + subj_a and planned[2][1] == head + subj_b
+    assert ex._prefix_batches(encoded, [], batch_size=2) == []
 
 
 def test_shared_prefix_leaves_each_prompt_an_own_token_and_respects_windows(tok, monkeypatch):

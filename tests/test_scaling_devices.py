@@ -254,9 +254,8 @@ def test_generate_and_record_without_sorting_keeps_input_order(tok, monkeypatch)
     assert seen == [sorted(lengths, reverse=True)[:2], sorted(lengths, reverse=True)[2:]]
     seen.clear()
     grouped = generate_and_record(model, tok, PROMPTS, max_new_tokens=4, batch_size=2)
-    by_tokens = [len(ids) for ids in sorted(tok(p, add_special_tokens=False)["input_ids"]
-                                            for p in PROMPTS)]
-    assert seen == [by_tokens[:2], by_tokens[2:]]  # token order (these prompts share no prefix)
+    longest_first = sorted(lengths, reverse=True)  # these prompts share no prefix: one group
+    assert seen == [longest_first[:2], longest_first[2:]]
     for a, b, c in zip(unsorted, ordered, grouped):  # same results, in input order, every way
         np.testing.assert_array_equal(a.token_ids, b.token_ids)
         np.testing.assert_array_equal(a.token_ids, c.token_ids)
