@@ -95,9 +95,10 @@ def make_tiny_model(arch: str = "llama", vocab_size: int = 320, seed: int = 0, *
     return model
 
 
-def save_tiny_model(path: str | Path, arch: str = "llama", seed: int = 0) -> Path:
-    """Save a tiny model and tokenizer with ``save_pretrained`` into ``path`` and return it."""
+def save_tiny_model(path: str | Path, arch: str = "llama", seed: int = 0, **overrides) -> Path:
+    """Save a tiny model (config ``overrides`` as in :func:`make_tiny_model`) and tokenizer with
+    ``save_pretrained`` into ``path`` and return it."""
     path = Path(path)
-    make_tiny_model(arch, seed=seed).save_pretrained(path)
+    make_tiny_model(arch, seed=seed, **overrides).save_pretrained(path)
     make_tiny_tokenizer().save_pretrained(path)
     return path

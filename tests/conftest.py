@@ -20,6 +20,12 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 
 
+@pytest.fixture(scope="session")
+def long_context_dir(tmp_path_factory):
+    """A tiny Llama folder whose context (1024 positions) holds the default task's few-shot prompt."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-long"), max_position_embeddings=1024)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
     """Tiny models run many times faster on one thread when the 2 cores are shared."""

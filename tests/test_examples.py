@@ -15,21 +15,11 @@ import pytest
 from acute.probes import load_probe
 from acute.store import open_store
 from acute.tasks import OpenQATask
-from acute.testing import make_tiny_model, make_tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny Llama with a context long enough for the default task's few-shot prompt."""
-    path = tmp_path_factory.mktemp("tiny-long")
-    make_tiny_model("llama", max_position_embeddings=1024).save_pretrained(path)
-    make_tiny_tokenizer().save_pretrained(path)
-    return path
 
 
 def hash_label(self, ex, generation) -> bool:
@@ -47,16 +37,16 @@ def run_example(name: str, *argv, monkeypatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def trained(model_dir, tmp_path_factory):
+def trained(long_context_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(OpenQATask, "is_correct", hash_label)
-        run_example("train_probe.py", "--model", model_dir, "--limit", 40, "--trees", 10,
+        run_example("train_probe.py", "--model", long_context_dir, "--limit", 40, "--trees", 10,
                     "--out", out, monkeypatch=mp)
     return out
 
 
-def test_train_probe(trained, model_dir):
+def test_train_probe(trained, long_context_dir):
     store = open_store(trained / "store")
     assert len(store) == 40 and store.layer_means.shape == (40, 5, 64)
     assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
@@ -64,12 +54,12 @@ def test_train_probe(trained, model_dir):
     assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "isotonic", "acute-pca10"]
     probe = load_probe(trained / "probe")
     assert probe.view == "pca10" and probe.training_summary["n_records"] == 40
-    assert probe.model_name == str(model_dir)
+    assert probe.model_name == str(long_context_dir)
     assert probe.training_summary["task_settings"]["name"] == "default"
 
 
-def test_score_live(trained, model_dir, monkeypatch, capsys):
-    run_example("score_live.py", "--model", model_dir, "--probe", trained / "probe",
+def test_score_live(trained, long_context_dir, monkeypatch, capsys):
+    run_example("score_live.py", "--model", long_context_dir, "--probe", trained / "probe",
                 "--limit", 3, "--risk", 0.5, monkeypatch=monkeypatch)
     out = capsys.readouterr().out
     lines = out.strip().splitlines()
@@ -79,9 +69,9 @@ def test_score_live(trained, model_dir, monkeypatch, capsys):
         assert line.endswith("trust" if conf > 0.5 else "abstain")
 
 
-def test_export_and_load(model_dir, tmp_path, monkeypatch, mixed_labels, capsys):
+def test_export_and_load(long_context_dir, tmp_path, monkeypatch, mixed_labels, capsys):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the fresh process imports acute from here
-    run_example("export_and_load.py", "--model", model_dir, "--limit", 30, "--trees", 10,
+    run_example("export_and_load.py", "--model", long_context_dir, "--limit", 30, "--trees", 10,
                 "--out", tmp_path, monkeypatch=monkeypatch)
     out = capsys.readouterr().out
     assert "30 records: largest difference between the fitted and the reloaded probe = 0.0e+00" in out

@@ -293,15 +293,6 @@ def test_gpu_collect_batches_match_the_recorders(tok):
         assert torch.equal(ids, want_ids) and torch.equal(mask, want_mask)
 
 
-@pytest.fixture(scope="module")
-def long_context_dir(tmp_path_factory):
-    """A tiny model folder whose context holds the default task's few-shot prompts."""
-    folder = tmp_path_factory.mktemp("tiny-long")
-    make_tiny_model("llama", max_position_embeddings=1024).save_pretrained(folder)
-    make_tiny_tokenizer().save_pretrained(folder)
-    return folder
-
-
 def test_gpu_collect_runs_end_to_end_with_cuda_stubbed(monkeypatch, tmp_path, long_context_dir):
     """Everything but the GPU itself: the script's own code runs on the CPU with stubbed CUDA."""
     bench = _load_benchmark("gpu_collect")
