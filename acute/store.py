@@ -21,8 +21,14 @@ The ``.safetensors`` file is the commit marker: a shard exists once it exists. A
 its ``.safetensors`` (crash between the two renames) and leftover temporary files are orphans;
 readers ignore them and a resuming writer deletes them (a part writer only its own part's).
 
+Format versions: ``format_version`` 1 is a store of unpartitioned shards only; 2 (written by
+:func:`prepare_store`) may also hold part shards, which acute releases reading only version 1
+would silently skip, so they refuse it instead. The shard files are the same in both. A single
+writer keeps a version-1 store at 1; preparing it for part writers raises it to 2.
+
 Shard identity: every shard's safetensors metadata holds a ``collection_key``, a short sha256 of
-the manifest's :data:`COLLECTION_KEY_FIELDS` (JSON, sorted keys). A shard whose key differs from
+the manifest's :data:`COLLECTION_KEY_FIELDS` (JSON, sorted keys; ``format_version`` enters as
+the shard format, :data:`SHARD_FORMAT_VERSION`, so raising a store to version 2 keeps its keys). A shard whose key differs from
 the manifest's was written by another collection (a shard copied in from another store) and is
 rejected with :class:`IncompatibleStoreError` naming the file; shards without a key (written
 before keys existed) are accepted. An id that appears in two committed shards is a
@@ -35,7 +41,8 @@ Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerpr
 ``created``, ``updated``, ``shard_size``, ``status`` (``"collecting"``, ``"complete"`` or
 ``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close, or by
 :func:`finalize_store`). Readers never trust ``num_records``; the committed shards are the truth.
-Resuming requires the manifests to agree on :data:`COMPAT_KEYS` and, when the stored manifest
+Resuming requires a ``format_version`` this acute reads, the manifests to agree on
+:data:`COMPAT_KEYS` and, when the stored manifest
 records them, on ``generation`` and ``task_settings``.
 
 Writers and locks (advisory ``flock`` locks, released when the writer closes, aborts or its
@@ -94,6 +101,7 @@ from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, tmp_path, write_text_at
 
 __all__ = [
     "FORMAT_VERSION",
+    "SHARD_FORMAT_VERSION",
     "COMPAT_KEYS",
     "StoreError",
     "CorruptStoreError",
@@ -110,10 +118,15 @@ __all__ = [
 ]
 
 FORMAT = "acute-store"
-FORMAT_VERSION = 1
+#: Newest store layout this acute reads and writes (1: unpartitioned shards; 2: also part shards).
+FORMAT_VERSION = 2
+#: Layout version of a store written by a single writer (readable by every acute release).
+_SINGLE_WRITER_VERSION = 1
+#: Version of the shard files themselves (unchanged by layout version 2); hashed into the keys.
+SHARD_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 #: Manifest keys that must agree when a writer resumes an existing store.
-COMPAT_KEYS = ("format_version", "model_fingerprint", "task", "dtype", "num_layers", "hidden_size")
+COMPAT_KEYS = ("model_fingerprint", "task", "dtype", "num_layers", "hidden_size")
 #: Manifest keys that must also agree on resume, when the stored manifest records them.
 _RUN_KEYS = ("generation", "task_settings")
 #: Manifest keys hashed into each shard's ``collection_key`` (see :func:`collection_key`).
@@ -184,9 +197,12 @@ def collection_key(manifest: dict) -> str:
     """Short sha256 (16 hex digits) of the manifest's :data:`COLLECTION_KEY_FIELDS`.
 
     Written into every shard's safetensors metadata: shards of one collection share it, and a
-    shard with another key was collected with another model, task, dtype or settings.
+    shard with another key was collected with another model, task, dtype or settings. The
+    manifest's ``format_version`` is replaced by :data:`SHARD_FORMAT_VERSION`: the store layout
+    does not change what a shard holds.
     """
     fields = {key: manifest.get(key) for key in COLLECTION_KEY_FIELDS}
+    fields["format_version"] = SHARD_FORMAT_VERSION
     text = json.dumps(fields, sort_keys=True, default=_json_default, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -254,9 +270,13 @@ def _load_manifest(path: Path) -> dict:
     if not isinstance(manifest, dict):
         raise CorruptStoreError(f"{mpath}: expected a JSON object, got {type(manifest).__name__}")
     version = manifest.get("format_version")
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                or version < 1):
+        raise CorruptStoreError(f"{mpath}: format_version must be a positive int, got {version!r}")
     if version is not None and version > FORMAT_VERSION:
         raise StoreError(
-            f"{mpath}: format_version {version} is newer than this acute supports ({FORMAT_VERSION})"
+            f"{mpath}: format_version {version} is newer than this acute supports ({FORMAT_VERSION});"
+            " upgrade acute to read this store"
         )
     return manifest
 
@@ -847,7 +867,7 @@ def _normalised_manifest(manifest: dict, dtype: str) -> dict:
 
     new["dtype"] = dtype
     new["format"] = FORMAT
-    new["format_version"] = FORMAT_VERSION
+    new["format_version"] = _SINGLE_WRITER_VERSION
     new.setdefault("acute_version", __version__)
     L, d = _expected_shape(new)
     if L is not None:
@@ -942,6 +962,7 @@ def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_
         old = _load_manifest(path)
         _check_compatible(mpath, old, new)
         merged = _fill_shape({**old, **new, "created": old.get("created", _now())}, old)
+        merged["format_version"] = max(old.get("format_version") or 1, new["format_version"])
         _delete(path, _orphans(path))
         _delete(path, [e for e in os.listdir(path) if _PART_LOCK_RE.match(e)])
         shards = _load_shards(path, merged)
@@ -964,10 +985,12 @@ def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "floa
     Does what a single :class:`StoreWriter` does when it opens (same checks: a resumed store must
     agree on the manifest keys, else :class:`IncompatibleStoreError` naming the key; deletes all
     orphans; status ``"collecting"``), holding the exclusive store lock during the call only
-    (:class:`StoreError` if another writer is active). Returns the manifest as written.
+    (:class:`StoreError` if another writer is active). Sets ``format_version`` to
+    :data:`FORMAT_VERSION` (2), which part writers require, so that older acute releases refuse
+    the store instead of skipping its part shards. Returns the manifest as written.
     """
     dtype, shard_size = _writer_args(manifest, dtype, shard_size)
-    new = _normalised_manifest(manifest, dtype)
+    new = {**_normalised_manifest(manifest, dtype), "format_version": FORMAT_VERSION}
     path = Path(out_dir)
     path.mkdir(parents=True, exist_ok=True)
     with _store_lock(path):
@@ -1069,6 +1092,11 @@ class StoreWriter:
         """Check a part writer's (normalised) manifest against the stored one, delete this part's
         orphans and load the committed shards of every part. Returns (stored manifest, shards)."""
         stored = _load_manifest(self.path)
+        if (stored.get("format_version") or 1) < FORMAT_VERSION:
+            raise StoreError(
+                f"{self.path / MANIFEST}: format_version {stored.get('format_version')} was not "
+                "prepared for part writers: call prepare_store() in the main process first"
+            )
         _check_compatible(self.path / MANIFEST, stored, new)
         _fill_shape(stored, new)
         _delete(self.path, _orphans(self.path, part=self.part))

@@ -131,7 +131,7 @@ def test_manifest_contents(tmp_path):
     m = json.loads((tmp_path / "s" / "manifest.json").read_text())
     assert m["model"] == "tiny-llama" and m["task"] == "default"
     assert m["generation"] == {"max_new_tokens": 8, "do_sample": False}
-    assert m["dtype"] == "float16" and m["format_version"] == 1
+    assert m["dtype"] == "float16" and m["format_version"] == 1  # single writer
     assert m["num_layers"] == L and m["hidden_size"] == D
     assert m["num_records"] == 10 and m["num_shards"] == 3 and m["status"] == "complete"
     # q0, q3, q6, q9 are correct

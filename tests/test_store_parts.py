@@ -165,14 +165,17 @@ def test_collection_key_is_written_into_every_shard(tmp_path):
     stored = prepare_store(path, make_manifest(), shard_size=2)
     with StoreWriter(path, make_manifest(), shard_size=2, part=0) as w:
         add(w, items, IDS[:3])
-    fields = ("format_version", "model_fingerprint", "task", "dtype", "generation", "task_settings")
-    want = hashlib.sha256(json.dumps({k: stored[k] for k in fields}, sort_keys=True)
-                          .encode()).hexdigest()[:16]
+    fields = ("model_fingerprint", "task", "dtype", "generation", "task_settings")
+    # the store is at format_version 2; the key hashes the shard format, 1
+    assert stored["format_version"] == 2
+    want = hashlib.sha256(json.dumps({"format_version": 1, **{k: stored[k] for k in fields}},
+                                     sort_keys=True).encode()).hexdigest()[:16]
     assert collection_key(stored) == want
     for name in ("shard-p000-00000.safetensors", "shard-p000-00001.safetensors"):
         assert header_metadata(path / name)["collection_key"] == want
     # settings outside the key do not change it; settings inside do
     assert collection_key({**stored, "tokenizer": "other"}) == want
+    assert collection_key({**stored, "format_version": 1}) == want  # the layout is not in it
     assert collection_key({**stored, "generation": {"max_new_tokens": 5}}) != want
 
 
@@ -181,6 +184,7 @@ def test_parts_sort_numerically_after_unpartitioned_shards(tmp_path):
     items = make_items(IDS)
     with StoreWriter(path, make_manifest(), shard_size=1) as w:  # shard-00000 .. shard-00001
         add(w, items, ["q0", "q1"])
+    prepare_store(path, make_manifest(), shard_size=1)
     for part, rid in [(1000, "q5"), (999, "q4"), (2, "q3")]:  # "p1000" < "p999" as strings
         with StoreWriter(path, make_manifest(), part=part) as w:
             add(w, items, [rid])
@@ -355,6 +359,15 @@ def test_part_writer_needs_a_prepared_store(tmp_path):
     with pytest.raises(StoreError, match=f"{tmp_path / 'new' / 'manifest.json'}.*prepare_store"):
         StoreWriter(tmp_path / "new", make_manifest(), part=0)
     assert not (tmp_path / "new").exists()
+    # a single writer's store (format_version 1) must be prepared too
+    path = tmp_path / "single"
+    StoreWriter(path, make_manifest()).close()
+    before = (path / "manifest.json").read_bytes()
+    with pytest.raises(StoreError, match="format_version 1 .*prepare_store"):
+        StoreWriter(path, make_manifest(), part=0)
+    assert (path / "manifest.json").read_bytes() == before
+    prepare_store(path, make_manifest())
+    StoreWriter(path, make_manifest(), part=0).close()
     with pytest.raises(ValueError, match="part"):
         StoreWriter(tmp_path / "new", make_manifest(), part=-1)
     with pytest.raises(ValueError, match="part"):
@@ -506,3 +519,49 @@ def test_store_without_collection_keys_still_opens_and_resumes(tmp_path):
     store = open_store(path)
     assert sorted(store.ids) == sorted(IDS) and store.manifest["num_records"] == 12
     assert_store_holds(store.select(range(4)), items, IDS[:4])
+
+
+# ---------------------------------------------------------------------------------------------
+# format versions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_format_version_1_until_prepared_for_parts_and_keys_survive_the_upgrade(tmp_path):
+    path = tmp_path / "s"
+    items = make_items(IDS)
+    with StoreWriter(path, make_manifest(), shard_size=2) as w:
+        add(w, items, IDS[:3])
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format_version"] == 1  # older acute releases read it
+    key_v1 = header_metadata(path / "shard-00000.safetensors")["collection_key"]
+    assert prepare_store(path, make_manifest(), shard_size=2)["format_version"] == 2
+    with StoreWriter(path, make_manifest(), shard_size=2, part=0) as w:
+        add(w, items, IDS[3:6])
+    assert header_metadata(path / "shard-p000-00000.safetensors")["collection_key"] == key_v1
+    finalize_store(path)
+    # a single writer resuming the partitioned store keeps it at 2
+    with StoreWriter(path, make_manifest(), shard_size=2) as w:
+        add(w, items, IDS[6:8])
+    store = open_store(path)
+    assert store.manifest["format_version"] == 2
+    assert sorted(store.ids) == sorted(IDS[:8])
+
+
+@pytest.mark.parametrize("version, error, match", [
+    (3, StoreError, "format_version 3 is newer than this acute supports \\(2\\).*upgrade"),
+    ("2", CorruptStoreError, "format_version must be a positive int, got '2'"),
+    (0, CorruptStoreError, "format_version must be a positive int, got 0"),
+])
+def test_unreadable_format_version_is_refused_untouched(tmp_path, version, error, match):
+    path = tmp_path / "s"
+    with StoreWriter(path, make_manifest(), shard_size=2) as w:
+        add(w, make_items(IDS[:2]), IDS[:2])
+    mpath = path / "manifest.json"
+    mpath.write_text(json.dumps({**json.loads(mpath.read_text()), "format_version": version}))
+    before = sorted((e, (path / e).read_bytes()) for e in os.listdir(path))
+    for action in (lambda: open_store(path),
+                   lambda: StoreWriter(path, make_manifest()),
+                   lambda: prepare_store(path, make_manifest())):
+        with pytest.raises(error, match=f"{mpath}: {match}"):
+            action()
+    assert sorted((e, (path / e).read_bytes()) for e in os.listdir(path)) == before
