@@ -3,8 +3,8 @@
 
 Runs :func:`acute.extraction.generate_and_record` -- what :func:`acute.collect.collect` runs on
 each chunk of examples, without the labelling and the store writes -- on the first ``--n``
-built-in questions (the ``default`` task, ``acute/data/questions.jsonl``), prompted and generated
-as a collection does: the task's prompt (chat template when the tokenizer has one), its
+examples of ``--task`` (default: the built-in questions, ``acute/data/questions.jsonl``; other
+tasks read ``--data``), prompted and generated as a collection does: the task's prompt (chat template when the tokenizer has one), its
 ``max_new_tokens`` and stop strings, greedy, stopping at the model's EOS. Each batch size runs in
 each mode of :data:`MODES` (shuffled, length-sorted, shared-prefix cache). The runs are
 interleaved in a rotating order and repeated ``--reps`` times; the table gives the median
@@ -14,6 +14,11 @@ least 3x the records/s of batch 1.
 Usage (on an otherwise idle machine; the model is fetched once into ``$ACUTE_HOME``)::
 
     python benchmarks/batch_throughput.py --threads 2 --n 64 --reps 3
+    python benchmarks/batch_throughput.py --threads 2 --n 64 --reps 3 \
+        --task scitldr --data ../shared/data/scitldr/test.jsonl   # long generations
+
+The report goes to ``benchmarks/batch_throughput.md`` (``batch_throughput-<task>.md`` for another
+task) unless ``--out`` says otherwise.
 
 ``--model`` takes anything :func:`acute.load_model` does (card name, folder, GGUF file).
 """
@@ -44,10 +49,14 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "batch_throughput.md"
 # ----------------------------------------------------------------- shared with gpu_collect.py
 
 
-def task_prompts(tokenizer, n: int, task_name: str = "default"):
-    """``(prompts, task)``: the collection prompts of the task's first ``n`` examples."""
+def task_prompts(tokenizer, n: int, task_name: str = "default", data: str | None = None):
+    """``(prompts, task)``: the collection prompts of the first ``n`` examples of the task (read
+    from ``data``, a file or folder, for tasks without built-in examples)."""
     task = get_task(task_name)
-    examples = task.load(limit=n)
+    try:
+        examples = task.load(data, limit=n)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"task {task_name!r}: {err}") from None
     if len(examples) < n:
         raise SystemExit(f"task {task_name!r} has only {len(examples)} examples; use --n <= that")
     return [task.prompt(tokenizer, ex) for ex in examples], task
@@ -163,8 +172,9 @@ def report(args, prompts, task, times, tokens, prompt_tokens: float, argv) -> st
         "",
         f"    {command_line(Path(__file__).name, argv)}",
         "",
-        f"Model `{args.model}` ({args.dtype}, CPU), task `{task.name}`: the first {n} built-in "
-        f"questions (prompts of {prompt_tokens:.0f} tokens on average), max_new_tokens "
+        f"Model `{args.model}` ({args.dtype}, CPU), task `{task.name}`: the first {n} examples"
+        f"{f' of `{args.data}`' if args.data else ' (built-in questions)'} "
+        f"(prompts of {prompt_tokens:.0f} tokens on average), max_new_tokens "
         f"{task.max_new_tokens}, stop strings "
         f"{list(task.stop_strings)}, greedy; `generate_and_record` over all {n} prompts per run, "
         f"{args.reps} interleaved repetitions. torch {torch.__version__}, "
@@ -188,24 +198,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--n", type=int, default=64, help="number of built-in questions")
+    ap.add_argument("--task", default="default", help="task name (default: built-in questions)")
+    ap.add_argument("--data", default=None, help="the task's data file or folder")
+    ap.add_argument("--n", type=int, default=64, help="number of examples (the first n)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 16])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     ap.add_argument("--seed", type=int, default=0, help="seed of the shuffled prompt order")
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=None,
+                    help="report path (default benchmarks/batch_throughput[-<task>].md)")
     args = ap.parse_args(argv)
+    out = args.out or (DEFAULT_OUT if args.task == "default"
+                       else DEFAULT_OUT.with_name(f"{DEFAULT_OUT.stem}-{args.task}.md"))
     if args.threads:
         torch.set_num_threads(args.threads)
 
     model, tokenizer = load_model(args.model, dtype=args.dtype)
-    prompts, task = task_prompts(tokenizer, args.n)
+    prompts, task = task_prompts(tokenizer, args.n, args.task, args.data)
     random.Random(args.seed).shuffle(prompts)  # the "shuffled" order; sorted runs re-sort
     collect_run(model, tokenizer, prompts[:2], task, 2, "prefix", [])()  # warm-up
     tokens: dict[tuple[int, str], list[int]] = {c: [] for c in configurations(args.batch_sizes)}
     runs = {cfg: collect_run(model, tokenizer, prompts, task, *cfg, tokens[cfg]) for cfg in tokens}
     times = interleaved_times(runs, args.reps)
-    write_report(args.out, report(args, prompts, task, times, tokens,
+    write_report(out, report(args, prompts, task, times, tokens,
                                   mean_prompt_tokens(tokenizer, prompts), argv))
     return 0
 

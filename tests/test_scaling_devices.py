@@ -11,6 +11,7 @@ any attempt to move a hidden state off its device fails loudly.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -320,3 +321,24 @@ def test_batch_throughput_writes_a_table(tmp_path, long_context_dir):
     assert "| 1 | sorted |" in text and "| 1 | prefix |" in text and "| 2 | shuffled |" in text
     assert "| 1 | shuffled |" not in text and "| 2 | prefix |" in text
     assert "vs batch 1" in text
+
+
+def test_batch_throughput_on_a_task_with_data(tmp_path, long_context_dir):
+    data = tmp_path / "scitldr" / "test.jsonl"
+    data.parent.mkdir()
+    data.write_text("\n".join(json.dumps({"id": f"P{i}", "source": [f"We study topic {i}.", "It works."],
+                                          "targets": [f"Topic {i} works."]}) for i in range(3)) + "\n",
+                    encoding="utf-8")
+    out = tmp_path / "throughput.md"
+    bench = _load_benchmark("batch_throughput")
+    assert bench.main(["--model", str(long_context_dir), "--task", "scitldr", "--data", str(data),
+                       "--n", "3", "--reps", "1", "--batch-sizes", "1", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "task `scitldr`: the first 3 examples of `" + str(data) + "`" in text
+    assert "max_new_tokens 64" in text and "| 1 | prefix |" in text
+    with pytest.raises(SystemExit, match="task 'scitldr' has only 3 examples"):
+        bench.main(["--model", str(long_context_dir), "--task", "scitldr", "--data", str(data),
+                    "--n", "4", "--out", str(out)])
+    with pytest.raises(SystemExit, match="task 'scitldr': .*does not exist"):
+        bench.main(["--model", str(long_context_dir), "--task", "scitldr",
+                    "--data", str(tmp_path / "missing.jsonl"), "--out", str(out)])
