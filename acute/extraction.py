@@ -272,6 +272,10 @@ class _Run:
         self.logsumexp_next: torch.Tensor | None = None  # their log-normaliser [B] (float32)
         self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
         self.forwards = 0
+        # Batch rows of the current forward (original indices) when finished rows were dropped
+        # from it (the recorder's own greedy loop); None = every row.
+        self.rows: torch.Tensor | None = None
+        self._rows_by_device: dict[torch.device, torch.Tensor] = {}
 
     def weight_on(self, device: torch.device) -> torch.Tensor:
         """The row weights on ``device`` (copied at most once per step and device)."""
@@ -282,9 +286,23 @@ class _Run:
             w = self._weights_by_device[device] = self.weight.to(device)
         return w
 
+    def rows_on(self, device: torch.device) -> torch.Tensor:
+        """:attr:`rows` (not None) on ``device`` (copied at most once per step and device)."""
+        assert self.rows is not None
+        if device == self.rows.device:
+            return self.rows
+        r = self._rows_by_device.get(device)
+        if r is None:
+            r = self._rows_by_device[device] = self.rows.to(device)
+        return r
+
     def set_weight(self, mask: torch.Tensor) -> None:
         self.weight.copy_(mask.unsqueeze(1))
         self._weights_by_device = {}
+
+    def set_rows(self, rows: torch.Tensor | None) -> None:
+        self.rows = None if rows is None or rows.numel() == self.batch_size else rows
+        self._rows_by_device = {}
 
 
 class _DropEosPrecedenceNotice(logging.Filter):
@@ -323,9 +341,13 @@ class _RecorderStoppingCriteria(StoppingCriteria):
         token = input_ids[:, -1].to(run.device)
         if run.logits_next is None:
             raise RuntimeError("no logits were captured for this step; the model's forward hook did not run")
-        logits = run.logits_next
-        picked = logits.gather(1, token.to(logits.device).unsqueeze(1)).squeeze(1).float()
+        logits = run.logits_next  # [rows in the forward, V]
+        own = token if run.rows is None else token[run.rows]
+        picked = logits.gather(1, own.to(logits.device).unsqueeze(1)).squeeze(1).float()
         logprob = (picked - run.logsumexp_next).to(run.device)
+        if run.rows is not None:  # rows dropped from the forward are done: log-prob unused
+            logprob = torch.zeros(run.batch_size, dtype=logprob.dtype,
+                                  device=run.device).index_copy_(0, run.rows, logprob)
         run.logits_next = run.logsumexp_next = None
         active = ~run.done  # rows for which this token is a real generated token
         if run.step < run.tokens.shape[1]:
@@ -402,8 +424,14 @@ class HiddenStateRecorder:
         last = hidden[:, -1, :]
         total = run.sums[index]
         if total is None:  # on this layer's device, in the accumulation dtype
-            total = run.sums[index] = torch.zeros(last.shape, dtype=run.dtype, device=last.device)
-        total.addcmul_(last.to(run.dtype), run.weight_on(last.device))
+            total = run.sums[index] = torch.zeros((run.batch_size, last.shape[-1]), dtype=run.dtype,
+                                                  device=last.device)
+        weight = run.weight_on(last.device)
+        if run.rows is None:
+            total.addcmul_(last.to(run.dtype), weight)
+        else:  # a forward over the unfinished rows only
+            rows = run.rows_on(last.device)
+            total.index_add_(0, rows, last.to(run.dtype) * weight[rows])
 
     def _layer_hook(self, index: int):
         def hook(module, args, output):
@@ -492,13 +520,21 @@ class HiddenStateRecorder:
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                  max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer: Any = None,
-                 **generate_kwargs: Any) -> RecordedBatch:
+                 drop_finished: bool = True, **generate_kwargs: Any) -> RecordedBatch:
         """Run ``model.generate`` on a left-padded batch and return what was recorded.
 
         ``eos_token_ids`` and ``stop_strings`` end a row (its final token is kept); stop strings
         are matched in the row's generated text decoded with ``skip_special_tokens=True`` and need
         ``tokenizer``. Other keyword arguments go to ``model.generate`` (``num_beams`` and
-        ``num_return_sequences`` must be 1; ``max_length`` is not accepted). Returns a
+        ``num_return_sequences`` must be 1; ``max_length`` is not accepted).
+
+        With ``drop_finished`` (default), plain greedy decoding (no sampling, no other
+        ``generate`` arguments than the cache, ``pad_token_id`` and unset sampling parameters, and
+        a model ``generation_config`` that sets nothing else, see :func:`_plain_greedy`) runs in
+        the recorder's own loop, which drops each row from the batch once it has finished: a
+        batch then costs its rows' tokens rather than its longest row's tokens times the batch
+        size. Tokens and recorded states are those of ``model.generate`` up to floating-point
+        rounding. Anything else runs through ``model.generate``. Returns a
         :class:`RecordedBatch`. Raises ``RuntimeError`` if the recorder is not entered or if the
         hooks saw a different number of pooled states than generated tokens.
         """
@@ -544,13 +580,58 @@ class HiddenStateRecorder:
                          self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
         extra = 1 if self.pool == "generated" else 0
         try:
-            with torch.no_grad(), _quiet_eos_notice():
-                self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                                    max_new_tokens=max_new_tokens + extra,
-                                    stopping_criteria=criteria, **generate_kwargs)
+            if drop_finished and _plain_greedy(self.model, generate_kwargs):
+                self._greedy_loop(input_ids, attention_mask, max_new_tokens + extra, criteria[0],
+                                  generate_kwargs)
+            else:
+                with torch.no_grad(), _quiet_eos_notice():
+                    self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                        max_new_tokens=max_new_tokens + extra,
+                                        stopping_criteria=criteria, **generate_kwargs)
             return self._collect()
         finally:
             self._run = None
+
+    def _greedy_loop(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_steps: int,
+                     criterion: "_RecorderStoppingCriteria", generate_kwargs: dict) -> None:
+        """Greedy decoding as ``model.generate`` does it (same inputs, position ids and cache
+        handling), except that the rows ``criterion`` marks finished leave the batch and its KV
+        cache after each step."""
+        run = self._run
+        assert run is not None
+        model = self.model
+        key = _cache_keyword(model)
+        cache = generate_kwargs.get(key)
+        past = cache.get_seq_length() if cache is not None else 0
+        mask = attention_mask
+        # positions count real tokens only (left padding, padding after a cached prefix)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        step_ids, step_pos = input_ids[:, past:], positions[:, past:]
+        rows = torch.arange(run.batch_size, device=input_ids.device)
+        last_tokens = torch.full((run.batch_size, 1), int(generate_kwargs.get("pad_token_id") or 0),
+                                 dtype=torch.long, device=input_ids.device)
+        keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
+        with torch.no_grad():
+            for _ in range(max_steps):
+                run.set_rows(rows)
+                out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                            use_cache=True, **{key: cache}, **keep_logits)
+                cache = out.cache if key == "cache" else out.past_key_values
+                if run.logits_next is None:
+                    raise RuntimeError("no logits were captured for this step; the model's "
+                                       "forward hook did not run")
+                token = run.logits_next.argmax(-1).to(input_ids.device)
+                last_tokens[rows, 0] = token
+                finished = criterion(last_tokens).to(input_ids.device)
+                keep = (~finished[rows]).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                if keep.numel() < rows.numel():
+                    cache.batch_select_indices(keep)
+                    rows, mask, token, step_pos = rows[keep], mask[keep], token[keep], step_pos[keep]
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+                step_ids, step_pos = token.unsqueeze(1), step_pos[:, -1:] + 1
+        run.set_rows(None)
 
     def _collect(self) -> RecordedBatch:
         run = self._run
@@ -755,6 +836,35 @@ def _cache_keyword(model: nn.Module) -> str:
     return "cache" if _forward_accepts(model, "cache") else "past_key_values"
 
 
+#: ``generation_config`` fields that leave greedy decoding as it is (ids, output switches,
+#: sampling-only settings); any other field set makes the recorder use ``model.generate``.
+_GREEDY_NEUTRAL_CONFIG = frozenset({
+    "_from_model_config", "transformers_version", "use_cache", "output_attentions",
+    "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate",
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "do_sample",
+    "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "max_length", "max_new_tokens",
+})
+#: ``generate`` keyword arguments the recorder's own greedy loop handles.
+_GREEDY_LOOP_KWARGS = frozenset({"do_sample", "pad_token_id", "eos_token_id", "temperature", "top_p",
+                                 "top_k", "cache", "past_key_values"})
+
+
+def _plain_greedy(model: nn.Module, generate_kwargs: dict) -> bool:
+    """Whether ``model.generate(**generate_kwargs)`` would decode greedily with no logits
+    processor: no sampling, no other arguments than :data:`_GREEDY_LOOP_KWARGS` (sampling
+    parameters unset), and a ``generation_config`` that sets only :data:`_GREEDY_NEUTRAL_CONFIG`."""
+    if any(key not in _GREEDY_LOOP_KWARGS for key in generate_kwargs):
+        return False
+    if any(generate_kwargs.get(key) is not None for key in ("temperature", "top_p", "top_k")):
+        return False
+    config = getattr(model, "generation_config", None)
+    settings = config.to_diff_dict() if config is not None else {}
+    if generate_kwargs.get("do_sample", settings.get("do_sample", False)):
+        return False
+    return all(key in _GREEDY_NEUTRAL_CONFIG for key in settings)
+
+
 def _prefill(model: nn.Module, prefix: Sequence[int]):
     """The KV cache of one forward pass over ``prefix`` (batch of one)."""
     ids = torch.tensor([list(prefix)], dtype=torch.long, device=_model_device(model))
@@ -781,6 +891,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                         on_too_long: Literal["skip", "error"] = "skip",
                         eos_token_ids: Sequence[int] | None = None,
                         sort_by_length: bool = True, reuse_prefix: bool = True,
+                        drop_finished: bool = True,
                         on_batch: Callable[[int], None] | None = None,
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
@@ -802,6 +913,10 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     their own tokens, so each record mostly pays for its own tokens. The recorded states are those of the plain path up to floating-point rounding. A
     batch runs the plain way when its prompts share less, or when the model's sliding attention
     window is shorter than its longest prompt plus ``max_new_tokens``.
+
+    With ``drop_finished`` (default), greedy batches leave out each row once it has finished
+    (see :meth:`HiddenStateRecorder.generate`), so a batch no longer runs every row until its
+    longest answer ends.
 
     A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
     window (:func:`context_window`): with ``on_too_long="skip"`` (default) its slot in the result
@@ -866,7 +981,8 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
                                          eos_token_ids=eos_ids, stop_strings=stop_strings,
                                          tokenizer=tokenizer, do_sample=do_sample,
-                                         pad_token_id=pad_id, **cache_kwargs, **generate_kwargs)
+                                         drop_finished=drop_finished, pad_token_id=pad_id,
+                                         **cache_kwargs, **generate_kwargs)
             for r, i in enumerate(batch):
                 text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
                 reason = recorded.finish_reasons[r]

@@ -110,11 +110,19 @@ def command_line(script: str, argv: Sequence[str] | None) -> str:
 # ------------------------------------------------------------------------------- this benchmark
 
 
-#: How a run orders and batches the prompts: (sort_by_length, reuse_prefix) of generate_and_record.
+#: Modes that run like another one at batch 1 (whose batch-1 run is their baseline).
+BATCH1_SAME_AS = {"shuffled": "sorted", "prefix-keep": "prefix"}
+#: How a run orders and batches the prompts: keyword arguments of generate_and_record.
 MODES = {
-    "shuffled": (False, False),  # input (shuffled) order, left padding: no bucketing at all
-    "sorted": (True, False),     # longest first, left padding: the plain path
-    "prefix": (True, True),      # grouped by shared prefix, its KV cache reused: the default
+    # input (shuffled) order, left padding: no bucketing at all
+    "shuffled": {"sort_by_length": False, "reuse_prefix": False},
+    # longest first, left padding: the plain path
+    "sorted": {"sort_by_length": True, "reuse_prefix": False},
+    # grouped by shared prefix, its KV cache reused, but every row runs until the batch's
+    # longest answer ends (model.generate): the default before finished rows were dropped
+    "prefix-keep": {"sort_by_length": True, "reuse_prefix": True, "drop_finished": False},
+    # the default: shared-prefix cache, and each row leaves the batch when it has finished
+    "prefix": {"sort_by_length": True, "reuse_prefix": True},
 }
 
 
@@ -122,21 +130,21 @@ def collect_run(model, tokenizer, prompts: Sequence[str], task, batch_size: int,
                 tokens: list[int]) -> Callable[[], None]:
     """A callable that generates and records all prompts once in ``mode`` (see :data:`MODES`),
     appending the tokens it generated to ``tokens``."""
-    sort_by_length, reuse_prefix = MODES[mode]
-
     def run() -> None:
         gens = generate_and_record(model, tokenizer, prompts, max_new_tokens=task.max_new_tokens,
                                    batch_size=batch_size, stop_strings=task.stop_strings,
-                                   sort_by_length=sort_by_length, reuse_prefix=reuse_prefix)
+                                   **MODES[mode])
         tokens.append(sum(len(g.token_ids) for g in gens if g is not None))
 
     return run
 
 
 def configurations(batch_sizes: Sequence[int]) -> list[tuple[int, str]]:
-    """``(batch size, mode)`` pairs; at batch 1 "shuffled" equals "sorted" (no padding), so it
-    runs "sorted" and "prefix" only."""
-    return [(bs, m) for bs in batch_sizes for m in MODES if not (bs == 1 and m == "shuffled")]
+    """``(batch size, mode)`` pairs; at batch 1 "shuffled" equals "sorted" (no padding) and
+    "prefix-keep" equals "prefix" (no batch-mates to wait for), so it runs "sorted" and "prefix"
+    only, which are the batch-1 baselines of the other two."""
+    return [(bs, m) for bs in batch_sizes for m in MODES
+            if not (bs == 1 and m in BATCH1_SAME_AS)]
 
 
 def mean_prompt_tokens(tokenizer, prompts: Sequence[str]) -> float:
@@ -149,7 +157,8 @@ def report(args, prompts, task, times, tokens, prompt_tokens: float, argv) -> st
     n = len(prompts)
     med = {cfg: statistics.median(t) for cfg, t in times.items()}
     base = {m: med[(1, m)] for m in MODES if (1, m) in med}
-    base.setdefault("shuffled", base.get("sorted"))
+    for mode, same in BATCH1_SAME_AS.items():
+        base.setdefault(mode, base.get(same))
     plain1 = base.get("sorted")
     rows = []
     for (bs, mode), runs in times.items():
@@ -185,7 +194,10 @@ def report(args, prompts, task, times, tokens, prompt_tokens: float, argv) -> st
         "Modes: `shuffled` = prompts in a random order, left-padded batches; `sorted` = longest "
         "first (the plain path, `reuse_prefix=False`); `prefix` = what collection does by default: "
         "prompts grouped by their shared prefix, which runs once per group and is reused from its "
-        "KV cache (`reuse_prefix=True`).",
+        "KV cache (`reuse_prefix=True`), and each row leaves the batch once it has finished; "
+        "`prefix-keep` = the same with every row kept until the batch's longest answer ends "
+        "(`drop_finished=False`, `model.generate`). Every mode but `prefix-keep` drops finished "
+        "rows.",
         "",
         table,
         "",

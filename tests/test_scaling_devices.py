@@ -320,6 +320,7 @@ def test_batch_throughput_writes_a_table(tmp_path, long_context_dir):
     text = out.read_text()
     assert "| 1 | sorted |" in text and "| 1 | prefix |" in text and "| 2 | shuffled |" in text
     assert "| 1 | shuffled |" not in text and "| 2 | prefix |" in text
+    assert "| 1 | prefix-keep |" not in text and "| 2 | prefix-keep |" in text
     assert "vs batch 1" in text
 
 
