@@ -33,7 +33,11 @@ they are gathered to the CPU in float64 once, after ``generate`` returns.
 
 Per-sequence termination (EOS ids and stop strings) is decided by the recorder's own
 ``StoppingCriteria``, so the hooks know exactly which rows are finished before the next forward;
-finished rows stop accumulating while the rest of the batch goes on. Each generated token's
+finished rows stop accumulating while the rest of the batch goes on. For plain greedy decoding
+the recorder runs its own loop (the inputs ``generate`` would build: positions from the attention
+mask, the same KV cache) and drops finished rows from the batch and the cache after each step,
+so a batch's cost follows its rows' own lengths; the hooks then add each row's state at its
+original index. Each generated token's
 log-probability is taken under the model's raw distribution: ``log_softmax`` of the logits the model
 returns (captured by a forward hook on the model, i.e. before any logits processor such as
 temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
