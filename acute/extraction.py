@@ -331,8 +331,9 @@ def _quiet_eos_notice():
 class _RecorderStoppingCriteria(StoppingCriteria):
     """Per-row termination on EOS ids, stop strings and ``max_new_tokens``, kept by the recorder.
 
-    Called by ``generate`` once per step, after the new token is appended; it also gathers the
-    token's raw log-probability and sets which rows the hooks pool in the next forward.
+    Called once per step (by ``generate`` or the recorder's greedy loop), after the new token is
+    appended; it also gathers the token's raw log-probability and sets which rows the hooks pool
+    in the next forward.
     """
 
     def __init__(self, recorder: "HiddenStateRecorder"):
