@@ -242,6 +242,17 @@ _REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
 _REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
 
 
+def _copy_on(tensor: torch.Tensor, device: torch.device,
+             copies: dict[torch.device, torch.Tensor]) -> torch.Tensor:
+    """``tensor`` on ``device``: itself there, else its copy kept in ``copies``."""
+    if device == tensor.device:
+        return tensor
+    copy_ = copies.get(device)
+    if copy_ is None:
+        copy_ = copies[device] = tensor.to(device)
+    return copy_
+
+
 class _Run:
     """Mutable state of one recorded ``generate`` call."""
 
@@ -283,22 +294,12 @@ class _Run:
 
     def weight_on(self, device: torch.device) -> torch.Tensor:
         """The row weights on ``device`` (copied at most once per step and device)."""
-        if device == self.weight.device:
-            return self.weight
-        w = self._weights_by_device.get(device)
-        if w is None:
-            w = self._weights_by_device[device] = self.weight.to(device)
-        return w
+        return _copy_on(self.weight, device, self._weights_by_device)
 
     def rows_on(self, device: torch.device) -> torch.Tensor:
         """:attr:`rows` (not None) on ``device`` (copied at most once per step and device)."""
         assert self.rows is not None
-        if device == self.rows.device:
-            return self.rows
-        r = self._rows_by_device.get(device)
-        if r is None:
-            r = self._rows_by_device[device] = self.rows.to(device)
-        return r
+        return _copy_on(self.rows, device, self._rows_by_device)
 
     def set_weight(self, mask: torch.Tensor) -> None:
         self.weight.copy_(mask.unsqueeze(1))
