@@ -617,11 +617,14 @@ class HiddenStateRecorder:
         last_tokens = torch.full((run.batch_size, 1), int(generate_kwargs.get("pad_token_id") or 0),
                                  dtype=torch.long, device=input_ids.device)
         keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
+        # as generate: position ids only for models that take them (not e.g. ALiBi models)
+        takes_positions = _forward_accepts(model, "position_ids")
         with torch.no_grad():
             for _ in range(max_steps):
                 run.set_rows(rows)
-                out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
-                            use_cache=True, **{key: cache}, **keep_logits)
+                out = model(input_ids=step_ids, attention_mask=mask, use_cache=True,
+                            **({"position_ids": step_pos} if takes_positions else {}),
+                            **{key: cache}, **keep_logits)
                 cache = out.cache if key == "cache" else out.past_key_values
                 if run.logits_next is None:
                     raise RuntimeError("no logits were captured for this step; the model's "
