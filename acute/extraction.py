@@ -527,7 +527,7 @@ class HiddenStateRecorder:
                  max_new_tokens: int, eos_token_ids: Iterable[int] = (),
                  stop_strings: Sequence[str] = (), tokenizer: Any = None,
                  drop_finished: bool = True, **generate_kwargs: Any) -> RecordedBatch:
-        """Run ``model.generate`` on a left-padded batch and return what was recorded.
+        """Generate for a left-padded batch and return what was recorded.
 
         ``eos_token_ids`` and ``stop_strings`` end a row (its final token is kept); stop strings
         are matched in the row's generated text decoded with ``skip_special_tokens=True`` and need
@@ -919,9 +919,10 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     demonstrations of one subject) are batched together (:func:`_prefix_batches`, longest first
     within a group) and that prefix (at least :data:`MIN_SHARED_PREFIX` tokens) runs once per
     group: every batch starts from a copy of its KV cache, its rows padded between the prefix and
-    their own tokens, so each record mostly pays for its own tokens. The recorded states are those of the plain path up to floating-point rounding. A
-    batch runs the plain way when its prompts share less, or when the model's sliding attention
-    window is shorter than its longest prompt plus ``max_new_tokens``.
+    their own tokens, so each record mostly pays for its own tokens. The recorded states are
+    those of the plain path up to floating-point rounding. A batch runs the plain way when its
+    prompts share less, or when the model's sliding attention window is shorter than its longest
+    prompt plus ``max_new_tokens``.
 
     With ``drop_finished`` (default), greedy batches leave out each row once it has finished
     (see :meth:`HiddenStateRecorder.generate`), so a batch no longer runs every row until its

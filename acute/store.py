@@ -28,10 +28,10 @@ writer keeps a version-1 store at 1; preparing it for part writers raises it to 
 
 Shard identity: every shard's safetensors metadata holds a ``collection_key``, a short sha256 of
 the manifest's :data:`COLLECTION_KEY_FIELDS` (JSON, sorted keys; ``format_version`` enters as
-the shard format, :data:`SHARD_FORMAT_VERSION`, so raising a store to version 2 keeps its keys). A shard whose key differs from
-the manifest's was written by another collection (a shard copied in from another store) and is
-rejected with :class:`IncompatibleStoreError` naming the file; shards without a key (written
-before keys existed) are accepted. An id that appears in two committed shards is a
+the shard format, :data:`SHARD_FORMAT_VERSION`, so raising a store to version 2 keeps its
+keys). A shard whose key differs from the manifest's was written by another collection (a shard
+copied in from another store) and is rejected with :class:`IncompatibleStoreError` naming the
+file; shards without a key (written before keys existed) are accepted. An id that appears in two committed shards is a
 :class:`CorruptStoreError` naming both files.
 
 Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerprint``, ``tokenizer``,
@@ -42,8 +42,8 @@ Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerpr
 ``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close, or by
 :func:`finalize_store`). Readers never trust ``num_records``; the committed shards are the truth.
 Resuming requires a ``format_version`` this acute reads, the manifests to agree on
-:data:`COMPAT_KEYS` and, when the stored manifest
-records them, on ``generation`` and ``task_settings``.
+:data:`COMPAT_KEYS` and, when the stored manifest records them, on ``generation`` and
+``task_settings``.
 
 Writers and locks (advisory ``flock`` locks, released when the writer closes, aborts or its
 process dies): a single :class:`StoreWriter` (``part=None``) owns the manifest and holds an
