@@ -1,5 +1,5 @@
-"""The ``acute`` command line: demo, collect, tasks, models, train, evaluate, export, score,
-plot, protocol and protocol-report. Heavy imports happen inside each command."""
+"""The ``acute`` command line: demo, collect, tasks, models, train, evaluate, learning-curve,
+export, score, plot, protocol and protocol-report. Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
@@ -150,39 +150,74 @@ def _parse_layer(layer: str | None) -> int | str | None:
     return layer
 
 
-def _fit_probe(store, args, train_mask):
+def _probe_estimator(args):
+    """The unfitted estimator ``train``/``export`` fit: ``--view`` (a plain probe, as in the
+    paper), ``--estimator`` (a probe name or ``auto``), else :data:`DEFAULT_ESTIMATOR`."""
+    from .estimators import DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, make_estimator
     from .probes import ActivationProbe
 
-    params = {"view": args.view, "layer": _parse_layer(args.layer), "random_state": args.seed}
-    if args.n_estimators is not None:
-        params["n_estimators"] = args.n_estimators
+    common = {"random_state": args.seed}
     if args.n_jobs is not None:
-        params["n_jobs"] = args.n_jobs
-    probe = ActivationProbe(**params)
+        common["n_jobs"] = args.n_jobs
+    if args.view is not None:
+        if args.estimator is not None:
+            raise ValueError("give --view (a plain probe) or --estimator, not both")
+        params = {"view": args.view, "layer": _parse_layer(args.layer), **common}
+        if args.n_estimators is not None:
+            params["n_estimators"] = args.n_estimators
+        return ActivationProbe(**params), f"view {_view_label(args)}"
+    if args.layer is not None:
+        raise ValueError("--layer goes with --view mean")
+    name = args.estimator or DEFAULT_ESTIMATOR
+    if name not in PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,):
+        raise ValueError(f"--estimator must be a probe or {DEFAULT_ESTIMATOR!r} (a baseline cannot be "
+                         f"exported as a probe); choose from {', '.join(PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,))}")
+    return make_estimator(name, probe_params={"n_estimators": args.n_estimators}, **common), name
+
+
+def _fit_probe(store, args, train_mask):
+    """Fit on the records of ``train_mask``; returns ``(probe, label, selection)``, where
+    ``selection`` is how ``auto`` chose (None for a named probe)."""
+    from .estimators import AutoEstimator
+
+    est, label = _probe_estimator(args)
     idx = np.flatnonzero(train_mask)
-    probe.fit(np.asarray(store.layer_means[idx], dtype=np.float32), store.correct[idx],
-              confidence=store.raw_confidence[idx])
-    return probe
+    est.fit(np.asarray(store.layer_means[idx], dtype=np.float32), store.correct[idx],
+            confidence=store.raw_confidence[idx])
+    if isinstance(est, AutoEstimator):
+        sel = est.selection()
+        print(f"auto: {est.best_} chosen by {est.cv}-fold cross-validation on the {idx.size} training "
+              f"records (auc-euro {est.scores_[est.best_]['auc_euro_all']:.4f}; best baseline "
+              f"{est.best_baseline_} {est.scores_[est.best_baseline_]['auc_euro_all']:.4f})")
+        if est.warning_:
+            print(f"acute: warning: {est.warning_}", file=sys.stderr)
+        return est.estimator_, f"auto -> {est.best_}", sel
+    return est, label, None
 
 
-def _held_out_metrics(probe, store, test_mask) -> dict:
-    """Held-out smECE, auc-euro and Brier of the probe and of the raw confidence."""
+def _held_out_metrics(probe, store, train_mask, test_mask) -> dict:
+    """Held-out smECE, auc-euro and Brier of the probe, of the raw confidence and of Platt
+    scaling of the raw confidence fitted on the same training records."""
     from . import metrics
+    from .baselines import make_baseline
 
     idx = np.flatnonzero(test_mask)
     raw = store.raw_confidence[idx]
     conf = probe.predict_proba(np.asarray(store.layer_means[idx], dtype=np.float32),
                                confidence=raw)[:, 1]
+    tr = np.flatnonzero(train_mask)
+    platt = make_baseline("platt").fit(store.raw_confidence[tr], store.correct[tr]).predict_proba(raw)[:, 1]
     y = store.correct[idx]
     out = {"n": int(idx.size), "accuracy": float(np.mean(y))}
     for name, fn in (("smece", metrics.smece), ("auc_euro", metrics.auc_euro),
                      ("brier", metrics.brier)):
         out[name] = float(fn(conf, y))
         out[f"raw_{name}"] = float(fn(raw, y))
+        out[f"platt_{name}"] = float(fn(platt, y))
     return out
 
 
-def _save_probe(probe, store, out, train_mask, held_out, args) -> None:
+def _save_probe(probe, store, out, train_mask, held_out, args, selection) -> None:
     from .collect import collection_settings
 
     m = store.manifest
@@ -191,7 +226,7 @@ def _save_probe(probe, store, out, train_mask, held_out, args) -> None:
                "split": {"test_fraction": args.test_fraction, "seed": args.seed},
                **collection_settings(m)}
     probe.save(out, model_name=m.get("model"), model_fingerprint=m.get("model_fingerprint"),
-               training_summary=summary, metrics=held_out)
+               training_summary=summary, metrics=held_out, selection=selection)
 
 
 def _open_labelled_store(path: str):
@@ -212,15 +247,16 @@ def cmd_train(args) -> int:
 
     store = _open_labelled_store(args.store)
     train, test = split_ids(store.ids, test_fraction=args.test_fraction, seed=args.seed)
-    probe = _fit_probe(store, args, train)
-    held = _held_out_metrics(probe, store, test) if test.any() else None
-    _save_probe(probe, store, args.out, train, held, args)
-    print(f"probe ({_view_label(args)}) fitted on {int(train.sum())} records, written to {args.out}")
+    probe, label, selection = _fit_probe(store, args, train)
+    held = _held_out_metrics(probe, store, train, test) if test.any() else None
+    _save_probe(probe, store, args.out, train, held, args, selection)
+    print(f"probe ({label}) fitted on {int(train.sum())} records, written to {args.out}")
     if held:
-        print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f})")
-        print(f"{'':<10} {'probe':>8} {'raw':>8}")
+        print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f}); "
+              "for intervals use `acute evaluate` (cross-validated)")
+        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}")
         for k in ("smece", "auc_euro", "brier"):
-            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f}")
+            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}")
     return 0
 
 
@@ -229,9 +265,9 @@ def cmd_export(args) -> int:
     store = _open_labelled_store(args.store)
     everything = np.ones(len(store), dtype=bool)
     args.test_fraction = 0.0
-    probe = _fit_probe(store, args, everything)
-    _save_probe(probe, store, args.out, everything, None, args)
-    print(f"probe ({_view_label(args)}) fitted on all {len(store)} records, exported to {args.out}")
+    probe, label, selection = _fit_probe(store, args, everything)
+    _save_probe(probe, store, args.out, everything, None, args, selection)
+    print(f"probe ({label}) fitted on all {len(store)} records, exported to {args.out}")
     return 0
 
 
@@ -251,7 +287,7 @@ def cmd_evaluate(args) -> int:
     store = _open_labelled_store(args.store)
     test_store = open_store(args.test_store) if args.test_store else None
     out = Path(args.out) if args.out else Path(args.store) / "evaluation"
-    evaluate_store(store, test_store=test_store, out_dir=out,
+    evaluate_store(store, test_store=test_store, out_dir=out, cv=args.cv, repeats=args.repeats,
                    test_fraction=args.test_fraction, seed=args.seed,
                    n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
                    probe_params={"n_estimators": args.n_estimators,
@@ -259,6 +295,33 @@ def cmd_evaluate(args) -> int:
                    progress=not args.quiet,
                    estimators=_estimator_list(args.estimators), reliability=args.reliability)
     print((out / "results.md").read_text(encoding="utf-8"))
+    return 0
+
+
+def cmd_learning_curve(args) -> int:
+    from tqdm.auto import tqdm
+
+    from .learning_curve import learning_curve, write_learning_curve
+
+    store = _open_labelled_store(args.store)
+    out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
+    estimators = _estimator_list(args.estimators) or ["acute-cosine", "acute-cosine-stacked"]
+    sizes = None
+    if args.sizes:
+        try:
+            sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+    lc = learning_curve(np.asarray(store.layer_means, dtype=np.float32), store.correct,
+                        store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
+                        n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
+                        probe_params={"n_estimators": args.n_estimators},
+                        progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr))
+    files = write_learning_curve(lc, out, params={"store": str(Path(args.store).resolve()),
+                                                  "estimators": estimators, "seed": args.seed,
+                                                  "n_estimators": args.n_estimators})
+    print(lc.to_markdown())
+    print(f"learning curve written to {out} ({', '.join(p.name for p in files.values())})")
     return 0
 
 
@@ -457,7 +520,12 @@ def build_parser() -> argparse.ArgumentParser:
                           ("export", cmd_export, "fit a probe on all records of a store and export it")):
         t = sub.add_parser(name, help=hlp)
         t.add_argument("--store", required=True)
-        t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default="pca10")
+        t.add_argument("--estimator", default=None,
+                       help="a probe from `acute evaluate`'s table (e.g. acute-cosine-stacked) or auto "
+                            "(the default when neither this nor --view is given: the probe is chosen "
+                            "by 5-fold cross-validation on the training records)")
+        t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
+                       help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
         t.add_argument("--out", required=True)
         t.add_argument("--n-estimators", type=int, default=None)
@@ -470,7 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--store", required=True)
     e.add_argument("--test-store", default=None, help="a second store as the test set")
     e.add_argument("--out", default=None)
-    e.add_argument("--test-fraction", type=float, default=0.3)
+    e.add_argument("--cv", type=int, default=5,
+                   help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
+    e.add_argument("--repeats", type=int, default=2, help="repeats of the cross-validation (default 2)")
+    e.add_argument("--test-fraction", type=float, default=None,
+                   help="evaluate on one split by id with this test share instead of cross-validation")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--n-bootstrap", type=int, default=1000)
     e.add_argument("--n-jobs", type=int, default=None)
@@ -478,11 +550,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--search-n-estimators", type=int, default=None,
                    help="trees of the forests that pick the early/mid/late layer")
     e.add_argument("--estimators", default=None,
-                   help="comma-separated subset, e.g. raw,platt,acute-pca10 (default: all twelve)")
+                   help="comma-separated subset, e.g. raw,platt,acute-pca10,acute-pca10-stacked,auto "
+                        "(default: all)")
     e.add_argument("--reliability", choices=["all", "best"], default="all",
                    help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
+
+    lc = sub.add_parser("learning-curve", help="auc-euro and smECE against the number of training records")
+    lc.add_argument("--store", required=True)
+    lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
+    lc.add_argument("--estimators", default=None,
+                    help="probes to show next to the best baseline (default: acute-cosine,acute-cosine-stacked)")
+    lc.add_argument("--sizes", default=None,
+                    help="comma-separated training-set sizes (default: 50,100,200,... and all of a fold)")
+    lc.add_argument("--cv", type=int, default=5)
+    lc.add_argument("--repeats", type=int, default=3)
+    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
+    lc.add_argument("--n-jobs", type=int, default=None)
+    lc.add_argument("--quiet", action="store_true", help="no progress bar")
+    lc.set_defaults(func=cmd_learning_curve)
 
     pl = sub.add_parser("plot", help="euro curves and reliability diagrams from predictions.csv")
     pl.add_argument("--predictions", required=True)

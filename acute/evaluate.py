@@ -1,18 +1,26 @@
-"""Held-out evaluation of every calibration estimator: the paper-style results table.
+"""Evaluation of every confidence estimator: the paper-style results table, cross-validated.
 
-``evaluate_store`` fits the six baselines (on raw confidence) and the six ACUTE variants (on
-``layer_means`` plus raw confidence) on a training split, predicts the test split, and writes:
+``evaluate_store`` fits the six baselines (on raw confidence), the six ACUTE probes, their
+stacked variants and ``auto`` (see :mod:`acute.estimators`) and scores held-out records. By
+default every record is scored out of fold by repeated stratified k-fold cross-validation
+(5 folds x 2 repeats, grouped by record id); a single split by id and a separate test store
+are options. It writes:
 
 * ``results.md``   Markdown table: rows = estimators; accuracy, smECE, auc-euro low/med/high/all,
-                   Brier, AUROC; bootstrap 95% intervals shown as ``0.812 [0.790, 0.830]``.
-* ``results.csv``  the same numbers (and intervals) one row per estimator.
-* ``results.json`` everything, with the split (seed, test fraction, sizes, id hashes) and
+                   Brier, AUROC; bootstrap 95% intervals shown as ``0.812 [0.790, 0.830]``; a last
+                   column with each estimator's auc-euro (all) minus the best baseline's and its
+                   paired bootstrap interval.
+* ``results.csv``  the same numbers (and intervals, and paired differences) one row per estimator.
+* ``results.json`` everything, with the folds or split (seed, sizes, id hashes) and
                    ``"complete": true``; it is moved into place last, so it never describes a run
                    that crashed.
-* ``split.json``   the train and test ids.
-* ``predictions.csv`` id, correct (0/1) and every estimator's confidence on the test records.
+* ``folds.json``   (cross-validation) each record's test fold in each repeat; ``split.json``
+                   (single split / test store) the train and test ids.
+* ``predictions.csv`` id, correct (0/1) and every estimator's confidence on the test records
+  (cross-validation: every record, out of fold, repeat 0; ``predictions-repeat<r>.csv`` for the
+  other repeats).
 * ``euro_curves.png`` (every estimator) and ``reliability_<estimator>.png`` (every estimator, or
-  only raw and the best baseline and ACUTE variant with ``reliability="best"``).
+  only raw, the best baseline and the best activation-based estimator with ``reliability="best"``).
 
 ``evaluate_predictions`` computes the metric rows from confidences alone (no fitting, no files).
 """
@@ -34,7 +42,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .baselines import BASELINES, check_confidence, check_correct, make_baseline
+from .baselines import BASELINES, check_confidence, check_correct
+from .features import NAMED_LAYERS
+from .estimators import ACUTE_VARIANTS, ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
 
 __all__ = [
     "ACUTE_VARIANTS",
@@ -48,20 +58,9 @@ __all__ = [
     "split_ids",
 ]
 
-# name -> ActivationProbe keyword arguments
-_VARIANTS: dict[str, dict[str, Any]] = {
-    "acute-early": {"view": "mean", "layer": "early"},
-    "acute-mid": {"view": "mean", "layer": "mid"},
-    "acute-late": {"view": "mean", "layer": "late"},
-    "acute-cosine": {"view": "cosine"},
-    "acute-pca10": {"view": "pca10"},
-    "acute-pca20": {"view": "pca20"},
-}
-ACUTE_VARIANTS: tuple[str, ...] = tuple(_VARIANTS)
-ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS
-
-# sklearn's default number of cross-validation folds, used when a probe does not say otherwise
-_DEFAULT_CV = 5
+# Estimators that ``evaluate_store`` fits unless told otherwise: every row of the table.
+DEFAULT_FOLDS = 5
+DEFAULT_REPEATS = 2
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither)
 TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
@@ -113,10 +112,6 @@ def _ids_digest(ids: Iterable[Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- metrics rows
-def _as_float(x) -> float:
-    return float(np.asarray(x, dtype=np.float64))
-
-
 def _auc_euro_band(band: str):
     from . import metrics
 
@@ -127,29 +122,10 @@ def _auc_euro_band(band: str):
     return f
 
 
-def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
-                         seed: int = 0) -> list[dict]:
-    """Metric rows for already-computed confidences on one labelled set (pure: no fitting, no files).
-
-    Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``n``,
-    ``accuracy`` (of ``correct``; the same for every row), ``smece``, ``auc_euro_low``,
-    ``auc_euro_med``, ``auc_euro_high``, ``auc_euro_all``, ``brier``, ``auroc``, and, when
-    ``n_bootstrap > 0``, 95% bootstrap intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for
-    ``smece``, ``auc_euro_all``, ``brier`` and ``auroc`` (``acute.metrics.bootstrap`` with the same
-    ``seed`` for every estimator, so all rows see the same resamples). Metrics that are undefined
-    on the data (e.g. AUROC with one class) are NaN.
-    """
+def _metric_fns() -> dict:
     from . import metrics
 
-    if not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
-    if not confidences:
-        raise ValueError("confidences is empty: nothing to evaluate")
-    y = np.asarray(correct)
-    if y.ndim != 1 or y.size == 0:
-        raise ValueError(f"correct must be a non-empty 1-d array, got shape {y.shape}")
-    y = check_correct(y, y.size)
-    fns = {
+    return {
         "smece": metrics.smece,
         "auc_euro_low": _auc_euro_band("low"),
         "auc_euro_med": _auc_euro_band("med"),
@@ -158,137 +134,102 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
         "brier": metrics.brier,
         "auroc": metrics.auroc,
     }
-    rows = []
+
+
+def _best_baseline(rows: Sequence[dict]) -> str | None:
+    cand = [r for r in rows if r["estimator"] in BASELINES and math.isfinite(r.get("auc_euro_all", math.nan))]
+    if not cand:
+        return None
+    return max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))["estimator"]
+
+
+def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
+                         seed: int = 0, reference: str | None = None) -> list[dict]:
+    """Metric rows for already-computed confidences on one labelled set (pure: no fitting, no files).
+
+    Each value of ``confidences`` is ``[n]`` (one prediction per record) or ``[repeats, n]``
+    (out-of-fold predictions of repeated cross-validation); a metric is then the mean over
+    repeats of the metric on each repeat (:func:`acute.crossval.cv_metric`).
+
+    Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``n``,
+    ``repeats``, ``accuracy`` (of ``correct``; the same for every row), ``smece``,
+    ``auc_euro_low``, ``auc_euro_med``, ``auc_euro_high``, ``auc_euro_all``, ``brier``,
+    ``auroc``, and, when ``n_bootstrap > 0``, 95% percentile-bootstrap intervals
+    ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``, ``brier`` and
+    ``auroc``. Every estimator (and every repeat) sees the same resampled records
+    (:func:`acute.metrics.bootstrap_indices` with ``seed``).
+
+    Paired comparison: ``reference`` (default: the best baseline among the rows, highest
+    ``auc_euro_all``) is subtracted from every row: ``diff_auc_euro_all`` and ``diff_smece``
+    with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, and
+    ``reference`` names it. Without a baseline among the rows (and no ``reference``) there are
+    no differences. Metrics undefined on the data (AUROC with one class) are NaN.
+    """
+    from . import metrics
+    from .crossval import cv_metric
+
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
+        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+    if not confidences:
+        raise ValueError("confidences is empty: nothing to evaluate")
+    y = np.asarray(correct)
+    if y.ndim != 1 or y.size == 0:
+        raise ValueError(f"correct must be a non-empty 1-d array, got shape {y.shape}")
+    y = check_correct(y, y.size)
+    preds: dict[str, np.ndarray] = {}
     for name, conf in confidences.items():
-        c = check_confidence(conf, name=f"confidences[{name!r}]")
-        if c.size != y.size:
-            raise ValueError(f"confidences[{name!r}] has {c.size} entries but correct has {y.size}")
-        row: dict[str, Any] = {"estimator": str(name), "n": int(y.size), "accuracy": float(y.mean())}
+        c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
+        if c.ndim != 2:
+            raise ValueError(f"confidences[{name!r}] must be [n] or [repeats, n], got shape {np.shape(conf)}")
+        if c.shape[1] != y.size:
+            raise ValueError(f"confidences[{name!r}] has {c.shape[1]} entries but correct has {y.size}")
+        for row in c:
+            check_confidence(row, name=f"confidences[{name!r}]")
+        preds[str(name)] = c
+    if reference is not None and reference not in preds:
+        raise ValueError(f"reference {reference!r} is not among the evaluated estimators {list(preds)}")
+    fns = _metric_fns()
+    rows = []
+    for name, c in preds.items():
+        row: dict[str, Any] = {"estimator": name, "n": int(y.size), "repeats": int(c.shape[0]),
+                               "accuracy": float(y.mean())}
         for key, fn in fns.items():
-            row[key] = _safe(fn, c, y)
-        if n_bootstrap > 0:
-            for key in _INTERVAL_KEYS:
-                if not math.isfinite(row[key]):
-                    row[f"{key}_ci_low"] = row[f"{key}_ci_high"] = float("nan")
-                    continue
-                iv = metrics.bootstrap(fns[key], c, y, n=int(n_bootstrap), seed=seed)
-                row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _as_float(iv.low), _as_float(iv.high)
+            row[key] = cv_metric(fn, c, y)
         rows.append(row)
+    ref = reference if reference is not None else _best_baseline(rows)
+    if n_bootstrap == 0 and ref is None:
+        return rows
+    index = metrics.bootstrap_indices(y.size, int(n_bootstrap), seed) if n_bootstrap > 0 else None
+    draws: dict[str, dict[str, np.ndarray]] = {}
+    for row in rows:
+        name = row["estimator"]
+        keys = _INTERVAL_KEYS if n_bootstrap > 0 else ()
+        draws[name] = {}
+        for key in set(keys) | ({"auc_euro_all", "smece"} if ref is not None and n_bootstrap > 0 else set()):
+            if not math.isfinite(row[key]):
+                draws[name][key] = np.full(int(n_bootstrap), np.nan)
+                continue
+            draws[name][key] = np.array([cv_metric(fns[key], preds[name], y, idx) for idx in index])
+        for key in keys:
+            row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
+    if ref is not None:
+        by_name = {r["estimator"]: r for r in rows}
+        for row in rows:
+            row["reference"] = ref
+            for key in ("auc_euro_all", "smece"):
+                row[f"diff_{key}"] = row[key] - by_name[ref][key]
+                if n_bootstrap > 0:
+                    d = draws[row["estimator"]][key] - draws[ref][key]
+                    row[f"diff_{key}_ci_low"], row[f"diff_{key}_ci_high"] = _percentiles(d)
     return rows
 
 
-def _safe(fn, conf, y) -> float:
-    """``fn(conf, y)`` as a float; NaN where the metric is undefined (a single class for AUROC)."""
-    if fn.__name__ == "auroc" and y.min() == y.max():
-        return float("nan")
-    return _as_float(fn(conf, y))
-
-
-# ----------------------------------------------------------------------------- estimators
-def make_estimator(name: str, *, seed: int = 0, n_jobs: int | None = None,
-                   probe_params: Mapping[str, Any] | None = None):
-    """An unfitted estimator by name: a baseline (``BASELINES``) or an ACUTE variant
-    (``ACUTE_VARIANTS``: ``ActivationProbe`` with the variant's view/layer, ``random_state=seed``,
-    ``n_jobs`` and ``probe_params``; ``None`` values in ``probe_params`` mean "probe default")."""
-    if name in BASELINES:
-        return make_baseline(name)
-    if name not in _VARIANTS:
-        raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
-    from .probes import ActivationProbe
-
-    kw: dict[str, Any] = dict(_VARIANTS[name])
-    kw["random_state"] = seed
-    if n_jobs is not None:
-        kw["n_jobs"] = n_jobs
-    for k, v in (probe_params or {}).items():
-        if k in ("view", "layer"):
-            raise ValueError(f"probe_params may not set {k!r}: it is fixed by the variant name")
-        if v is not None:
-            kw[k] = v
-    return ActivationProbe(**kw)
-
-
-def _cv_folds(estimator) -> int:
-    cv = estimator.get_params().get("cv", None) if hasattr(estimator, "get_params") else None
-    if isinstance(cv, (int, np.integer)) and not isinstance(cv, bool):
-        return int(cv)
-    n_splits = getattr(cv, "n_splits", None)
-    return int(n_splits) if isinstance(n_splits, (int, np.integer)) else _DEFAULT_CV
-
-
-def _chosen_layer(probe) -> int | None:
-    for attr in ("layer_", "chosen_layer_", "selected_layer_"):
-        v = getattr(probe, attr, None)
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-            return int(v)
-    return None
-
-
-# ----------------------------------------------------------------------------- data
-@dataclass
-class _Split:
-    ids: list
-    correct: np.ndarray
-    confidence: np.ndarray
-    store: Any
-    index: np.ndarray
-
-    def layer_means(self) -> np.ndarray:
-        return np.asarray(self.store.layer_means[self.index], dtype=np.float32)
-
-
-def _store_arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray]:
-    ids = list(store.ids)
-    n = len(ids)
-    if n == 0:
-        raise ValueError(f"{label} has no records")
-    try:
-        correct = check_correct(np.asarray(store.correct), n, name=f"{label}.correct")
-        conf = check_confidence(store.raw_confidence, name=f"{label}.raw_confidence")
-    except ValueError as e:
-        raise ValueError(f"{label}: {e}") from None
-    if conf.size != n:
-        raise ValueError(f"{label}.raw_confidence has {conf.size} entries but {label}.ids has {n}")
-    return ids, correct, conf
-
-
-def _check_layer_means(store, n: int, label: str) -> tuple[int, ...]:
-    shape = tuple(store.layer_means.shape)
-    if len(shape) != 3 or shape[0] != n:
-        raise ValueError(f"{label}.layer_means must have shape [n={n}, L+1, d], got {shape}")
-    return shape[1:]
-
-
-def _check_probe_inputs(names: Sequence[str], store, test_store, n_store: int, n_test: int,
-                        train_correct: np.ndarray, *, seed: int, n_jobs: int | None,
-                        probe_params: Mapping[str, Any] | None) -> None:
-    """Fail before any fitting when the ACUTE variants cannot run: layer_means of the wrong shape
-    (or differing between the stores), fewer training records than CV folds, too few records of a
-    class for the stratified layer search, or more PCA components than the hidden size allows."""
-    n_train = int(train_correct.size)
-    shape = _check_layer_means(store, n_store, "store")
-    if test_store is not None:
-        t_shape = _check_layer_means(test_store, n_test, "test_store")
-        if t_shape != shape:
-            raise ValueError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
-                             f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
-    folds = max(_cv_folds(make_estimator(n, seed=seed, n_jobs=n_jobs, probe_params=probe_params))
-                for n in names if n in _VARIANTS)
-    if n_train < folds:
-        raise ValueError(f"the training split has {n_train} records, fewer than the probes' "
-                         f"{folds} cross-validation folds; collect more records")
-    n_minority = int(min(train_correct.sum(), n_train - train_correct.sum()))
-    searched = [n for n in names if _VARIANTS.get(n, {}).get("layer") in ("early", "mid", "late")]
-    if searched and n_minority < folds:
-        raise ValueError(f"{', '.join(searched)} pick their layer by stratified {folds}-fold "
-                         f"cross-validation, which needs at least {folds} correct and {folds} wrong "
-                         f"training records; the training split has only {n_minority} of one class")
-    hidden = shape[1]
-    for n in names:
-        k = _VARIANTS.get(n, {}).get("view", "")
-        if k.startswith("pca") and int(k[3:]) > min(hidden, n_train):
-            raise ValueError(f"{n} needs {k[3:]} principal components but the hidden size is {hidden} "
-                             f"and the training split has {n_train} records; leave {n} out of estimators")
+def _percentiles(stats: np.ndarray) -> tuple[float, float]:
+    ok = stats[np.isfinite(stats)]
+    if ok.size == 0:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(ok, [2.5, 97.5])
+    return float(lo), float(hi)
 
 
 # ----------------------------------------------------------------------------- result
@@ -296,9 +237,11 @@ def _check_probe_inputs(names: Sequence[str], store, test_store, n_store: int, n
 class EvaluationResult:
     """What ``evaluate_store`` computed and wrote.
 
-    ``rows``: one metrics dict per estimator (see :func:`evaluate_predictions`, plus ``layer`` and
-    ``fit_seconds``); ``predictions``: test-set confidence per estimator; ``test_ids``,
-    ``test_correct``; ``split``: seed, test fraction, sizes and id hashes; ``files``: name -> path.
+    ``rows``: one metrics dict per estimator (see :func:`evaluate_predictions`, plus ``layer``
+    for searched layers and ``chosen`` for ``auto``); ``predictions``: confidence per estimator on
+    ``test_ids`` (in cross-validation: every record, out of fold, repeat 0); ``cv_predictions``:
+    ``[repeats, n]`` per estimator in cross-validation, else None; ``test_correct``; ``split``:
+    mode, seed, folds or test fraction, sizes and id hashes; ``files``: name -> path.
     """
 
     rows: list[dict]
@@ -308,6 +251,7 @@ class EvaluationResult:
     split: dict
     out_dir: Path
     files: dict[str, Path] = field(default_factory=dict)
+    cv_predictions: dict[str, np.ndarray] | None = None
 
     def row(self, estimator: str) -> dict:
         """The metrics row of one estimator (``KeyError`` if it was not evaluated)."""
@@ -330,13 +274,31 @@ def _fmt(row: dict, key: str) -> str:
     return f"{v:.3f}"
 
 
+def _fmt_diff(row: dict) -> str:
+    v = row.get("diff_auc_euro_all")
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    if row["estimator"] == row.get("reference"):
+        return "(reference)"
+    lo, hi = row.get("diff_auc_euro_all_ci_low"), row.get("diff_auc_euro_all_ci_high")
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{v:+.3f}"
+    text = f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    return f"**{text}**" if lo > 0 else text
+
+
 def results_markdown(rows: Sequence[dict]) -> str:
     """The paper-style Markdown table of metric rows (best value per column in bold; ties bold too).
 
     Intervals are 95% bootstrap intervals, shown as ``estimate [low, high]``. ACUTE rows with a
-    chosen layer show it after the name, e.g. ``acute-late (layer 5)``."""
-    header = "| Estimator | " + " | ".join(h for _, h, _ in TABLE_COLUMNS) + " |"
-    sep = "|---|" + "|".join("---:" for _ in TABLE_COLUMNS) + "|"
+    chosen layer show it after the name, e.g. ``acute-late (layer 5)``, and ``auto`` its pick.
+    When the rows carry paired differences (:func:`evaluate_predictions`), a last column gives
+    each estimator's auc-euro (all) minus the reference's with its paired interval, in bold
+    when the interval lies above zero."""
+    ref = next((r.get("reference") for r in rows if r.get("reference")), None)
+    extra = [f"Δ auc-euro all vs {ref}"] if ref else []
+    header = "| Estimator | " + " | ".join([h for _, h, _ in TABLE_COLUMNS] + extra) + " |"
+    sep = "|---|" + "|".join("---:" for _ in list(TABLE_COLUMNS) + extra) + "|"
     best: dict[str, float] = {}
     for key, _, direction in TABLE_COLUMNS:
         vals = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])]
@@ -345,23 +307,29 @@ def results_markdown(rows: Sequence[dict]) -> str:
     lines = [header, sep]
     for r in rows:
         name = r["estimator"] + (f" (layer {r['layer']})" if r.get("layer") is not None else "")
+        if r.get("chosen"):
+            name += f" ({r['chosen']})"
         cells = []
         for key, _, _ in TABLE_COLUMNS:
             s = _fmt(r, key)
             if key in best and r.get(key) is not None and round(r[key], 3) == round(best[key], 3):
                 s = f"**{s}**"
             cells.append(s)
+        if ref:
+            cells.append(_fmt_diff(r))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
-    """The best baseline and the best ACUTE variant among metric rows: highest ``auc_euro_all``,
-    ties broken by lower ``smece``. Returns ``{"baseline": name, "acute": name}`` with only the
-    groups that have rows with a finite ``auc_euro_all``."""
+    """The best baseline and the best activation-based estimator (a plain or stacked probe, or
+    ``auto``) among metric rows: highest ``auc_euro_all``, ties broken by lower ``smece``.
+    Returns ``{"baseline": name, "acute": name}`` with only the groups that have rows with a
+    finite ``auc_euro_all``."""
     out = {}
-    for group, members in (("baseline", BASELINES), ("acute", ACUTE_VARIANTS)):
-        cand = [r for r in rows if r["estimator"] in members and math.isfinite(r.get("auc_euro_all", math.nan))]
+    for group in ("baseline", "acute"):
+        cand = [r for r in rows if (r["estimator"] in BASELINES) == (group == "baseline")
+                and math.isfinite(r.get("auc_euro_all", math.nan))]
         if cand:
             best = max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))
             out[group] = best["estimator"]
@@ -387,31 +355,143 @@ def _json_clean(x):
     return str(x)
 
 
+# ----------------------------------------------------------------------------- inputs
+def _store_arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray]:
+    ids = list(store.ids)
+    n = len(ids)
+    if n == 0:
+        raise ValueError(f"{label} has no records")
+    try:
+        correct = check_correct(np.asarray(store.correct), n, name=f"{label}.correct")
+        conf = check_confidence(store.raw_confidence, name=f"{label}.raw_confidence")
+    except ValueError as e:
+        raise ValueError(f"{label}: {e}") from None
+    if conf.size != n:
+        raise ValueError(f"{label}.raw_confidence has {conf.size} entries but {label}.ids has {n}")
+    return ids, correct, conf
+
+
+def _check_layer_means(store, n: int, label: str) -> tuple[int, ...]:
+    shape = tuple(store.layer_means.shape)
+    if len(shape) != 3 or shape[0] != n:
+        raise ValueError(f"{label}.layer_means must have shape [n={n}, L+1, d], got {shape}")
+    return shape[1:]
+
+
+def _inner_folds(name: str, probe_params: Mapping[str, Any] | None) -> int:
+    """How many stratified folds a probe (or ``auto``) runs inside its own fit (0: none)."""
+    est = make_estimator(name, probe_params=probe_params)
+    params = est.get_params()
+    if name == "auto" or params.get("calibration") is not None or params.get("layer") in ("early", "mid", "late") \
+            or params.get("view") in ("early", "mid", "late"):
+        return int(params.get("cv", 0))
+    return 0
+
+
+def _check_probe_inputs(names: Sequence[str], shape: tuple[int, ...], n_train: int, n_minority: int,
+                        probe_params: Mapping[str, Any] | None, where: str) -> None:
+    """Fail before any fitting when a probe cannot run on training sets of ``n_train`` records
+    whose smaller class has ``n_minority``: too few records for the folds the probes run inside
+    their own fit, or more PCA components than the hidden size or the records allow."""
+    probes = [n for n in names if estimator_group(n) != "baseline"]
+    if not probes:
+        return
+    inner = {n: _inner_folds(n, probe_params) for n in probes}
+    need = max(inner.values())
+    if need and n_minority < need:
+        which = ", ".join(n for n, k in inner.items() if k == need)
+        raise ValueError(f"{which} run stratified {need}-fold cross-validation inside their fit, which "
+                         f"needs at least {need} correct and {need} wrong training records; {where} "
+                         f"has only {n_minority} of one class: collect more records or leave them out")
+    folds = max(int(make_estimator(n, probe_params=probe_params).get_params().get("cv", 0)) for n in probes)
+    if n_train < folds:
+        raise ValueError(f"{where} has {n_train} records, fewer than the probes' {folds} "
+                         "cross-validation folds; collect more records")
+    hidden = shape[1]
+    for n in probes:
+        view = make_estimator(n, probe_params=probe_params).get_params().get("view", "")
+        if str(view).startswith("pca") and int(view[3:]) > min(hidden, n_train):
+            raise ValueError(f"{n} needs {view[3:]} principal components but the hidden size is {hidden} "
+                             f"and {where} has {n_train} records; leave {n} out of estimators")
+
+
+def _check_names(estimators: Sequence[str] | None) -> list[str]:
+    names = list(ESTIMATORS if estimators is None else estimators)
+    if not names:
+        raise ValueError("estimators is empty: nothing to evaluate")
+    unknown = [n for n in names if n not in ESTIMATORS]
+    if unknown:
+        raise ValueError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"estimators contains duplicates: {names}")
+    return names
+
+
+class _FitLog:
+    """What the fits chose (a searched layer, auto's pick) and how long they took, per estimator."""
+
+    def __init__(self):
+        self.layers: dict[str, list[int]] = {}
+        self.chosen: dict[str, list[str]] = {}
+
+    def __call__(self, name: str, est: Any) -> None:
+        layer = getattr(est, "layer_", None)
+        params = est.get_params()
+        searched = params.get("layer") in NAMED_LAYERS or params.get("view") in NAMED_LAYERS
+        if isinstance(layer, (int, np.integer)) and searched:
+            self.layers.setdefault(name, []).append(int(layer))
+        best = getattr(est, "best_", None)
+        if isinstance(best, str):
+            self.chosen.setdefault(name, []).append(best)
+
+    def row_extra(self, name: str) -> dict:
+        layers, chosen = self.layers.get(name), self.chosen.get(name)
+        out: dict[str, Any] = {"layer": None}
+        if layers:
+            out["layer"] = max(set(layers), key=lambda v: (layers.count(v), -v))
+            out["layers"] = layers
+        if chosen:
+            out["chosen"] = max(set(chosen), key=lambda v: (chosen.count(v), v))
+            out["chosen_per_fit"] = chosen
+        return out
+
+
 # ----------------------------------------------------------------------------- main entry
 def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = None, *,
                    out: str | os.PathLike | None = None,
-                   estimators: Sequence[str] | None = None, test_fraction: float = 0.3, seed: int = 0,
+                   estimators: Sequence[str] | None = None, cv: int | None = DEFAULT_FOLDS,
+                   repeats: int = DEFAULT_REPEATS, test_fraction: float | None = None, seed: int = 0,
                    n_bootstrap: int = 1000, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None, progress: bool = True,
                    reliability: str | Sequence[str] = "all") -> EvaluationResult:
-    """Fit every estimator on the training records, predict the test records, report and write.
+    """Fit every estimator on training records, predict held-out records, report and write.
 
     ``store`` (and ``test_store``) need ``.ids``, ``.correct``, ``.raw_confidence``,
     ``.layer_means`` [n, L+1, d] and optionally ``.manifest`` (as :class:`acute.store.Store`).
-    Without ``test_store`` the records of ``store`` are split by :func:`split_ids`
-    (``test_fraction``, ``seed``); with it, all of ``store`` trains and all of ``test_store`` tests.
-    ``estimators``: names from ``ESTIMATORS`` (default all twelve). ``probe_params`` go to every
+    Three modes:
+
+    * cross-validation (default): ``repeats`` x stratified ``cv``-fold, grouped by record id
+      (:func:`acute.crossval.cv_folds`, seed ``seed + repeat``); every record is predicted out
+      of fold in every repeat and a metric is the mean over repeats;
+    * single split (``test_fraction`` given, or ``cv=None``/``0``): records split by
+      :func:`split_ids` (``test_fraction``, default 0.3, and ``seed``);
+    * separate test store (``test_store`` given): all of ``store`` trains, ``test_store`` tests.
+
+    ``estimators``: names from ``ESTIMATORS`` (default: all). ``probe_params`` go to every
     ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
+    Every row carries its paired difference to the best baseline (``diff_auc_euro_all``,
+    ``diff_smece``, with paired bootstrap intervals; see :func:`evaluate_predictions`).
     ``out_dir`` (alias ``out``) receives the files listed in the module docstring;
     ``reliability`` says which estimators get a ``reliability_<name>.png``: ``"all"`` (default),
-    ``"best"`` (raw, the best baseline and the best ACUTE variant, see :func:`best_estimators`) or
-    a list of names.
+    ``"best"`` (raw, the best baseline and the best activation-based estimator) or a list.
 
-    Raises ``ValueError`` when the training split has a single class, has fewer records than the
-    probes' cross-validation folds, the test split is empty, or inputs are malformed.
-    Returns an :class:`EvaluationResult`.
+    Raises ``ValueError`` when a class has fewer records than the folds need (the message says
+    how many), the training split has a single class, the test split is empty, or inputs are
+    malformed. Returns an :class:`EvaluationResult`.
     """
     from tqdm.auto import tqdm
+
+    from .crossval import check_folds, cross_val_predictions, cv_folds, fit_predict
 
     if out_dir is None:
         out_dir = out
@@ -422,15 +502,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
         raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     out_dir = Path(out_dir)
-    names = list(ESTIMATORS if estimators is None else estimators)
-    if not names:
-        raise ValueError("estimators is empty: nothing to evaluate")
-    unknown = [n for n in names if n not in ESTIMATORS]
-    if unknown:
-        raise ValueError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"estimators contains duplicates: {names}")
-    uses_probes = any(n in _VARIANTS for n in names)
+    names = _check_names(estimators)
+    uses_probes = any(estimator_group(n) != "baseline" for n in names)
     if isinstance(reliability, str):
         if reliability not in ("all", "best"):
             raise ValueError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
@@ -441,72 +514,96 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
             raise ValueError(f"reliability names {missing} are not among the evaluated estimators {names}")
 
     ids, correct, conf = _store_arrays(store, "store")
-    if test_store is None:
-        train_mask, test_mask = split_ids(ids, test_fraction=test_fraction, seed=seed)
-        idx_tr, idx_te = np.flatnonzero(train_mask), np.flatnonzero(test_mask)
-        train = _Split([ids[i] for i in idx_tr], correct[idx_tr], conf[idx_tr], store, idx_tr)
-        test = _Split([ids[i] for i in idx_te], correct[idx_te], conf[idx_te], store, idx_te)
-        mode = "split"
-    else:
-        t_ids, t_correct, t_conf = _store_arrays(test_store, "test_store")
-        train = _Split(ids, correct, conf, store, np.arange(len(ids)))
-        test = _Split(t_ids, t_correct, t_conf, test_store, np.arange(len(t_ids)))
+    if test_store is not None:
         mode = "test_store"
-    n_train, n_test = len(train.ids), len(test.ids)
+    elif test_fraction is not None or not cv:
+        mode = "split"
+        test_fraction = 0.3 if test_fraction is None else test_fraction
+    else:
+        mode = "cv"
+    log = _FitLog()
+    timings: dict[str, float] = {}
+    fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log)
 
-    if n_test == 0:
-        raise ValueError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
-                         f"seed={seed}); use more records or a larger test_fraction")
-    if n_train == 0:
-        raise ValueError("the training split is empty")
-    if train.correct.min() == train.correct.max():
-        raise ValueError(f"the training split has a single class (all {n_train} records "
-                         f"{'correct' if train.correct[0] else 'incorrect'}); calibrators need both")
-    if uses_probes:
-        _check_probe_inputs(names, store, test_store, len(ids), n_test, train.correct,
-                            seed=seed, n_jobs=n_jobs, probe_params=probe_params)
-
-    overlap = len(set(map(str, train.ids)) & set(map(str, test.ids)))
-    split_info = {
-        "mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
-        "n_train": n_train, "n_test": n_test, "n_overlap_ids": overlap,
-        "accuracy_train": float(train.correct.mean()), "accuracy_test": float(test.correct.mean()),
-        "train_ids_sha256": _ids_digest(train.ids), "test_ids_sha256": _ids_digest(test.ids),
-        "ids_file": "split.json",
-    }
-    if overlap:
-        print(f"warning: {overlap} id(s) occur in both the training and the test records", file=sys.stderr)
-
-    predictions: dict[str, np.ndarray] = {}
-    extra: dict[str, dict] = {}
-    lm_train = lm_test = None
-    bar = tqdm(names, desc="estimators", disable=not progress, file=sys.stderr)
-    for name in bar:
-        bar.set_postfix_str(name)
-        est = make_estimator(name, seed=seed, n_jobs=n_jobs, probe_params=probe_params)
+    if mode == "cv":
+        check_folds(correct, cv, "the store")
+        folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed)
+        shape = _check_layer_means(store, len(ids), "store") if uses_probes else ()
+        if uses_probes:
+            n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
+            n_tr = min(tr.size for rep in folds for tr, _ in rep)
+            _check_probe_inputs(names, shape, n_tr, n_min, probe_params, "a training fold")
+        lm = np.asarray(store.layer_means, dtype=np.float32) if uses_probes else None
+        bar = (lambda it: tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr))
         t0 = time.perf_counter()
-        if name in _VARIANTS:
-            if lm_train is None:
-                lm_train, lm_test = train.layer_means(), test.layer_means()
-            est.fit(lm_train, train.correct.astype(bool), confidence=train.confidence)
-            p = est.predict_proba(lm_test, confidence=test.confidence)[:, 1]
-            layer = _chosen_layer(est) if name in ("acute-early", "acute-mid", "acute-late") else None
+        cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, **fit_kw)
+        timings = {"total_seconds": time.perf_counter() - t0}
+        eval_ids, eval_correct, train_ids = ids, correct, ids
+        predictions = {n: p[0] for n, p in cv_preds.items()}
+        split_info = {
+            "mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
+            "n_records": len(ids), "accuracy": float(correct.mean()),
+            "ids_sha256": _ids_digest(ids), "folds_file": "folds.json",
+        }
+        fold_of = [_fold_index(rep, len(ids)) for rep in folds]
+    else:
+        if mode == "test_store":
+            t_ids, t_correct, t_conf = _store_arrays(test_store, "test_store")
+            train = (ids, correct, conf, store, np.arange(len(ids)))
+            test = (t_ids, t_correct, t_conf, test_store, np.arange(len(t_ids)))
         else:
-            est.fit(train.confidence, train.correct)
-            p = est.predict_proba(test.confidence)[:, 1]
-            layer = None
-        predictions[name] = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-        extra[name] = {"layer": layer, "fit_seconds": time.perf_counter() - t0}
-    bar.close()
+            train_mask, test_mask = split_ids(ids, test_fraction=test_fraction, seed=seed)
+            i_tr, i_te = np.flatnonzero(train_mask), np.flatnonzero(test_mask)
+            train = ([ids[i] for i in i_tr], correct[i_tr], conf[i_tr], store, i_tr)
+            test = ([ids[i] for i in i_te], correct[i_te], conf[i_te], store, i_te)
+        train_ids, y_tr, c_tr, tr_store, i_tr = train
+        eval_ids, eval_correct, c_te, te_store, i_te = test
+        if not eval_ids:
+            raise ValueError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
+                             f"seed={seed}); use more records or a larger test_fraction")
+        if not train_ids:
+            raise ValueError("the training split is empty")
+        if y_tr.min() == y_tr.max():
+            raise ValueError(f"the training split has a single class (all {len(train_ids)} records "
+                             f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
+        lm_tr = lm_te = None
+        if uses_probes:
+            shape = _check_layer_means(store, len(ids), "store")
+            if test_store is not None:
+                t_shape = _check_layer_means(test_store, len(eval_ids), "test_store")
+                if t_shape != shape:
+                    raise ValueError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
+                                     f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
+            _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
+                                probe_params, "the training split")
+            lm_tr = np.asarray(tr_store.layer_means[i_tr], dtype=np.float32)
+            lm_te = np.asarray(te_store.layer_means[i_te], dtype=np.float32)
+        t0 = time.perf_counter()
+        predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
+        timings = {"total_seconds": time.perf_counter() - t0}
+        cv_preds = fold_of = None
+        overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
+        split_info = {
+            "mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
+            "n_train": len(train_ids), "n_test": len(eval_ids), "n_overlap_ids": overlap,
+            "accuracy_train": float(y_tr.mean()), "accuracy_test": float(eval_correct.mean()),
+            "train_ids_sha256": _ids_digest(train_ids), "test_ids_sha256": _ids_digest(eval_ids),
+            "ids_file": "split.json",
+        }
+        if overlap:
+            print(f"warning: {overlap} id(s) occur in both the training and the test records", file=sys.stderr)
 
-    rows = evaluate_predictions(predictions, test.correct, n_bootstrap=n_bootstrap, seed=seed)
+    rows = evaluate_predictions(cv_preds if cv_preds is not None else predictions, eval_correct,
+                                n_bootstrap=n_bootstrap, seed=seed)
     for r in rows:
-        r.update(extra[r["estimator"]])
-
-    result = EvaluationResult(rows=rows, predictions=predictions, test_ids=test.ids,
-                              test_correct=test.correct.astype(bool), split=split_info, out_dir=out_dir)
+        r.update(log.row_extra(r["estimator"]))
+    result = EvaluationResult(rows=rows, predictions=predictions, test_ids=list(eval_ids),
+                              test_correct=eval_correct.astype(bool), split=split_info, out_dir=out_dir,
+                              cv_predictions=cv_preds)
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
-              "probe_params": dict(probe_params or {}), "interval": "95% percentile bootstrap"}
+              "probe_params": dict(probe_params or {}), **timings,
+              "interval": "95% percentile bootstrap over records (paired: the same resamples for every "
+                          "estimator and repeat)"}
     manifest = getattr(store, "manifest", None)
     test_manifest = getattr(test_store, "manifest", None) if test_store is not None else None
     if reliability == "all":
@@ -515,15 +612,50 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         plot_names = [n for n in names if n in best_estimators(rows).values() or n == "raw"]
     else:
         plot_names = reliability
-    result.files = _write_outputs(result, train.ids, params, manifest, test_manifest, plot_names)
-    print(f"evaluation of {len(names)} estimators ({n_train} train / {n_test} test records) "
-          f"written to {out_dir.resolve()}")
+    result.files = _write_outputs(result, list(train_ids), params, manifest, test_manifest, plot_names,
+                                  fold_of)
+    what = (f"{cv}-fold x {repeats} cross-validation on {len(ids)} records" if mode == "cv"
+            else f"{len(train_ids)} train / {len(eval_ids)} test records")
+    print(f"evaluation of {len(names)} estimators ({what}) written to {out_dir.resolve()}")
     return result
 
 
+def _fold_index(folds: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[int]:
+    out = np.empty(n, dtype=np.int64)
+    for k, (_, te) in enumerate(folds):
+        out[te] = k
+    return out.tolist()
+
+
 # ----------------------------------------------------------------------------- writing
+def _intro(res: EvaluationResult) -> str:
+    sp = res.split
+    ref = next((r.get("reference") for r in res.rows if r.get("reference")), None)
+    paired = (f" The last column is each estimator's auc-euro (all) minus the best baseline's ({ref}) "
+              "with a paired bootstrap interval (the same resampled records for both), bold where it "
+              "lies above zero." if ref else "")
+    if sp["mode"] == "cv":
+        head = (f"Cross-validated evaluation: {sp['n_splits']}-fold stratified x {sp['n_repeats']} repeats "
+                f"(grouped by record id) on {sp['n_records']} records (accuracy {sp['accuracy']:.3f}); "
+                "every record is scored out of fold and each metric is the mean over repeats.")
+    else:
+        head = (f"Held-out evaluation: {sp['n_train']} training / {sp['n_test']} test records "
+                f"(test accuracy {sp['accuracy_test']:.3f}).")
+    return (f"{head} 95% percentile-bootstrap intervals in brackets (resampling inflates smECE, so its "
+            f"interval can lie above the estimate).{paired}\n\n")
+
+
+def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[str, np.ndarray]) -> None:
+    names = list(preds)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "correct", *names])
+        for i, rid in enumerate(ids):
+            w.writerow([rid, int(y[i]), *(repr(float(preds[n][i])) for n in names)])
+
+
 def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifest, test_manifest,
-                   plot_names: Sequence[str]) -> dict[str, Path]:
+                   plot_names: Sequence[str], fold_of: list | None) -> dict[str, Path]:
     """Write every output into a staging folder inside ``out_dir``, then move the files into place
     with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
     results.json that describes files of another run."""
@@ -534,24 +666,25 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
     stage = out_dir / f".partial-{uuid.uuid4().hex[:12]}"
     stage.mkdir()
     try:
-        names = list(res.predictions)
         y = res.test_correct.astype(int)
-        (stage / "results.md").write_text(
-            f"Held-out evaluation: {res.split['n_train']} training / {res.split['n_test']} test records "
-            f"(test accuracy {res.split['accuracy_test']:.3f}); 95% percentile-bootstrap intervals in brackets "
-            "(resampling inflates smECE, so its interval can lie above the estimate).\n\n"
-            + res.to_markdown(), encoding="utf-8")
+        (stage / "results.md").write_text(_intro(res) + res.to_markdown(), encoding="utf-8")
         _write_csv(stage / "results.csv", res.rows)
-        with open(stage / "predictions.csv", "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            w.writerow(["id", "correct", *names])
-            for i, rid in enumerate(res.test_ids):
-                w.writerow([rid, int(y[i]), *(repr(float(res.predictions[n][i])) for n in names)])
-        (stage / "split.json").write_text(json.dumps(_json_clean(
-            {**{k: res.split[k] for k in ("mode", "seed", "test_fraction")},
-             "train": train_ids, "test": res.test_ids})), encoding="utf-8")
+        _write_predictions(stage / "predictions.csv", res.test_ids, y, res.predictions)
+        if res.cv_predictions is not None:
+            for r in range(1, next(iter(res.cv_predictions.values())).shape[0]):
+                _write_predictions(stage / f"predictions-repeat{r}.csv", res.test_ids, y,
+                                   {n: p[r] for n, p in res.cv_predictions.items()})
+            (stage / "folds.json").write_text(json.dumps(_json_clean(
+                {k: res.split[k] for k in ("mode", "seed", "n_splits", "n_repeats")}
+                | {"ids": res.test_ids, "fold": fold_of})), encoding="utf-8")
+        else:
+            (stage / "split.json").write_text(json.dumps(_json_clean(
+                {**{k: res.split[k] for k in ("mode", "seed", "test_fraction")},
+                 "train": train_ids, "test": res.test_ids})), encoding="utf-8")
+        n_eval = res.split.get("n_test", res.split.get("n_records"))
+        label = "out-of-fold, repeat 0" if res.cv_predictions is not None else "test"
         euro_curves(res.predictions, y, stage / "euro_curves.png",
-                    title=f"euro curves ({res.split['n_test']} test records)")
+                    title=f"euro curves ({n_eval} {label} records)")
         for n in plot_names:
             reliability_diagram(res.predictions[n], y, stage / f"reliability_{n}.png", title=n)
         files = sorted(p.name for p in stage.iterdir())
@@ -563,6 +696,7 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
             "store_manifest": manifest,
             "test_store_manifest": test_manifest,
             "best": best_estimators(res.rows),
+            "reference": next((r.get("reference") for r in res.rows if r.get("reference")), None),
             "results": res.rows,
             "files": files + ["results.json"],
         }

@@ -23,7 +23,7 @@ from acute.metrics import (
     validate_inputs,
 )
 
-__all__ = ["euro_curves", "reliability_diagram"]
+__all__ = ["euro_curves", "learning_curves", "reliability_diagram"]
 
 _BAND_COLOURS = {"low": "#d9f0d3", "med": "#fff2cc", "high": "#f4cccc"}
 _BAND_LABELS = {"low": "low risk", "med": "medium risk", "high": "high risk"}
@@ -145,5 +145,38 @@ def euro_curves(
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 0.08), fontsize="small", framealpha=0.9)
     if title:
         ax.set_title(title)
+    fig.tight_layout()
+    return _save(fig, out)
+
+
+def learning_curves(sizes, series: Mapping[str, Mapping[str, tuple]], path: str | Path,
+                    title: str | None = None) -> Path:
+    """Learning curves as a PNG: one panel per metric, training records on a log x axis.
+
+    ``series[metric][estimator] = (mean, low, high)``, each an array over ``sizes``; the band
+    between ``low`` and ``high`` (e.g. a 95% interval over repeats) is shaded. Metric names
+    ``auc_euro_all`` and ``smece`` get their usual labels.
+    """
+    out = _png_path(path)
+    labels = {"auc_euro_all": "auc-euro (all) ↑", "smece": "smECE ↓"}
+    x = np.asarray(sizes, dtype=np.float64)
+    fig = Figure(figsize=(5.0 * len(series), 4.0))
+    for i, (metric, by_name) in enumerate(series.items()):
+        ax = fig.add_subplot(1, len(series), i + 1)
+        for name, (mean, low, high) in by_name.items():
+            line = ax.plot(x, mean, marker="o", label=name)[0]
+            low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+            if np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
+                ax.fill_between(x, low, high, color=line.get_color(), alpha=0.15)
+        ax.set_xscale("log")
+        ax.set_xticks(x)
+        ax.set_xticklabels([str(int(v)) for v in x])
+        ax.set_xlabel("training records")
+        ax.set_ylabel(labels.get(metric, metric))
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, out)

@@ -22,6 +22,11 @@ Probe directory layout (format version 1)::
                         pca.components       float64[L+1, m, d]   (pca views)
                         calibration.platt    float64[2]  a, b: p' = 1 / (1 + exp(-(a p + b)))
                         calibration.isotonic_x / calibration.isotonic_y  float64[K] (isotonic)
+                        calibration.stacked  float64[3]  w, v, b (stacked, format version 2):
+                                     P = 1 / (1 + exp(-(w logit(p) + v logit(c) + b)))
+
+Stacked probes (``calibration="stacked"``) are written as format version 2, so releases that
+read only version 1 refuse them with a clear message; every other probe stays version 1.
 """
 
 from __future__ import annotations
@@ -59,11 +64,19 @@ from acute.features import (
 )
 
 FORMAT = "acute-probe"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest version this release reads and writes (2: stacked probes)
 MANIFEST_FILE = "probe.json"
 ARRAYS_FILE = "probe.safetensors"
-CALIBRATIONS = (None, "platt", "isotonic")
+CALIBRATIONS = (None, "platt", "isotonic", "stacked")
+# logit inputs of the stacked calibration are clipped: forest probabilities to
+# [STACK_EPS_FOREST, 1 - STACK_EPS_FOREST] (about half a tree's vote of 500 trees), the raw
+# confidence to [STACK_EPS_CONFIDENCE, 1 - STACK_EPS_CONFIDENCE] (as Platt scaling does)
+STACK_EPS_FOREST = 1e-3
+STACK_EPS_CONFIDENCE = 1e-6
 FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
+
+_REGISTRY_NAMES = ("AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS",
+                   "UnknownEstimatorError", "make_estimator")
 
 __all__ = [
     "ARRAYS_FILE",
@@ -73,7 +86,10 @@ __all__ = [
     "ModelMismatchError",
     "ProbeFormatError",
     "apply_calibration",
+    *_REGISTRY_NAMES,
     "fit_platt",
+    "fit_stacker",
+    "stack_features",
     "forest_arrays",
     "forest_proba",
     "load_probe",
@@ -121,13 +137,45 @@ def fit_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return a, b
 
 
-def apply_calibration(p: np.ndarray, calibration: str | None, params: dict[str, np.ndarray]) -> np.ndarray:
+def stack_features(p: np.ndarray, confidence: np.ndarray) -> np.ndarray:
+    """``[n, 2]`` inputs of the stacked calibration: ``logit(p)`` of the forest's P(correct) and
+    ``logit(confidence)`` of the raw confidence, each clipped (see ``STACK_EPS_*``)."""
+    from scipy.special import logit
+
+    p = np.clip(np.asarray(p, dtype=np.float64), STACK_EPS_FOREST, 1.0 - STACK_EPS_FOREST)
+    c = np.clip(np.asarray(confidence, dtype=np.float64), STACK_EPS_CONFIDENCE, 1.0 - STACK_EPS_CONFIDENCE)
+    return np.column_stack([logit(p), logit(c)])
+
+
+def fit_stacker(p: np.ndarray, confidence: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Fit the stacked calibration on out-of-fold forest probabilities ``p``, raw confidences
+    and 0/1 labels: an unpenalised logistic regression of ``y`` on :func:`stack_features`.
+    Returns ``(w, v, b)`` with P(correct) = sigmoid(w logit(p) + v logit(confidence) + b).
+
+    With ``w = 0`` this is Platt scaling of the raw confidence; with ``v = 0`` Platt scaling of
+    the forest. The fit chooses the mix that predicts best on records the forest did not see.
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=np.inf, solver="lbfgs", max_iter=10_000, tol=1e-10)  # unpenalised
+    lr.fit(stack_features(p, confidence), np.asarray(y, dtype=np.int64))
+    w, v = (float(x) for x in lr.coef_[0])
+    b = float(lr.intercept_[0])
+    if not all(math.isfinite(x) for x in (w, v, b)):
+        raise ValueError("the stacked calibration did not converge to finite parameters")
+    return w, v, b
+
+
+def apply_calibration(p: np.ndarray, calibration: str | None, params: dict[str, np.ndarray],
+                      confidence: np.ndarray | None = None) -> np.ndarray:
     """Map forest probabilities ``p`` through a fitted calibration.
 
     ``None`` returns ``p``; ``"platt"`` uses ``params["a"], params["b"]`` (see
     :func:`fit_platt`); ``"isotonic"`` interpolates linearly between ``params["x"]`` and
     ``params["y"]`` (the isotonic regression's ``X_thresholds_``/``y_thresholds_``) and clips
-    outside their range, as ``IsotonicRegression(out_of_bounds="clip")`` does.
+    outside their range, as ``IsotonicRegression(out_of_bounds="clip")`` does; ``"stacked"``
+    combines ``p`` with the raw ``confidence`` by ``params["w"], params["v"], params["b"]`` (see
+    :func:`fit_stacker`).
     """
     p = np.asarray(p, dtype=np.float64)
     if calibration is None:
@@ -137,6 +185,12 @@ def apply_calibration(p: np.ndarray, calibration: str | None, params: dict[str, 
         return 1.0 / (1.0 + np.exp(-z))
     if calibration == "isotonic":
         return np.interp(p, params["x"], params["y"])
+    if calibration == "stacked":
+        if confidence is None:
+            raise ValueError("the stacked calibration needs the raw confidence")
+        f = stack_features(p, confidence)
+        z = float(params["w"]) * f[:, 0] + float(params["v"]) * f[:, 1] + float(params["b"])
+        return 0.5 * (1.0 + np.tanh(0.5 * z))  # sigmoid, overflow-free
     raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
 
 
@@ -318,14 +372,18 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         features is clipped to it (small models have few cosine features).
     min_samples_leaf : int, default 1
         Fully grown leaves (the forest average smooths them).
-    calibration : None, "platt" or "isotonic"
+    calibration : None, "platt", "isotonic" or "stacked"
         None (default): the forest's P(correct) is the confidence, no recalibration (as in
         ACUTE). Otherwise a calibration map is fitted on out-of-fold forest probabilities
         (``StratifiedKFold(cv)``; the featurizer is refitted in each fold, except that a
         searched layer is kept fixed to avoid a nested search) and applied to the final forest,
-        which is fitted on all training records.
+        which is fitted on all training records. ``"stacked"`` combines the forest with the
+        raw confidence: a logistic regression on ``[logit(forest P(correct)), logit(raw
+        confidence)]`` (:func:`fit_stacker`), so the probe can never do much worse than Platt
+        scaling of the raw confidence and adds what the hidden states know beyond it.
     cv : int, default 3
-        Folds of the layer search and of the calibration.
+        Folds of the layer search and of the calibration (5 is a good choice for
+        ``"stacked"``: the out-of-fold forests then see 80% of the records).
     search_stride : int, default 1
         Search every ``search_stride``-th layer of a third (named layers only).
     search_n_estimators : int, default 100
@@ -385,9 +443,12 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         f = featurizer.transform(layer_means)
         return append_confidence(f, confidence) if self.append_confidence else f
 
+    def _needs_confidence(self) -> bool:
+        return bool(self.append_confidence) or self.calibration == "stacked"
+
     def _inputs(self, layer_means: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray | None]:
         X = check_layer_means(layer_means)
-        conf = check_confidence(confidence, X.shape[0]) if self.append_confidence else None
+        conf = check_confidence(confidence, X.shape[0]) if self._needs_confidence() else None
         return X, conf
 
     # -- API ---------------------------------------------------------------------------
@@ -424,6 +485,9 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             if self.calibration == "platt":
                 a, b = fit_platt(self.oof_proba_, y)
                 self.calibration_params_ = {"a": np.float64(a), "b": np.float64(b)}
+            elif self.calibration == "stacked":
+                w, v, b = fit_stacker(self.oof_proba_, conf, y)
+                self.calibration_params_ = {"w": np.float64(w), "v": np.float64(v), "b": np.float64(b)}
             else:
                 from sklearn.isotonic import IsotonicRegression
 
@@ -488,11 +552,17 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         X, conf = self._inputs(layer_means, confidence)
         return self._features(self.featurizer_, X, conf)
 
-    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
-        """``[n, 2]`` probabilities; column 1 is P(correct) (calibrated when ``calibration``)."""
-        features = self.transform_features(layer_means, confidence)
+    def predict_proba(self, layer_means: Any, confidence: Any = None, *, calibrated: bool = True) -> np.ndarray:
+        """``[n, 2]`` probabilities; column 1 is P(correct) (calibrated when ``calibration``).
+
+        ``calibrated=False`` returns the final forest's own P(correct), before any calibration:
+        for a stacked probe that is what the plain probe of the same view and seed predicts."""
+        self._check_fitted()
+        X, conf = self._inputs(layer_means, confidence)
+        features = self._features(self.featurizer_, X, conf)
         p = self.forest_.predict_proba(features)[:, list(self.forest_.classes_).index(1)]
-        p = apply_calibration(p, self.calibration, self.calibration_params_)
+        if calibrated:
+            p = apply_calibration(p, self.calibration, self.calibration_params_, conf)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
@@ -500,8 +570,12 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         return self.classes_[(self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(int)]
 
     def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
-               training_summary: dict | None = None, metrics: dict | None = None) -> ExportedProbe:
-        """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory)."""
+               training_summary: dict | None = None, metrics: dict | None = None,
+               selection: dict | None = None) -> ExportedProbe:
+        """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory).
+
+        ``selection`` (e.g. :meth:`acute.estimators.AutoEstimator.selection`) records how this
+        probe was chosen: the winner, its cross-validated scores and the runners-up."""
         self._check_fitted()
         fp = _check_fingerprint(model_fingerprint, self.n_layer_outputs_, self.hidden_size_)
         arrays = forest_arrays(self.forest_)
@@ -516,13 +590,16 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         elif self.calibration == "isotonic":
             arrays["calibration.isotonic_x"] = self.calibration_params_["x"]
             arrays["calibration.isotonic_y"] = self.calibration_params_["y"]
+        elif self.calibration == "stacked":
+            arrays["calibration.stacked"] = np.array(
+                [self.calibration_params_[k] for k in ("w", "v", "b")], dtype=np.float64)
         from acute import __version__
 
         summary = dict(self.training_summary_)
         summary.update(training_summary or {})
         manifest = {
             "format": FORMAT,
-            "format_version": FORMAT_VERSION,
+            "format_version": 2 if self.calibration == "stacked" else 1,
             "acute_version": __version__,
             "model": {"name": model_name, "fingerprint": fp},
             "input": {"n_layer_outputs": self.n_layer_outputs_, "hidden_size": self.hidden_size_},
@@ -546,17 +623,20 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             "training_summary": summary,
             "metrics": metrics or {},
         }
+        if selection is not None:
+            manifest["selection"] = selection
         return ExportedProbe(_json_safe(manifest, "manifest"), arrays)
 
     def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
-             training_summary: dict | None = None, metrics: dict | None = None) -> Path:
+             training_summary: dict | None = None, metrics: dict | None = None,
+             selection: dict | None = None) -> Path:
         """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically.
 
         ``model_fingerprint`` (from ``acute.models.model_fingerprint``) must agree with the
         fitted input shape (``num_layers + 1`` layer outputs, ``hidden_size``). An existing
         probe directory is replaced; any other non-empty directory is refused. Returns the path.
         """
-        return self.export(model_name, model_fingerprint, training_summary, metrics).save(path)
+        return self.export(model_name, model_fingerprint, training_summary, metrics, selection).save(path)
 
 
 # -------------------------------------------------------------------------- exported
@@ -567,8 +647,9 @@ class ExportedProbe:
 
     Attributes: ``manifest`` (dict, as in ``probe.json``), ``arrays`` (dict of numpy arrays,
     as in ``probe.safetensors``), ``view``, ``layers``, ``feature_names``,
-    ``append_confidence``, ``calibration`` (None/"platt"/"isotonic"), ``model_name``,
-    ``model_fingerprint``, ``training_summary``, ``metrics``, ``n_layer_outputs``,
+    ``append_confidence``, ``calibration`` (None/"platt"/"isotonic"/"stacked"), ``model_name``,
+    ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection`` (how ``auto`` chose
+    the probe, or None), ``n_layer_outputs``,
     ``hidden_size``. The constructor validates every array (:class:`ProbeFormatError`).
     """
 
@@ -586,6 +667,7 @@ class ExportedProbe:
         self.model_fingerprint = manifest["model"].get("fingerprint")
         self.training_summary = manifest.get("training_summary", {})
         self.metrics = manifest.get("metrics", {})
+        self.selection = manifest.get("selection")
         self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
         self.hidden_size = int(manifest["input"]["hidden_size"])
         self._kind = _view_kind(self.view)
@@ -594,6 +676,8 @@ class ExportedProbe:
             self._cal_params = {"a": a, "b": b}
         elif self.calibration == "isotonic":
             self._cal_params = {"x": arrays["calibration.isotonic_x"], "y": arrays["calibration.isotonic_y"]}
+        elif self.calibration == "stacked":
+            self._cal_params = dict(zip(("w", "v", "b"), arrays["calibration.stacked"]))
         else:
             self._cal_params = {}
 
@@ -618,7 +702,9 @@ class ExportedProbe:
     def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
         """``[n, 2]`` probabilities; column 1 is P(correct). Pure numpy."""
         p = forest_proba(self.features(layer_means, confidence), self.arrays)
-        p = apply_calibration(p, self.calibration, self._cal_params)
+        if self.calibration == "stacked":
+            confidence = check_confidence(confidence, p.shape[0])
+        p = apply_calibration(p, self.calibration, self._cal_params, confidence)
         return np.column_stack([1.0 - p, p])
 
     def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
@@ -679,7 +765,8 @@ class ExportedProbe:
         try:
             arrays_path = tmp / ARRAYS_FILE
             save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
-                      metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION)})
+                      metadata={"format": FORMAT,
+                                "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
             manifest = dict(self.manifest)
             manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
             manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
@@ -746,6 +833,8 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
         required |= {"calibration.platt"}
     elif method == "isotonic":
         required |= {"calibration.isotonic_x", "calibration.isotonic_y"}
+    elif method == "stacked":
+        required |= {"calibration.stacked"}
     missing = required - set(arrays)
     if missing:
         raise _fail(source, f"missing arrays {sorted(missing)}")
@@ -832,6 +921,10 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
         y = arr("calibration.isotonic_y", np.float64, 1)
         if x.shape != y.shape or x.size == 0 or np.any(np.diff(x) < 0) or not np.all(np.isfinite(x) & np.isfinite(y)):
             raise _fail(source, "calibration.isotonic_x/_y must be equal-length finite arrays, x sorted")
+    elif method == "stacked":
+        p = arr("calibration.stacked", np.float64, 1)
+        if p.shape != (3,) or not np.all(np.isfinite(p)):
+            raise _fail(source, "calibration.stacked must hold three finite numbers w, v, b")
 
 
 def load_probe(path: str | os.PathLike) -> ExportedProbe:
@@ -882,3 +975,13 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ProbeFormatError(f"{man_path}: malformed manifest ({exc!r})") from None
+
+
+# The estimator registry lives in acute.estimators (it imports this module); its public names
+# are also reachable here, e.g. ``acute.probes.make_estimator("acute-cosine-stacked")``.
+def __getattr__(name: str) -> Any:
+    if name in _REGISTRY_NAMES:
+        from acute import estimators
+
+        return getattr(estimators, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -100,14 +100,75 @@ def test_evaluate(work, capsys):
     assert rc == 0
     ev = work / "mixed" / "evaluation"
     res = json.loads((ev / "results.json").read_text())
-    assert res["complete"] and [r["estimator"] for r in res["results"]][:1] == ["raw"]
-    assert len(res["results"]) == 12
+    from acute.estimators import ESTIMATORS
+
+    assert res["complete"] and [r["estimator"] for r in res["results"]] == list(ESTIMATORS)
     assert res["params"]["probe_params"] == {"n_estimators": 10, "search_n_estimators": 10}
-    assert "| acute-pca10 |" in out and "| platt |" in out
-    with open(ev / "predictions.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert len(rows) == res["split"]["n_test"]
-    assert all(r["correct"] == str(int(label(r["id"]))) for r in rows)
+    assert res["split"]["mode"] == "cv" and (res["split"]["n_splits"], res["split"]["n_repeats"]) == (5, 2)
+    assert "| acute-pca10 |" in out and "| platt |" in out and "| acute-pca10-stacked |" in out
+    assert "Δ auc-euro all vs" in out and "| auto (acute-" in out
+    for name in ("predictions.csv", "predictions-repeat1.csv"):
+        with open(ev / name) as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == N  # every record, out of fold
+        assert all(r["correct"] == str(int(label(r["id"]))) for r in rows)
+
+
+def test_evaluate_single_split(work, capsys, tmp_path):
+    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,platt",
+                      "--test-fraction", 0.3, "--n-bootstrap", 10, "--out", tmp_path, "--quiet"], capsys)
+    assert rc == 0 and "Held-out evaluation" in out
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["split"]["mode"] == "split" and res["split"]["test_fraction"] == 0.3
+    rc, _, err = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,nonsense",
+                      "--out", tmp_path / "x", "--quiet"], capsys)
+    assert rc == 2 and "nonsense" in err and "acute-cosine-stacked" in err
+
+
+def test_train_without_view_chooses_by_cross_validation(work, capsys, tmp_path):
+    from acute.estimators import AUTO_CANDIDATES, BASELINES
+
+    out = tmp_path / "auto"
+    rc, text, _ = run(["train", "--store", work / "mixed", "--out", out, "--n-estimators", 10], capsys)
+    assert rc == 0 and "auto: " in text and "platt" in text.splitlines()[-4]
+    probe = load_probe(out)
+    sel = probe.selection
+    assert sel["chosen"] in AUTO_CANDIDATES and sel["cv"]["n_splits"] == 5
+    scored = [r["estimator"] for r in sel["scores"]]
+    assert set(scored) == set(AUTO_CANDIDATES) | set(BASELINES)
+    assert sel["best_baseline"] in BASELINES
+    # the exported probe is the winner refitted on the training split
+    chosen = sel["chosen"]
+    assert probe.view == chosen.split("-")[1] and (probe.calibration == "stacked") == chosen.endswith("-stacked")
+    assert "platt_auc_euro" in probe.metrics
+
+
+def test_export_named_estimator(work, capsys, tmp_path):
+    rc, text, _ = run(["export", "--store", work / "mixed", "--estimator", "acute-cosine-stacked",
+                       "--out", tmp_path / "p", "--n-estimators", 10], capsys)
+    assert rc == 0 and "acute-cosine-stacked" in text
+    probe = load_probe(tmp_path / "p")
+    assert probe.calibration == "stacked" and probe.view == "cosine" and probe.selection is None
+    rc, _, err = run(["export", "--store", work / "mixed", "--estimator", "platt", "--out", tmp_path / "q"],
+                     capsys)
+    assert rc == 2 and "baseline cannot be exported" in err
+
+
+def test_learning_curve(work, capsys, tmp_path):
+    rc, out, _ = run(["learning-curve", "--store", work / "mixed", "--out", tmp_path, "--cv", 4,
+                      "--repeats", 2, "--sizes", "20,36", "--n-estimators", 5, "--quiet"], capsys)
+    assert rc == 0 and "| 20 |" in out and "| 36 |" in out
+    doc = json.loads((tmp_path / "learning_curve.json").read_text())
+    assert doc["complete"] and doc["sizes"] == [20, 36]
+    assert doc["shown"] == [doc["best_baseline"], "acute-cosine", "acute-cosine-stacked"]
+    assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(doc["rows"]) == 3 * 2
+    rc, _, err = run(["learning-curve", "--store", work / "mixed", "--out", tmp_path / "big",
+                      "--sizes", "40"], capsys)
+    assert rc == 2 and "size 40 is larger than the 38 training records" in err
+    rc, _, err = run(["learning-curve", "--store", work / "mixed", "--out", tmp_path / "bad",
+                      "--estimators", "acute-magic"], capsys)
+    assert rc == 2 and "unknown estimator 'acute-magic'" in err and "acute-pca10-stacked" in err
 
 
 def test_evaluate_subset_and_plot(work, capsys, tmp_path):

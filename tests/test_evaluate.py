@@ -8,13 +8,17 @@ import numpy as np
 import pytest
 
 from acute import metrics
+from acute.baselines import BASELINES
 from acute.evaluate import (
     ACUTE_VARIANTS,
     ESTIMATORS,
     evaluate_predictions,
     evaluate_store,
+    results_markdown,
     split_ids,
 )
+
+PAPER_ROWS = list(BASELINES + ACUTE_VARIANTS)  # the paper's twelve rows
 
 
 # ---------------------------------------------------------------- a store-like object
@@ -68,7 +72,8 @@ def planted_store(n=300, n_layers=7, d=24, seed=0, id_prefix="q"):
 def evaluated(tmp_path_factory):
     store = planted_store()
     out = tmp_path_factory.mktemp("eval")
-    res = evaluate_store(store, out_dir=out, n_bootstrap=20, seed=0, reliability="best",
+    res = evaluate_store(store, out_dir=out, n_bootstrap=20, seed=0, reliability="best", test_fraction=0.3,
+                         estimators=PAPER_ROWS,
                          probe_params={"n_estimators": 20, "search_n_estimators": 20}, progress=False)
     return store, out, res
 
@@ -171,12 +176,12 @@ def test_evaluate_store_writes_every_output(evaluated):
     assert any(ln.startswith("| raw |") for ln in table)
     assert "[" in table[1]  # intervals shown
     with open(out / "results.csv", newline="") as f:
-        assert [r["estimator"] for r in csv.DictReader(f)] == list(ESTIMATORS)
+        assert [r["estimator"] for r in csv.DictReader(f)] == PAPER_ROWS
 
 
 def test_evaluate_store_values_in_range(evaluated):
     _, _, res = evaluated
-    assert [r["estimator"] for r in res.rows] == list(ESTIMATORS)
+    assert [r["estimator"] for r in res.rows] == PAPER_ROWS
     acc = {r["accuracy"] for r in res.rows}
     assert len(acc) == 1 and acc.pop() == pytest.approx(res.test_correct.mean())
     for r in res.rows:
@@ -220,8 +225,8 @@ def test_results_json_equals_recomputation_from_predictions(evaluated):
     y = np.array([int(r["correct"]) for r in rows])
     np.testing.assert_array_equal(y, store.correct[test_mask])
     by_name = {r["estimator"]: r for r in doc["results"]}
-    assert list(by_name) == list(ESTIMATORS)
-    for name in ESTIMATORS:
+    assert list(by_name) == PAPER_ROWS
+    for name in PAPER_ROWS:
         c = np.array([float(r[name]) for r in rows])
         got = by_name[name]
         assert got["smece"] == pytest.approx(metrics.smece(c, y), abs=1e-12)
@@ -259,6 +264,8 @@ def test_bad_stores_raise_clear_errors(tmp_path):
     s = planted_store(n=60)
     single = FakeStore(s.ids, np.ones(60, bool), s.raw_confidence, s.layer_means)
     with pytest.raises(ValueError, match="single class"):
+        evaluate_store(single, out_dir=tmp_path, n_bootstrap=0, progress=False, test_fraction=0.3)
+    with pytest.raises(ValueError, match="60 correct and 0 wrong.*at least 5 of each class"):
         evaluate_store(single, out_dir=tmp_path, n_bootstrap=0, progress=False)
     with pytest.raises(ValueError, match="test split is empty"):
         evaluate_store(s, out_dir=tmp_path, test_fraction=0.0, n_bootstrap=0, progress=False)
@@ -290,3 +297,131 @@ def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
         evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"],
                        n_bootstrap=0, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- cross-validation (default mode)
+CV_NAMES = ["raw", "platt", "acute-cosine", "acute-cosine-stacked"]
+SMALL = {"n_estimators": 15, "search_n_estimators": 10}
+
+
+@pytest.fixture(scope="module")
+def cross_validated(tmp_path_factory):
+    store = planted_store(n=120, seed=3)
+    out = tmp_path_factory.mktemp("cv")
+    res = evaluate_store(store, out_dir=out, estimators=CV_NAMES, cv=3, repeats=2, n_bootstrap=40,
+                         probe_params=SMALL, progress=False)
+    return store, out, res
+
+
+def _read_predictions(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return rows
+
+
+def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
+    from acute.baselines import make_baseline
+    from acute.probes import ActivationProbe
+
+    store, out, res = cross_validated
+    assert res.split["mode"] == "cv" and (res.split["n_splits"], res.split["n_repeats"]) == (3, 2)
+    folds = json.loads((out / "folds.json").read_text())
+    assert folds["ids"] == store.ids and len(folds["fold"]) == 2
+    files = [out / "predictions.csv", out / "predictions-repeat1.csv"]
+    y = store.correct.astype(int)
+    for r, path in enumerate(files):
+        rows = _read_predictions(path)
+        assert [row["id"] for row in rows] == store.ids
+        fold = np.array(folds["fold"][r])
+        assert sorted(set(fold)) == [0, 1, 2]
+        np.testing.assert_array_equal([float(row["raw"]) for row in rows], store.raw_confidence)
+        for k in range(3):  # refit by hand on the other folds and predict this one
+            tr, te = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+            assert abs(y[tr].mean() - y[te].mean()) < 0.15  # stratified
+            platt = make_baseline("platt").fit(store.raw_confidence[tr], y[tr])
+            np.testing.assert_allclose([float(rows[i]["platt"]) for i in te],
+                                       platt.predict_proba(store.raw_confidence[te])[:, 1], atol=1e-12)
+            probe = ActivationProbe(view="cosine", random_state=0, **SMALL).fit(
+                store.layer_means[tr], y[tr], store.raw_confidence[tr])
+            np.testing.assert_allclose([float(rows[i]["acute-cosine"]) for i in te],
+                                       probe.predict_proba(store.layer_means[te], store.raw_confidence[te])[:, 1],
+                                       atol=1e-12)
+        np.testing.assert_allclose(res.cv_predictions["platt"][r], [float(row["platt"]) for row in rows])
+    assert not np.array_equal(folds["fold"][0], folds["fold"][1])  # a repeat reshuffles
+
+
+def test_cv_rows_are_means_over_repeats_with_paired_differences(cross_validated):
+    store, out, res = cross_validated
+    y = store.correct.astype(int)
+    preds = res.cv_predictions
+    by_name = {r["estimator"]: r for r in json.loads((out / "results.json").read_text())["results"]}
+    for name in CV_NAMES:
+        assert by_name[name]["smece"] == pytest.approx(np.mean([metrics.smece(p, y) for p in preds[name]]))
+        assert by_name[name]["auc_euro_all"] == pytest.approx(np.mean([metrics.auc_euro(p, y) for p in preds[name]]))
+    ref = by_name["raw"]["reference"]
+    assert ref == max(["raw", "platt"], key=lambda n: by_name[n]["auc_euro_all"])
+    idx = metrics.bootstrap_indices(y.size, 40, seed=0)
+
+    def stat(name, i):
+        return np.mean([metrics.auc_euro(p[i], y[i]) for p in preds[name]])
+
+    for name in CV_NAMES:
+        row = by_name[name]
+        assert row["diff_auc_euro_all"] == pytest.approx(row["auc_euro_all"] - by_name[ref]["auc_euro_all"])
+        d = np.array([stat(name, i) - stat(ref, i) for i in idx])
+        lo, hi = np.percentile(d, [2.5, 97.5])
+        assert (row["diff_auc_euro_all_ci_low"], row["diff_auc_euro_all_ci_high"]) == pytest.approx((lo, hi))
+    assert by_name[ref]["diff_auc_euro_all"] == 0.0
+    # the planted signal lies in the hidden states, not in the raw confidence
+    assert by_name["acute-cosine-stacked"]["diff_auc_euro_all_ci_low"] > 0
+    md = (out / "results.md").read_text()
+    assert f"Δ auc-euro all vs {ref}" in md and "(reference)" in md and "3-fold stratified x 2 repeats" in md
+
+
+def test_cv_folds_group_duplicate_ids():
+    from acute.crossval import cv_folds
+
+    rng = np.random.default_rng(0)
+    ids = [f"q{i // 2}" for i in range(80)]  # every id twice
+    y = rng.random(80) < 0.5
+    for rep in cv_folds(ids, y, n_splits=4, n_repeats=2, seed=1):
+        seen = set()
+        for tr, te in rep:
+            test_ids = {ids[i] for i in te}
+            assert not test_ids & {ids[i] for i in tr}
+            assert not test_ids & seen
+            seen |= test_ids
+        assert len(seen) == 40
+
+
+def test_cv_needs_enough_records_of_each_class(tmp_path):
+    s = planted_store(n=60)
+    three_wrong = FakeStore(s.ids, np.arange(60) >= 3, s.raw_confidence, s.layer_means)
+    with pytest.raises(ValueError, match="57 correct and 3 wrong.*5-fold.*at least 5 of each class"):
+        evaluate_store(three_wrong, out_dir=tmp_path, estimators=["raw"], progress=False)
+    nine_wrong = FakeStore(s.ids, np.arange(60) >= 9, s.raw_confidence, s.layer_means)
+    # 2 outer folds leave 4 or 5 wrong records per training fold; the stacked probe's own 5-fold
+    # cross-validation needs 5 of each class in every training fold
+    with pytest.raises(ValueError, match="acute-pca10-stacked run stratified 5-fold.*at least 5 correct and 5 wrong"):
+        evaluate_store(nine_wrong, out_dir=tmp_path, estimators=["acute-pca10-stacked"], cv=2, progress=False)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_evaluate_predictions_paired_difference_by_hand():
+    rng = np.random.default_rng(5)
+    y = rng.random(150) < 0.4
+    platt = np.clip(0.4 + 0.2 * (y - 0.5) + rng.normal(scale=0.2, size=150), 0, 1)
+    probe = np.clip(0.4 + 0.4 * (y - 0.5) + rng.normal(scale=0.15, size=150), 0, 1)
+    rows = evaluate_predictions({"platt": platt, "probe": probe}, y, n_bootstrap=25, seed=2)
+    assert all(r["reference"] == "platt" for r in rows)
+    idx = metrics.bootstrap_indices(150, 25, seed=2)
+    d = [metrics.smece(probe[i], y[i]) - metrics.smece(platt[i], y[i]) for i in idx]
+    assert rows[1]["diff_smece"] == pytest.approx(metrics.smece(probe, y) - metrics.smece(platt, y))
+    assert (rows[1]["diff_smece_ci_low"], rows[1]["diff_smece_ci_high"]) == pytest.approx(
+        tuple(np.percentile(d, [2.5, 97.5])))
+    # without a baseline among the rows there is nothing to compare with
+    assert "reference" not in evaluate_predictions({"probe": probe}, y, n_bootstrap=0)[0]
+    with pytest.raises(ValueError, match="reference 'beta'"):
+        evaluate_predictions({"probe": probe}, y, reference="beta")
+    table = results_markdown(rows)
+    assert "Δ auc-euro all vs platt" in table.splitlines()[0]

@@ -141,6 +141,52 @@ def test_platt_calibration_matches_weighted_logistic_regression(data):
     np.testing.assert_allclose(p.predict_proba(Xt, ct)[:, 1], 1 / (1 + np.exp(-(a * raw + b))), atol=1e-14)
 
 
+def test_stacked_calibration_is_a_logistic_on_out_of_fold_forest_and_confidence_logits(data):
+    """Recompute the stacked probe by hand: out-of-fold forests on StratifiedKFold(cv) (PCA refitted
+    per fold), then an unpenalised logistic regression on the two clipped logits."""
+    from scipy.special import expit, logit
+    from sklearn.model_selection import StratifiedKFold
+
+    (X, y, c), (Xt, _, ct) = data
+    p = small(view="pca10", calibration="stacked", cv=4).fit(X, y, c)
+    oof = np.empty(len(y))
+    for tr, te in StratifiedKFold(4, shuffle=True, random_state=0).split(X, y):
+        fold = small(view="pca10").fit(X[tr], y[tr], c[tr])
+        oof[te] = fold.predict_proba(X[te], c[te])[:, 1]
+    np.testing.assert_allclose(p.oof_proba_, oof, atol=1e-12)
+
+    def feats(q, conf):
+        return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
+
+    lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(feats(oof, c), y)
+    w, v, b = (p.calibration_params_[k] for k in ("w", "v", "b"))
+    np.testing.assert_allclose([w, v], lr.coef_[0], rtol=1e-4)
+    np.testing.assert_allclose(b, lr.intercept_[0], rtol=1e-4, atol=1e-6)
+    forest = p.predict_proba(Xt, ct, calibrated=False)[:, 1]
+    np.testing.assert_allclose(forest, small(view="pca10").fit(X, y, c).predict_proba(Xt, ct)[:, 1])
+    np.testing.assert_allclose(p.predict_proba(Xt, ct)[:, 1], expit(feats(forest, ct) @ [w, v] + b), atol=1e-12)
+    assert w > 0 and v > 0  # both carry signal in this data
+
+
+def test_stacked_probe_needs_confidence_even_without_the_confidence_feature(data):
+    (X, y, c), (Xt, _, ct) = data
+    p = small(view="cosine", calibration="stacked", append_confidence=False).fit(X, y, c)
+    assert "raw_confidence" not in p.feature_names_
+    with pytest.raises(ValueError, match="confidence is required"):
+        p.predict_proba(Xt)
+    with pytest.raises(ValueError, match="confidence is required"):
+        p.export().predict_proba(Xt)
+
+
+def test_stacked_probe_is_written_as_format_version_2(data, tmp_path):
+    (X, y, c), _ = data
+    stacked = small(view="cosine", calibration="stacked").fit(X, y, c).save(tmp_path / "s")
+    plain = small(view="cosine").fit(X, y, c).save(tmp_path / "p")
+    assert json.loads((stacked / "probe.json").read_text())["format_version"] == 2
+    assert json.loads((plain / "probe.json").read_text())["format_version"] == 1
+    assert load_file(str(stacked / "probe.safetensors"))["calibration.stacked"].shape == (3,)
+
+
 # ---------------------------------------------------------------------------- export
 
 
@@ -151,6 +197,9 @@ def test_platt_calibration_matches_weighted_logistic_regression(data):
     dict(view="cosine", max_depth=None),
     dict(view="mean", layer=2, append_confidence=False),
     dict(view="mid", calibration="platt"),
+    dict(view="cosine", calibration="stacked", cv=5),
+    dict(view="pca10", calibration="stacked", append_confidence=False),
+    dict(view="mid", calibration="stacked"),
 ])
 def test_export_matches_sklearn_forest(data, tmp_path, kw):
     (X, y, c), (Xt, _, ct) = data

@@ -1,0 +1,299 @@
+"""Every estimator of the evaluation table by name, with one interface, and the default.
+
+``make_estimator(name)`` returns an unfitted scikit-learn-style estimator with
+``fit(layer_means, correct, confidence=None)`` and ``predict_proba(layer_means, confidence=None)``
+(``[:, 1]`` is P(correct)) for every name in :data:`ESTIMATORS`:
+
+* the six baselines (``raw``, ``hre``, ``nwkr``, ``platt``, ``isotonic``, ``beta``), which read
+  the raw confidence only and ignore ``layer_means`` (:class:`ConfidenceEstimator`);
+* the paper's six ACUTE probes ``acute-early`` ... ``acute-pca20`` (a random forest whose
+  P(correct) is the confidence);
+* their stacked variants ``acute-<view>-stacked``: the forest's out-of-fold P(correct) and the
+  raw confidence combined by a two-feature logistic regression (``calibration="stacked"``);
+* ``auto`` (:class:`AutoEstimator`, the default): picks among the probes by cross-validation on
+  its training records only, then refits the winner on all of them.
+
+:data:`DEFAULT_ESTIMATOR` is what ``acute train`` / ``acute export`` use when no ``--view`` is
+given. Fits are deterministic given ``random_state``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from .baselines import BASELINES, make_baseline
+
+__all__ = [
+    "ACUTE_VARIANTS",
+    "AUTO_CANDIDATES",
+    "AutoEstimator",
+    "BASELINES",
+    "ConfidenceEstimator",
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
+    "PROBE_ESTIMATORS",
+    "STACKED_VARIANTS",
+    "UnknownEstimatorError",
+    "estimator_group",
+    "make_estimator",
+    "probe_kwargs",
+]
+
+from .errors import AcuteError
+
+
+class UnknownEstimatorError(AcuteError, ValueError):
+    """An estimator name that is not in :data:`ESTIMATORS` (the message lists the known ones)."""
+
+
+# name -> ActivationProbe keyword arguments (the paper's rows)
+_VIEWS: dict[str, dict[str, Any]] = {
+    "acute-early": {"view": "mean", "layer": "early"},
+    "acute-mid": {"view": "mean", "layer": "mid"},
+    "acute-late": {"view": "mean", "layer": "late"},
+    "acute-cosine": {"view": "cosine"},
+    "acute-pca10": {"view": "pca10"},
+    "acute-pca20": {"view": "pca20"},
+}
+# 5 folds for the out-of-fold forests of a stacked probe: each sees 80% of the records
+STACK_CV = 5
+_STACKED: dict[str, dict[str, Any]] = {
+    f"{name}-stacked": {**kw, "calibration": "stacked", "cv": STACK_CV} for name, kw in _VIEWS.items()
+}
+_PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
+
+ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
+STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
+PROBE_ESTIMATORS: tuple[str, ...] = ACUTE_VARIANTS + STACKED_VARIANTS
+DEFAULT_ESTIMATOR = "auto"
+ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS + STACKED_VARIANTS + (DEFAULT_ESTIMATOR,)
+# The candidates of ``auto``: the views without a per-fit layer search (each candidate costs
+# cv + 1 forest fits per fit; a searched mean view adds a 3-fold search over a third of the
+# layers to each), plain and stacked.
+AUTO_CANDIDATES: tuple[str, ...] = (
+    "acute-cosine", "acute-pca10", "acute-cosine-stacked", "acute-pca10-stacked",
+)
+
+
+def estimator_group(name: str) -> str:
+    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"`` or ``"auto"``."""
+    if name in BASELINES:
+        return "baseline"
+    if name in _VIEWS:
+        return "acute"
+    if name in _STACKED:
+        return "stacked"
+    if name == DEFAULT_ESTIMATOR:
+        return "auto"
+    raise _unknown(name)
+
+
+def _unknown(name: Any) -> UnknownEstimatorError:
+    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+
+
+def probe_kwargs(name: str) -> dict[str, Any]:
+    """The ``ActivationProbe`` keyword arguments (view, layer, calibration, cv) of a probe name."""
+    if name not in _PROBES:
+        raise _unknown(name)
+    return dict(_PROBES[name])
+
+
+def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = None,
+                   probe_params: Mapping[str, Any] | None = None):
+    """An unfitted estimator by name (one of :data:`ESTIMATORS`).
+
+    Probes (and ``auto``'s candidates) get ``random_state``, ``n_jobs`` and ``probe_params``
+    (``ActivationProbe`` keywords such as ``n_estimators``; ``None`` values mean "probe
+    default"; the view, layer and calibration are fixed by the name). Baselines ignore them.
+    Raises :class:`UnknownEstimatorError` listing the known names.
+    """
+    if not isinstance(name, str):
+        raise _unknown(name)
+    if name in BASELINES:
+        return ConfidenceEstimator(name)
+    if name == DEFAULT_ESTIMATOR:
+        return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
+                             probe_params=dict(probe_params or {}) or None)
+    if name not in _PROBES:
+        raise _unknown(name)
+    from .probes import ActivationProbe
+
+    kw = probe_kwargs(name)
+    kw["random_state"] = random_state
+    if n_jobs is not None:
+        kw["n_jobs"] = n_jobs
+    for k, v in (probe_params or {}).items():
+        if k in ("view", "layer", "calibration"):
+            raise ValueError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
+        if v is not None:
+            kw[k] = v
+    return ActivationProbe(**kw)
+
+
+class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
+    """A baseline of :mod:`acute.baselines` behind the probes' interface: ``layer_means`` is
+    accepted and ignored, ``confidence`` is required. Fitted: ``baseline_``, ``classes_``."""
+
+    def __init__(self, baseline: str = "platt"):
+        self.baseline = baseline
+
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
+        if confidence is None:
+            raise ValueError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+        self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
+        if not hasattr(self, "baseline_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
+        if confidence is None:
+            raise ValueError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+        return self.baseline_.predict_proba(confidence)
+
+    def predict(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------- auto
+def _score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    from . import metrics
+
+    return {"auc_euro_all": float(metrics.auc_euro(p, y)), "smece": float(metrics.smece(p, y)),
+            "auroc": float(metrics.auroc(p, y)) if 0 < y.sum() < y.size else math.nan}
+
+
+def _rank_key(scores: Mapping[str, float]) -> tuple[float, float]:
+    """Higher auc-euro first; ties (to 1e-9) broken by lower smECE."""
+    return (-round(scores["auc_euro_all"], 9), scores["smece"])
+
+
+class AutoEstimator(ClassifierMixin, BaseEstimator):
+    """Choose a probe by cross-validation on the training records only, then refit it on all.
+
+    For each ``candidates`` probe the records get out-of-fold predictions from
+    ``StratifiedKFold(cv, shuffle=True, random_state)``; a stacked candidate reuses the
+    out-of-fold forest probabilities of its plain view (the forests are the same) and is
+    scored by cross-fitting its two-feature logistic on them over the same folds. The
+    baselines (``references``) are scored on the same folds. The probe with the highest
+    out-of-fold auc-euro (all) wins (ties: lower smECE) and is refitted on every record; the
+    baselines are references only, because what ``auto`` picks must be exportable as a probe.
+    ``warning_`` says so when a baseline scored above the winner.
+
+    Fitted: ``best_`` (name), ``estimator_`` (the refitted winner), ``scores_`` (name ->
+    ``auc_euro_all``, ``smece``, ``auroc`` out of fold, every candidate and reference),
+    ``ranking_`` (names, best first), ``best_baseline_``, ``warning_`` (str or None),
+    ``classes_``.
+    """
+
+    def __init__(self, candidates: Sequence[str] = AUTO_CANDIDATES,
+                 references: Sequence[str] = BASELINES, cv: int = 5,
+                 random_state: int | None = 0, n_jobs: int | None = None,
+                 probe_params: Mapping[str, Any] | None = None):
+        self.candidates = candidates
+        self.references = references
+        self.cv = cv
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.probe_params = probe_params
+
+    def _make(self, name: str):
+        return make_estimator(name, random_state=0 if self.random_state is None else self.random_state,
+                              n_jobs=self.n_jobs, probe_params=self.probe_params)
+
+    def _check_names(self) -> tuple[list[str], list[str]]:
+        cands, refs = list(self.candidates), list(self.references)
+        if not cands:
+            raise ValueError("AutoEstimator needs at least one candidate probe")
+        for n in cands:
+            if n not in _PROBES:
+                raise UnknownEstimatorError(f"auto candidate {n!r} is not a probe; choose from "
+                                            f"{', '.join(PROBE_ESTIMATORS)}")
+        for n in refs:
+            if n not in BASELINES:
+                raise UnknownEstimatorError(f"auto reference {n!r} is not a baseline; choose from "
+                                            f"{', '.join(BASELINES)}")
+        return cands, refs
+
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
+        from sklearn.model_selection import StratifiedKFold
+
+        from .features import check_confidence, check_correct, check_cv, check_layer_means
+        from .probes import fit_stacker, apply_calibration
+
+        cands, refs = self._check_names()
+        X = check_layer_means(layer_means)
+        y = check_correct(correct, X.shape[0])
+        conf = check_confidence(confidence, X.shape[0])
+        check_cv(self.cv, y)
+        folds = list(StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+                     .split(np.zeros(len(y)), y))
+        oof: dict[str, np.ndarray] = {}
+        forest_oof: dict[str, np.ndarray] = {}  # plain view -> out-of-fold forest P(correct)
+        for name in refs:
+            oof[name] = np.empty(len(y))
+            for tr, te in folds:
+                oof[name][te] = ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
+        for name in cands:
+            view = name.removesuffix("-stacked")
+            if view not in forest_oof:
+                forest_oof[view] = np.empty(len(y))
+                for tr, te in folds:
+                    est = self._make(view).fit(X[tr], y[tr], confidence=conf[tr])
+                    forest_oof[view][te] = est.predict_proba(X[te], confidence=conf[te])[:, 1]
+            if name == view:
+                oof[name] = forest_oof[view]
+            else:  # cross-fitted stacker on the out-of-fold forest probabilities
+                p = np.empty(len(y))
+                for tr, te in folds:
+                    w, v, b = fit_stacker(forest_oof[view][tr], conf[tr], y[tr])
+                    p[te] = apply_calibration(forest_oof[view][te], "stacked", {"w": w, "v": v, "b": b}, conf[te])
+                oof[name] = p
+        self.scores_ = {name: _score(p, y) for name, p in oof.items()}
+        self.ranking_ = sorted(self.scores_, key=lambda n: _rank_key(self.scores_[n]))
+        self.best_ = next(n for n in self.ranking_ if n in cands)
+        self.best_baseline_ = next((n for n in self.ranking_ if n in refs), None)
+        self.warning_ = None
+        if self.best_baseline_ is not None and self.ranking_.index(self.best_baseline_) < self.ranking_.index(self.best_):
+            b, p = self.scores_[self.best_baseline_], self.scores_[self.best_]
+            self.warning_ = (f"the baseline {self.best_baseline_} scored above every probe in {self.cv}-fold "
+                             f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
+                             f"{p['auc_euro_all']:.4f} for {self.best_}); the hidden states add nothing "
+                             "measurable here")
+        self.estimator_ = self._make(self.best_).fit(X, y, confidence=conf)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def selection(self) -> dict[str, Any]:
+        """What was chosen and why, JSON-ready: ``chosen``, ``criterion``, ``cv``, ``scores``
+        (every candidate and reference, best first), ``best_baseline``, ``warning``."""
+        if not hasattr(self, "best_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
+        return {
+            "chosen": self.best_,
+            "criterion": "out-of-fold auc-euro (all), ties by smECE",
+            "cv": {"n_splits": int(self.cv), "random_state": self.random_state},
+            "candidates": list(self.candidates),
+            "scores": [{"estimator": n, **self.scores_[n]} for n in self.ranking_],
+            "best_baseline": self.best_baseline_,
+            "warning": self.warning_,
+        }
+
+    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        if not hasattr(self, "estimator_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
+        return self.estimator_.predict_proba(layer_means, confidence=confidence)
+
+    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
