@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["DEMO_QUESTIONS", "DEMO_RISK", "DEMO_VIEW", "run_demo"]
+__all__ = ["DEMO_QUESTIONS", "DEMO_RISK", "run_demo"]
 
 DEMO_QUESTIONS = (
     "What is the capital of France?",
@@ -19,8 +19,9 @@ DEMO_QUESTIONS = (
     "Who was the first person to walk on the Moon?",
     "In which year did the Byzantine emperor Basil II die?",
 )
-DEMO_VIEW = "pca10"
 DEMO_RISK = 0.5
+# one repeat of 5-fold cross-validation keeps the demo within minutes on 2 cores
+DEMO_FOLDS, DEMO_REPEATS = 5, 1
 
 
 def _say(msg: str) -> None:
@@ -40,17 +41,21 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     """Run the demo into ``out`` and return the paths it wrote (store, evaluation, probe).
 
     Collects ``limit`` built-in questions drawn evenly from every category with a fixed seed
-    (all of them when None; a collection left in ``out`` is resumed), evaluates the six baselines and six ACUTE variants on a held-out split (bootstrap
-    intervals from ``n_bootstrap`` resamples), exports a pca10 probe fitted on every record and
-    scores ``questions`` live at risk level ``risk``. Prints the collection summary, the
-    results table and one line per scored question to stdout, progress to stderr.
+    (all of them when None; a collection left in ``out`` is resumed), evaluates every estimator
+    (six baselines, six ACUTE probes, their stacked variants and ``auto``) by 5-fold
+    cross-validation with paired bootstrap intervals (``n_bootstrap`` resamples) of each
+    estimator's difference to the best baseline, exports the default estimator (``auto``: the
+    probe chosen by cross-validation on all records) and scores ``questions`` live at risk level
+    ``risk``. Prints the collection summary, the results table and one line per scored question
+    to stdout, progress to stderr.
     """
     import numpy as np
 
     from .collect import collect, collection_settings
+    from .estimators import DEFAULT_ESTIMATOR, make_estimator
     from .evaluate import evaluate_store
     from .models import load_model, model_fingerprint
-    from .probes import ActivationProbe, load_probe
+    from .probes import load_probe
     from .scoring import Scorer
     from .store import open_store
     from .tasks import get_task
@@ -68,20 +73,24 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     summary = collect(model, tok, task, examples, out / "store", model_name=model_name)
     print("\n".join(summary.lines()))
 
-    _say("[3/5] evaluating six baselines and six ACUTE variants on a held-out split")
+    _say(f"[3/5] evaluating every estimator by {DEMO_FOLDS}-fold cross-validation")
     store = open_store(out / "store")
-    evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=n_bootstrap)
+    evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=n_bootstrap, cv=DEMO_FOLDS,
+                   repeats=DEMO_REPEATS, reliability="best")
     print()
     print((out / "evaluation" / "results.md").read_text(encoding="utf-8"))
 
-    _say(f"[4/5] fitting a {DEMO_VIEW} probe on all {len(store)} records and exporting it")
-    probe = ActivationProbe(view=DEMO_VIEW, random_state=0)
-    probe.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct,
-              confidence=store.raw_confidence)
-    probe.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
-               training_summary={"store": str((out / "store").resolve()),
-                                 **collection_settings(store.manifest)})
-    print(f"\nprobe exported to {out / 'probe'} (probe.safetensors + probe.json, no pickle)")
+    _say(f"[4/5] choosing the probe ({DEFAULT_ESTIMATOR}) on all {len(store)} records and exporting it")
+    auto = make_estimator(DEFAULT_ESTIMATOR).fit(np.asarray(store.layer_means, dtype=np.float32),
+                                                 store.correct, confidence=store.raw_confidence)
+    auto.estimator_.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
+                         training_summary={"store": str((out / "store").resolve()),
+                                           **collection_settings(store.manifest)},
+                         selection=auto.selection())
+    print(f"\n{DEFAULT_ESTIMATOR} chose {auto.best_} by cross-validation; probe exported to "
+          f"{out / 'probe'} (probe.safetensors + probe.json, no pickle)")
+    if auto.warning_:
+        print(f"warning: {auto.warning_}")
 
     _say(f"[5/5] scoring live questions at risk level {risk}")
     scorer = Scorer(model, tok, load_probe(out / "probe"))  # asks like the default task
