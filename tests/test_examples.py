@@ -51,9 +51,13 @@ def test_train_probe(trained, long_context_dir):
     assert len(store) == 40 and store.layer_means.shape == (40, 5, 64)
     assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
     results = json.loads((trained / "evaluation" / "results.json").read_text())
-    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "isotonic", "acute-pca10"]
+    assert [r["estimator"] for r in results["results"]] == [
+        "raw", "platt", "isotonic", "acute-cosine", "acute-cosine-stacked", "auto"]
+    assert results["split"]["mode"] == "cv"
     probe = load_probe(trained / "probe")
-    assert probe.view == "pca10" and probe.training_summary["n_records"] == 40
+    assert probe.selection["chosen"] in ("acute-cosine", "acute-pca10", "acute-cosine-stacked",
+                                         "acute-pca10-stacked")
+    assert probe.training_summary["n_records"] == 40
     assert probe.model_name == str(long_context_dir)
     assert probe.training_summary["task_settings"]["name"] == "default"
 
