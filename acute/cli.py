@@ -108,8 +108,7 @@ def cmd_collect(args) -> int:
     task, examples = _load_task(args.task, args.data, args.split, args.limit,
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
-    model, tok = load_model(args.model, dtype=args.model_dtype, device=device,
-                            device_map=args.device_map)
+    model, tok = load_model(args.model, **_placement(args, device=device))
     summary = collect(model, tok, task, examples, out, model_name=_model_name(args.model),
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                       dtype=args.dtype, pool=args.pool,
@@ -419,7 +418,7 @@ def cmd_score(args) -> int:
     probe = load_probe(probe_dir)
     ids, prompts = _read_prompts(args.jsonl) if args.jsonl else (None, [args.question])
     model_name = args.model or probe.model_name or DEFAULT_MODEL
-    model, tok = load_model(model_name)
+    model, tok = load_model(model_name, **_placement(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task))
     scored = scorer.generate(prompts, risk=args.risk)
@@ -445,7 +444,7 @@ def cmd_protocol(args) -> int:
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else (
         DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, **_placement(args))
     run_protocol(model, tok, task, examples, out, batch_size=args.batch_size,
                  n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
                  model_name=_model_name(args.model))
@@ -466,19 +465,39 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     run_demo(out=Path(args.out), limit=args.limit or None, model_name=args.model,
-             n_bootstrap=args.n_bootstrap)
+             n_bootstrap=args.n_bootstrap, load_options=_placement(args))
     return 0
 
 
 # ---------------------------------------------------------------- parser
+def _placement(args, device: str | None = None) -> dict:
+    """``load_model`` keywords from the model options every model-loading command shares."""
+    return {"dtype": args.model_dtype, "device": device or args.device, "device_map": args.device_map}
+
+
+def _model_options() -> argparse.ArgumentParser:
+    """The parent parser of every command that loads a model: where and in which dtype."""
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("model placement")
+    g.add_argument("--model-dtype", default="float32",
+                   help="weights dtype: float32, bfloat16 or float16 (layer sums stay float32)")
+    g.add_argument("--device", default="cpu",
+                   help="cpu, cuda or cuda:N (under accelerate launch: each process's own GPU)")
+    g.add_argument("--device-map", default=None,
+                   help="spread one model over the available devices (e.g. auto); one process only")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acute", description=__doc__)
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"acute {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    model_opts = _model_options()
 
-    d = sub.add_parser("demo", help="the whole pipeline on the default model and built-in questions")
+    d = sub.add_parser("demo", help="the whole pipeline on the default model and built-in questions",
+                       parents=[model_opts])
     d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"))
     d.add_argument("--limit", type=int, default=300,
                    help="built-in questions to collect, sampled across categories (default 300; 0 = all 600)")
@@ -486,7 +505,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--n-bootstrap", type=int, default=200)
     d.set_defaults(func=cmd_demo)
 
-    c = sub.add_parser("collect", help="generate, record activations, label, write a store")
+    c = sub.add_parser("collect", help="generate, record activations, label, write a store",
+                       parents=[model_opts])
     c.add_argument("--model", default=DEFAULT_MODEL, help="card name, hub id, folder or .gguf")
     c.add_argument("--task", default="default", help="task name (see `acute tasks`) or a JSONL of {id, question, answers}")
     c.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
@@ -497,12 +517,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=int, default=8)
     c.add_argument("--max-new-tokens", type=int, default=None)
     c.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="storage dtype of layer means")
-    c.add_argument("--model-dtype", default="float32",
-                   help="weights dtype: float32, bfloat16 or float16 (layer sums stay float32)")
-    c.add_argument("--device", default="cpu",
-                   help="cpu, cuda or cuda:N (under accelerate launch: each process's own GPU)")
-    c.add_argument("--device-map", default=None,
-                   help="spread one model over the available devices (e.g. auto); one process only")
     c.add_argument("--num-processes", type=int, default=1,
                    help="data-parallel processes: relaunches this command with accelerate launch")
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding")
@@ -577,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", required=True)
     pl.set_defaults(func=cmd_plot)
 
-    s = sub.add_parser("score", help="generate and decide trust / abstain with a probe")
+    s = sub.add_parser("score", help="generate and decide trust / abstain with a probe", parents=[model_opts])
     s.add_argument("question", nargs="?")
     s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
     s.add_argument("--model", default=None, help="default: the model named in the probe")
@@ -589,7 +603,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
     s.set_defaults(func=cmd_score)
 
-    pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol")
+    pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol",
+                        parents=[model_opts])
     pr.add_argument("--model", default=DEFAULT_MODEL)
     pr.add_argument("--task", required=True)
     pr.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",

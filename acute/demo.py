@@ -37,7 +37,8 @@ DEMO_LIMIT = 300
 
 
 def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smollm2-135m-instruct",
-             n_bootstrap: int = 200, questions=DEMO_QUESTIONS, risk: float = DEMO_RISK) -> dict:
+             n_bootstrap: int = 200, questions=DEMO_QUESTIONS, risk: float = DEMO_RISK,
+             load_options: dict | None = None) -> dict:
     """Run the demo into ``out`` and return the paths it wrote (store, evaluation, probe).
 
     Collects ``limit`` built-in questions drawn evenly from every category with a fixed seed
@@ -47,7 +48,8 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     estimator's difference to the best baseline, exports the default estimator (``auto``: the
     probe chosen by cross-validation on all records) and scores ``questions`` live at risk level
     ``risk``. Prints the collection summary, the results table and one line per scored question
-    to stdout, progress to stderr.
+    to stdout, progress to stderr. ``load_options`` go to :func:`acute.models.load_model`
+    (``device``, ``dtype``, ``device_map``).
     """
     import numpy as np
 
@@ -63,7 +65,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     out = Path(out)
     t0 = time.perf_counter()
     _say(f"[1/5] loading {model_name} (a first run fetches and converts it into the acute cache)")
-    model, tok = load_model(model_name)
+    model, tok = load_model(model_name, **(load_options or {}))
     task = get_task("default")
     examples = task.load()
     if limit is not None and limit < len(examples):  # a fixed sample across all categories

@@ -369,3 +369,17 @@ def test_entry_point_subprocess():
                           text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "smollm2-135m-instruct" in proc.stdout
+
+
+def test_every_model_loading_command_takes_the_model_options(capsys, exported, tmp_path):
+    from acute.cli import build_parser
+
+    parser = build_parser()
+    extra = {"collect": [], "score": ["Q?"], "protocol": ["--task", "sciq"], "demo": []}
+    for cmd, rest in extra.items():
+        args = parser.parse_args([cmd, *rest, "--device", "cuda:1", "--model-dtype", "bfloat16",
+                                  "--device-map", "auto"])
+        assert (args.device, args.model_dtype, args.device_map) == ("cuda:1", "bfloat16", "auto"), cmd
+    # the options reach load_model, which checks them before loading anything
+    rc, _, err = run(["score", "Q?", "--probe", exported, "--device", "cuda", "--device-map", "auto"], capsys)
+    assert rc == 2 and "device" in err and "Traceback" not in err
