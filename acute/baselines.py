@@ -21,6 +21,8 @@ Baselines (``BASELINES``):
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import math
 
 import numpy as np
@@ -58,15 +60,15 @@ def check_confidence(confidence, name: str = "confidence") -> np.ndarray:
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
+        raise InputError(f"{name} must be a 1-d array, got shape {arr.shape}")
     bad = ~np.isfinite(arr)
     if bad.any():
-        raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN/inf), "
+        raise InputError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN/inf), "
                          f"first at index {int(np.flatnonzero(bad)[0])}")
     out = (arr < 0) | (arr > 1)
     if out.any():
         i = int(np.flatnonzero(out)[0])
-        raise ValueError(f"{name} must lie in [0, 1]; {int(out.sum())} value(s) outside, "
+        raise InputError(f"{name} must lie in [0, 1]; {int(out.sum())} value(s) outside, "
                          f"e.g. {arr[i]!r} at index {i}")
     return arr
 
@@ -75,22 +77,22 @@ def check_correct(correct, n: int, name: str = "correct") -> np.ndarray:
     """Return ``correct`` as a 1-d float64 array of 0/1 of length ``n``; ``ValueError`` otherwise."""
     arr = np.asarray(correct)
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-d array, got shape {arr.shape}")
+        raise InputError(f"{name} must be a 1-d array, got shape {arr.shape}")
     if arr.shape[0] != n:
-        raise ValueError(f"{name} has {arr.shape[0]} entries but confidence has {n}")
+        raise InputError(f"{name} has {arr.shape[0]} entries but confidence has {n}")
     arr = arr.astype(np.float64)
     if not np.all((arr == 0) | (arr == 1)):
-        raise ValueError(f"{name} must contain only 0/1 or booleans")
+        raise InputError(f"{name} must contain only 0/1 or booleans")
     return arr
 
 
 def _check_fit_input(confidence, correct, *, both_classes: bool) -> tuple[np.ndarray, np.ndarray]:
     conf = check_confidence(confidence)
     if conf.size == 0:
-        raise ValueError("cannot fit a calibrator on 0 records")
+        raise InputError("cannot fit a calibrator on 0 records")
     y = check_correct(correct, conf.size)
     if both_classes and (y.min() == y.max()):
-        raise ValueError(
+        raise InputError(
             f"correct contains a single class ({int(y[0])} for all {y.size} records); "
             "this calibrator needs both correct and incorrect examples")
     return conf, y
@@ -117,7 +119,7 @@ class _Baseline(ClassifierMixin, BaseEstimator):
     def predict_proba(self, confidence) -> np.ndarray:
         """Return ``[n, 2]``: column 1 is calibrated P(correct), column 0 its complement."""
         if not hasattr(self, "classes_"):
-            raise ValueError(f"{type(self).__name__} is not fitted; call fit(confidence, correct) first")
+            raise InputError(f"{type(self).__name__} is not fitted; call fit(confidence, correct) first")
         conf = check_confidence(confidence)
         p = np.clip(self._predict(conf), 0.0, 1.0) if conf.size else np.zeros(0)
         return np.column_stack([1.0 - p, p])
@@ -187,10 +189,10 @@ class HistogramRegression(_Baseline):
     def _resolve_bins(self, n: int) -> int:
         if isinstance(self.n_bins, str):
             if self.n_bins != "sqrt":
-                raise ValueError(f"n_bins must be a positive int or 'sqrt', got {self.n_bins!r}")
+                raise InputError(f"n_bins must be a positive int or 'sqrt', got {self.n_bins!r}")
             return max(1, int(round(math.sqrt(n))))
         if isinstance(self.n_bins, bool) or not isinstance(self.n_bins, (int, np.integer)) or self.n_bins < 1:
-            raise ValueError(f"n_bins must be a positive int or 'sqrt', got {self.n_bins!r}")
+            raise InputError(f"n_bins must be a positive int or 'sqrt', got {self.n_bins!r}")
         return int(min(self.n_bins, n))
 
     def _fit(self, conf, y):
@@ -246,7 +248,7 @@ class KernelRegression(_Baseline):
         else:
             sigma = float(self.bandwidth)
         if not (np.isfinite(sigma) and sigma > 0):
-            raise ValueError(f"bandwidth must be a positive finite number, got {sigma!r}")
+            raise InputError(f"bandwidth must be a positive finite number, got {sigma!r}")
         self.bandwidth_ = sigma
         self.conf_ = conf.copy()
         self.correct_ = y.copy()
@@ -357,5 +359,5 @@ def make_baseline(name: str, **kwargs) -> _Baseline:
     try:
         cls = _CLASSES[name]
     except KeyError:
-        raise ValueError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}") from None
+        raise InputError(f"unknown baseline {name!r}; choose one of {', '.join(BASELINES)}") from None
     return cls(**kwargs)

@@ -3,6 +3,8 @@ export, score, plot, protocol and protocol-report. Heavy imports happen inside e
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import argparse
 import json
 import os
@@ -26,7 +28,7 @@ def _task_options(pairs: list[str] | None) -> dict:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--task-option must look like KEY=VALUE, got {pair!r}")
+            raise InputError(f"--task-option must look like KEY=VALUE, got {pair!r}")
         try:
             options[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -40,7 +42,7 @@ def _load_task(name: str, data: str | None, split: str | None, limit: int | None
     task = get_task(name, **options)
     examples = task.load(data, split=split, limit=limit)
     if not examples:
-        raise ValueError(f"task {task.name!r}: no examples in {data or 'the default data'}")
+        raise InputError(f"task {task.name!r}: no examples in {data or 'the default data'}")
     return task, examples
 
 
@@ -90,12 +92,12 @@ def cmd_collect(args) -> int:
     from .models import load_model
 
     if args.num_processes < 1:
-        raise ValueError(f"--num-processes must be >= 1, got {args.num_processes}")
+        raise InputError(f"--num-processes must be >= 1, got {args.num_processes}")
     world = _launched_processes()
     if args.num_processes > 1 and world == 1:
         return _relaunch_with_accelerate(args, args.argv)
     if world > 1 and args.device_map:
-        raise ValueError("--device-map spreads one model over several devices and needs a single "
+        raise InputError("--device-map spreads one model over several devices and needs a single "
                          "process; drop it or launch one process")
     state = None
     device = args.device
@@ -160,16 +162,16 @@ def _probe_estimator(args):
         common["n_jobs"] = args.n_jobs
     if args.view is not None:
         if args.estimator is not None:
-            raise ValueError("give --view (a plain probe) or --estimator, not both")
+            raise InputError("give --view (a plain probe) or --estimator, not both")
         params = {"view": args.view, "layer": _parse_layer(args.layer), **common}
         if args.n_estimators is not None:
             params["n_estimators"] = args.n_estimators
         return ActivationProbe(**params), f"view {_view_label(args)}"
     if args.layer is not None:
-        raise ValueError("--layer goes with --view mean")
+        raise InputError("--layer goes with --view mean")
     name = args.estimator or DEFAULT_ESTIMATOR
     if name not in PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,):
-        raise ValueError(f"--estimator must be a probe or {DEFAULT_ESTIMATOR!r} (a baseline cannot be "
+        raise InputError(f"--estimator must be a probe or {DEFAULT_ESTIMATOR!r} (a baseline cannot be "
                          f"exported as a probe); choose from {', '.join(PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,))}")
     return make_estimator(name, probe_params={"n_estimators": args.n_estimators}, **common), name
 
@@ -233,7 +235,7 @@ def _open_labelled_store(path: str):
 
     store = open_store(path)
     if len(store) == 0:
-        raise ValueError(f"store {path} has no records")
+        raise InputError(f"store {path} has no records")
     return store
 
 
@@ -275,7 +277,7 @@ def _estimator_list(text: str | None) -> list[str] | None:
         return None
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise ValueError("--estimators needs a comma-separated list of estimator names")
+        raise InputError("--estimators needs a comma-separated list of estimator names")
     return names
 
 
@@ -310,7 +312,7 @@ def cmd_learning_curve(args) -> int:
         try:
             sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
-            raise ValueError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+            raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
     lc = learning_curve(np.asarray(store.layer_means, dtype=np.float32), store.correct,
                         store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
                         n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
@@ -336,15 +338,15 @@ def cmd_plot(args) -> int:
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if not rows or "correct" not in rows[0]:
-        raise ValueError(f"{path}: expected a header 'id,correct,<estimator>...' and rows")
+        raise InputError(f"{path}: expected a header 'id,correct,<estimator>...' and rows")
     names = [k for k in rows[0] if k not in ("id", "correct")]
     if not names:
-        raise ValueError(f"{path}: no estimator columns besides id and correct")
+        raise InputError(f"{path}: no estimator columns besides id and correct")
     try:
         correct = np.array([float(r["correct"]) for r in rows])
         confs = {n: np.array([float(r[n]) for r in rows]) for n in names}
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: a value is not a number ({e})") from None
+        raise InputError(f"{path}: a value is not a number ({e})") from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     paths = [euro_curves(confs, correct, out / "euro_curves.png")]
@@ -373,29 +375,20 @@ def _score_task(name: str | None):
 def _read_prompts(source: str):
     """``(ids, prompts)`` from a JSONL file or ``-`` (stdin): objects with 'prompt' or 'question'
     (or bare JSON strings); errors name the file and line."""
+    from ._util import iter_jsonl
+
     name = "<stdin>" if source == "-" else source
     if source != "-" and not Path(source).is_file():
         raise FileNotFoundError(f"prompts file {source} does not exist")
-    fh = sys.stdin if source == "-" else open(source, encoding="utf-8")
     ids, prompts = [], []
-    try:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{name}:{lineno}: not valid JSON ({e.msg})") from None
-            text = (obj.get("prompt") or obj.get("question")) if isinstance(obj, dict) else obj
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
-            prompts.append(text)
-            ids.append(obj.get("id", lineno) if isinstance(obj, dict) else lineno)
-    finally:
-        if fh is not sys.stdin:
-            fh.close()
+    for lineno, obj in iter_jsonl(sys.stdin if source == "-" else source, name, error=InputError, objects=False):
+        text = (obj.get("prompt") or obj.get("question")) if isinstance(obj, dict) else obj
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
+        prompts.append(text)
+        ids.append(obj.get("id", lineno) if isinstance(obj, dict) else lineno)
     if not prompts:
-        raise ValueError(f"{name}: no prompts")
+        raise InputError(f"{name}: no prompts")
     return ids, prompts
 
 
@@ -405,7 +398,7 @@ def cmd_score(args) -> int:
     from .scoring import Scorer, decide
 
     if not args.jsonl and not args.question:
-        raise ValueError("give a question, or --jsonl FILE (or - for stdin)")
+        raise InputError("give a question, or --jsonl FILE (or - for stdin)")
     decide([], args.risk)  # a bad risk level fails before the model is loaded
     if args.probe:
         probe_dir = Path(args.probe)
@@ -634,7 +627,7 @@ def main(argv=None) -> int:
     args.argv = argv
     try:
         return args.func(args)
-    except (AcuteError, ValueError, FileNotFoundError) as e:
+    except (AcuteError, FileNotFoundError) as e:  # anything else is a bug: let it show its traceback
         _err(str(e))
         return 2
     except KeyboardInterrupt:

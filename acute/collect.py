@@ -8,6 +8,8 @@ is continued by running the same command again.
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import math
 import sys
 import time
@@ -158,9 +160,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
 
     examples = list(examples)
     if not examples:
-        raise ValueError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
+        raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
     if on_too_long not in ("skip", "error"):
-        raise ValueError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
     rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
     parallel = world > 1
     out_dir = Path(out_dir)

@@ -13,6 +13,8 @@ so a difference between two estimators is a paired comparison on the same record
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -27,12 +29,12 @@ def check_folds(correct: np.ndarray, n_splits: int, what: str = "the store") -> 
     """Raise ``ValueError`` unless each class has at least ``n_splits`` records (stratified
     k-fold puts at least one of each class into every fold)."""
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
-        raise ValueError(f"the number of folds must be an int >= 2, got {n_splits!r}")
+        raise InputError(f"the number of folds must be an int >= 2, got {n_splits!r}")
     y = np.asarray(correct).astype(np.int64)
     n_pos = int(y.sum())
     n_neg = int(y.size - n_pos)
     if min(n_pos, n_neg) < n_splits:
-        raise ValueError(
+        raise InputError(
             f"{what} has {n_pos} correct and {n_neg} wrong records; {n_splits}-fold stratified "
             f"cross-validation needs at least {n_splits} of each class (and the probes' inner "
             f"folds about {n_splits * 5}): collect more records or use fewer folds")
@@ -49,10 +51,10 @@ def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repea
 
     check_folds(correct, n_splits)
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
-        raise ValueError(f"the number of repeats must be an int >= 1, got {n_repeats!r}")
+        raise InputError(f"the number of repeats must be an int >= 1, got {n_repeats!r}")
     groups = np.unique(np.asarray([str(i) for i in ids]), return_inverse=True)[1]
     if np.unique(groups).size < n_splits:
-        raise ValueError(f"{np.unique(groups).size} distinct record ids are fewer than {n_splits} folds")
+        raise InputError(f"{np.unique(groups).size} distinct record ids are fewer than {n_splits} folds")
     y = np.asarray(correct).astype(np.int64)
     out = []
     for r in range(int(n_repeats)):
@@ -116,7 +118,7 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
             out[nm][r, te] = p
     for nm, p in out.items():
         if np.isnan(p).any():
-            raise ValueError(f"folds do not cover every record in every repeat ({nm})")
+            raise InputError(f"folds do not cover every record in every repeat ({nm})")
     return out
 
 

@@ -1,20 +1,29 @@
-"""Exception classes for acute's domain errors.
+"""Every exception class of acute's domain errors, in one place.
 
-Bad arguments raise ``ValueError`` and missing files ``FileNotFoundError``; everything else that
-is specific to acute derives from :class:`AcuteError`, so callers (and the CLI) can catch one class
-and print its message, which always says what went wrong and what to do about it.
+Each is an :class:`AcuteError`, so callers (and the CLI, which maps them to a one-line message
+and exit status 2) can catch one class; anything else is a bug and shows its traceback. Errors
+about values the user passed are also ``ValueError`` (so ``except ValueError`` keeps working);
+messages say what went wrong, name the argument, file, line or record, and what to do.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "AcuteError",
-    "ModelLoadError",
-    "ModelFetchError",
     "ChecksumError",
-    "UnknownModelCardError",
+    "CorruptStoreError",
     "DataError",
+    "IncompatibleStoreError",
+    "InputError",
+    "ModelFetchError",
+    "ModelLoadError",
+    "ModelMismatchError",
+    "ProbeFormatError",
     "StoreError",
+    "TaskDataError",
+    "UnknownEstimatorError",
+    "UnknownModelCardError",
+    "UnsupportedArchitectureError",
 ]
 
 
@@ -22,6 +31,11 @@ class AcuteError(Exception):
     """Base class of every acute domain error."""
 
 
+class InputError(AcuteError, ValueError):
+    """An argument or input value is not acceptable (the message names it and says why)."""
+
+
+# ------------------------------------------------------------------------------ models
 class ModelLoadError(AcuteError):
     """A model or tokenizer could not be loaded (wrong kind of model, unreadable file, offline hub)."""
 
@@ -38,9 +52,40 @@ class UnknownModelCardError(AcuteError, ValueError):
     """No model card has the requested name; the message lists the known cards."""
 
 
+class UnsupportedArchitectureError(AcuteError, ValueError):
+    """The decoder layers / final norm of a model could not be located."""
+
+
+# -------------------------------------------------------------------------------- data
 class DataError(AcuteError):
     """A data file (benchmark, JSONL, manifest) is malformed; the message names file and line."""
 
 
-class StoreError(AcuteError):
-    """An activation store is missing, incomplete or inconsistent."""
+class TaskDataError(DataError, ValueError):
+    """A benchmark file is malformed; the message names the file and (where known) the line."""
+
+
+# ------------------------------------------------------------------------------- store
+class StoreError(AcuteError, ValueError):
+    """A store on disk cannot be used as asked."""
+
+
+class CorruptStoreError(StoreError):
+    """A committed file of a store is unreadable or inconsistent; the message names the file."""
+
+
+class IncompatibleStoreError(StoreError):
+    """Resuming a store whose manifest disagrees with the new one; the message names the key."""
+
+
+# ------------------------------------------------------------------------ probes, estimators
+class ProbeFormatError(AcuteError, ValueError):
+    """A probe directory is malformed, truncated or tampered with (the message names the file)."""
+
+
+class ModelMismatchError(AcuteError, ValueError):
+    """A probe is used with a model whose fingerprint differs from the one it was trained on."""
+
+
+class UnknownEstimatorError(AcuteError, ValueError):
+    """An estimator name that is not known (the message lists the known ones)."""

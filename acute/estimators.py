@@ -19,6 +19,8 @@ given. Fits are deterministic given ``random_state``.
 
 from __future__ import annotations
 
+from .errors import AcuteError, InputError, UnknownEstimatorError
+
 import math
 from typing import Any, Mapping, Sequence
 
@@ -43,11 +45,7 @@ __all__ = [
     "probe_kwargs",
 ]
 
-from .errors import AcuteError
 
-
-class UnknownEstimatorError(AcuteError, ValueError):
-    """An estimator name that is not in :data:`ESTIMATORS` (the message lists the known ones)."""
 
 
 # name -> ActivationProbe keyword arguments (the paper's rows)
@@ -129,7 +127,7 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
         kw["n_jobs"] = n_jobs
     for k, v in (probe_params or {}).items():
         if k in ("view", "layer", "calibration"):
-            raise ValueError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
+            raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
         if v is not None:
             kw[k] = v
     return ActivationProbe(**kw)
@@ -144,7 +142,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
 
     def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
         if confidence is None:
-            raise ValueError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
         self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
         self.classes_ = np.array([0, 1])
         return self
@@ -155,7 +153,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
 
             raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
         if confidence is None:
-            raise ValueError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
         return self.baseline_.predict_proba(confidence)
 
     def predict(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
@@ -211,7 +209,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     def _check_names(self) -> tuple[list[str], list[str]]:
         cands, refs = list(self.candidates), list(self.references)
         if not cands:
-            raise ValueError("AutoEstimator needs at least one candidate probe")
+            raise InputError("AutoEstimator needs at least one candidate probe")
         for n in cands:
             if n not in _PROBES:
                 raise UnknownEstimatorError(f"auto candidate {n!r} is not a probe; choose from "

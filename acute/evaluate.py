@@ -27,6 +27,8 @@ are options. It writes:
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import csv
 import hashlib
 import json
@@ -42,6 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from ._util import json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
 from .estimators import ACUTE_VARIANTS, ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
@@ -95,12 +98,12 @@ def split_ids(ids: Sequence[Any], test_fraction: float = 0.3, seed: int = 0) -> 
     ``test_fraction`` must be in [0, 1); ids must be unique (``ValueError`` otherwise).
     """
     if not (isinstance(test_fraction, (int, float)) and 0.0 <= float(test_fraction) < 1.0):
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+        raise InputError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     ids = list(ids)
     if len(set(map(str, ids))) != len(ids):
         seen: set[str] = set()
         dup = next(str(i) for i in ids if str(i) in seen or seen.add(str(i)))
-        raise ValueError(f"ids must be unique to split by id; {dup!r} occurs more than once")
+        raise InputError(f"ids must be unique to split by id; {dup!r} occurs more than once")
     u = np.array([_unit_hash(seed, i) for i in ids], dtype=np.float64)
     test = u < float(test_fraction)
     return ~test, test
@@ -169,25 +172,25 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     from .crossval import cv_metric
 
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     if not confidences:
-        raise ValueError("confidences is empty: nothing to evaluate")
+        raise InputError("confidences is empty: nothing to evaluate")
     y = np.asarray(correct)
     if y.ndim != 1 or y.size == 0:
-        raise ValueError(f"correct must be a non-empty 1-d array, got shape {y.shape}")
+        raise InputError(f"correct must be a non-empty 1-d array, got shape {y.shape}")
     y = check_correct(y, y.size)
     preds: dict[str, np.ndarray] = {}
     for name, conf in confidences.items():
         c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
         if c.ndim != 2:
-            raise ValueError(f"confidences[{name!r}] must be [n] or [repeats, n], got shape {np.shape(conf)}")
+            raise InputError(f"confidences[{name!r}] must be [n] or [repeats, n], got shape {np.shape(conf)}")
         if c.shape[1] != y.size:
-            raise ValueError(f"confidences[{name!r}] has {c.shape[1]} entries but correct has {y.size}")
+            raise InputError(f"confidences[{name!r}] has {c.shape[1]} entries but correct has {y.size}")
         for row in c:
             check_confidence(row, name=f"confidences[{name!r}]")
         preds[str(name)] = c
     if reference is not None and reference not in preds:
-        raise ValueError(f"reference {reference!r} is not among the evaluated estimators {list(preds)}")
+        raise InputError(f"reference {reference!r} is not among the evaluated estimators {list(preds)}")
     fns = _metric_fns()
     rows = []
     for name, c in preds.items():
@@ -336,45 +339,27 @@ def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
     return out
 
 
-def _json_clean(x):
-    if isinstance(x, dict):
-        return {str(k): _json_clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_clean(v) for v in x]
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    if isinstance(x, np.ndarray):
-        return _json_clean(x.tolist())
-    if isinstance(x, Path):
-        return str(x)
-    if x is None or isinstance(x, (str, int, bool)):
-        return x
-    return str(x)
-
 
 # ----------------------------------------------------------------------------- inputs
 def _store_arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray]:
     ids = list(store.ids)
     n = len(ids)
     if n == 0:
-        raise ValueError(f"{label} has no records")
+        raise InputError(f"{label} has no records")
     try:
         correct = check_correct(np.asarray(store.correct), n, name=f"{label}.correct")
         conf = check_confidence(store.raw_confidence, name=f"{label}.raw_confidence")
     except ValueError as e:
-        raise ValueError(f"{label}: {e}") from None
+        raise InputError(f"{label}: {e}") from None
     if conf.size != n:
-        raise ValueError(f"{label}.raw_confidence has {conf.size} entries but {label}.ids has {n}")
+        raise InputError(f"{label}.raw_confidence has {conf.size} entries but {label}.ids has {n}")
     return ids, correct, conf
 
 
 def _check_layer_means(store, n: int, label: str) -> tuple[int, ...]:
     shape = tuple(store.layer_means.shape)
     if len(shape) != 3 or shape[0] != n:
-        raise ValueError(f"{label}.layer_means must have shape [n={n}, L+1, d], got {shape}")
+        raise InputError(f"{label}.layer_means must have shape [n={n}, L+1, d], got {shape}")
     return shape[1:]
 
 
@@ -400,30 +385,30 @@ def _check_probe_inputs(names: Sequence[str], shape: tuple[int, ...], n_train: i
     need = max(inner.values())
     if need and n_minority < need:
         which = ", ".join(n for n, k in inner.items() if k == need)
-        raise ValueError(f"{which} run stratified {need}-fold cross-validation inside their fit, which "
+        raise InputError(f"{which} run stratified {need}-fold cross-validation inside their fit, which "
                          f"needs at least {need} correct and {need} wrong training records; {where} "
                          f"has only {n_minority} of one class: collect more records or leave them out")
     folds = max(int(make_estimator(n, probe_params=probe_params).get_params().get("cv", 0)) for n in probes)
     if n_train < folds:
-        raise ValueError(f"{where} has {n_train} records, fewer than the probes' {folds} "
+        raise InputError(f"{where} has {n_train} records, fewer than the probes' {folds} "
                          "cross-validation folds; collect more records")
     hidden = shape[1]
     for n in probes:
         view = make_estimator(n, probe_params=probe_params).get_params().get("view", "")
         if str(view).startswith("pca") and int(view[3:]) > min(hidden, n_train):
-            raise ValueError(f"{n} needs {view[3:]} principal components but the hidden size is {hidden} "
+            raise InputError(f"{n} needs {view[3:]} principal components but the hidden size is {hidden} "
                              f"and {where} has {n_train} records; leave {n} out of estimators")
 
 
 def _check_names(estimators: Sequence[str] | None) -> list[str]:
     names = list(ESTIMATORS if estimators is None else estimators)
     if not names:
-        raise ValueError("estimators is empty: nothing to evaluate")
+        raise InputError("estimators is empty: nothing to evaluate")
     unknown = [n for n in names if n not in ESTIMATORS]
     if unknown:
-        raise ValueError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
+        raise InputError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"estimators contains duplicates: {names}")
+        raise InputError(f"estimators contains duplicates: {names}")
     return names
 
 
@@ -496,22 +481,22 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if out_dir is None:
         out_dir = out
     elif out is not None and Path(out) != Path(out_dir):
-        raise ValueError(f"give out_dir or out, not two different paths ({out_dir!s}, {out!s})")
+        raise InputError(f"give out_dir or out, not two different paths ({out_dir!s}, {out!s})")
     if out_dir is None:
-        raise ValueError("out_dir is required: where results.md/.csv/.json and plots go")
+        raise InputError("out_dir is required: where results.md/.csv/.json and plots go")
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     out_dir = Path(out_dir)
     names = _check_names(estimators)
     uses_probes = any(estimator_group(n) != "baseline" for n in names)
     if isinstance(reliability, str):
         if reliability not in ("all", "best"):
-            raise ValueError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
+            raise InputError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
     else:
         reliability = list(reliability)
         missing = [n for n in reliability if n not in names]
         if missing:
-            raise ValueError(f"reliability names {missing} are not among the evaluated estimators {names}")
+            raise InputError(f"reliability names {missing} are not among the evaluated estimators {names}")
 
     ids, correct, conf = _store_arrays(store, "store")
     if test_store is not None:
@@ -559,12 +544,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         train_ids, y_tr, c_tr, tr_store, i_tr = train
         eval_ids, eval_correct, c_te, te_store, i_te = test
         if not eval_ids:
-            raise ValueError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
+            raise InputError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
                              f"seed={seed}); use more records or a larger test_fraction")
         if not train_ids:
-            raise ValueError("the training split is empty")
+            raise InputError("the training split is empty")
         if y_tr.min() == y_tr.max():
-            raise ValueError(f"the training split has a single class (all {len(train_ids)} records "
+            raise InputError(f"the training split has a single class (all {len(train_ids)} records "
                              f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
         lm_tr = lm_te = None
         if uses_probes:
@@ -572,7 +557,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
             if test_store is not None:
                 t_shape = _check_layer_means(test_store, len(eval_ids), "test_store")
                 if t_shape != shape:
-                    raise ValueError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
+                    raise InputError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
                                      f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
             _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
                                 probe_params, "the training split")
@@ -674,11 +659,11 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
             for r in range(1, next(iter(res.cv_predictions.values())).shape[0]):
                 _write_predictions(stage / f"predictions-repeat{r}.csv", res.test_ids, y,
                                    {n: p[r] for n, p in res.cv_predictions.items()})
-            (stage / "folds.json").write_text(json.dumps(_json_clean(
+            (stage / "folds.json").write_text(json.dumps(json_ready(
                 {k: res.split[k] for k in ("mode", "seed", "n_splits", "n_repeats")}
                 | {"ids": res.test_ids, "fold": fold_of})), encoding="utf-8")
         else:
-            (stage / "split.json").write_text(json.dumps(_json_clean(
+            (stage / "split.json").write_text(json.dumps(json_ready(
                 {**{k: res.split[k] for k in ("mode", "seed", "test_fraction")},
                  "train": train_ids, "test": res.test_ids})), encoding="utf-8")
         n_eval = res.split.get("n_test", res.split.get("n_records"))
@@ -700,7 +685,7 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
             "results": res.rows,
             "files": files + ["results.json"],
         }
-        (stage / "results.json").write_text(json.dumps(_json_clean(payload), indent=2), encoding="utf-8")
+        (stage / "results.json").write_text(json.dumps(json_ready(payload), indent=2), encoding="utf-8")
 
         final = out_dir / "results.json"
         if final.exists():

@@ -46,6 +46,8 @@ once the token is known.
 
 from __future__ import annotations
 
+from .errors import AcuteError, InputError, UnsupportedArchitectureError
+
 import contextlib
 import copy
 import dataclasses
@@ -63,7 +65,6 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from acute._util import progress as _progress
-from acute.errors import AcuteError
 
 __all__ = [
     "Generation",
@@ -98,9 +99,6 @@ _LAYER_PATHS = (
 _NORM_NAMES = ("norm", "ln_f", "final_layernorm", "final_layer_norm", "final_norm", "norm_f")
 _EMBED_NAMES = ("embed_tokens", "wte", "embed_in", "word_embeddings")
 
-
-class UnsupportedArchitectureError(AcuteError, ValueError):
-    """The decoder layers / final norm of a model could not be located."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,9 +485,9 @@ class HiddenStateRecorder:
 
     def __enter__(self) -> "HiddenStateRecorder":
         if self.pool not in _POOLS:
-            raise ValueError(f"pool must be one of {_POOLS}, got {self.pool!r}")
+            raise InputError(f"pool must be one of {_POOLS}, got {self.pool!r}")
         if self.dtype not in (torch.float32, torch.float64):
-            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
+            raise InputError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
         if self._handles:
             raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
         lm = find_layers(self.model)
@@ -547,22 +545,22 @@ class HiddenStateRecorder:
         if not self._handles:
             raise RuntimeError("use HiddenStateRecorder as a context manager: `with HiddenStateRecorder(model) as rec:`")
         if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+            raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         for key in ("num_beams", "num_return_sequences"):
             if generate_kwargs.get(key, 1) != 1:
-                raise ValueError(f"{key} must be 1 for recording, got {generate_kwargs[key]}")
+                raise InputError(f"{key} must be 1 for recording, got {generate_kwargs[key]}")
         for key in ("max_length", "stop_strings", "stopping_criteria", "max_time",
                     "return_dict_in_generate", "output_hidden_states"):
             if key in generate_kwargs:
-                raise ValueError(f"{key!r} cannot be passed to HiddenStateRecorder.generate "
+                raise InputError(f"{key!r} cannot be passed to HiddenStateRecorder.generate "
                                  "(the recorder decides when each row stops)")
         stop_strings = tuple(stop_strings)
         if stop_strings and tokenizer is None:
-            raise ValueError("stop_strings need a tokenizer")
+            raise InputError("stop_strings need a tokenizer")
         if any(not isinstance(s, str) or not s for s in stop_strings):
-            raise ValueError(f"stop_strings must be non-empty strings, got {stop_strings!r}")
+            raise InputError(f"stop_strings must be non-empty strings, got {stop_strings!r}")
         if input_ids.ndim != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must be [batch, length>0], got shape {tuple(input_ids.shape)}")
+            raise InputError(f"input_ids must be [batch, length>0], got shape {tuple(input_ids.shape)}")
         eos_ids = [int(i) for i in eos_token_ids]
         # The recorder decides EOS itself. An EosTokenCriteria that never fires replaces the one
         # generate would build from eos_token_id (user-given criteria of the same type take
@@ -755,11 +753,11 @@ def _tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
 
 def _check_strings(values: Any, name: str) -> list[str]:
     if isinstance(values, str):
-        raise ValueError(f"{name} must be a list of strings, not a single string")
+        raise InputError(f"{name} must be a list of strings, not a single string")
     values = list(values)
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise ValueError(f"{name}[{i}] must be a str, got {type(v).__name__}")
+            raise InputError(f"{name}[{i}] must be a str, got {type(v).__name__}")
     return values
 
 
@@ -938,19 +936,19 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts = _check_strings(prompts, "prompts")
     stop_strings = tuple(_check_strings(stop_strings, "stop_strings"))
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if pool not in _POOLS:
-        raise ValueError(f"pool must be one of {_POOLS}, got {pool!r}")
+        raise InputError(f"pool must be one of {_POOLS}, got {pool!r}")
     if on_too_long not in ("skip", "error"):
-        raise ValueError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else _resolve_eos(model, tokenizer)
     pad_id = _pad_id(tokenizer, eos_ids)
     encoded = _tokenize(tokenizer, prompts)
     for i, ids in enumerate(encoded):
         if not ids:
-            raise ValueError(f"prompts[{i}] is empty (tokenizes to no tokens)")
+            raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
     limit = context_window(model)
     keep: list[int] = []
     for i, ids in enumerate(encoded):
@@ -958,7 +956,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             message = (f"prompts[{i}] has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
                        f"it exceeds the context window of {limit} positions")
             if on_too_long == "error":
-                raise ValueError(message)
+                raise InputError(message)
             warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
             continue
         keep.append(i)
@@ -1040,19 +1038,19 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts = _check_strings(prompts, "prompts")
     continuations = _check_strings(continuations, "continuations")
     if len(prompts) != len(continuations):
-        raise ValueError(f"prompts ({len(prompts)}) and continuations ({len(continuations)}) differ in length")
+        raise InputError(f"prompts ({len(prompts)}) and continuations ({len(continuations)}) differ in length")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     p_ids = _tokenize(tokenizer, prompts)
     c_ids = _tokenize(tokenizer, continuations)
     limit = context_window(model)
     for i, (p, c) in enumerate(zip(p_ids, c_ids)):
         if not c:
-            raise ValueError(f"continuations[{i}] is empty (tokenizes to no tokens)")
+            raise InputError(f"continuations[{i}] is empty (tokenizes to no tokens)")
         if not p:
-            raise ValueError(f"prompts[{i}] is empty; the first continuation token needs a context")
+            raise InputError(f"prompts[{i}] is empty; the first continuation token needs a context")
         if limit is not None and len(p) + len(c) > limit:
-            raise ValueError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
+            raise InputError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
                              f"more than the context window of {limit}")
     pad_id = _pad_id(tokenizer, _resolve_eos(model, tokenizer))
     keep_logits = _forward_accepts(model, "logits_to_keep")

@@ -22,6 +22,8 @@ featurizers and the exported numpy probe call, so fitted and exported features a
 
 from __future__ import annotations
 
+from .errors import InputError
+
 from numbers import Integral
 from typing import Any
 
@@ -64,19 +66,19 @@ def check_layer_means(layer_means: Any, name: str = "layer_means") -> np.ndarray
     """
     arr = np.asarray(layer_means)
     if arr.ndim != 3:
-        raise ValueError(f"{name} must have shape [n, L+1, d]; got shape {arr.shape}")
+        raise InputError(f"{name} must have shape [n, L+1, d]; got shape {arr.shape}")
     if arr.shape[0] == 0:
-        raise ValueError(f"{name} has no records (shape {arr.shape})")
+        raise InputError(f"{name} has no records (shape {arr.shape})")
     if arr.shape[1] < 2 or arr.shape[2] < 1:
-        raise ValueError(
+        raise InputError(
             f"{name} must have at least 2 layer outputs and 1 hidden dimension; got shape {arr.shape}"
         )
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
+        raise InputError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
         bad_rows = _first_nonfinite_row(arr)
         if bad_rows is not None:
-            raise ValueError(f"{name} has a non-finite value (NaN or inf) in row {bad_rows}")
+            raise InputError(f"{name} has a non-finite value (NaN or inf) in row {bad_rows}")
     return arr
 
 
@@ -98,20 +100,20 @@ def check_correct(correct: Any, n: int, name: str = "correct") -> np.ndarray:
     """
     arr = np.asarray(correct)
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
+        raise InputError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
     if arr.dtype == bool:
         y = arr.astype(np.int64)
     else:
         if not np.issubdtype(arr.dtype, np.number):
-            raise ValueError(f"{name} must be bool or 0/1; got dtype {arr.dtype}")
+            raise InputError(f"{name} must be bool or 0/1; got dtype {arr.dtype}")
         good = (arr == 0) | (arr == 1)
         if not good.all():
             row = int(np.argmin(good))
-            raise ValueError(f"{name} must be bool or 0/1; row {row} is {arr[row]!r}")
+            raise InputError(f"{name} must be bool or 0/1; row {row} is {arr[row]!r}")
         y = arr.astype(np.int64)
     if y.min() == y.max():
         which = "correct" if y[0] == 1 else "wrong"
-        raise ValueError(f"all records are {which} in {name}; a probe needs both correct and wrong records")
+        raise InputError(f"all records are {which} in {name}; a probe needs both correct and wrong records")
     return y
 
 
@@ -122,14 +124,14 @@ def check_confidence(confidence: Any, n: int, name: str = "confidence") -> np.nd
     value (first bad row given).
     """
     if confidence is None:
-        raise ValueError(f"{name} is required (the raw confidence is a probe feature)")
+        raise InputError(f"{name} is required (the raw confidence is a probe feature)")
     arr = np.asarray(confidence, dtype=np.float64)
     if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
+        raise InputError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
     good = np.isfinite(arr) & (arr >= 0.0) & (arr <= 1.0)
     if not good.all():
         row = int(np.argmin(good))
-        raise ValueError(f"{name} must be finite and in [0, 1]; row {row} is {arr[row]!r}")
+        raise InputError(f"{name} must be finite and in [0, 1]; row {row} is {arr[row]!r}")
     return arr
 
 
@@ -149,10 +151,10 @@ def resolve_layer(layer: Any, n_layer_outputs: int, name: str = "layer") -> int:
     Raises ``ValueError`` for a non-integer or an index outside ``-n..n-1``.
     """
     if isinstance(layer, bool) or not isinstance(layer, Integral):
-        raise ValueError(f"{name} must be an int or one of {NAMED_LAYERS}; got {layer!r}")
+        raise InputError(f"{name} must be an int or one of {NAMED_LAYERS}; got {layer!r}")
     layer = int(layer)
     if not -n_layer_outputs <= layer < n_layer_outputs:
-        raise ValueError(
+        raise InputError(
             f"{name}={layer} is out of range: layer_means has {n_layer_outputs} layer outputs "
             f"(valid {-n_layer_outputs}..{n_layer_outputs - 1})"
         )
@@ -169,7 +171,7 @@ def layer_thirds(n_layer_outputs: int) -> dict[str, np.ndarray]:
     A third is empty when ``L < 3``.
     """
     if n_layer_outputs < 2:
-        raise ValueError(f"need at least 2 layer outputs; got {n_layer_outputs}")
+        raise InputError(f"need at least 2 layer outputs; got {n_layer_outputs}")
     parts = np.array_split(np.arange(1, n_layer_outputs, dtype=np.int64), 3)
     return dict(zip(NAMED_LAYERS, parts))
 
@@ -213,7 +215,7 @@ def search_layer(
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if candidates.size == 0:
-        raise ValueError("no candidate layers to search")
+        raise InputError("no candidate layers to search")
     y = np.asarray(correct, dtype=np.int64)
     folds = list(StratifiedKFold(cv, shuffle=True, random_state=random_state).split(np.zeros(len(y)), y))
     scores: dict[int, float] = {}
@@ -238,12 +240,12 @@ def search_layer(
 def check_cv(cv: Any, y: np.ndarray) -> int:
     """Validate a fold count against labels ``y``: >= 2 folds, enough records of each class."""
     if isinstance(cv, bool) or not isinstance(cv, Integral) or cv < 2:
-        raise ValueError(f"cv must be an int >= 2; got {cv!r}")
+        raise InputError(f"cv must be an int >= 2; got {cv!r}")
     if len(y) < cv:
-        raise ValueError(f"{len(y)} records are fewer than the cv={cv} folds")
+        raise InputError(f"{len(y)} records are fewer than the cv={cv} folds")
     counts = np.bincount(y, minlength=2)
     if counts.min() < cv:
-        raise ValueError(
+        raise InputError(
             f"stratified cv={cv} needs at least {cv} correct and {cv} wrong records; "
             f"got {counts[1]} correct and {counts[0]} wrong"
         )
@@ -264,7 +266,7 @@ class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
             raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
         X = check_layer_means(X)
         if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):
-            raise ValueError(
+            raise InputError(
                 f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but {type(self).__name__} "
                 f"was fitted on [n, {self.n_layer_outputs_}, {self.hidden_size_}]"
             )
@@ -313,22 +315,22 @@ class MeanPool(_LayerMeansTransformer):
         n_outputs = X.shape[1]
         if isinstance(self.layer, str):
             if self.layer not in NAMED_LAYERS:
-                raise ValueError(f"layer must be an int or one of {NAMED_LAYERS}; got {self.layer!r}")
+                raise InputError(f"layer must be an int or one of {NAMED_LAYERS}; got {self.layer!r}")
             third = layer_thirds(n_outputs)[self.layer]
             if third.size == 0:
-                raise ValueError(
+                raise InputError(
                     f"layer={self.layer!r} needs at least 3 decoder layers; layer_means has "
                     f"{n_outputs} layer outputs ({n_outputs - 1} decoder layers)"
                 )
             if y is None:
-                raise ValueError(
+                raise InputError(
                     f"MeanPool(layer={self.layer!r}) picks its layer by cross-validation and needs y (correct)"
                 )
             labels = check_correct(y, X.shape[0], name="y")
             cv = check_cv(self.cv, labels)
             conf = None if confidence is None else check_confidence(confidence, X.shape[0])
             if isinstance(self.stride, bool) or not isinstance(self.stride, Integral) or self.stride < 1:
-                raise ValueError(f"stride must be an int >= 1; got {self.stride!r}")
+                raise InputError(f"stride must be an int >= 1; got {self.stride!r}")
             self.layer_, self.cv_scores_ = search_layer(
                 X, labels, third[:: self.stride], conf, cv=cv, n_estimators=self.n_estimators,
                 max_depth=self.max_depth, max_features=self.max_features, n_jobs=self.n_jobs,
@@ -454,9 +456,9 @@ class LayerPCA(_LayerMeansTransformer):
         n, n_out, d = X.shape
         m = self.n_components
         if isinstance(m, bool) or not isinstance(m, Integral) or m < 1:
-            raise ValueError(f"n_components must be an int >= 1; got {m!r}")
+            raise InputError(f"n_components must be an int >= 1; got {m!r}")
         if m > min(n, d):
-            raise ValueError(
+            raise InputError(
                 f"LayerPCA(n_components={m}) needs n_components <= min(n_train, d) = "
                 f"min({n}, {d}) = {min(n, d)}"
             )
@@ -503,15 +505,15 @@ def make_featurizer(view: str, layer: int | str | None = None, **search_params: 
     ``MeanPool``. Raises ``ValueError`` for an unknown view or a ``layer`` the view cannot use.
     """
     if view not in VIEWS:
-        raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+        raise InputError(f"unknown view {view!r}; choose one of {VIEWS}")
     if view == "mean":
         if layer is None:
-            raise ValueError("view='mean' needs layer (an int or one of 'early', 'mid', 'late')")
+            raise InputError("view='mean' needs layer (an int or one of 'early', 'mid', 'late')")
         if isinstance(layer, str) and layer not in NAMED_LAYERS:
-            raise ValueError(f"layer must be an int or one of {NAMED_LAYERS}; got {layer!r}")
+            raise InputError(f"layer must be an int or one of {NAMED_LAYERS}; got {layer!r}")
         return MeanPool(layer, **search_params)
     if layer is not None:
-        raise ValueError(f"view={view!r} does not take a layer (got layer={layer!r}); use view='mean'")
+        raise InputError(f"view={view!r} does not take a layer (got layer={layer!r}); use view='mean'")
     if view in NAMED_LAYERS:
         return MeanPool(view, **search_params)
     if view == "cosine":

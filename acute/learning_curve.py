@@ -13,6 +13,8 @@ highest auc-euro at the largest size ("best baseline") next to the requested pro
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -36,14 +38,14 @@ def resolve_sizes(sizes: Sequence[int] | None, pool: int) -> list[int]:
     out = []
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 10:
-            raise ValueError(f"learning-curve sizes must be ints >= 10, got {s!r}")
+            raise InputError(f"learning-curve sizes must be ints >= 10, got {s!r}")
         if s > pool:
-            raise ValueError(f"learning-curve size {s} is larger than the {pool} training records that "
+            raise InputError(f"learning-curve size {s} is larger than the {pool} training records that "
                              f"each cross-validation fold of this store leaves; use sizes up to {pool} "
                              "or collect more records")
         out.append(int(s))
     if len(set(out)) != len(out):
-        raise ValueError(f"learning-curve sizes contain duplicates: {list(sizes)}")
+        raise InputError(f"learning-curve sizes contain duplicates: {list(sizes)}")
     return sorted(out)
 
 
@@ -57,7 +59,7 @@ def _subset(pool: np.ndarray, y: np.ndarray, size: int, rng_seed: int) -> np.nda
     k_pos = min(max(k_pos, _MIN_PER_CLASS), pos.size)
     k_neg = size - k_pos
     if k_neg < _MIN_PER_CLASS or k_neg > neg.size or k_pos < _MIN_PER_CLASS:
-        raise ValueError(f"a training subset of {size} records cannot hold {_MIN_PER_CLASS} records of each "
+        raise InputError(f"a training subset of {size} records cannot hold {_MIN_PER_CLASS} records of each "
                          f"class (the fold has {pos.size} correct and {neg.size} wrong); use larger sizes")
     return np.sort(np.concatenate([pos[:k_pos], neg[:k_neg]]))
 
@@ -144,7 +146,7 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
 
     for name in estimators:
         if name not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+            raise InputError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
     probes = [n for n in dict.fromkeys(estimators) if estimator_group(n) != "baseline"]
     names = list(BASELINES) + probes
     y = np.asarray(correct).astype(np.int64)
@@ -181,8 +183,7 @@ def write_learning_curve(lc: LearningCurve, out_dir, params: Mapping[str, Any] |
     import json
     from pathlib import Path
 
-    from ._util import write_text_atomic
-    from .evaluate import _json_clean
+    from ._util import json_ready, write_text_atomic
     from .plots import learning_curves
 
     out = Path(out_dir)
@@ -203,5 +204,5 @@ def write_learning_curve(lc: LearningCurve, out_dir, params: Mapping[str, Any] |
            "n_records": lc.n_records, "accuracy": lc.accuracy, "n_splits": lc.n_splits,
            "repeats": lc.repeats, "params": dict(params or {}), "rows": rows,
            "per_repeat": {n: {m: v.tolist() for m, v in d.items()} for n, d in lc.values.items()}}
-    files["json"] = write_text_atomic(out / "learning_curve.json", json.dumps(_json_clean(doc), indent=1))
+    files["json"] = write_text_atomic(out / "learning_curve.json", json.dumps(json_ready(doc), indent=1))
     return files

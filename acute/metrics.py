@@ -23,6 +23,8 @@ Metrics
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -83,24 +85,24 @@ def _as_confidence(confidence: ArrayLike, name: str = "confidence") -> np.ndarra
     try:
         arr = np.asarray(confidence)
     except Exception as exc:  # ragged lists and the like
-        raise ValueError(f"{name}: cannot be read as an array ({exc})") from None
+        raise InputError(f"{name}: cannot be read as an array ({exc})") from None
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
     ):
-        raise ValueError(f"{name}: expected numbers in [0, 1], got dtype {arr.dtype}")
+        raise InputError(f"{name}: expected numbers in [0, 1], got dtype {arr.dtype}")
     if np.iscomplexobj(arr):
-        raise ValueError(f"{name}: expected real numbers in [0, 1], got complex values")
+        raise InputError(f"{name}: expected real numbers in [0, 1], got complex values")
     if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+        raise InputError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if arr.size == 0:
-        raise ValueError(f"{name}: is empty")
+        raise InputError(f"{name}: is empty")
     arr = arr.astype(np.float64, copy=False)
     if np.isnan(arr).any():
-        raise ValueError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
+        raise InputError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
     bad = (arr < 0.0) | (arr > 1.0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: values must lie in [0, 1]; {name}[{i}] = {arr[i]!r}")
+        raise InputError(f"{name}: values must lie in [0, 1]; {name}[{i}] = {arr[i]!r}")
     return arr
 
 
@@ -109,25 +111,25 @@ def _as_correct(correct: ArrayLike, name: str = "correct") -> np.ndarray:
     try:
         arr = np.asarray(correct)
     except Exception as exc:
-        raise ValueError(f"{name}: cannot be read as an array ({exc})") from None
+        raise InputError(f"{name}: cannot be read as an array ({exc})") from None
     if arr.dtype == object or not (
         np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
     ):
-        raise ValueError(f"{name}: expected booleans or 0/1 labels, got dtype {arr.dtype}")
+        raise InputError(f"{name}: expected booleans or 0/1 labels, got dtype {arr.dtype}")
     if arr.ndim != 1:
-        raise ValueError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+        raise InputError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if arr.size == 0:
-        raise ValueError(f"{name}: is empty")
+        raise InputError(f"{name}: is empty")
     if arr.dtype == np.bool_:
         return arr
     if np.iscomplexobj(arr):
-        raise ValueError(f"{name}: expected 0/1 labels, got complex values")
+        raise InputError(f"{name}: expected 0/1 labels, got complex values")
     if np.issubdtype(arr.dtype, np.floating) and np.isnan(arr).any():
-        raise ValueError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
+        raise InputError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
     bad = (arr != 0) & (arr != 1)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{name}: labels must be 0/1 or booleans; {name}[{i}] = {arr[i]!r}")
+        raise InputError(f"{name}: labels must be 0/1 or booleans; {name}[{i}] = {arr[i]!r}")
     return arr == 1
 
 
@@ -143,7 +145,7 @@ def validate_inputs(
     conf = _as_confidence(confidence, name)
     y = _as_correct(correct)
     if conf.shape[0] != y.shape[0]:
-        raise ValueError(
+        raise InputError(
             f"{name} and correct must have the same length, got {conf.shape[0]} and {y.shape[0]}"
         )
     return conf, y
@@ -165,7 +167,7 @@ def ece(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 10) -> float:
     """
     conf, y = validate_inputs(confidence, correct)
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
-        raise ValueError(f"n_bins: expected a positive integer, got {n_bins!r}")
+        raise InputError(f"n_bins: expected a positive integer, got {n_bins!r}")
     idx = np.minimum((conf * n_bins).astype(np.int64), n_bins - 1)
     gap = np.bincount(idx, weights=conf - y, minlength=n_bins)
     return float(np.abs(gap).sum() / conf.shape[0])
@@ -199,7 +201,7 @@ def nll(confidence: ArrayLike, correct: ArrayLike, eps: float = NLL_EPS) -> floa
     """
     conf, y = validate_inputs(confidence, correct)
     if not (isinstance(eps, (int, float)) and 0.0 < eps < 0.5):
-        raise ValueError(f"eps: expected a float in (0, 0.5), got {eps!r}")
+        raise InputError(f"eps: expected a float in (0, 0.5), got {eps!r}")
     p = np.clip(conf, eps, 1.0 - eps)
     return float(-np.mean(np.where(y, np.log(p), np.log1p(-p))))
 
@@ -421,11 +423,11 @@ def smooth_reliability(
     elif isinstance(sigma, bool) or not (
         isinstance(sigma, (int, float, np.floating)) and 0.0 < float(sigma) <= 1.0
     ):
-        raise ValueError(f"sigma: expected a float in (0, 1], got {sigma!r}")
+        raise InputError(f"sigma: expected a float in (0, 1], got {sigma!r}")
     sigma = float(sigma)
     if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
         if grid < 2:
-            raise ValueError(f"grid: expected at least 2 points, got {grid}")
+            raise InputError(f"grid: expected at least 2 points, got {grid}")
         t = np.linspace(0.0, 1.0, int(grid))
     else:
         t = _as_confidence(grid, "grid")
@@ -535,13 +537,13 @@ def _check_grid(grid: ArrayLike, name: str = "grid") -> np.ndarray:
     try:
         u = np.asarray(grid, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected numbers in (0, 1)") from None
+        raise InputError(f"{name}: expected numbers in (0, 1)") from None
     if u.ndim == 0:
         u = u.reshape(1)
     if u.ndim != 1 or u.size == 0:
-        raise ValueError(f"{name}: expected a non-empty 1-D array of risk levels in (0, 1)")
+        raise InputError(f"{name}: expected a non-empty 1-D array of risk levels in (0, 1)")
     if not np.all((u > 0.0) & (u < 1.0)):  # also rejects NaN
-        raise ValueError(f"{name}: risk levels must lie strictly between 0 and 1")
+        raise InputError(f"{name}: risk levels must lie strictly between 0 and 1")
     return u
 
 
@@ -589,7 +591,7 @@ def euro(confidence: ArrayLike, correct: ArrayLike, u_ca: float) -> float:
     """
     u = _check_grid(u_ca, "u_ca")
     if u.shape[0] != 1:
-        raise ValueError(f"u_ca: expected one risk level, got {u.shape[0]}; use euro_curve")
+        raise InputError(f"u_ca: expected one risk level, got {u.shape[0]}; use euro_curve")
     return float(euro_curve(confidence, correct, u)[0])
 
 
@@ -636,7 +638,7 @@ def auc_euro(
     or 0.7497 (grid). Returns a float in [0, 1].
     """
     if band not in BANDS:
-        raise ValueError(f"band: expected one of {sorted(BANDS)}, got {band!r}")
+        raise InputError(f"band: expected one of {sorted(BANDS)}, got {band!r}")
     sl, (lo, hi) = BANDS[band]
     if exact:
         conf, y = validate_inputs(confidence, correct)
@@ -662,9 +664,9 @@ _INDEX_BLOCK = 1 << 22  # resample indices drawn per block (32 MiB of int64)
 
 def _check_bootstrap_args(n: int, alpha: float) -> None:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n: expected a positive number of resamples, got {n!r}")
+        raise InputError(f"n: expected a positive number of resamples, got {n!r}")
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 1.0):
-        raise ValueError(f"alpha: expected a float in (0, 1), got {alpha!r}")
+        raise InputError(f"alpha: expected a float in (0, 1), got {alpha!r}")
 
 
 def _index_blocks(size: int, n: int, seed: int) -> Iterator[np.ndarray]:
@@ -687,7 +689,7 @@ def bootstrap_indices(size: int, n: int = 1000, seed: int = 0) -> np.ndarray:
     mind the memory (``8 * n * size`` bytes).
     """
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
-        raise ValueError(f"size: expected a positive number of records, got {size!r}")
+        raise InputError(f"size: expected a positive number of records, got {size!r}")
     _check_bootstrap_args(n, 0.05)
     return np.concatenate(list(_index_blocks(int(size), int(n), seed)), axis=0)
 

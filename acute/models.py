@@ -18,6 +18,14 @@ Prompts are built by :func:`format_prompt` and always tokenized with ``add_speci
 
 from __future__ import annotations
 
+from .errors import (
+    ChecksumError,
+    InputError,
+    ModelFetchError,
+    ModelLoadError,
+    UnknownModelCardError,
+)
+
 import dataclasses
 import hashlib
 import json
@@ -37,7 +45,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser is published as ``tomli``
     import tomli as tomllib  # type: ignore[no-redef]
 
-from acute.errors import ChecksumError, ModelFetchError, ModelLoadError, UnknownModelCardError
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -147,10 +154,10 @@ def _cards_dir() -> Path:
 
 def _require(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in table:
-        raise ValueError(f"{where}: missing required field {key!r}")
+        raise InputError(f"{where}: missing required field {key!r}")
     value = table[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValueError(f"{where}: field {key!r} has type {type(value).__name__}, expected {kind}")
+        raise InputError(f"{where}: field {key!r} has type {type(value).__name__}, expected {kind}")
     return value
 
 
@@ -161,13 +168,13 @@ def parse_card(path: str | Path) -> ModelCard:
         try:
             data = tomllib.load(fh)
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: invalid TOML: {exc}") from exc
+            raise InputError(f"{path}: invalid TOML: {exc}") from exc
     where = str(path)
     source = _require(data, "source", dict, where)
     swhere = f"{where} [source]"
     raw_parts = _require(source, "parts", list, swhere)
     if not raw_parts:
-        raise ValueError(f"{swhere}: 'parts' is empty")
+        raise InputError(f"{swhere}: 'parts' is empty")
     parts = tuple(
         WheelPart(
             package=_require(p, "package", str, f"{swhere} parts[{i}]"),
@@ -178,10 +185,10 @@ def parse_card(path: str | Path) -> ModelCard:
     )
     sha = _require(source, "sha256", str, swhere).lower()
     if not _SHA256_RE.match(sha):
-        raise ValueError(f"{swhere}: 'sha256' must be 64 hex digits, got {sha!r}")
+        raise InputError(f"{swhere}: 'sha256' must be 64 hex digits, got {sha!r}")
     kind = _require(source, "kind", str, swhere)
     if kind != "pypi-wheels":
-        raise ValueError(f"{swhere}: unsupported source kind {kind!r} (only 'pypi-wheels')")
+        raise InputError(f"{swhere}: unsupported source kind {kind!r} (only 'pypi-wheels')")
     size = source.get("approx_size_mb")
     card = ModelCard(
         name=_require(data, "name", str, where),
@@ -203,7 +210,7 @@ def parse_card(path: str | Path) -> ModelCard:
         path=path,
     )
     if card.name != path.parent.name:
-        raise ValueError(f"{where}: name {card.name!r} differs from its folder {path.parent.name!r}")
+        raise InputError(f"{where}: name {card.name!r} differs from its folder {path.parent.name!r}")
     return card
 
 
@@ -543,7 +550,7 @@ def _parse_dtype(dtype):
         dtype = getattr(torch, _DTYPE_ALIASES.get(dtype, dtype), None)
     if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         return dtype
-    raise ValueError(f"dtype must be a floating-point torch dtype or its name (e.g. 'float32', "
+    raise InputError(f"dtype must be a floating-point torch dtype or its name (e.g. 'float32', "
                      f"'bfloat16', 'float16'), got {dtype!r}")
 
 
@@ -559,21 +566,21 @@ def _check_device(device, where: str = "device") -> None:
     try:
         dev = torch.device(name)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"{where} must name a device such as 'cpu', 'cuda' or 'cuda:1', "
+        raise InputError(f"{where} must name a device such as 'cpu', 'cuda' or 'cuda:1', "
                          f"got {device!r}") from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             build = ("a CPU-only build" if torch.version.cuda is None
                      else f"built for CUDA {torch.version.cuda}")
-            raise ValueError(f"{where} {device!r} needs a CUDA GPU, but torch.cuda.is_available() "
+            raise InputError(f"{where} {device!r} needs a CUDA GPU, but torch.cuda.is_available() "
                              f"is False on this machine (torch {torch.__version__}, {build}); "
                              "use device='cpu'")
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
-            raise ValueError(f"{where} {device!r}: this machine has {count} CUDA device(s) "
+            raise InputError(f"{where} {device!r}: this machine has {count} CUDA device(s) "
                              f"(cuda:0 .. cuda:{count - 1})")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"{where} {device!r} needs Apple MPS, which is not available here; "
+        raise InputError(f"{where} {device!r} needs Apple MPS, which is not available here; "
                          "use device='cpu'")
 
 
@@ -583,7 +590,7 @@ def _check_placement(device, device_map) -> None:
         _check_device(device or "cpu")
         return
     if device and str(device) != "cpu":
-        raise ValueError(f"pass either device ({device!r}) or device_map ({device_map!r}), not "
+        raise InputError(f"pass either device ({device!r}) or device_map ({device_map!r}), not "
                          "both: with a device_map accelerate places the layers (device_map='cuda' "
                          "puts the whole model on one GPU)")
     if isinstance(device_map, str):
@@ -592,11 +599,11 @@ def _check_placement(device, device_map) -> None:
     elif isinstance(device_map, Mapping):
         for module, target in device_map.items():
             if target == "disk":
-                raise ValueError(f"device_map[{module!r}] = 'disk': disk offload is not supported "
+                raise InputError(f"device_map[{module!r}] = 'disk': disk offload is not supported "
                                  "by load_model; map every module to a device")
             _check_device(target, f"device_map[{module!r}]")
     else:
-        raise ValueError(f"device_map must be one of {', '.join(_DEVICE_MAP_STRATEGIES)}, a device "
+        raise InputError(f"device_map must be one of {', '.join(_DEVICE_MAP_STRATEGIES)}, a device "
                          f"name or a dict of module name -> device, got {device_map!r}")
 
 
@@ -684,7 +691,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "fl
                                  "save_pretrained folder, a model-card name or a hub id")
         if not cache:
             if device_map is not None:
-                raise ValueError(f"device_map={device_map!r} needs cache=True for a .gguf file: "
+                raise InputError(f"device_map={device_map!r} needs cache=True for a .gguf file: "
                                  "the converted safetensors folder is what gets split over devices")
             model, tokenizer = _load_gguf(path)
             if torch_dtype != "auto":
@@ -748,18 +755,18 @@ def _normalize_messages(messages_or_text) -> list[dict[str, str]]:
     if isinstance(messages_or_text, str):
         return [{"role": "user", "content": messages_or_text}]
     if not isinstance(messages_or_text, Sequence) or not messages_or_text:
-        raise ValueError("messages_or_text must be a string or a non-empty list of "
+        raise InputError("messages_or_text must be a string or a non-empty list of "
                          f"{{'role', 'content'}} dicts, got {type(messages_or_text).__name__}")
     out = []
     for i, msg in enumerate(messages_or_text):
         if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
-            raise ValueError(f"messages_or_text[{i}] must be a dict with 'role' and 'content'")
+            raise InputError(f"messages_or_text[{i}] must be a dict with 'role' and 'content'")
         role, content = msg["role"], msg["content"]
         if role not in ("system", "user", "assistant"):
-            raise ValueError(f"messages_or_text[{i}]['role'] must be system, user or assistant, "
+            raise InputError(f"messages_or_text[{i}]['role'] must be system, user or assistant, "
                              f"got {role!r}")
         if not isinstance(content, str):
-            raise ValueError(f"messages_or_text[{i}]['content'] must be a string")
+            raise InputError(f"messages_or_text[{i}]['content'] must be a string")
         out.append({"role": role, "content": content})
     return out
 
@@ -798,7 +805,7 @@ def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
     has_template = bool(getattr(tokenizer, "chat_template", None))
     use_chat = has_template if chat is None else bool(chat)
     if use_chat and not has_template:
-        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False for a "
+        raise InputError("chat=True but the tokenizer has no chat template; use chat=False for a "
                          "plain prompt")
     if use_chat:
         messages = _normalize_messages(messages_or_text)
@@ -838,7 +845,7 @@ def model_fingerprint(model_or_config) -> dict:
             value = getattr(text, n, None)
             if value is not None:
                 return int(value)
-        raise ValueError(f"config of type {type(config).__name__} has none of {names}")
+        raise InputError(f"config of type {type(config).__name__} has none of {names}")
 
     return {
         "architecture": arch,

@@ -6,6 +6,8 @@ switch), so they work headless and do not disturb an interactive session.
 
 from __future__ import annotations
 
+from .errors import InputError
+
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,12 +34,12 @@ _BAND_LABELS = {"low": "low risk", "med": "medium risk", "high": "high risk"}
 def _png_path(path: str | Path) -> Path:
     """``path`` as a Path ending in .png whose parent folder exists (created if needed)."""
     if not isinstance(path, (str, Path)):
-        raise ValueError(f"path: expected a str or Path, got {type(path).__name__}")
+        raise InputError(f"path: expected a str or Path, got {type(path).__name__}")
     out = Path(path)
     if out.suffix.lower() != ".png":
-        raise ValueError(f"path: figures are written as PNG; expected a .png file, got {out}")
+        raise InputError(f"path: figures are written as PNG; expected a .png file, got {out}")
     if out.exists() and out.is_dir():
-        raise ValueError(f"path: {out} is a directory")
+        raise InputError(f"path: {out} is a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -116,12 +118,12 @@ def euro_curves(
     .png.
     """
     if not isinstance(confidences, Mapping) or len(confidences) == 0:
-        raise ValueError("confidences: expected a non-empty mapping {name: confidence array}")
+        raise InputError("confidences: expected a non-empty mapping {name: confidence array}")
     checked: dict[str, np.ndarray] = {}
     y = None
     for name, conf in confidences.items():
         if not isinstance(name, str) or not name:
-            raise ValueError(f"confidences: names must be non-empty strings, got {name!r}")
+            raise InputError(f"confidences: names must be non-empty strings, got {name!r}")
         checked[name], y = validate_inputs(conf, correct, f"confidences[{name!r}]")
     out = _png_path(path)
 

@@ -31,6 +31,8 @@ read only version 1 refuse them with a clear message; every other probe stays ve
 
 from __future__ import annotations
 
+from .errors import AcuteError, InputError, ModelMismatchError, ProbeFormatError
+
 import hashlib
 import json
 import math
@@ -45,8 +47,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
-from acute._util import default_mode
-from acute.errors import AcuteError
+from acute._util import default_mode, json_ready
 from acute.features import (
     CONFIDENCE_FEATURE,
     NAMED_LAYERS,
@@ -96,12 +97,6 @@ __all__ = [
 ]
 
 
-class ProbeFormatError(AcuteError, ValueError):
-    """A probe directory is malformed, truncated or tampered with (the message names the file)."""
-
-
-class ModelMismatchError(AcuteError, ValueError):
-    """A probe is used with a model whose fingerprint differs from the one it was trained on."""
 
 
 # ------------------------------------------------------------------------- calibration
@@ -133,7 +128,7 @@ def fit_platt(p: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     res = minimize(loss, np.array([0.0, b0]), jac=True, method="BFGS", options={"gtol": 1e-10})
     a, b = (float(v) for v in res.x)
     if not (math.isfinite(a) and math.isfinite(b)):
-        raise ValueError("Platt calibration did not converge to finite parameters")
+        raise InputError("Platt calibration did not converge to finite parameters")
     return a, b
 
 
@@ -162,7 +157,7 @@ def fit_stacker(p: np.ndarray, confidence: np.ndarray, y: np.ndarray) -> tuple[f
     w, v = (float(x) for x in lr.coef_[0])
     b = float(lr.intercept_[0])
     if not all(math.isfinite(x) for x in (w, v, b)):
-        raise ValueError("the stacked calibration did not converge to finite parameters")
+        raise InputError("the stacked calibration did not converge to finite parameters")
     return w, v, b
 
 
@@ -187,11 +182,11 @@ def apply_calibration(p: np.ndarray, calibration: str | None, params: dict[str, 
         return np.interp(p, params["x"], params["y"])
     if calibration == "stacked":
         if confidence is None:
-            raise ValueError("the stacked calibration needs the raw confidence")
+            raise InputError("the stacked calibration needs the raw confidence")
         f = stack_features(p, confidence)
         z = float(params["w"]) * f[:, 0] + float(params["v"]) * f[:, 1] + float(params["b"])
         return 0.5 * (1.0 + np.tanh(0.5 * z))  # sigmoid, overflow-free
-    raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
+    raise InputError(f"calibration must be one of {CALIBRATIONS}; got {calibration!r}")
 
 
 # --------------------------------------------------------------------------- forests
@@ -206,7 +201,7 @@ def forest_arrays(forest: Any) -> dict[str, np.ndarray]:
     """
     classes = list(forest.classes_)
     if len(classes) != 2 or forest.n_outputs_ != 1:
-        raise ValueError("forest_arrays needs a single-output binary forest")
+        raise InputError("forest_arrays needs a single-output binary forest")
     pos = classes.index(1)
     offsets = [0]
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("left", "right", "feature", "threshold", "value")}
@@ -275,27 +270,6 @@ def forest_proba(features: np.ndarray, arrays: dict[str, np.ndarray], chunk: int
 # --------------------------------------------------------------------------- helpers
 
 
-def _json_safe(obj: Any, where: str = "value") -> Any:
-    """Convert numpy scalars/arrays, tuples and Paths to JSON types; NaN/inf become None."""
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v, f"{where}[{k!r}]") for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v, where) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _json_safe(obj.tolist(), where)
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, Integral):
-        return int(obj)
-    if isinstance(obj, Real):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, Path):
-        return str(obj)
-    raise ValueError(f"{where} of type {type(obj).__name__} cannot be written to {MANIFEST_FILE}")
-
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
@@ -312,7 +286,7 @@ def _view_kind(view: str) -> str:
         return "cosine"
     if view in ("pca10", "pca20"):
         return "pca"
-    raise ValueError(f"unknown view {view!r}; choose one of {VIEWS}")
+    raise InputError(f"unknown view {view!r}; choose one of {VIEWS}")
 
 
 def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
@@ -329,7 +303,7 @@ def _check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict 
     if fp is None:
         return None
     if not isinstance(fp, dict):
-        raise ValueError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
+        raise InputError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
     if "num_layers" in fp and int(fp["num_layers"]) + 1 != n_layer_outputs:
         raise ModelMismatchError(
             f"model_fingerprint has num_layers={fp['num_layers']} but the probe was fitted on "
@@ -339,7 +313,7 @@ def _check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict 
         raise ModelMismatchError(
             f"model_fingerprint has hidden_size={fp['hidden_size']} but the probe was fitted on d={hidden_size}"
         )
-    return _json_safe(fp, "model_fingerprint")
+    return json_ready(fp, where="model_fingerprint")
 
 
 # ------------------------------------------------------------------------------ probe
@@ -461,7 +435,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         calibration, or a layer the model does not have.
         """
         if self.calibration not in CALIBRATIONS:
-            raise ValueError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
+            raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         kind = _view_kind(self.view)
         X, conf = self._inputs(layer_means, confidence)
         y = check_correct(correct, X.shape[0])
@@ -471,7 +445,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         if uses_cv:
             check_cv(self.cv, y)
         elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
-            raise ValueError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
+            raise InputError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
 
         featurizer = self._featurizer().fit(X, y, confidence=conf)
         features = self._features(featurizer, X, conf)
@@ -625,7 +599,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         }
         if selection is not None:
             manifest["selection"] = selection
-        return ExportedProbe(_json_safe(manifest, "manifest"), arrays)
+        return ExportedProbe(json_ready(manifest, where="manifest"), arrays)
 
     def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
              training_summary: dict | None = None, metrics: dict | None = None,
@@ -690,7 +664,7 @@ class ExportedProbe:
         """The forest's input features ``[n, len(feature_names)]`` (float64)."""
         X = check_layer_means(layer_means)
         if X.shape[1:] != (self.n_layer_outputs, self.hidden_size):
-            raise ValueError(
+            raise InputError(
                 f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
                 f"[n, {self.n_layer_outputs}, {self.hidden_size}]"
             )
@@ -719,7 +693,7 @@ class ExportedProbe:
         input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
         """
         if not isinstance(fingerprint, dict):
-            raise ValueError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
+            raise InputError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
         saved = self.model_fingerprint
         if saved is None:
             _check_fingerprint(fingerprint, self.n_layer_outputs, self.hidden_size)
@@ -753,10 +727,10 @@ class ExportedProbe:
         path = Path(path)
         if path.exists():
             if not path.is_dir():
-                raise ValueError(f"{path} exists and is not a directory; refusing to overwrite it")
+                raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
             entries = {p.name for p in path.iterdir()}
             if entries and not _is_probe_dir(path, entries):
-                raise ValueError(
+                raise InputError(
                     f"{path} is a non-empty directory that is not an acute probe directory "
                     f"(holding only {MANIFEST_FILE} and {ARRAYS_FILE}); refusing to overwrite it"
                 )

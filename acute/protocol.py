@@ -72,6 +72,8 @@ templates). :func:`write_protocol_report` combines several runs into the same ta
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import datetime as _dt
 import itertools
 import json
@@ -88,7 +90,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
-from ._util import progress as _progress, write_text_atomic
+from ._util import json_ready, progress as _progress, write_text_atomic
 from .tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
 
@@ -180,14 +182,14 @@ def readout(logprobs: Sequence[float] | np.ndarray, kind: str) -> float:
     unknown ``kind``, an empty span, a non-1-D input or NaN.
     """
     if kind not in READOUTS:
-        raise ValueError(f"kind must be one of {READOUTS}, got {kind!r}")
+        raise InputError(f"kind must be one of {READOUTS}, got {kind!r}")
     lp = np.asarray(logprobs, dtype=np.float64)
     if lp.ndim != 1:
-        raise ValueError(f"logprobs must be 1-D, got shape {lp.shape}")
+        raise InputError(f"logprobs must be 1-D, got shape {lp.shape}")
     if lp.size == 0:
-        raise ValueError("logprobs is empty: an answer span needs at least one token")
+        raise InputError("logprobs is empty: an answer span needs at least one token")
     if np.isnan(lp).any():
-        raise ValueError("logprobs contains NaN")
+        raise InputError("logprobs contains NaN")
     if kind == "T1":
         value = math.exp(float(lp.mean()))
     elif kind == "T2":
@@ -243,7 +245,7 @@ class CellData:
     def confidences(self, kind: str, context: str) -> np.ndarray:
         """``c_tok`` of the rows for one readout and context."""
         if context not in CONTEXTS:
-            raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+            raise InputError(f"context must be one of {CONTEXTS}, got {context!r}")
         return np.array([readout(lp, kind) for lp in self.logprobs[context]], dtype=np.float64)
 
 
@@ -272,7 +274,7 @@ def cell_data(records: Sequence[Mapping], scored: str) -> CellData:
     (``verbal:<status>`` or ``token:<context>:<status>``).
     """
     if scored not in SCORED:
-        raise ValueError(f"scored must be one of {SCORED}, got {scored!r}")
+        raise InputError(f"scored must be one of {SCORED}, got {scored!r}")
     c_verb, labels, ids = [], [], []
     lps: dict[str, list[np.ndarray]] = {ctx: [] for ctx in CONTEXTS}
     excluded: dict[str, int] = defaultdict(int)
@@ -312,9 +314,9 @@ def resample_indices(size: int, n: int, seed: int) -> np.ndarray:
     draws them (``numpy.random.default_rng(seed)``, blocks of at most 2**22 indices), so an
     interval computed from them equals ``acute.metrics.paired_bootstrap``'s for the same seed."""
     if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
+        raise InputError(f"size must be >= 1, got {size}")
     if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+        raise InputError(f"n must be >= 1, got {n}")
     rng = np.random.default_rng(seed)
     per_block = max(1, (1 << 22) // size)
     blocks, done = [], 0
@@ -359,7 +361,7 @@ def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int 
     """
     estimators = dict(estimators) if estimators is not None else {**ESTIMATORS, **ROBUSTNESS}
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 1:
-        raise ValueError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
+        raise InputError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
     cells: list[dict[str, Any]] = []
     jobs = [(s, e) for s in SCORED for e in estimators]
     data = {s: cell_data(records, s) for s in SCORED}
@@ -725,22 +727,6 @@ def render_report(doc: Mapping) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _json_safe(obj):
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (np.floating, float)):
-        v = float(obj)
-        return v if math.isfinite(v) else (None if math.isnan(v) else (-1e30 if v < 0 else 1e30))
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
 
 def load_protocol(path: str | os.PathLike) -> dict[str, Any]:
     """Read a run's ``protocol.json`` (``path`` is the file or the run folder).
@@ -756,9 +742,9 @@ def load_protocol(path: str | os.PathLike) -> dict[str, Any]:
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+        raise InputError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise ValueError(f"{p}: not an {FORMAT} document (format={doc.get('format') if isinstance(doc, dict) else None!r})")
+        raise InputError(f"{p}: not an {FORMAT} document (format={doc.get('format') if isinstance(doc, dict) else None!r})")
     return doc
 
 
@@ -799,7 +785,7 @@ def write_protocol_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | 
     no runs and the errors of :func:`load_protocol`.
     """
     if isinstance(run_dirs, (str, os.PathLike)) or not run_dirs:
-        raise ValueError("run_dirs must be a non-empty list of run folders")
+        raise InputError("run_dirs must be a non-empty list of run folders")
     docs = [load_protocol(p) for p in run_dirs]
     labels, seen = [], defaultdict(int)
     for doc in docs:
@@ -809,7 +795,7 @@ def write_protocol_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | 
     md, summary = render_combined_report(docs, labels)
     out = Path(out_dir)
     md_path = out / "protocol-report.md"
-    write_text_atomic(out / "protocol-report.json", json.dumps(_json_safe(summary), indent=1))
+    write_text_atomic(out / "protocol-report.json", json.dumps(json_ready(summary, nonfinite="clip"), indent=1))
     write_text_atomic(md_path, md)
     print(f"protocol report: wrote {md_path} and {out / 'protocol-report.json'}")
     return md_path
@@ -919,15 +905,15 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     start = time.perf_counter()
     examples = list(examples)
     if not examples:
-        raise ValueError("examples is empty: nothing to run the protocol on")
+        raise InputError("examples is empty: nothing to run the protocol on")
     if variant not in TEMPLATES:
-        raise ValueError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
+        raise InputError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
     for name, value in (("batch_size", batch_size), ("n_bootstrap", n_bootstrap),
                         ("verbal_max_new_tokens", verbal_max_new_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            raise InputError(f"{name} must be a positive integer, got {value!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
-        raise ValueError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
+        raise InputError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
     use_chat = resolve_chat(tokenizer, chat)
     template = TEMPLATES[variant]
     out = Path(out_dir)
@@ -1097,7 +1083,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
         **analysis,
         "records": records,
     }
-    doc = _json_safe(doc)
+    doc = json_ready(doc, nonfinite="clip")
     json_path, md_path = out / "protocol.json", out / "protocol.md"
     write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
     write_text_atomic(md_path, render_report(doc))

@@ -18,6 +18,8 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import csv
 import json
 import math
@@ -32,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._util import write_text_atomic
+from ._util import json_ready, write_text_atomic
 from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
 
@@ -133,37 +135,37 @@ def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun
     try:
         results = json.loads(res_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{res_path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        raise InputError(f"{res_path}:{e.lineno}: invalid JSON ({e.msg})") from None
     if not isinstance(results, dict) or results.get("complete") is not True:
-        raise ValueError(f"{res_path}: not a complete evaluation (missing \"complete\": true)")
+        raise InputError(f"{res_path}: not a complete evaluation (missing \"complete\": true)")
     ids: list[str] = []
     correct: list[int] = []
     with open(pred_path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if not header or header[:2] != ["id", "correct"] or len(header) < 3:
-            raise ValueError(f"{pred_path}:1: expected a header 'id,correct,<estimator>...', got {header}")
+            raise InputError(f"{pred_path}:1: expected a header 'id,correct,<estimator>...', got {header}")
         names = header[2:]
         cols: list[list[float]] = [[] for _ in names]
         for lineno, row in enumerate(reader, start=2):
             if not row:
                 continue
             if len(row) != len(header):
-                raise ValueError(f"{pred_path}:{lineno}: {len(row)} cells, expected {len(header)}")
+                raise InputError(f"{pred_path}:{lineno}: {len(row)} cells, expected {len(header)}")
             if row[1] not in ("0", "1"):
-                raise ValueError(f"{pred_path}:{lineno}: correct must be 0 or 1, got {row[1]!r}")
+                raise InputError(f"{pred_path}:{lineno}: correct must be 0 or 1, got {row[1]!r}")
             ids.append(row[0])
             correct.append(int(row[1]))
             for j, cell in enumerate(row[2:]):
                 try:
                     v = float(cell)
                 except ValueError:
-                    raise ValueError(f"{pred_path}:{lineno}: {names[j]} is not a number: {cell!r}") from None
+                    raise InputError(f"{pred_path}:{lineno}: {names[j]} is not a number: {cell!r}") from None
                 if not 0.0 <= v <= 1.0:
-                    raise ValueError(f"{pred_path}:{lineno}: {names[j]} = {v} is outside [0, 1]")
+                    raise InputError(f"{pred_path}:{lineno}: {names[j]} = {v} is outside [0, 1]")
                 cols[j].append(v)
     if not ids:
-        raise ValueError(f"{pred_path}: no test records")
+        raise InputError(f"{pred_path}: no test records")
     return EvalRun(model=model, task=task, path=folder, ids=ids,
                    correct=np.asarray(correct, dtype=bool),
                    predictions={n: np.asarray(c, dtype=np.float64) for n, c in zip(names, cols)},
@@ -202,11 +204,11 @@ def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
     from . import metrics
 
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     names = list(run.predictions) if estimators is None else list(estimators)
     missing = [n for n in names if n not in run.predictions]
     if missing:
-        raise ValueError(f"{run.path}: no predictions for estimator(s) {missing}")
+        raise InputError(f"{run.path}: no predictions for estimator(s) {missing}")
     idx = metrics.bootstrap_indices(run.n, int(n_bootstrap), seed) if n_bootstrap else np.empty((0, run.n), int)
     out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
     for name in names:
@@ -242,7 +244,7 @@ def average_draws(per_run: Sequence[Mapping[str, Mapping[str, tuple[float, np.nd
             estimates = [r[est][key][0] for r in per_run]
             draws = [np.asarray(r[est][key][1], dtype=np.float64) for r in per_run]
             if len({d.size for d in draws}) != 1:
-                raise ValueError(f"runs have different numbers of bootstrap draws: {[d.size for d in draws]}")
+                raise InputError(f"runs have different numbers of bootstrap draws: {[d.size for d in draws]}")
             out[est][key] = (float(np.mean(estimates)), np.mean(np.stack(draws), axis=0))
     return out
 
@@ -542,19 +544,6 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
     return out
 
 
-def _json_ready(x):
-    if isinstance(x, dict):
-        return {str(k): _json_ready(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_ready(v) for v in x]
-    if isinstance(x, (np.floating, float)):
-        return float(x) if math.isfinite(float(x)) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, Path):
-        return str(x)
-    return x
-
 
 def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
     """Compute every table and return ``(markdown, data)``; draws each task's figures into
@@ -673,7 +662,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
               "(a resumed invocation that skipped a stage keeps the earlier measurement).", "",
               timings_markdown(inputs.stages, inputs.models, inputs.tasks)]
     data["timings"] = inputs.stages
-    return "\n".join(lines), _json_ready(data)
+    return "\n".join(lines), json_ready(data)
 
 
 def write_report(inputs: ReportInputs, progress: bool = False) -> Path:

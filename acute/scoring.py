@@ -8,6 +8,8 @@ cost of abstaining on a right one, as in euro).
 
 from __future__ import annotations
 
+from .errors import InputError
+
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -54,9 +56,9 @@ def _check_risk(risk: float) -> float:
     try:
         value = float(risk)
     except (TypeError, ValueError):
-        raise ValueError(f"risk must be a number in [0, 1], got {risk!r}") from None
+        raise InputError(f"risk must be a number in [0, 1], got {risk!r}") from None
     if not 0.0 <= value <= 1.0:  # also rejects NaN
-        raise ValueError(f"risk must be in [0, 1], got {risk!r}")
+        raise InputError(f"risk must be in [0, 1], got {risk!r}")
     return value
 
 
@@ -107,7 +109,7 @@ class Scorer:
         _check_probe_model(probe, model_fingerprint(model))
         if isinstance(task, str):
             if task != "auto":
-                raise ValueError(f"task must be 'auto', None or a Task, got {task!r}")
+                raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
             task = probe_task(probe)
         self.task = task
         generation = _probe_generation(probe)
@@ -120,7 +122,7 @@ class Scorer:
                 stop_strings = task.stop_strings
         self.stop_strings = tuple(stop_strings or ())
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
 
     def format(self, item) -> str:
@@ -180,7 +182,7 @@ def task_from_settings(settings: dict):
     from .tasks import get_task
 
     if not isinstance(settings, dict) or not settings.get("name"):
-        raise ValueError(f"task settings must be a dict with a 'name', got {settings!r}")
+        raise InputError(f"task settings must be a dict with a 'name', got {settings!r}")
     options = {k: v for k, v in settings.items() if k not in _NOT_OPTIONS}
     return get_task(settings["name"], **options)
 
@@ -226,7 +228,7 @@ def _check_probe_model(probe, fingerprint: dict) -> None:
     n_outputs = getattr(probe, "n_layer_outputs_", None)
     hidden = getattr(probe, "hidden_size_", None)
     if n_outputs is None or hidden is None:
-        raise ValueError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
+        raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
     want = (fingerprint["num_layers"] + 1, fingerprint["hidden_size"])
     if (n_outputs, hidden) != want:
         raise ModelMismatchError(

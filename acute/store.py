@@ -78,6 +78,9 @@ and ``layer_means`` has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the manifest d
 
 from __future__ import annotations
 
+from ._util import iter_jsonl, json_ready
+from .errors import CorruptStoreError, IncompatibleStoreError, InputError, StoreError
+
 import errno
 import hashlib
 import json
@@ -149,16 +152,7 @@ _ST_DTYPES = {
 _MAX_HEADER = 100_000_000  # the safetensors format caps headers at 100 MB
 
 
-class StoreError(ValueError):
-    """A store on disk cannot be used as asked."""
 
-
-class CorruptStoreError(StoreError):
-    """A committed file of a store is unreadable or inconsistent; the message names the file."""
-
-
-class IncompatibleStoreError(StoreError):
-    """Resuming a store whose manifest disagrees with the new one; the message names the key."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,26 +197,13 @@ def collection_key(manifest: dict) -> str:
     """
     fields = {key: manifest.get(key) for key in COLLECTION_KEY_FIELDS}
     fields["format_version"] = SHARD_FORMAT_VERSION
-    text = json.dumps(fields, sort_keys=True, default=_json_default, ensure_ascii=False)
+    text = json.dumps(json_ready(fields, where="collection settings", nonfinite="error"),
+                      sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def _json_default(obj: Any) -> Any:
-    """Make numpy scalars/arrays (and paths) JSON serialisable; anything else is an error."""
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"object of type {type(obj).__name__} is not JSON serializable")
-
-
 def _dumps(obj: Any, what: str) -> str:
-    try:
-        return json.dumps(obj, default=_json_default, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{what} is not JSON serialisable (NaN/inf are not allowed): {err}") from None
+    return json.dumps(json_ready(obj, where=what, nonfinite="error"), allow_nan=False, ensure_ascii=False)
 
 
 def _is_tmp(name: str) -> bool:
@@ -238,7 +219,7 @@ def _storage_dtype(dtype: Any) -> str:
     except TypeError:
         name = str(dtype)
     if name not in _STORAGE_DTYPES:
-        raise ValueError(f"dtype must be 'float16' or 'float32', got {dtype!r}")
+        raise InputError(f"dtype must be 'float16' or 'float32', got {dtype!r}")
     return name
 
 
@@ -251,7 +232,7 @@ def _expected_shape(manifest: dict) -> tuple[int | None, int | None]:
         value = manifest.get(key, fp.get(key))
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"manifest[{key!r}] must be a positive int, got {value!r}")
+                raise InputError(f"manifest[{key!r}] must be a positive int, got {value!r}")
             value = int(value)
         out.append(value)
     return out[0], out[1]
@@ -367,17 +348,10 @@ def _read_jsonl(path: Path) -> list[dict]:
     if not path.is_file():
         raise CorruptStoreError(f"{path}: missing (its .safetensors is committed)")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise CorruptStoreError(f"{path}:{lineno}: invalid JSON ({err})") from None
-            if not isinstance(rec, dict) or "id" not in rec:
-                raise CorruptStoreError(f"{path}:{lineno}: expected a JSON object with an 'id'")
-            records.append(rec)
+    for lineno, rec in iter_jsonl(path, error=CorruptStoreError):
+        if "id" not in rec:
+            raise CorruptStoreError(f"{path}:{lineno}: expected a JSON object with an 'id'")
+        records.append(rec)
     return records
 
 
@@ -622,7 +596,7 @@ class Store:
             for i, rec in enumerate(self.records):
                 value = rec.get("correct")
                 if value is None:
-                    raise ValueError(f"record {rec['id']!r} has no 'correct' label")
+                    raise InputError(f"record {rec['id']!r} has no 'correct' label")
                 out[i] = bool(value)
             self._cache["correct"] = out
         return self._cache["correct"]
@@ -716,12 +690,12 @@ class Store:
         n = len(self)
         if idx.dtype == bool:
             if idx.shape != (n,):
-                raise ValueError(f"indices: boolean mask has shape {idx.shape}, store has {n} records")
+                raise InputError(f"indices: boolean mask has shape {idx.shape}, store has {n} records")
             idx = np.flatnonzero(idx)
         elif idx.size == 0:
             idx = np.zeros(0, dtype=np.int64)
         elif not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"indices must be integers or a boolean mask, got dtype {idx.dtype}")
+            raise InputError(f"indices must be integers or a boolean mask, got dtype {idx.dtype}")
         idx = idx.astype(np.int64).reshape(-1)
         if idx.size and (idx.min() < -n or idx.max() >= n):
             raise IndexError(f"indices out of range for a store of {n} records")
@@ -847,10 +821,10 @@ def _unlock_part(path: Path, part: int, fd: int) -> None:
 def _writer_args(manifest: Any, dtype: Any, shard_size: Any) -> tuple[str, int]:
     """Validate a writer's arguments; returns the normalised ``(dtype, shard_size)``."""
     if not isinstance(manifest, dict):
-        raise ValueError(f"manifest must be a dict, got {type(manifest).__name__}")
+        raise InputError(f"manifest must be a dict, got {type(manifest).__name__}")
     if (isinstance(shard_size, bool) or not isinstance(shard_size, (int, np.integer))
             or shard_size < 1):
-        raise ValueError(f"shard_size must be a positive int, got {shard_size!r}")
+        raise InputError(f"shard_size must be a positive int, got {shard_size!r}")
     return _storage_dtype(dtype), int(shard_size)
 
 
@@ -859,7 +833,7 @@ def _normalised_manifest(manifest: dict, dtype: str) -> dict:
     new = dict(manifest)
     given = new.get("dtype")
     if given is not None and given != dtype:
-        raise ValueError(
+        raise InputError(
             f"manifest['dtype']={given!r} but dtype={dtype!r}: the manifest's 'dtype' is the "
             "storage dtype of layer_means; put the model's dtype under 'model_dtype'"
         )
@@ -946,7 +920,7 @@ class _Tally:
 
 def _write_manifest(path: Path, manifest: dict) -> None:
     write_text_atomic(path / MANIFEST, json.dumps(
-        manifest, indent=2, default=_json_default, ensure_ascii=False) + "\n")
+        json_ready(manifest, where="manifest", nonfinite="error"), indent=2, ensure_ascii=False) + "\n")
 
 
 def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_Shard]]:
@@ -1007,7 +981,7 @@ def finalize_store(out_dir: str | os.PathLike, status: str = "complete") -> dict
     like :func:`open_store`; :class:`StoreError` while another writer holds the store.
     """
     if status not in STATUSES:
-        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+        raise InputError(f"status must be one of {STATUSES}, got {status!r}")
     path = Path(out_dir)
     with _store_lock(path):
         manifest = _load_manifest(path)
@@ -1058,7 +1032,7 @@ class StoreWriter:
         self.dtype, self.shard_size = _writer_args(manifest, dtype, shard_size)
         if part is not None and (isinstance(part, bool) or not isinstance(part, (int, np.integer))
                                  or part < 0):
-            raise ValueError(f"part must be None or an int >= 0, got {part!r}")
+            raise InputError(f"part must be None or an int >= 0, got {part!r}")
         new = _normalised_manifest(manifest, self.dtype)
         self.path = Path(out_dir)
         self.part = None if part is None else int(part)
@@ -1145,64 +1119,64 @@ class StoreWriter:
         or within the batch), wrong shapes, non-finite values or non-JSON-serialisable records.
         """
         if self._closed:
-            raise ValueError("StoreWriter is closed")
+            raise InputError("StoreWriter is closed")
         records = list(records)
         lm = np.asarray(layer_means)
         b = len(records)
         if lm.ndim != 3:
-            raise ValueError(f"layer_means must have shape [b, L+1, d], got {lm.shape}")
+            raise InputError(f"layer_means must have shape [b, L+1, d], got {lm.shape}")
         if lm.shape[0] != b:
-            raise ValueError(f"layer_means has {lm.shape[0]} rows but {b} records were given")
+            raise InputError(f"layer_means has {lm.shape[0]} rows but {b} records were given")
         if len(token_logprobs) != b:
-            raise ValueError(f"token_logprobs has {len(token_logprobs)} entries but {b} records were given")
+            raise InputError(f"token_logprobs has {len(token_logprobs)} entries but {b} records were given")
         L, d = self.manifest.get("num_layers"), self.manifest.get("hidden_size")
         if L is not None and lm.shape[1] != L + 1:
-            raise ValueError(
+            raise InputError(
                 f"layer_means has {lm.shape[1]} layers but the manifest says num_layers={L} "
                 f"(expected L+1 = {L + 1})"
             )
         if d is not None and lm.shape[2] != d:
-            raise ValueError(f"layer_means hidden size {lm.shape[2]} != manifest hidden_size {d}")
+            raise InputError(f"layer_means hidden size {lm.shape[2]} != manifest hidden_size {d}")
         if lm.shape[1] < 1 or lm.shape[2] < 1:
-            raise ValueError(f"layer_means has an empty dimension: {lm.shape}")
+            raise InputError(f"layer_means has an empty dimension: {lm.shape}")
         if not np.issubdtype(lm.dtype, np.floating):
-            raise ValueError(f"layer_means must be a float array, got dtype {lm.dtype}")
+            raise InputError(f"layer_means must be a float array, got dtype {lm.dtype}")
         if not np.all(np.isfinite(lm)):
             bad = int(np.argwhere(~np.isfinite(lm))[0][0])
-            raise ValueError(f"layer_means has non-finite values (record {records[bad].get('id')!r})")
+            raise InputError(f"layer_means has non-finite values (record {records[bad].get('id')!r})")
         with np.errstate(over="ignore"):
             stored = lm.astype(_STORAGE_DTYPES[self.dtype])
         if not np.all(np.isfinite(stored)):
-            raise ValueError(f"layer_means overflows {self.dtype} (|x| > 65504); use dtype='float32'")
+            raise InputError(f"layer_means overflows {self.dtype} (|x| > 65504); use dtype='float32'")
 
         batch_ids: set = set()
         prepared = []
         for k, (rec, lp) in enumerate(zip(records, token_logprobs)):
             if not isinstance(rec, dict):
-                raise ValueError(f"records[{k}] must be a dict, got {type(rec).__name__}")
+                raise InputError(f"records[{k}] must be a dict, got {type(rec).__name__}")
             if "id" not in rec:
-                raise ValueError(f"records[{k}] has no 'id'")
+                raise InputError(f"records[{k}] has no 'id'")
             rid = rec["id"]
             if isinstance(rid, np.generic):
                 rid = rid.item()
             if isinstance(rid, bool) or not isinstance(rid, (str, int)):
-                raise ValueError(f"records[{k}]['id'] must be a str or int, got {rid!r}")
+                raise InputError(f"records[{k}]['id'] must be a str or int, got {rid!r}")
             if rid in self._tally.ids or rid in self._pending or rid in batch_ids:
                 where = ("already committed" if rid in self._tally.ids else
                          "already buffered" if rid in self._pending else "repeated in this batch")
-                raise ValueError(f"duplicate id {rid!r} ({where})")
+                raise InputError(f"duplicate id {rid!r} ({where})")
             batch_ids.add(rid)
             if np.ndim(lp) != 1:
-                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) must be 1-D, got shape {np.shape(lp)}")
+                raise InputError(f"token_logprobs[{k}] (id {rid!r}) must be 1-D, got shape {np.shape(lp)}")
             lp = np.asarray(lp, dtype=np.float32).astype(np.float64)
             if not np.all(np.isfinite(lp)):
-                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) has non-finite values")
+                raise InputError(f"token_logprobs[{k}] (id {rid!r}) has non-finite values")
             if lp.size and lp.max() > 1e-4:
-                raise ValueError(f"token_logprobs[{k}] (id {rid!r}) has positive log-probs (max {lp.max()})")
+                raise InputError(f"token_logprobs[{k}] (id {rid!r}) has positive log-probs (max {lp.max()})")
             rec = dict(rec)
             rec["id"] = rid
             if rec.get("n_tokens") is not None and rec["n_tokens"] != lp.size:
-                raise ValueError(
+                raise InputError(
                     f"records[{k}] (id {rid!r}) has n_tokens={rec['n_tokens']} but {lp.size} log-probs"
                 )
             rec["n_tokens"] = int(lp.size)

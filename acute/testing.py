@@ -5,6 +5,8 @@ They produce random text: use them to test shapes, equalities and determinism, n
 
 from __future__ import annotations
 
+from .errors import InputError
+
 from pathlib import Path
 
 CHATML_TEMPLATE = (
@@ -89,7 +91,7 @@ def make_tiny_model(arch: str = "llama", vocab_size: int = 320, seed: int = 0, *
         )
         cls = transformers.GPT2LMHeadModel
     else:
-        raise ValueError(f"unknown tiny architecture {arch!r}")
+        raise InputError(f"unknown tiny architecture {arch!r}")
     model = cls(cfg)
     model.eval()
     return model

@@ -53,6 +53,8 @@ Parsing rules of :func:`parse_confidence`
 
 from __future__ import annotations
 
+from .errors import InputError
+
 import dataclasses
 import re
 from dataclasses import dataclass
@@ -141,9 +143,9 @@ def parse_confidence(text: str, scale: str = "unit") -> float | None:
     string or ``scale`` is not ``"unit"`` or ``"percent"``.
     """
     if not isinstance(text, str):
-        raise ValueError(f"text must be a string, got {type(text).__name__}")
+        raise InputError(f"text must be a string, got {type(text).__name__}")
     if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+        raise InputError(f"scale must be one of {SCALES}, got {scale!r}")
     m = _FIRST.search(text)
     if m is None:
         return None
@@ -227,7 +229,7 @@ def split_answer(prefix: str, answer: str) -> tuple[str, str]:
     """
     answer = answer.strip()
     if not answer:
-        raise ValueError("answer is empty")
+        raise InputError("answer is empty")
     head = prefix.rstrip(" \t")
     spaces = prefix[len(head):]
     if not spaces and head and not head[-1].isspace():
@@ -262,7 +264,7 @@ def _chat_prompt(tokenizer, question: str, answer: str, template: ElicitationTem
         stop = full.rfind(template.chat)
         start = full.rfind(answer, 0, stop if stop >= 0 else len(full))
         if start < 0:
-            raise ValueError("the chat template does not render the assistant answer verbatim; "
+            raise InputError("the chat template does not render the assistant answer verbatim; "
                              "cannot locate the answer in the verbalization prompt")
     context, continuation = split_answer(full[:start], answer)
     return VerbalPrompt(prompt=full, prefix=context, continuation=continuation)
@@ -273,7 +275,7 @@ def _plain_prompt(tokenizer, question: str, answer: str, template: ElicitationTe
 
     head_tpl, sep, _ = template.plain.partition("{answer}")
     if not sep:
-        raise ValueError(f"template {template.name!r}: the plain template has no {{answer}} field")
+        raise InputError(f"template {template.name!r}: the plain template has no {{answer}} field")
     body = template.plain.format(question=question, answer=answer)
     head = head_tpl.format(question=question)
     full = format_prompt(tokenizer, body, chat=False)
@@ -291,15 +293,15 @@ def build_verbal_prompt(tokenizer, question: str, answer: str, variant: str = "u
     ``question`` or ``answer``, or ``chat=True`` without a chat template.
     """
     if variant not in TEMPLATES:
-        raise ValueError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
+        raise InputError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
     if not isinstance(question, str) or not question.strip():
-        raise ValueError("question must be a non-empty string")
+        raise InputError("question must be a non-empty string")
     if not isinstance(answer, str) or not answer.strip():
-        raise ValueError("answer must be a non-empty string")
+        raise InputError("answer must be a non-empty string")
     has_template = bool(getattr(tokenizer, "chat_template", None))
     use_chat = has_template if chat is None else bool(chat)
     if use_chat and not has_template:
-        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False")
+        raise InputError("chat=True but the tokenizer has no chat template; use chat=False")
     template = TEMPLATES[variant]
     answer = answer.strip()
     if use_chat:

@@ -47,7 +47,8 @@ def platt_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     from acute.estimators import ESTIMATORS
-    from acute.evaluate import _json_clean, evaluate_predictions, evaluate_store
+    from acute._util import json_ready
+    from acute.evaluate import evaluate_predictions, evaluate_store
     from acute.store import open_store
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
             f"{args.n_bootstrap} paired bootstrap resamples; {seconds:.0f} s\n")
     text = head + "\n" + res.to_markdown() + "\nAgainst Platt scaling of the raw confidence:\n\n" + platt_table(vs_platt)
     (out / "vs-platt.md").write_text(text, encoding="utf-8")
-    (out / "vs-platt.json").write_text(json.dumps(_json_clean(
+    (out / "vs-platt.json").write_text(json.dumps(json_ready(
         {"model": model, "task": task, "n_records": len(store), "seconds": seconds,
          "cv": args.cv, "repeats": args.repeats, "seed": args.seed, "rows": vs_platt}), indent=1),
         encoding="utf-8")

@@ -12,6 +12,8 @@ Every task's ``load(path=None, split=None, limit=None)`` reads a file or a folde
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 from pathlib import Path
 
 from .answer_types import ANSWER_TYPES, answer_type, assign_wrong_types
@@ -59,9 +61,9 @@ def get_task(name_or_path: str | Path, **options) -> Task:
         if not path.is_file():
             raise FileNotFoundError(f"task file {path} does not exist")
         if path.suffix != ".jsonl":
-            raise ValueError(f"task file {path} must be a .jsonl of {{id, question, answers}} rows")
+            raise InputError(f"task file {path} must be a .jsonl of {{id, question, answers}} rows")
         return JsonlQATask(path=path, **options)
-    raise ValueError(f"unknown task {key!r}; known tasks: {', '.join(TASKS)} "
+    raise InputError(f"unknown task {key!r}; known tasks: {', '.join(TASKS)} "
                      "(or a path to a .jsonl file of {id, question, answers})")
 
 

@@ -4,6 +4,8 @@ data-file helpers (file/folder resolution, JSONL/JSON/CSV reading with file:line
 
 from __future__ import annotations
 
+from ..errors import DataError, InputError, TaskDataError
+
 import csv
 import json
 import os
@@ -12,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..errors import DataError
 
 __all__ = [
     "Example",
@@ -28,9 +29,6 @@ __all__ = [
 
 DATA_ENV = "ACUTE_DATA"
 
-
-class TaskDataError(DataError, ValueError):
-    """A benchmark file is malformed; the message names the file and (where known) the line."""
 
 
 @dataclass
@@ -77,7 +75,7 @@ def use_chat(tokenizer, chat: bool | None) -> bool:
     if chat is None:
         return has_template
     if chat and not has_template:
-        raise ValueError("chat=True but the tokenizer has no chat template; use chat=False or None")
+        raise InputError("chat=True but the tokenizer has no chat template; use chat=False or None")
     return bool(chat)
 
 
@@ -88,18 +86,9 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
     Raises ``TaskDataError`` naming file and line for invalid JSON or a line that is not an object.
     """
-    path = Path(path)
-    with path.open(encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskDataError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(obj, dict):
-                raise TaskDataError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
+    from .._util import iter_jsonl
+
+    yield from iter_jsonl(path, error=TaskDataError)
 
 
 def read_json_array(path: Path) -> list[dict]:
@@ -192,7 +181,7 @@ class Task:
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(self._all_options()))
         if unknown:
-            raise ValueError(f"task {self.name!r}: unknown option(s) {unknown}; known options: "
+            raise InputError(f"task {self.name!r}: unknown option(s) {unknown}; known options: "
                              f"{sorted(self._all_options())}")
         for key, default in self._all_options().items():
             setattr(self, key, options.get(key, default))
@@ -228,7 +217,7 @@ class Task:
         if path is None:
             root = os.environ.get(DATA_ENV)
             if not root:
-                raise ValueError(f"task {self.name!r} needs data: pass path (--data) pointing at "
+                raise InputError(f"task {self.name!r} needs data: pass path (--data) pointing at "
                                  f"{self.data_hint}, or set ${DATA_ENV} to a folder holding "
                                  f"'{self.data_folder}/'")
             path = Path(root) / self.data_folder
@@ -246,9 +235,9 @@ class Task:
         ``limit`` examples, so an example's wrong-type answer does not depend on ``limit``.
         """
         if limit is not None and limit < 0:
-            raise ValueError(f"limit must be >= 0 or None, got {limit}")
+            raise InputError(f"limit must be >= 0 or None, got {limit}")
         if self.on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+            raise InputError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
         resolved = self.resolve_path(path)
         split_name = self.canonical_split(split)
         examples = self._read(resolved, split_name)

@@ -9,6 +9,8 @@ Answers of multiple-choice tasks are option letters: ``gold_answer`` is the gold
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 import re
 import string
 from pathlib import Path
@@ -145,7 +147,7 @@ class MultipleChoiceTask(Task):
         if self.mc_reply == "letter_text":
             return f"{LETTERS[idx]}. {ex.choices[idx]}"
         if self.mc_reply != "letter":
-            raise ValueError(f"mc_reply must be 'letter' or 'letter_text', got {self.mc_reply!r}")
+            raise InputError(f"mc_reply must be 'letter' or 'letter_text', got {self.mc_reply!r}")
         return LETTERS[idx]
 
     def _typed_text(self, ex: Example) -> str:

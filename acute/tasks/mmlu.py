@@ -6,6 +6,8 @@ Data: the original per-subject headerless CSVs (``question, A, B, C, D, answer``
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 import re
 from pathlib import Path
 from typing import Any
@@ -135,7 +137,7 @@ class MMLUTask(MultipleChoiceTask):
                 parent = path.parent
                 dev = parent.parent / "dev" if parent.name == file_split else parent
                 return "csv", [path], dev
-            raise ValueError(f"task 'mmlu': {path} is neither a .csv nor a .jsonl file")
+            raise InputError(f"task 'mmlu': {path} is neither a .csv nor a .jsonl file")
         if (path / f"{split}.jsonl").is_file():
             return "jsonl", path / f"{split}.jsonl", path / "dev.jsonl"
         for base in (path, path / "data"):
@@ -158,10 +160,10 @@ class MMLUTask(MultipleChoiceTask):
             known = sorted({ex.meta["subject"] for ex in examples})
             missing = sorted(set(wanted) - set(known))
             if missing:
-                raise ValueError(f"task 'mmlu': unknown subject(s) {missing}; subjects in {path}: {known}")
+                raise InputError(f"task 'mmlu': unknown subject(s) {missing}; subjects in {path}: {known}")
             examples = [ex for ex in examples if ex.meta["subject"] in set(wanted)]
         if self.shots < 0:
-            raise ValueError(f"shots must be >= 0, got {self.shots}")
+            raise InputError(f"shots must be >= 0, got {self.shots}")
         if self.shots == 0:
             return examples
         dev_examples = self._read_dev(kind, dev, {ex.meta["subject"] for ex in examples})

@@ -7,6 +7,8 @@ then ``SciTLDR-A/<split>.jsonl``. Splits: ``train``, ``dev`` (alias ``validation
 
 from __future__ import annotations
 
+from ..errors import InputError
+
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,7 @@ class SciTLDRTask(Task):
 
     def _read(self, path: Path, split: str) -> list[Example]:
         if not 0.0 <= float(self.threshold) <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+            raise InputError(f"threshold must be in [0, 1], got {self.threshold}")
         if path.is_dir():
             path = find_file(path, [f"{split}.jsonl", f"SciTLDR-A/{split}.jsonl"], self.name, split)
         return self._rows(read_jsonl(path), lambda _, obj, where: parse_scitldr_row(obj, where),

@@ -1,0 +1,76 @@
+"""The shared helpers: one JSON conversion, one JSONL reader, the error hierarchy."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from acute import errors
+from acute._util import iter_jsonl, json_ready
+
+
+def test_json_ready_converts_numpy_and_applies_one_nonfinite_policy():
+    obj = {1: np.float32(0.5), "a": (np.int64(3), np.bool_(True)), "p": Path("x/y"),
+           "arr": np.arange(3), "bad": [math.nan, math.inf, -np.inf]}
+    out = json_ready(obj)
+    assert out == {"1": 0.5, "a": [3, True], "p": "x/y", "arr": [0, 1, 2], "bad": [None, None, None]}
+    assert isinstance(out["a"][1], bool) and isinstance(out["a"][0], int)
+    json.dumps(out, allow_nan=False)
+    assert json_ready([math.nan, math.inf, -math.inf], nonfinite="clip") == [None, 1e30, -1e30]
+    with pytest.raises(errors.InputError, match=r"manifest\['bad'\] is nan"):
+        json_ready({"bad": math.nan}, where="manifest", nonfinite="error")
+    with pytest.raises(errors.InputError, match=r"value\['s'\] of type set"):
+        json_ready({"s": {1}})
+
+
+def test_iter_jsonl_names_file_and_line(tmp_path):
+    p = tmp_path / "rows.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"id": 1}\n\n{"id": 2}\n')
+    assert list(iter_jsonl(p)) == [(1, {"id": 1}), (3, {"id": 2})]
+    p.write_bytes(b'{"id": 1}\n{"q": "caf\xe9"}\n')  # latin-1, not UTF-8
+    with pytest.raises(errors.DataError, match=r"rows.jsonl:2: not valid UTF-8"):
+        list(iter_jsonl(p))
+    p.write_text('{"id": 1}\n{oops\n')
+    with pytest.raises(errors.InputError, match=r"rows.jsonl:2: invalid JSON"):
+        list(iter_jsonl(p, error=errors.InputError))
+    p.write_text('"a string"\n')
+    with pytest.raises(errors.DataError, match=r":1: expected a JSON object, got str"):
+        list(iter_jsonl(p))
+    assert list(iter_jsonl(io.StringIO('"a"\n[1]\n'), "<stdin>", objects=False)) == [(1, "a"), (2, [1])]
+
+
+def test_every_error_class_is_an_acute_error_defined_in_errors():
+    import acute.estimators
+    import acute.extraction
+    import acute.probes
+    import acute.store
+    import acute.tasks.base
+
+    for mod in (acute.store, acute.probes, acute.estimators, acute.extraction, acute.tasks.base):
+        for name in dir(mod):
+            obj = getattr(mod, name)
+            if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__.startswith("acute"):
+                assert obj.__module__ == "acute.errors", (mod.__name__, name)
+                assert issubclass(obj, errors.AcuteError), name
+
+
+def test_cli_maps_domain_errors_and_lets_bugs_show_their_traceback(monkeypatch, capsys):
+    from acute import cli
+
+    def boom(args):
+        raise errors.InputError("--thing must be positive")
+
+    def bug(args):
+        raise ValueError("an internal bug")
+
+    monkeypatch.setattr(cli, "cmd_models", boom)
+    assert cli.main(["models"]) == 2
+    assert "acute: error: --thing must be positive" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "cmd_models", bug)
+    with pytest.raises(ValueError, match="an internal bug"):
+        cli.main(["models"])
