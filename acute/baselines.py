@@ -21,8 +21,6 @@ Baselines (``BASELINES``):
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import math
 
 import numpy as np
@@ -30,6 +28,9 @@ from scipy.special import expit, logit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
+
+from .errors import InputError
+from .validation import check_confidence, check_correct
 
 __all__ = [
     "BASELINES",
@@ -53,41 +54,11 @@ _EPS = 1e-6
 
 
 # ----------------------------------------------------------------------------- validation
-def check_confidence(confidence, name: str = "confidence") -> np.ndarray:
-    """Return ``confidence`` as a 1-d float64 array, raising ``ValueError`` unless every value is
-    finite and in [0, 1]. An empty array is returned as is (callers decide whether that is allowed)."""
-    arr = np.asarray(confidence, dtype=np.float64)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise InputError(f"{name} must be a 1-d array, got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        raise InputError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN/inf), "
-                         f"first at index {int(np.flatnonzero(bad)[0])}")
-    out = (arr < 0) | (arr > 1)
-    if out.any():
-        i = int(np.flatnonzero(out)[0])
-        raise InputError(f"{name} must lie in [0, 1]; {int(out.sum())} value(s) outside, "
-                         f"e.g. {arr[i]!r} at index {i}")
-    return arr
-
-
-def check_correct(correct, n: int, name: str = "correct") -> np.ndarray:
-    """Return ``correct`` as a 1-d float64 array of 0/1 of length ``n``; ``ValueError`` otherwise."""
-    arr = np.asarray(correct)
-    if arr.ndim != 1:
-        raise InputError(f"{name} must be a 1-d array, got shape {arr.shape}")
-    if arr.shape[0] != n:
-        raise InputError(f"{name} has {arr.shape[0]} entries but confidence has {n}")
-    arr = arr.astype(np.float64)
-    if not np.all((arr == 0) | (arr == 1)):
-        raise InputError(f"{name} must contain only 0/1 or booleans")
-    return arr
+# check_confidence / check_correct: the rules of acute.validation (re-exported here)
 
 
 def _check_fit_input(confidence, correct, *, both_classes: bool) -> tuple[np.ndarray, np.ndarray]:
-    conf = check_confidence(confidence)
+    conf = check_confidence(confidence, allow_empty=True)
     if conf.size == 0:
         raise InputError("cannot fit a calibrator on 0 records")
     y = check_correct(correct, conf.size)
@@ -120,7 +91,7 @@ class _Baseline(ClassifierMixin, BaseEstimator):
         """Return ``[n, 2]``: column 1 is calibrated P(correct), column 0 its complement."""
         if not hasattr(self, "classes_"):
             raise InputError(f"{type(self).__name__} is not fitted; call fit(confidence, correct) first")
-        conf = check_confidence(confidence)
+        conf = check_confidence(confidence, allow_empty=True)
         p = np.clip(self._predict(conf), 0.0, 1.0) if conf.size else np.zeros(0)
         return np.column_stack([1.0 - p, p])
 

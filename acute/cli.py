@@ -3,8 +3,6 @@ export, score, plot, protocol and protocol-report. Heavy imports happen inside e
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import argparse
 import json
 import os
@@ -12,6 +10,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from .errors import InputError
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_RUNS = Path("runs")

@@ -8,8 +8,6 @@ is continued by running the same command again.
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import math
 import sys
 import time
@@ -20,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
+from .errors import InputError
 
 __all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record"]
 

@@ -13,14 +13,13 @@ so a difference between two estimators is a paired comparison on the same record
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .estimators import PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
+from .errors import InputError
 
 __all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "fit_predict"]
 

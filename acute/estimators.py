@@ -19,8 +19,6 @@ given. Fits are deterministic given ``random_state``.
 
 from __future__ import annotations
 
-from .errors import AcuteError, InputError, UnknownEstimatorError
-
 import math
 from typing import Any, Mapping, Sequence
 
@@ -28,6 +26,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
+from .errors import AcuteError, InputError, UnknownEstimatorError
 
 __all__ = [
     "ACUTE_VARIANTS",
@@ -223,12 +222,13 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
         from sklearn.model_selection import StratifiedKFold
 
-        from .features import check_confidence, check_correct, check_cv, check_layer_means
+        from .features import check_cv
+        from .validation import check_confidence, check_correct, check_layer_means
         from .probes import fit_stacker, apply_calibration
 
         cands, refs = self._check_names()
         X = check_layer_means(layer_means)
-        y = check_correct(correct, X.shape[0])
+        y = check_correct(correct, X.shape[0], both_classes=True)
         conf = check_confidence(confidence, X.shape[0])
         check_cv(self.cv, y)
         folds = list(StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)

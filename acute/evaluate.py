@@ -27,8 +27,6 @@ are options. It writes:
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import csv
 import hashlib
 import json
@@ -48,6 +46,7 @@ from ._util import json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
 from .estimators import ACUTE_VARIANTS, ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
+from .errors import InputError
 
 __all__ = [
     "ACUTE_VARIANTS",

@@ -46,8 +46,6 @@ once the token is known.
 
 from __future__ import annotations
 
-from .errors import AcuteError, InputError, UnsupportedArchitectureError
-
 import contextlib
 import copy
 import dataclasses
@@ -65,6 +63,8 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from acute._util import progress as _progress
+
+from .errors import AcuteError, InputError, UnsupportedArchitectureError
 
 __all__ = [
     "Generation",

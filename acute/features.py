@@ -22,13 +22,14 @@ featurizers and the exported numpy probe call, so fitted and exported features a
 
 from __future__ import annotations
 
-from .errors import InputError
-
 from numbers import Integral
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
+
+from .errors import InputError
+from .validation import check_confidence, check_correct, check_layer_means
 
 NAMED_LAYERS = ("early", "mid", "late")
 VIEWS = ("mean", "early", "mid", "late", "cosine", "pca10", "pca20")
@@ -56,83 +57,7 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def check_layer_means(layer_means: Any, name: str = "layer_means") -> np.ndarray:
-    """Validate ``layer_means`` and return it as a numpy array (dtype kept, no copy if possible).
-
-    Raises ``ValueError`` naming ``name`` when the array is not 3-D ``[n, L+1, d]``, is empty,
-    has fewer than 2 layer outputs, or holds a NaN/inf (the message gives the first bad row).
-    """
-    arr = np.asarray(layer_means)
-    if arr.ndim != 3:
-        raise InputError(f"{name} must have shape [n, L+1, d]; got shape {arr.shape}")
-    if arr.shape[0] == 0:
-        raise InputError(f"{name} has no records (shape {arr.shape})")
-    if arr.shape[1] < 2 or arr.shape[2] < 1:
-        raise InputError(
-            f"{name} must have at least 2 layer outputs and 1 hidden dimension; got shape {arr.shape}"
-        )
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise InputError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.floating):
-        bad_rows = _first_nonfinite_row(arr)
-        if bad_rows is not None:
-            raise InputError(f"{name} has a non-finite value (NaN or inf) in row {bad_rows}")
-    return arr
-
-
-def _first_nonfinite_row(arr: np.ndarray, chunk: int = 256) -> int | None:
-    """Index of the first row of ``arr`` with a NaN/inf (checked in row chunks), else None."""
-    for start in range(0, arr.shape[0], chunk):
-        block = np.asarray(arr[start : start + chunk])
-        ok = np.isfinite(block).reshape(block.shape[0], -1).all(axis=1)
-        if not ok.all():
-            return start + int(np.argmin(ok))
-    return None
-
-
-def check_correct(correct: Any, n: int, name: str = "correct") -> np.ndarray:
-    """Validate 0/1 (or bool) labels of length ``n`` and return them as ``int64``.
-
-    Raises ``ValueError`` naming ``name`` for a wrong shape/length, a value other than 0/1
-    (first bad row given), or a single class ("all records are correct/wrong; a probe needs both").
-    """
-    arr = np.asarray(correct)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise InputError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
-    if arr.dtype == bool:
-        y = arr.astype(np.int64)
-    else:
-        if not np.issubdtype(arr.dtype, np.number):
-            raise InputError(f"{name} must be bool or 0/1; got dtype {arr.dtype}")
-        good = (arr == 0) | (arr == 1)
-        if not good.all():
-            row = int(np.argmin(good))
-            raise InputError(f"{name} must be bool or 0/1; row {row} is {arr[row]!r}")
-        y = arr.astype(np.int64)
-    if y.min() == y.max():
-        which = "correct" if y[0] == 1 else "wrong"
-        raise InputError(f"all records are {which} in {name}; a probe needs both correct and wrong records")
-    return y
-
-
-def check_confidence(confidence: Any, n: int, name: str = "confidence") -> np.ndarray:
-    """Validate confidences in [0, 1] of length ``n`` and return them as ``float64``.
-
-    Raises ``ValueError`` naming ``name`` for a wrong shape/length or a NaN/inf/out-of-range
-    value (first bad row given).
-    """
-    if confidence is None:
-        raise InputError(f"{name} is required (the raw confidence is a probe feature)")
-    arr = np.asarray(confidence, dtype=np.float64)
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise InputError(f"{name} must be a 1-D array of length {n}; got shape {arr.shape}")
-    good = np.isfinite(arr) & (arr >= 0.0) & (arr <= 1.0)
-    if not good.all():
-        row = int(np.argmin(good))
-        raise InputError(f"{name} must be finite and in [0, 1]; row {row} is {arr[row]!r}")
-    return arr
+# (the rules live in acute.validation; re-exported here for the featurizers' callers)
 
 
 def append_confidence(features: np.ndarray, confidence: np.ndarray) -> np.ndarray:
@@ -326,7 +251,7 @@ class MeanPool(_LayerMeansTransformer):
                 raise InputError(
                     f"MeanPool(layer={self.layer!r}) picks its layer by cross-validation and needs y (correct)"
                 )
-            labels = check_correct(y, X.shape[0], name="y")
+            labels = check_correct(y, X.shape[0], name="y", both_classes=True)
             cv = check_cv(self.cv, labels)
             conf = None if confidence is None else check_confidence(confidence, X.shape[0])
             if isinstance(self.stride, bool) or not isinstance(self.stride, Integral) or self.stride < 1:

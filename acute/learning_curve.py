@@ -13,8 +13,6 @@ highest auc-euro at the largest size ("best baseline") next to the requested pro
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from .baselines import BASELINES
 from .estimators import ESTIMATORS, estimator_group
+from .errors import InputError
 
 __all__ = ["DEFAULT_SIZES", "LearningCurve", "learning_curve", "resolve_sizes"]
 

@@ -23,8 +23,6 @@ Metrics
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,6 +32,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 from scipy.signal import fftconvolve
+
+from .errors import InputError
+from .validation import check_confidence, check_correct
 
 __all__ = [
     "BANDS",
@@ -81,56 +82,13 @@ BANDS: dict[str, tuple[slice, tuple[float, float]]] = {
 
 
 def _as_confidence(confidence: ArrayLike, name: str = "confidence") -> np.ndarray:
-    """``confidence`` as a float64 1-D array; ``ValueError`` naming ``name`` if it is invalid."""
-    try:
-        arr = np.asarray(confidence)
-    except Exception as exc:  # ragged lists and the like
-        raise InputError(f"{name}: cannot be read as an array ({exc})") from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-    ):
-        raise InputError(f"{name}: expected numbers in [0, 1], got dtype {arr.dtype}")
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name}: expected real numbers in [0, 1], got complex values")
-    if arr.ndim != 1:
-        raise InputError(f"{name}: expected a 1-D array, got shape {arr.shape}")
-    if arr.size == 0:
-        raise InputError(f"{name}: is empty")
-    arr = arr.astype(np.float64, copy=False)
-    if np.isnan(arr).any():
-        raise InputError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
-    bad = (arr < 0.0) | (arr > 1.0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{name}: values must lie in [0, 1]; {name}[{i}] = {arr[i]!r}")
-    return arr
+    """``confidence`` as a float64 1-D array (:func:`acute.validation.check_confidence`)."""
+    return check_confidence(confidence, name=name)
 
 
 def _as_correct(correct: ArrayLike, name: str = "correct") -> np.ndarray:
-    """``correct`` as a bool 1-D array; ``ValueError`` naming ``name`` unless labels are 0/1."""
-    try:
-        arr = np.asarray(correct)
-    except Exception as exc:
-        raise InputError(f"{name}: cannot be read as an array ({exc})") from None
-    if arr.dtype == object or not (
-        np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-    ):
-        raise InputError(f"{name}: expected booleans or 0/1 labels, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise InputError(f"{name}: expected a 1-D array, got shape {arr.shape}")
-    if arr.size == 0:
-        raise InputError(f"{name}: is empty")
-    if arr.dtype == np.bool_:
-        return arr
-    if np.iscomplexobj(arr):
-        raise InputError(f"{name}: expected 0/1 labels, got complex values")
-    if np.issubdtype(arr.dtype, np.floating) and np.isnan(arr).any():
-        raise InputError(f"{name}: contains NaN (at index {int(np.flatnonzero(np.isnan(arr))[0])})")
-    bad = (arr != 0) & (arr != 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{name}: labels must be 0/1 or booleans; {name}[{i}] = {arr[i]!r}")
-    return arr == 1
+    """``correct`` as a bool 1-D array (:func:`acute.validation.check_correct`)."""
+    return check_correct(correct, name=name) == 1
 
 
 def validate_inputs(

@@ -18,14 +18,6 @@ Prompts are built by :func:`format_prompt` and always tokenized with ``add_speci
 
 from __future__ import annotations
 
-from .errors import (
-    ChecksumError,
-    InputError,
-    ModelFetchError,
-    ModelLoadError,
-    UnknownModelCardError,
-)
-
 import dataclasses
 import hashlib
 import json
@@ -39,6 +31,14 @@ import time
 import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import (
+    ChecksumError,
+    InputError,
+    ModelFetchError,
+    ModelLoadError,
+    UnknownModelCardError,
+)
 
 try:
     import tomllib

@@ -6,8 +6,6 @@ switch), so they work headless and do not disturb an interactive session.
 
 from __future__ import annotations
 
-from .errors import InputError
-
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from acute.metrics import (
     smooth_reliability,
     validate_inputs,
 )
+from .errors import InputError
 
 __all__ = ["euro_curves", "learning_curves", "reliability_diagram"]
 

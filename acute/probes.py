@@ -31,8 +31,6 @@ read only version 1 refuse them with a clear message; every other probe stays ve
 
 from __future__ import annotations
 
-from .errors import AcuteError, InputError, ModelMismatchError, ProbeFormatError
-
 import hashlib
 import json
 import math
@@ -63,6 +61,7 @@ from acute.features import (
     make_featurizer,
     pca_project,
 )
+from .errors import AcuteError, InputError, ModelMismatchError, ProbeFormatError
 
 FORMAT = "acute-probe"
 FORMAT_VERSION = 2  # the newest version this release reads and writes (2: stacked probes)
@@ -438,7 +437,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         kind = _view_kind(self.view)
         X, conf = self._inputs(layer_means, confidence)
-        y = check_correct(correct, X.shape[0])
+        y = check_correct(correct, X.shape[0], both_classes=True)
         uses_cv = self.calibration is not None or (
             kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
         )

@@ -72,8 +72,6 @@ templates). :func:`write_protocol_report` combines several runs into the same ta
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import datetime as _dt
 import itertools
 import json
@@ -93,6 +91,7 @@ from . import metrics as _metrics
 from ._util import json_ready, progress as _progress, write_text_atomic
 from .tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
+from .errors import InputError
 
 __all__ = [
     "AXES",

@@ -18,8 +18,6 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import csv
 import json
 import math
@@ -37,6 +35,7 @@ import numpy as np
 from ._util import json_ready, write_text_atomic
 from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
+from .errors import InputError
 
 __all__ = [
     "ACUTE_VIEWS",

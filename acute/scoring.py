@@ -8,12 +8,12 @@ cost of abstaining on a right one, as in euro).
 
 from __future__ import annotations
 
-from .errors import InputError
-
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from .errors import InputError
 
 __all__ = ["ScoredGeneration", "Scorer", "decide", "probe_task", "task_from_settings"]
 

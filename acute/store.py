@@ -78,9 +78,6 @@ and ``layer_means`` has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the manifest d
 
 from __future__ import annotations
 
-from ._util import iter_jsonl, json_ready
-from .errors import CorruptStoreError, IncompatibleStoreError, InputError, StoreError
-
 import errno
 import hashlib
 import json
@@ -95,12 +92,14 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .errors import CorruptStoreError, IncompatibleStoreError, InputError, StoreError
+
 try:
     import fcntl
 except ImportError:  # pragma: no cover - no advisory locks (Windows): one writer at a time
     fcntl = None
 
-from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, tmp_path, write_text_atomic
+from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, iter_jsonl, json_ready, tmp_path, write_text_atomic
 
 __all__ = [
     "FORMAT_VERSION",

@@ -5,9 +5,9 @@ They produce random text: use them to test shapes, equalities and determinism, n
 
 from __future__ import annotations
 
-from .errors import InputError
-
 from pathlib import Path
+
+from .errors import InputError
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"

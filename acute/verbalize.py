@@ -53,11 +53,11 @@ Parsing rules of :func:`parse_confidence`
 
 from __future__ import annotations
 
-from .errors import InputError
-
 import dataclasses
 import re
 from dataclasses import dataclass
+
+from .errors import InputError
 
 __all__ = [
     "ElicitationTemplate",

@@ -58,9 +58,9 @@ def test_check_correct_and_confidence():
     assert check_correct([True, False, True], 3).tolist() == [1, 0, 1]
     assert check_correct(np.array([0.0, 1.0]), 2).dtype == np.int64
     with pytest.raises(ValueError, match="all records are correct.*needs both"):
-        check_correct(np.ones(5, dtype=bool), 5)
+        check_correct(np.ones(5, dtype=bool), 5, both_classes=True)
     with pytest.raises(ValueError, match="all records are wrong"):
-        check_correct(np.zeros(5), 5)
+        check_correct(np.zeros(5), 5, both_classes=True)
     with pytest.raises(ValueError, match=r"correct.*row 2"):
         check_correct([0, 1, 2], 3)
     with pytest.raises(ValueError, match="length 4"):

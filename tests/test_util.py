@@ -74,3 +74,40 @@ def test_cli_maps_domain_errors_and_lets_bugs_show_their_traceback(monkeypatch, 
     monkeypatch.setattr(cli, "cmd_models", bug)
     with pytest.raises(ValueError, match="an internal bug"):
         cli.main(["models"])
+
+
+@pytest.mark.parametrize("conf,message", [
+    ([0.5, np.nan, 0.2], "confidence: contains NaN (a non-finite value) in row 1"),
+    ([0.5, 0.2, np.inf], "confidence: values must lie in [0, 1]; row 2 is inf"),
+    ([0.5, -0.1, 0.2], "confidence: values must lie in [0, 1]; row 1 is -0.1"),
+])
+def test_one_confidence_rule_everywhere(conf, message):
+    """Features, probes, baselines, estimators and metrics refuse the same input the same way."""
+    from acute import metrics
+    from acute.baselines import make_baseline
+    from acute.estimators import make_estimator
+    from acute.features import check_confidence
+
+    y = [1, 0, 1]
+    X = np.zeros((3, 3, 4), dtype=np.float32)
+    calls = [lambda: check_confidence(conf, 3), lambda: make_baseline("platt").fit(conf, y),
+             lambda: metrics.smece(conf, y), lambda: make_estimator("acute-cosine").fit(X, y, confidence=conf)]
+    for call in calls:
+        with pytest.raises(errors.InputError) as e:
+            call()
+        assert str(e.value) == message
+
+
+def test_one_label_rule_everywhere():
+    from acute import metrics
+    from acute.baselines import make_baseline
+    from acute.validation import check_correct
+
+    for call in (lambda: check_correct([1, 2, 0], 3), lambda: make_baseline("hre").fit([0.1, 0.2, 0.3], [1, 2, 0]),
+                 lambda: metrics.brier([0.1, 0.2, 0.3], [1, 2, 0])):
+        with pytest.raises(errors.InputError, match=r"^correct: labels must be 0/1 or booleans; row 1 is 2$"):
+            call()
+    assert check_correct([True, False]).dtype == np.int64
+    assert check_correct([1.0, 1.0]).tolist() == [1, 1]  # one class is fine unless asked
+    with pytest.raises(errors.InputError, match="single class: all records are correct"):
+        check_correct([1.0, 1.0], both_classes=True)

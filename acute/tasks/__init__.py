@@ -12,8 +12,6 @@ Every task's ``load(path=None, split=None, limit=None)`` reads a file or a folde
 
 from __future__ import annotations
 
-from ..errors import InputError
-
 from pathlib import Path
 
 from .answer_types import ANSWER_TYPES, answer_type, assign_wrong_types
@@ -26,6 +24,7 @@ from .qa import DefaultTask, JsonlQATask, OpenQATask, SciQTask, TriviaQATask, an
 from .rouge import rouge_l, rouge_l_f1
 from .scitldr import SciTLDRTask
 from .truthfulqa import TruthfulQAGenTask, TruthfulQAMCTask
+from ..errors import InputError
 
 __all__ = [
     "get_task", "list_tasks", "TASKS", "Example", "Task", "TaskDataError", "DATA_ENV",

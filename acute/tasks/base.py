@@ -4,8 +4,6 @@ data-file helpers (file/folder resolution, JSONL/JSON/CSV reading with file:line
 
 from __future__ import annotations
 
-from ..errors import DataError, InputError, TaskDataError
-
 import csv
 import json
 import os
@@ -13,6 +11,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import DataError, InputError, TaskDataError
 
 
 __all__ = [

@@ -9,8 +9,6 @@ Answers of multiple-choice tasks are option letters: ``gold_answer`` is the gold
 
 from __future__ import annotations
 
-from ..errors import InputError
-
 import re
 import string
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 from .base import Example, Task
 from .normalize import first_line, normalize_answer, strip_answer_prefix
 from .qa import read_sciq
+from ..errors import InputError
 
 __all__ = ["MultipleChoiceTask", "SciQMCTask", "extract_choice", "format_choices", "LETTERS"]
 

@@ -6,14 +6,13 @@ Data: the original per-subject headerless CSVs (``question, A, B, C, D, answer``
 
 from __future__ import annotations
 
-from ..errors import InputError
-
 import re
 from pathlib import Path
 from typing import Any
 
 from .base import (Example, TaskDataError, clean_texts, read_csv_rows, read_jsonl, require)
 from .choice import MultipleChoiceTask
+from ..errors import InputError
 
 __all__ = ["MMLUTask", "parse_mmlu_csv_row"]
 

@@ -7,14 +7,13 @@ then ``SciTLDR-A/<split>.jsonl``. Splits: ``train``, ``dev`` (alias ``validation
 
 from __future__ import annotations
 
-from ..errors import InputError
-
 from pathlib import Path
 from typing import Any
 
 from .base import Example, Task, TaskDataError, clean_texts, find_file, read_jsonl
 from .normalize import first_line, strip_answer_prefix
 from .rouge import best_rouge_l_f1
+from ..errors import InputError
 
 __all__ = ["SciTLDRTask", "parse_scitldr_row"]
 
