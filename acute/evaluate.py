@@ -227,11 +227,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
 
 
 def _percentiles(stats: np.ndarray) -> tuple[float, float]:
-    ok = stats[np.isfinite(stats)]
-    if ok.size == 0:
-        return float("nan"), float("nan")
-    lo, hi = np.percentile(ok, [2.5, 97.5])
-    return float(lo), float(hi)
+    from .metrics import percentile_interval
+
+    return percentile_interval(stats)[:2]
 
 
 # ----------------------------------------------------------------------------- result

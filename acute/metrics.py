@@ -667,19 +667,29 @@ def _resample_stats(
     return out
 
 
-def _interval(estimate: float, stats: np.ndarray, alpha: float, what: str) -> Interval:
+def percentile_interval(stats: ArrayLike, alpha: float = 0.05) -> tuple[float, float, int]:
+    """``(low, high, n_left_out)``: the ``alpha/2`` and ``1 - alpha/2`` percentiles of the
+    finite values of ``stats`` (bootstrap draws of a statistic) and how many non-finite draws
+    were left out; ``low`` and ``high`` are NaN when no draw is finite. Every interval acute
+    reports (metrics, evaluation, protocol study, reproduction report) is computed here."""
+    stats = np.asarray(stats, dtype=np.float64)
     ok = np.isfinite(stats)
-    if not ok.all():
+    if not ok.any():
+        return float("nan"), float("nan"), int(stats.size)
+    low, high = np.percentile(stats[ok], [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(low), float(high), int((~ok).sum())
+
+
+def _interval(estimate: float, stats: np.ndarray, alpha: float, what: str) -> Interval:
+    low, high, n_bad = percentile_interval(stats, alpha)
+    if n_bad:
         warnings.warn(
-            f"{what}: {int((~ok).sum())} of {stats.shape[0]} resamples gave a non-finite metric "
+            f"{what}: {n_bad} of {stats.shape[0]} resamples gave a non-finite metric "
             "(e.g. auroc on a single-class resample); they are left out of the interval",
             RuntimeWarning,
             stacklevel=3,
         )
-    if not ok.any():
-        return Interval(float(estimate), float("nan"), float("nan"))
-    low, high = np.percentile(stats[ok], [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return Interval(float(estimate), float(low), float(high))
+    return Interval(float(estimate), low, high)
 
 
 def bootstrap(

@@ -309,21 +309,11 @@ def cell_data(records: Sequence[Mapping], scored: str) -> CellData:
 
 
 def resample_indices(size: int, n: int, seed: int) -> np.ndarray:
-    """``[n, size]`` bootstrap row indices, drawn exactly as :func:`acute.metrics.bootstrap`
-    draws them (``numpy.random.default_rng(seed)``, blocks of at most 2**22 indices), so an
+    """``[n, size]`` bootstrap row indices: :func:`acute.metrics.bootstrap_indices`, so an
     interval computed from them equals ``acute.metrics.paired_bootstrap``'s for the same seed."""
-    if size < 1:
-        raise InputError(f"size must be >= 1, got {size}")
-    if n < 1:
-        raise InputError(f"n must be >= 1, got {n}")
-    rng = np.random.default_rng(seed)
-    per_block = max(1, (1 << 22) // size)
-    blocks, done = [], 0
-    while done < n:
-        rows = min(per_block, n - done)
-        blocks.append(rng.integers(0, size, size=(rows, size)))
-        done += rows
-    return np.concatenate(blocks, axis=0)
+    from .metrics import bootstrap_indices
+
+    return bootstrap_indices(size, n, seed)
 
 
 def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -333,11 +323,10 @@ def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> n
 
 
 def _percentiles(stats: np.ndarray, alpha: float = ALPHA) -> tuple[float | None, float | None, int]:
-    ok = np.isfinite(stats)
-    if not ok.any():
-        return None, None, int((~ok).sum())
-    low, high = np.percentile(stats[ok], [100 * alpha / 2, 100 * (1 - alpha / 2)])
-    return float(low), float(high), int((~ok).sum())
+    from .metrics import percentile_interval
+
+    low, high, n_bad = percentile_interval(stats, alpha)
+    return _finite(low), _finite(high), n_bad
 
 
 def _finite(x: float) -> float | None:

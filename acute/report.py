@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ._util import json_ready, write_text_atomic
+from .metrics import percentile_interval
 from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
 from .errors import InputError
@@ -259,12 +260,9 @@ def interval_summary(draws: Mapping[str, Mapping[str, tuple[float, np.ndarray]]]
     for est, by_metric in draws.items():
         out[est] = {}
         for key, (estimate, d) in by_metric.items():
-            d = np.asarray(d, dtype=np.float64)
-            d = d[np.isfinite(d)]
-            low = high = None
-            if d.size:
-                lo, hi = np.percentile(d, [100 * alpha / 2, 100 * (1 - alpha / 2)])
-                low, high = float(lo), float(hi)
+            lo, hi, _ = percentile_interval(d, alpha)
+            low = lo if math.isfinite(lo) else None
+            high = hi if math.isfinite(hi) else None
             est_v = float(estimate) if estimate is not None and math.isfinite(estimate) else None
             out[est][key] = {"estimate": est_v, "low": low, "high": high}
     return out
