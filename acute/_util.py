@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from numbers import Integral, Real
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
@@ -129,23 +130,47 @@ def tmp_path(final: Path) -> Path:
     return Path(name)
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one, never a
-    part: write a temporary file in the same folder, fsync it, rename it over ``path``."""
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Write a file atomically: yields a temporary path next to ``path``; when the block ends
+    without an error the temporary file is fsync'ed and renamed over ``path`` (and the folder
+    fsync'ed), so readers see the old file or the whole new one, never a part. On an error the
+    temporary file is removed and ``path`` is untouched. Every acute output goes through here
+    (text, JSON, CSV, PNG), except store shards and probe folders, which commit several files
+    at once and document their own order."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
+        yield tmp
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
     fsync_dir(path.parent)
-    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def read_json(path: str | Path, what: str, error: type[Exception] = InputError) -> Any:
+    """The JSON document in ``path``; ``FileNotFoundError`` when it is missing, ``error`` naming
+    file and line when it is not valid JSON (``what`` says what the file should hold)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist ({what})")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
 
 
 def progress(iterable: Iterable, total: int, enabled: bool, desc: str):

@@ -42,7 +42,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ._util import json_ready
+from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
 from .estimators import ACUTE_VARIANTS, ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
@@ -638,9 +638,10 @@ def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[
 
 def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifest, test_manifest,
                    plot_names: Sequence[str], fold_of: list | None) -> dict[str, Path]:
-    """Write every output into a staging folder inside ``out_dir``, then move the files into place
-    with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
-    results.json that describes files of another run."""
+    """Write every output into a staging folder inside ``out_dir``, fsync them, then move the files
+    into place with ``results.json`` last (an older results.json is removed first), so a crash
+    never leaves a results.json that describes files of another run (a multi-file commit, like a
+    store shard or a probe folder; single files go through :func:`acute._util.atomic_path`)."""
     from .plots import euro_curves, reliability_diagram
 
     out_dir = res.out_dir
@@ -684,12 +685,16 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
         }
         (stage / "results.json").write_text(json.dumps(json_ready(payload), indent=2), encoding="utf-8")
 
+        for name in files + ["results.json"]:
+            with open(stage / name, "rb+") as fh:
+                os.fsync(fh.fileno())
         final = out_dir / "results.json"
         if final.exists():
             final.unlink()
         for name in files:
             os.replace(stage / name, out_dir / name)
         os.replace(stage / "results.json", final)
+        fsync_dir(out_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return {name: out_dir / name for name in files + ["results.json"]}

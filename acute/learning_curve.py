@@ -196,9 +196,8 @@ def write_learning_curve(lc: LearningCurve, out_dir, params: Mapping[str, Any] |
              "csv": write_text_atomic(out / "learning_curve.csv", buf.getvalue())}
     series = {m: {n: tuple(np.array([s[k] for s in lc.summary(n, m)]) for k in ("mean", "ci_low", "ci_high"))
                   for n in lc.shown} for m in ("auc_euro_all", "smece")}
-    tmp = out / ".learning_curve.tmp.png"
-    learning_curves(lc.sizes, series, tmp, title=f"{lc.n_records} records, {lc.repeats} repeats")
-    files["png"] = tmp.replace(out / "learning_curve.png")
+    files["png"] = learning_curves(lc.sizes, series, out / "learning_curve.png",
+                                   title=f"{lc.n_records} records, {lc.repeats} repeats")
     doc = {"complete": True, "sizes": lc.sizes, "best_baseline": lc.best_baseline, "shown": lc.shown,
            "n_records": lc.n_records, "accuracy": lc.accuracy, "n_splits": lc.n_splits,
            "repeats": lc.repeats, "params": dict(params or {}), "rows": rows,

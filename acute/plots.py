@@ -44,8 +44,11 @@ def _png_path(path: str | Path) -> Path:
 
 
 def _save(fig: Figure, out: Path) -> Path:
+    from acute._util import atomic_path
+
     FigureCanvasAgg(fig)
-    fig.savefig(out, format="png", dpi=120)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
     return out
 
 

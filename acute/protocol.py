@@ -88,7 +88,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
-from ._util import json_ready, progress as _progress, write_text_atomic
+from ._util import json_ready, progress as _progress, read_json, write_text_atomic
 from .tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
 from .errors import InputError
@@ -725,12 +725,7 @@ def load_protocol(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
     if p.is_dir():
         p = p / "protocol.json"
-    if not p.is_file():
-        raise FileNotFoundError(f"no protocol.json at {p} (run `acute protocol` first)")
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+    doc = read_json(p, "run `acute protocol` first")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise InputError(f"{p}: not an {FORMAT} document (format={doc.get('format') if isinstance(doc, dict) else None!r})")
     return doc

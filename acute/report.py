@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._util import json_ready, write_text_atomic
+from ._util import json_ready, read_json, write_text_atomic
 from .metrics import percentile_interval
 from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
@@ -132,10 +132,7 @@ def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun
     for p in (res_path, pred_path):
         if not p.is_file():
             raise FileNotFoundError(f"{p} does not exist (run the evaluate stage first)")
-    try:
-        results = json.loads(res_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise InputError(f"{res_path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    results = read_json(res_path, "run the evaluate stage first")
     if not isinstance(results, dict) or results.get("complete") is not True:
         raise InputError(f"{res_path}: not a complete evaluation (missing \"complete\": true)")
     ids: list[str] = []
