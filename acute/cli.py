@@ -296,6 +296,7 @@ def cmd_evaluate(args) -> int:
                    progress=not args.quiet,
                    estimators=_estimator_list(args.estimators), reliability=args.reliability)
     print((out / "results.md").read_text(encoding="utf-8"))
+    print(f"evaluation written to {out.resolve()}")
     return 0
 
 
@@ -619,10 +620,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def show_logs(level: int = 20) -> None:
+    """Show acute's log records (progress of slow steps, where outputs went) on stderr as
+    ``[acute] message``; library code logs, only the command line decides to show it."""
+    import logging
+
+    logger = logging.getLogger("acute")
+    if not any(getattr(h, "_acute_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[acute] %(message)s"))
+        handler._acute_cli = True
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
 def main(argv=None) -> int:
     from .errors import AcuteError
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_logs()
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:

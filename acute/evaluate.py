@@ -27,6 +27,7 @@ are options. It writes:
 
 from __future__ import annotations
 
+import logging
 import csv
 import hashlib
 import json
@@ -59,6 +60,8 @@ __all__ = [
     "results_markdown",
     "split_ids",
 ]
+
+logger = logging.getLogger(__name__)
 
 # Estimators that ``evaluate_store`` fits unless told otherwise: every row of the table.
 DEFAULT_FOLDS = 5
@@ -573,7 +576,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
             "ids_file": "split.json",
         }
         if overlap:
-            print(f"warning: {overlap} id(s) occur in both the training and the test records", file=sys.stderr)
+            logger.warning("%d id(s) occur in both the training and the test records", overlap)
 
     rows = evaluate_predictions(cv_preds if cv_preds is not None else predictions, eval_correct,
                                 n_bootstrap=n_bootstrap, seed=seed)
@@ -598,7 +601,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                                   fold_of)
     what = (f"{cv}-fold x {repeats} cross-validation on {len(ids)} records" if mode == "cv"
             else f"{len(train_ids)} train / {len(eval_ids)} test records")
-    print(f"evaluation of {len(names)} estimators ({what}) written to {out_dir.resolve()}")
+    logger.info("evaluation of %d estimators (%s) written to %s", len(names), what, out_dir.resolve())
     return result
 
 

@@ -18,6 +18,7 @@ Prompts are built by :func:`format_prompt` and always tokenized with ``add_speci
 
 from __future__ import annotations
 
+import logging
 import dataclasses
 import hashlib
 import json
@@ -64,6 +65,8 @@ __all__ = [
     "tokenizer_adds_bos",
 ]
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 #: File written (last) into every converted cache folder; records where the weights came from.
@@ -77,8 +80,8 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _log(message: str) -> None:
-    """Print a progress line to stderr (model fetching and conversion are slow)."""
-    print(f"[acute] {message}", file=sys.stderr, flush=True)
+    """Log a progress line (model fetching and conversion are slow; the CLI shows it on stderr)."""
+    logger.info(message)
 
 
 def acute_home() -> Path:

@@ -72,6 +72,7 @@ templates). :func:`write_protocol_report` combines several runs into the same ta
 
 from __future__ import annotations
 
+import logging
 import datetime as _dt
 import itertools
 import json
@@ -120,6 +121,8 @@ __all__ = [
     "shift_table",
     "write_protocol_report",
 ]
+
+logger = logging.getLogger(__name__)
 
 FORMAT = "acute-protocol/1"
 
@@ -780,7 +783,7 @@ def write_protocol_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | 
     md_path = out / "protocol-report.md"
     write_text_atomic(out / "protocol-report.json", json.dumps(json_ready(summary, nonfinite="clip"), indent=1))
     write_text_atomic(md_path, md)
-    print(f"protocol report: wrote {md_path} and {out / 'protocol-report.json'}")
+    logger.info("protocol report: wrote %s and %s", md_path, out / "protocol-report.json")
     return md_path
 
 
@@ -1070,7 +1073,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     json_path, md_path = out / "protocol.json", out / "protocol.md"
     write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
     write_text_atomic(md_path, render_report(doc))
-    print(f"protocol study: wrote {json_path} and {md_path}")
+    logger.info("protocol study: wrote %s and %s", json_path, md_path)
     return ProtocolResult(out_dir=out, json_path=json_path, md_path=md_path,
                           cells=doc["cells"], shifts=doc["shifts"], provenance=doc["provenance"],
                           checklist=doc["checklist"], counts=counts, records=doc["records"],

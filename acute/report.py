@@ -18,6 +18,7 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 
 from __future__ import annotations
 
+import logging
 import csv
 import json
 import math
@@ -57,6 +58,8 @@ __all__ = [
     "timings_markdown",
     "write_report",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: (key, column header, direction): the paper-style columns of ``acute.evaluate`` up to auc-euro all
 REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6]
@@ -585,7 +588,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
             continue
         runs.sort(key=lambda r: inputs.models.index(r.model) if r.model in inputs.models else 1 << 30)
         if progress:
-            print(f"report: bootstrap for {task} ({len(runs)} models)", flush=True)
+            logger.info("report: bootstrap for %s (%d models)", task, len(runs))
         per_model = [metric_draws(r, inputs.n_bootstrap, inputs.seed) for r in runs]
         avg = interval_summary(average_draws(per_model))
         avg_by_task[task] = avg

@@ -560,7 +560,10 @@ def _prepare_report(job: Job, cfg: Config, work: Path, out: Path, timings: dict)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the driver; returns the exit status (0: every job ran or was complete, 1: a job failed)."""
+    from acute.cli import show_logs
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_logs()  # progress and output paths of the library's slow steps, on stderr
     if argv[:1] == ["_worker"]:
         return worker_main(argv[1], argv[2])
     args = _parse_args(argv)

@@ -244,16 +244,17 @@ def test_raw_row_is_the_raw_confidence(evaluated):
     np.testing.assert_array_equal(res.predictions["raw"], store.raw_confidence[test_mask])
 
 
-def test_test_store_mode_and_subset(tmp_path, capsys):
+def test_test_store_mode_and_subset(tmp_path, caplog):
     train = planted_store(n=120, seed=1, id_prefix="a")
     test = planted_store(n=60, seed=2, id_prefix="b")
+    caplog.set_level("INFO", logger="acute")
     res = evaluate_store(train, test_store=test, out_dir=tmp_path, estimators=["raw", "platt", "isotonic"],
                          n_bootstrap=0, progress=False)
     assert res.split["mode"] == "test_store"
     assert (res.split["n_train"], res.split["n_test"]) == (120, 60)
     assert res.test_ids == test.ids
     assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic"]
-    assert str(tmp_path.resolve()) in capsys.readouterr().out
+    assert str(tmp_path.resolve()) in caplog.text
     assert {p.name for p in tmp_path.glob("reliability_*.png")} == {
         "reliability_raw.png", "reliability_platt.png", "reliability_isotonic.png"}
     md = (tmp_path / "results.md").read_text()
