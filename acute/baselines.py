@@ -47,8 +47,8 @@ __all__ = [
 
 BASELINES: tuple[str, ...] = ("raw", "hre", "nwkr", "platt", "isotonic", "beta")
 
-# "Negligible" L2 regularisation for the logistic fits (sklearn's C is the inverse strength).
-_C_UNREGULARISED = 1e12
+# Unpenalised logistic fits (sklearn's C is the inverse strength; C=inf switches the penalty off).
+_C_UNREGULARISED = np.inf
 # Confidences are clipped to [_EPS, 1 - _EPS] before logit / log transforms.
 _EPS = 1e-6
 
@@ -236,7 +236,7 @@ def _logistic(features: np.ndarray, y: np.ndarray) -> LogisticRegression:
 class PlattScaling(_Baseline):
     """Platt scaling: P(correct) = sigmoid(a * logit(p) + b), p = clip(confidence, eps, 1 - eps).
 
-    Fitted by maximum likelihood (sklearn logistic regression with negligible L2, C=1e12) on the
+    Fitted by maximum likelihood (unpenalised sklearn logistic regression, C=inf) on the
     0/1 labels (no Platt target smoothing). ``eps`` defaults to 1e-6. Needs both classes.
     Fitted: ``coef_`` (a), ``intercept_`` (b).
     """
@@ -286,7 +286,7 @@ class BetaCalibration(_Baseline):
     (``betacal``), the constraint a, b >= 0 is enforced by refitting: if the fitted a < 0 the model is
     refitted on -ln(1 - p) alone (a = 0), else if b < 0 on ln p alone (b = 0). If the remaining
     coefficient is still negative, the map falls back to the constant training accuracy
-    (a = b = 0). Negligible regularisation (C=1e12). Needs both classes.
+    (a = b = 0). Unpenalised (C=inf). Needs both classes.
     Fitted: ``a_``, ``b_``, ``c_``.
     """
 

@@ -136,7 +136,7 @@ def search_layer(
     Returns ``(best_layer, {layer: mean Brier score})``; the lowest score wins and ties go to
     the earliest layer. Call it on the training split only.
     """
-    from sklearn.model_selection import StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold, cross_val_score
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if candidates.size == 0:
@@ -148,16 +148,12 @@ def search_layer(
         x = np.asarray(layer_means[:, int(layer)], dtype=np.float64)
         if confidence is not None:
             x = append_confidence(x, confidence)
-        fold_scores = []
-        for train, test in folds:
-            forest = _search_forest(
-                x.shape[1], n_estimators=n_estimators, max_depth=max_depth,
-                max_features=max_features, n_jobs=n_jobs, random_state=random_state,
-            )
-            forest.fit(x[train], y[train])
-            p = forest.predict_proba(x[test])[:, list(forest.classes_).index(1)]
-            fold_scores.append(float(np.mean((p - y[test]) ** 2)))
-        scores[int(layer)] = float(np.mean(fold_scores))
+        forest = _search_forest(
+            x.shape[1], n_estimators=n_estimators, max_depth=max_depth,
+            max_features=max_features, n_jobs=n_jobs, random_state=random_state,
+        )
+        fold_scores = cross_val_score(forest, x, y, cv=folds, scoring="neg_brier_score")
+        scores[int(layer)] = float(-np.mean(fold_scores))
     best = min(scores, key=lambda k: (scores[k], k))
     return best, scores
 
@@ -342,29 +338,13 @@ def pca_project(layer_means: np.ndarray, means: np.ndarray, components: np.ndarr
     return out
 
 
-def _top_components(xc: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top ``m`` right singular vectors ``[m, d]`` of centred ``xc`` and all squared singular values.
-
-    With more rows than columns the ``d x d`` scatter matrix is eigendecomposed (several times
-    faster than an SVD of the ``n x d`` matrix for n ~ 2000, d ~ 600, and accurate for the
-    leading components); otherwise an economy SVD is used.
-    """
-    n, d = xc.shape
-    if n >= d:
-        evals, evecs = np.linalg.eigh(xc.T @ xc)
-        order = np.argsort(evals)[::-1]
-        return evecs[:, order[:m]].T.copy(), np.clip(evals[order], 0.0, None)
-    _, s, vt = np.linalg.svd(xc, full_matrices=False)
-    return vt[:m], s**2
-
-
 class LayerPCA(_LayerMeansTransformer):
     """Per-layer PCA: ``n_components`` scores of every layer output, concatenated.
 
-    Each layer is centred on its training mean and projected on the top right singular
-    vectors of the centred training matrix (float64; eigendecomposition of the scatter
-    matrix when n_train >= d, else SVD). Signs follow
-    scikit-learn's convention: the largest-magnitude entry of each component is positive.
+    Each layer is centred on its training mean and projected on its top principal components:
+    scikit-learn's ``PCA`` in float64 (``svd_solver="covariance_eigh"`` when n_train >= d, else
+    ``"full"``), whose sign convention makes the largest-magnitude entry of each component
+    positive.
     ``n_components`` must be ``<= min(n_train, d)``.
 
     Fitted attributes: ``means_`` float64 ``[L+1, d]``, ``components_`` float64
@@ -387,20 +367,20 @@ class LayerPCA(_LayerMeansTransformer):
                 f"LayerPCA(n_components={m}) needs n_components <= min(n_train, d) = "
                 f"min({n}, {d}) = {min(n, d)}"
             )
+        from sklearn.decomposition import PCA
+
         means = np.empty((n_out, d), dtype=np.float64)
         components = np.empty((n_out, m, d), dtype=np.float64)
         ratio = np.zeros((n_out, m), dtype=np.float64)
+        # the d x d covariance's eigendecomposition is several times faster than an SVD of the
+        # n x d matrix for n ~ 2000, d ~ 600; with fewer records than dimensions, a full SVD
+        solver = "covariance_eigh" if n >= d else "full"
         with _single_thread_blas():
             for layer in range(n_out):
-                x = np.asarray(X[:, layer], dtype=np.float64)
-                means[layer] = x.mean(axis=0)
-                vt, var = _top_components(x - means[layer], m)
-                signs = np.sign(vt[np.arange(m), np.argmax(np.abs(vt), axis=1)])
-                signs[signs == 0] = 1.0
-                components[layer] = vt * signs[:, None]
-                total = float(np.sum(var))
-                if total > 0:
-                    ratio[layer] = var[:m] / total
+                pca = PCA(m, svd_solver=solver).fit(np.asarray(X[:, layer], dtype=np.float64))
+                means[layer] = pca.mean_
+                components[layer] = pca.components_
+                ratio[layer] = np.nan_to_num(pca.explained_variance_ratio_)
         self.means_ = means
         self.components_ = components
         self.explained_variance_ratio_ = ratio
