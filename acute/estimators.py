@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
-from .errors import AcuteError, InputError, UnknownEstimatorError
+from .errors import InputError, UnknownEstimatorError
 
 __all__ = [
     "ACUTE_VARIANTS",

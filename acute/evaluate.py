@@ -46,7 +46,7 @@ import numpy as np
 from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
-from .estimators import ACUTE_VARIANTS, ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
+from .estimators import ACUTE_VARIANTS, ESTIMATORS, estimator_group, make_estimator
 from .errors import InputError
 
 __all__ = [

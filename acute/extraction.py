@@ -64,7 +64,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from acute._util import progress as _progress
 
-from .errors import AcuteError, InputError, UnsupportedArchitectureError
+from .errors import InputError, UnsupportedArchitectureError
 
 __all__ = [
     "Generation",

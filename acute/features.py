@@ -375,7 +375,8 @@ class LayerPCA(_LayerMeansTransformer):
         # the d x d covariance's eigendecomposition is several times faster than an SVD of the
         # n x d matrix for n ~ 2000, d ~ 600; with fewer records than dimensions, a full SVD
         solver = "covariance_eigh" if n >= d else "full"
-        with _single_thread_blas():
+        # a constant layer has no variance: its explained-variance ratio is 0, not a warning
+        with _single_thread_blas(), np.errstate(invalid="ignore", divide="ignore"):
             for layer in range(n_out):
                 pca = PCA(m, svd_solver=solver).fit(np.asarray(X[:, layer], dtype=np.float64))
                 means[layer] = pca.mean_

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from ..errors import DataError, InputError, TaskDataError
+from ..errors import InputError, TaskDataError
 
 
 __all__ = [
