@@ -1,0 +1,67 @@
+"""Record pooled hidden states of every layer while a causal LM generates.
+
+The recorder attaches forward hooks to the decoder layers and the final norm of a transformers
+causal LM and, *during* ``model.generate`` with the KV cache, keeps per sequence and per layer only
+a running sum and a count of the hidden states it pools (memory independent of the number of
+generated tokens; it never holds ``T x L x d`` per sample).
+
+Layer indexing follows transformers' ``output_hidden_states``: index 0 is the input of the first
+decoder layer (the embedding output, already scaled for Gemma, plus position embeddings for GPT-2),
+index ``i`` the output of decoder layer ``i`` and index ``L`` the output of the final norm (not the
+last layer's pre-norm residual).
+
+Pooling modes (``pool``):
+
+``"decoding"`` (default)
+    the hidden states from which the generated tokens were decoded: the last prompt position
+    (decodes the first token) and each generated position before the final one. One state per
+    generated token, the final EOS included, so the mean is never empty.
+``"generated"``
+    the states at the generated tokens' own positions. The final token is never fed back to the
+    model by ``generate``, so the recorder keeps each sequence alive for exactly one more decoding
+    step after it finishes (its stopping criterion reports it finished one step late and
+    ``generate`` runs with ``max_new_tokens + 1``); the token sampled in that extra step is
+    discarded. This costs one extra forward step per batch and gives the same states as feeding
+    the last token with the returned KV cache.
+
+Devices and dtypes: each layer's running sum is allocated on the device where that layer's hidden
+states appear, so a model split over several devices (``device_map="auto"``, accelerate's
+dispatch hooks) is recorded without moving any hidden state between devices; per step only the
+``[B, 1]`` row weights are copied to each device once. Sums are float32 (or float64) whatever the
+model's dtype, so bfloat16 / float16 states are accumulated without half-precision rounding, and
+they are gathered to the CPU in float64 once, after ``generate`` returns.
+
+Per-sequence termination (EOS ids and stop strings) is decided by the recorder's own
+``StoppingCriteria``, so the hooks know exactly which rows are finished before the next forward;
+finished rows stop accumulating while the rest of the batch goes on. For plain greedy decoding
+the recorder runs its own loop (the inputs ``generate`` would build: positions from the attention
+mask, the same KV cache) and drops finished rows from the batch and the cache after each step,
+so a batch's cost follows its rows' own lengths; the hooks then add each row's state at its
+original index. Each generated token's
+log-probability is taken under the model's raw distribution: ``log_softmax`` of the logits the model
+returns (captured by a forward hook on the model, i.e. before any logits processor such as
+temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
+once the token is known.
+"""
+
+from ..errors import UnsupportedArchitectureError
+from .batching import MIN_SHARED_PREFIX, PREFIX_GROUP_DEPTH, batch_order
+from .generate import Generation, generate_and_record
+from .layers import LayerMap, context_window, find_layers
+from .recorder import HiddenStateRecorder, RecordedBatch
+from .teacher_forcing import score_continuations
+
+__all__ = [
+    "Generation",
+    "HiddenStateRecorder",
+    "LayerMap",
+    "MIN_SHARED_PREFIX",
+    "PREFIX_GROUP_DEPTH",
+    "RecordedBatch",
+    "UnsupportedArchitectureError",
+    "batch_order",
+    "context_window",
+    "find_layers",
+    "generate_and_record",
+    "score_continuations",
+]

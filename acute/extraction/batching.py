@@ -1,0 +1,176 @@
+"""Batch planning: left padding, length-sorted batches, shared-prompt-prefix groups and their KV cache."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+
+
+from ..errors import InputError
+
+from .layers import _forward_accepts, _model_device
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# High-level API
+# --------------------------------------------------------------------------------------------
+
+
+def batch_order(lengths: Sequence[int], batch_size: int, sort_by_length: bool = True
+                ) -> list[list[int]]:
+    """Split the indices of ``lengths`` into batches of ``batch_size`` (the last may be shorter).
+
+    With ``sort_by_length`` the indices are ordered longest first (ties keep input order), so each
+    batch holds prompts of similar length and little padding; otherwise they keep input order.
+    """
+    order = list(range(len(lengths)))
+    if sort_by_length:
+        order.sort(key=lambda i: -lengths[i])
+    return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
+
+
+#: Shortest shared token prefix that :func:`generate_and_record` runs once and reuses.
+MIN_SHARED_PREFIX = 8
+#: Tokens after the common prefix of all prompts that decide a prompt's batching group.
+PREFIX_GROUP_DEPTH = 32
+
+
+def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
+    """The longest common token prefix of ``seqs``, leaving every sequence at least one own token
+    (its last prompt position is where pooling and the first generated token start)."""
+    if not seqs:
+        return []
+    first = seqs[0]
+    n = min(len(s) for s in seqs) - 1
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s[k] == first[k]:
+            k += 1
+        n = k
+    return list(first[:max(n, 0)])
+
+
+def _prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
+                    batch_size: int) -> list[tuple[list[int], list[int]]]:
+    """``(batch, prefix)`` pairs for the shared-prefix path of :func:`generate_and_record`.
+
+    Prompts (indices ``keep`` into ``encoded``) that agree on the first
+    :data:`PREFIX_GROUP_DEPTH` tokens after the prefix all of them share form a group (e.g. one
+    subject's few-shot demonstrations); every group of two or more gets its own batches, the
+    remaining prompts are batched together. Within each, prompts run longest first (little
+    padding) and every batch caches the prefix its whole group shares, so a group needs one
+    prefill however many batches it spans.
+    """
+    depth = len(_shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in keep:
+        groups.setdefault(tuple(encoded[i][:depth]), []).append(i)
+    runs = [g for g in groups.values() if len(g) > 1]
+    runs.append([i for g in groups.values() if len(g) == 1 for i in g])
+    planned = []
+    for run in runs:
+        if not run:
+            continue
+        prefix = _shared_prefix([encoded[i] for i in run])
+        run = sorted(run, key=lambda i: -len(encoded[i]))
+        planned += [(run[k: k + batch_size], prefix) for k in range(0, len(run), batch_size)]
+    return planned
+
+
+def _window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
+    """False when a sliding attention window shorter than ``length`` would see the padding placed
+    after the shared prefix (it counts positions, not real tokens)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    return not (isinstance(window, int) and 0 < window < length)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """transformers >= 5.2x names the KV cache argument ``cache``; older releases
+    ``past_key_values``."""
+    return "cache" if _forward_accepts(model, "cache") else "past_key_values"
+
+
+#: ``generation_config`` fields that leave greedy decoding as it is (ids, output switches,
+#: sampling-only settings); any other field set makes the recorder use ``model.generate``.
+
+
+def _prefill(model: nn.Module, prefix: Sequence[int]):
+    """The KV cache of one forward pass over ``prefix`` (batch of one)."""
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=_model_device(model))
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
+                    **({"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}))
+    return out.cache if _cache_keyword(model) == "cache" else out.past_key_values
+
+
+def _pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
+                      pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``prefix + padding + own tokens`` (the prefix is cached, the own tokens end aligned,
+    as with left padding) as ``(input_ids, attention_mask)``."""
+    ids, mask = _left_pad([s[n_prefix:] for s in seqs], pad_id)
+    head = torch.tensor([list(seqs[0][:n_prefix])], dtype=torch.long).expand(len(seqs), -1)
+    return (torch.cat([head, ids], 1),
+            torch.cat([torch.ones((len(seqs), n_prefix), dtype=torch.long), mask], 1))
+
+
+def _resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
+    try:
+        from acute.models import eos_token_ids
+    except ImportError:  # pragma: no cover - acute.models is part of the package
+        ids: list[int] = []
+        for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                      getattr(tokenizer, "eos_token_id", None)):
+            for v in (value if isinstance(value, (list, tuple)) else [value]):
+                if v is not None and int(v) not in ids:
+                    ids.append(int(v))
+        return ids
+    return eos_token_ids(model, tokenizer)
+
+
+def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ``(input_ids, attention_mask)`` long tensors."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        if s:
+            ids[r, width - len(s):] = torch.tensor(list(s), dtype=torch.long)
+            mask[r, width - len(s):] = 1
+    return ids, mask
+
+
+def _pad_id(tokenizer: Any, eos_ids: Sequence[int]) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is not None:
+        return int(pad)
+    return int(eos_ids[0]) if eos_ids else 0
+
+
+def _tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
+def _check_strings(values: Any, name: str) -> list[str]:
+    if isinstance(values, str):
+        raise InputError(f"{name} must be a list of strings, not a single string")
+    values = list(values)
+    for i, v in enumerate(values):
+        if not isinstance(v, str):
+            raise InputError(f"{name}[{i}] must be a str, got {type(v).__name__}")
+    return values
+
+
+def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
+    cuts = [text.find(s) for s in stop_strings if s in text]
+    return text[: min(cuts)] if cuts else text

@@ -1,0 +1,180 @@
+"""Generating with the recorder attached: :func:`generate_and_record` and its :class:`Generation`."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+import warnings
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+from torch import nn
+
+
+from .._util import progress as _progress
+
+from ..errors import InputError
+
+from .layers import PoolMode, _POOLS, context_window
+from .batching import (
+    MIN_SHARED_PREFIX,
+    _cache_keyword,
+    _check_strings,
+    _cut_at_stop,
+    _left_pad,
+    _pad_after_prefix,
+    _pad_id,
+    _prefill,
+    _prefix_batches,
+    _resolve_eos,
+    _tokenize,
+    _window_allows_prefix_cache,
+    batch_order,
+)
+from .recorder import HiddenStateRecorder
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Generation:
+    """One generated answer with its pooled activations.
+
+    ``text``: generated text decoded with special tokens skipped, cut before the first stop string
+    when ``finish_reason == "stop"``; ``token_ids`` int64[T] and ``token_logprobs`` float32[T]: the
+    generated tokens (EOS / stop-completing token included) and their log-probabilities under the
+    model's raw distribution; ``layer_means`` float32[L+1, d]; ``prompt_tokens``: prompt length in
+    tokens; ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``.
+    """
+
+    text: str
+    token_ids: np.ndarray
+    token_logprobs: np.ndarray
+    layer_means: np.ndarray
+    prompt_tokens: int
+    finish_reason: str
+
+    @property
+    def raw_confidence(self) -> float:
+        """Product of the generated tokens' probabilities, ``exp(sum(token_logprobs))``."""
+        return float(math.exp(float(np.sum(self.token_logprobs, dtype=np.float64))))
+
+
+def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
+                        max_new_tokens: int = 64, batch_size: int = 8,
+                        stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
+                        do_sample: bool = False, progress: bool = False,
+                        on_too_long: Literal["skip", "error"] = "skip",
+                        eos_token_ids: Sequence[int] | None = None,
+                        sort_by_length: bool = True, reuse_prefix: bool = True,
+                        drop_finished: bool = True,
+                        on_batch: Callable[[int], None] | None = None,
+                        **generate_kwargs: Any) -> list[Generation | None]:
+    """Generate an answer for each fully formatted prompt and pool its hidden states.
+
+    Prompts are tokenized with ``add_special_tokens=False``, ordered (see ``reuse_prefix``;
+    with ``reuse_prefix=False`` by length, longest first; ``sort_by_length=False`` keeps the input
+    order, e.g. to measure what ordering gains) and generated in left-padded batches of
+    ``batch_size`` (greedy unless ``do_sample``); results come
+    back in input order. Generation of a row stops at an EOS id (default
+    ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
+    string, or after ``max_new_tokens``. ``on_batch(n)`` is called after each batch of ``n``
+    prompts (e.g. a caller's progress bar). Extra keyword arguments go to ``model.generate`` (e.g.
+    ``min_new_tokens``, ``temperature``).
+
+    With ``reuse_prefix`` (default) prompts that share a prefix (system prompt, few-shot
+    demonstrations of one subject) are batched together (:func:`_prefix_batches`, longest first
+    within a group) and that prefix (at least :data:`MIN_SHARED_PREFIX` tokens) runs once per
+    group: every batch starts from a copy of its KV cache, its rows padded between the prefix and
+    their own tokens, so each record mostly pays for its own tokens. The recorded states are
+    those of the plain path up to floating-point rounding. A batch runs the plain way when its
+    prompts share less, or when the model's sliding attention window is shorter than its longest
+    prompt plus ``max_new_tokens``.
+
+    With ``drop_finished`` (default), greedy batches leave out each row once it has finished
+    (see :meth:`HiddenStateRecorder.generate`), so a batch no longer runs every row until its
+    longest answer ends.
+
+    A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
+    window (:func:`context_window`): with ``on_too_long="skip"`` (default) its slot in the result
+    is ``None`` and a ``UserWarning`` names it; with ``"error"`` a ``ValueError`` is raised before
+    anything is generated. Returns a list of :class:`Generation` (or ``None`` for skipped
+    prompts). Raises ``ValueError`` for an empty prompt, a bad argument, or a prompt that is not
+    a string.
+    """
+    prompts = _check_strings(prompts, "prompts")
+    stop_strings = tuple(_check_strings(stop_strings, "stop_strings"))
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if pool not in _POOLS:
+        raise InputError(f"pool must be one of {_POOLS}, got {pool!r}")
+    if on_too_long not in ("skip", "error"):
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    eos_ids = list(eos_token_ids) if eos_token_ids is not None else _resolve_eos(model, tokenizer)
+    pad_id = _pad_id(tokenizer, eos_ids)
+    encoded = _tokenize(tokenizer, prompts)
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
+    limit = context_window(model)
+    keep: list[int] = []
+    for i, ids in enumerate(encoded):
+        if limit is not None and len(ids) + max_new_tokens > limit:
+            message = (f"prompts[{i}] has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
+                       f"it exceeds the context window of {limit} positions")
+            if on_too_long == "error":
+                raise InputError(message)
+            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
+            continue
+        keep.append(i)
+    if reuse_prefix and sort_by_length:
+        planned = _prefix_batches(encoded, keep, batch_size)
+    else:
+        planned = [([keep[j] for j in batch], None) for batch in
+                   batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
+    if not do_sample:
+        # Greedy: silence sampling parameters a model's generation_config may carry.
+        for key in ("temperature", "top_p", "top_k"):
+            generate_kwargs.setdefault(key, None)
+    prefix: list[int] = []
+    prefix_cache = None
+    results: list[Generation | None] = [None] * len(prompts)
+    with HiddenStateRecorder(model, pool=pool) as recorder:
+        for batch, shared in _progress(planned, len(planned), progress, "generate"):
+            seqs = [encoded[i] for i in batch]
+            cache_kwargs: dict[str, Any] = {}
+            if shared is None or len(shared) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(
+                    model, max(len(s) for s in seqs) + max_new_tokens):
+                ids, mask = _left_pad(seqs, pad_id)
+            else:
+                if shared != prefix:  # consecutive batches often share the same prefix
+                    prefix, prefix_cache = shared, _prefill(model, shared)
+                ids, mask = _pad_after_prefix(seqs, len(prefix), pad_id)
+                cache = copy.deepcopy(prefix_cache)
+                cache.batch_repeat_interleave(len(batch))
+                cache_kwargs[_cache_keyword(model)] = cache
+            recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
+                                         eos_token_ids=eos_ids, stop_strings=stop_strings,
+                                         tokenizer=tokenizer, do_sample=do_sample,
+                                         drop_finished=drop_finished, pad_token_id=pad_id,
+                                         **cache_kwargs, **generate_kwargs)
+            for r, i in enumerate(batch):
+                text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
+                reason = recorded.finish_reasons[r]
+                if reason == "stop":
+                    text = _cut_at_stop(text, stop_strings)
+                results[i] = Generation(
+                    text=text,
+                    token_ids=recorded.token_ids[r],
+                    token_logprobs=recorded.token_logprobs[r],
+                    layer_means=recorded.layer_means[r],
+                    prompt_tokens=len(encoded[i]),
+                    finish_reason=reason,
+                )
+            if on_batch is not None:
+                on_batch(len(batch))
+    return results

@@ -1,0 +1,521 @@
+"""The forward-hook recorder: running per-layer sums of the hidden states while a model generates."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria
+
+
+from ..errors import InputError
+
+from .layers import LayerMap, PoolMode, _POOLS, _forward_accepts, _model_device, find_layers
+from .batching import _cache_keyword
+
+logger = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------------
+# The recorder
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RecordedBatch:
+    """What :meth:`HiddenStateRecorder.generate` recorded for one batch (rows in input order).
+
+    ``token_ids[r]`` (int64[T_r]) and ``token_logprobs[r]`` (float32[T_r]) are row ``r``'s
+    generated tokens up to and including the one that finished it; ``layer_means`` is
+    float32[B, L+1, d]; ``counts`` int64[B] the number of pooled states per row (== T_r);
+    ``finish_reasons[r]`` is ``"eos"``, ``"stop"`` or ``"length"``.
+    """
+
+    token_ids: list[np.ndarray]
+    token_logprobs: list[np.ndarray]
+    layer_means: np.ndarray
+    counts: np.ndarray
+    finish_reasons: list[str]
+
+
+_REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
+_REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
+
+
+def _copy_on(tensor: torch.Tensor, device: torch.device,
+             copies: dict[torch.device, torch.Tensor]) -> torch.Tensor:
+    """``tensor`` on ``device``: itself there, else its copy kept in ``copies``."""
+    if device == tensor.device:
+        return tensor
+    copy_ = copies.get(device)
+    if copy_ is None:
+        copy_ = copies[device] = tensor.to(device)
+    return copy_
+
+
+class _Run:
+    """Mutable state of one recorded ``generate`` call."""
+
+    def __init__(self, batch_size: int, num_states: int, device: torch.device, dtype: torch.dtype,
+                 pool: str, max_new_tokens: int, eos_ids: Sequence[int],
+                 stop_strings: Sequence[str], tokenizer: Any):
+        self.batch_size = batch_size
+        self.device = device
+        self.dtype = dtype
+        self.pool = pool
+        self.max_new_tokens = max_new_tokens
+        self.stop_strings = tuple(stop_strings)
+        self.tokenizer = tokenizer
+        self.eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+        self.sums: list[torch.Tensor | None] = [None] * num_states
+        self.counts = torch.zeros(batch_size, dtype=torch.long, device=device)
+        # Weight of each row in the *next* forward pass ([B, 1], 1.0 = pool this row).
+        # decoding: every row is pooled in the prefill; generated: nothing in the prefill.
+        start = 1.0 if pool == "decoding" else 0.0
+        self.weight = torch.full((batch_size, 1), start, dtype=dtype, device=device)
+        self.pool_this_forward = pool == "decoding"
+        self._weights_by_device: dict[torch.device, torch.Tensor] = {}
+        self.done = torch.zeros(batch_size, dtype=torch.bool, device=device)
+        self.n_tokens = torch.zeros(batch_size, dtype=torch.long, device=device)
+        self.reason = torch.zeros(batch_size, dtype=torch.long, device=device)
+        # Preallocated so that nothing long-lived is allocated per step (no heap fragmentation
+        # between the growing KV-cache blocks); generate runs at most max_new_tokens + 1 steps.
+        self.step = 0
+        self.tokens = torch.zeros(batch_size, max_new_tokens + 1, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros(batch_size, max_new_tokens + 1, dtype=torch.float32, device=device)
+        self.logits_next: torch.Tensor | None = None  # raw logits of the latest forward [B, V]
+        self.logsumexp_next: torch.Tensor | None = None  # their log-normaliser [B] (float32)
+        self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
+        self.forwards = 0
+        # Batch rows of the current forward (original indices) when finished rows were dropped
+        # from it (the recorder's own greedy loop); None = every row.
+        self.rows: torch.Tensor | None = None
+        self._rows_by_device: dict[torch.device, torch.Tensor] = {}
+
+    def weight_on(self, device: torch.device) -> torch.Tensor:
+        """The row weights on ``device`` (copied at most once per step and device)."""
+        return _copy_on(self.weight, device, self._weights_by_device)
+
+    def rows_on(self, device: torch.device) -> torch.Tensor:
+        """:attr:`rows` (not None) on ``device`` (copied at most once per step and device)."""
+        assert self.rows is not None
+        return _copy_on(self.rows, device, self._rows_by_device)
+
+    def set_weight(self, mask: torch.Tensor) -> None:
+        self.weight.copy_(mask.unsqueeze(1))
+        self._weights_by_device = {}
+
+    def set_rows(self, rows: torch.Tensor | None) -> None:
+        self.rows = None if rows is None or rows.numel() == self.batch_size else rows
+        self._rows_by_device = {}
+
+
+class _DropEosPrecedenceNotice(logging.Filter):
+    """Drops transformers' notice that our (never-firing) EosTokenCriteria replaces its own."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("EosTokenCriteria" in message and "take precedence" in message)
+
+
+@contextlib.contextmanager
+def _quiet_eos_notice():
+    logger = logging.getLogger("transformers.generation.utils")
+    notice_filter = _DropEosPrecedenceNotice()
+    logger.addFilter(notice_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice_filter)
+
+
+class _RecorderStoppingCriteria(StoppingCriteria):
+    """Per-row termination on EOS ids, stop strings and ``max_new_tokens``, kept by the recorder.
+
+    Called once per step (by ``generate`` or the recorder's greedy loop), after the new token is
+    appended; it also gathers the token's raw log-probability and sets which rows the hooks pool
+    in the next forward.
+    """
+
+    def __init__(self, recorder: "HiddenStateRecorder"):
+        self.recorder = recorder
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any = None, **kwargs: Any) -> torch.BoolTensor:
+        run = self.recorder._run
+        if run is None:
+            raise RuntimeError("recorder stopping criterion called outside HiddenStateRecorder.generate")
+        token = input_ids[:, -1].to(run.device)
+        if run.logits_next is None:
+            raise RuntimeError("no logits were captured for this step; the model's forward hook did not run")
+        logits = run.logits_next  # [rows in the forward, V]
+        own = token if run.rows is None else token[run.rows]
+        picked = logits.gather(1, own.to(logits.device).unsqueeze(1)).squeeze(1).float()
+        logprob = (picked - run.logsumexp_next).to(run.device)
+        if run.rows is not None:  # rows dropped from the forward are done: log-prob unused
+            logprob = torch.zeros(run.batch_size, dtype=logprob.dtype,
+                                  device=run.device).index_copy_(0, run.rows, logprob)
+        run.logits_next = run.logsumexp_next = None
+        active = ~run.done  # rows for which this token is a real generated token
+        if run.step < run.tokens.shape[1]:
+            run.tokens[:, run.step] = token
+            run.logprobs[:, run.step] = logprob
+        run.step += 1
+        run.n_tokens += active
+
+        is_eos = active & torch.isin(token, run.eos) if run.eos.numel() else torch.zeros_like(active)
+        is_stop = torch.zeros_like(active)
+        if run.stop_strings:
+            stop_flags = [False] * run.batch_size
+            tokens_now = token.tolist()
+            active_now = active.tolist()
+            eos_now = is_eos.tolist()
+            for r in range(run.batch_size):
+                if not active_now[r]:
+                    continue
+                run.cpu_tokens[r].append(tokens_now[r])
+                if eos_now[r]:
+                    continue
+                text = run.tokenizer.decode(run.cpu_tokens[r], skip_special_tokens=True)
+                stop_flags[r] = any(s in text for s in run.stop_strings)
+            is_stop = torch.tensor(stop_flags, dtype=torch.bool, device=run.device)
+        is_len = active & (run.n_tokens >= run.max_new_tokens)
+        run.reason.masked_fill_(is_len, _REASON_LENGTH)
+        run.reason.masked_fill_(is_stop, _REASON_STOP)
+        run.reason.masked_fill_(is_eos, _REASON_EOS)
+        run.done |= is_eos | is_stop | is_len
+
+        if run.pool == "decoding":
+            # The next forward decodes the next token of every still-running row.
+            run.set_weight(~run.done)
+            run.pool_this_forward = True
+            return run.done.clone()
+        # "generated": the next forward feeds this step's token; pool it for rows where it is real
+        # and keep those rows alive for generate until that forward has happened.
+        run.set_weight(active)
+        run.pool_this_forward = True
+        return ~active
+
+
+class HiddenStateRecorder:
+    """Context manager that pools every layer's hidden states inside ``model.generate``.
+
+    ``pool`` is ``"decoding"`` or ``"generated"`` (see the module docstring); ``dtype`` is the
+    accumulation dtype of the running sums (float32 or float64, also for half-precision models);
+    each sum lives on the device of the layer it pools (models split with a ``device_map`` work).
+    On entering, forward hooks are attached to the first decoder layer (its input is index 0 and
+    its output index 1), the other decoder layers but the last (indices 2..L-1), the final norm
+    (index L) and the model itself (raw logits). They are removed on exit, also when an exception
+    is raised. Outside :meth:`generate` the hooks do nothing.
+
+    Use::
+
+        with HiddenStateRecorder(model) as rec:
+            batch = rec.generate(input_ids, attention_mask, max_new_tokens=32, eos_token_ids=[2])
+    """
+
+    def __init__(self, model: nn.Module, pool: PoolMode = "decoding", dtype: torch.dtype = torch.float32):
+        self.model = model
+        self.pool = pool
+        self.dtype = dtype
+        self._handles: list[Any] = []
+        self._run: _Run | None = None
+        self.layer_map: LayerMap | None = None
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def _accumulate(self, index: int, hidden: torch.Tensor) -> None:
+        run = self._run
+        if run is None or not run.pool_this_forward:
+            return
+        last = hidden[:, -1, :]
+        total = run.sums[index]
+        if total is None:  # on this layer's device, in the accumulation dtype
+            total = run.sums[index] = torch.zeros((run.batch_size, last.shape[-1]), dtype=run.dtype,
+                                                  device=last.device)
+        weight = run.weight_on(last.device)
+        if run.rows is None:
+            total.addcmul_(last.to(run.dtype), weight)
+        else:  # a forward over the unfinished rows only
+            rows = run.rows_on(last.device)
+            total.index_add_(0, rows, last.to(run.dtype) * weight[rows])
+
+    def _layer_hook(self, index: int):
+        def hook(module, args, output):
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+            self._accumulate(index, hidden)
+        return hook
+
+    def _first_layer_hook(self, record_output: bool):
+        def hook(module, args, kwargs, output):
+            if self._run is None:
+                return
+            hidden_in = args[0] if args else kwargs.get("hidden_states")
+            if hidden_in is None:
+                raise RuntimeError(f"cannot find the hidden-state input of {type(module).__name__}")
+            self._accumulate(0, hidden_in)
+            if record_output:
+                hidden = output[0] if isinstance(output, (tuple, list)) else output
+                self._accumulate(1, hidden)
+        return hook
+
+    def _norm_hook(self, index: int):
+        def hook(module, args, output):
+            run = self._run
+            if run is None:
+                return
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+            self._accumulate(index, hidden)
+            run.forwards += 1
+            if run.pool_this_forward:
+                run.counts += run.weight.squeeze(1).to(run.counts.device, torch.long)
+        return hook
+
+    def _logits_hook(self, module, args, output):
+        run = self._run
+        if run is None:
+            return
+        logits = getattr(output, "logits", None)
+        if logits is None:
+            logits = output[0] if isinstance(output, (tuple, list)) else output
+        last = logits[:, -1, :]
+        # Keep a view of the model's own logits (generate frees them after this step anyway) and
+        # their log-normaliser; the token's log-prob is gathered once the token is known.
+        run.logits_next = last
+        run.logsumexp_next = torch.logsumexp(last.float(), dim=-1)
+
+    # -- context manager ---------------------------------------------------------------------
+
+    def __enter__(self) -> "HiddenStateRecorder":
+        if self.pool not in _POOLS:
+            raise InputError(f"pool must be one of {_POOLS}, got {self.pool!r}")
+        if self.dtype not in (torch.float32, torch.float64):
+            raise InputError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
+        if self._handles:
+            raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
+        lm = find_layers(self.model)
+        self.layer_map = lm
+        n = lm.num_layers
+        try:
+            self._handles.append(lm.layers[0].register_forward_hook(
+                self._first_layer_hook(record_output=n > 1), with_kwargs=True))
+            for i in range(1, n - 1):
+                self._handles.append(lm.layers[i].register_forward_hook(self._layer_hook(i + 1)))
+            self._handles.append(lm.final_norm.register_forward_hook(self._norm_hook(n)))
+            self._handles.append(self.model.register_forward_hook(self._logits_hook))
+        except BaseException:
+            self._remove()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self._run = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the hooks are attached."""
+        return bool(self._handles)
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                 max_new_tokens: int, eos_token_ids: Iterable[int] = (),
+                 stop_strings: Sequence[str] = (), tokenizer: Any = None,
+                 drop_finished: bool = True, **generate_kwargs: Any) -> RecordedBatch:
+        """Generate for a left-padded batch and return what was recorded.
+
+        ``eos_token_ids`` and ``stop_strings`` end a row (its final token is kept); stop strings
+        are matched in the row's generated text decoded with ``skip_special_tokens=True`` and need
+        ``tokenizer``. Other keyword arguments go to ``model.generate`` (``num_beams`` and
+        ``num_return_sequences`` must be 1; ``max_length`` is not accepted).
+
+        With ``drop_finished`` (default), plain greedy decoding (no sampling, no other
+        ``generate`` arguments than the cache, ``pad_token_id`` and unset sampling parameters, and
+        a model ``generation_config`` that sets nothing else, see :func:`_plain_greedy`) runs in
+        the recorder's own loop, which drops each row from the batch once it has finished: a
+        batch then costs its rows' tokens rather than its longest row's tokens times the batch
+        size. Tokens and recorded states are those of ``model.generate`` up to floating-point
+        rounding. Anything else runs through ``model.generate``. Returns a
+        :class:`RecordedBatch`. Raises ``RuntimeError`` if the recorder is not entered or if the
+        hooks saw a different number of pooled states than generated tokens.
+        """
+        if not self._handles:
+            raise RuntimeError("use HiddenStateRecorder as a context manager: `with HiddenStateRecorder(model) as rec:`")
+        if max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for key in ("num_beams", "num_return_sequences"):
+            if generate_kwargs.get(key, 1) != 1:
+                raise InputError(f"{key} must be 1 for recording, got {generate_kwargs[key]}")
+        for key in ("max_length", "stop_strings", "stopping_criteria", "max_time",
+                    "return_dict_in_generate", "output_hidden_states"):
+            if key in generate_kwargs:
+                raise InputError(f"{key!r} cannot be passed to HiddenStateRecorder.generate "
+                                 "(the recorder decides when each row stops)")
+        stop_strings = tuple(stop_strings)
+        if stop_strings and tokenizer is None:
+            raise InputError("stop_strings need a tokenizer")
+        if any(not isinstance(s, str) or not s for s in stop_strings):
+            raise InputError(f"stop_strings must be non-empty strings, got {stop_strings!r}")
+        if input_ids.ndim != 2 or input_ids.shape[1] == 0:
+            raise InputError(f"input_ids must be [batch, length>0], got shape {tuple(input_ids.shape)}")
+        eos_ids = [int(i) for i in eos_token_ids]
+        # The recorder decides EOS itself. An EosTokenCriteria that never fires replaces the one
+        # generate would build from eos_token_id (user-given criteria of the same type take
+        # precedence), so that logits processors such as min_new_tokens still know the EOS ids
+        # while a row can be kept alive one step past its EOS in the "generated" mode.
+        never = EosTokenCriteria(eos_token_id=torch.zeros(0, dtype=torch.long))
+        criteria = StoppingCriteriaList([_RecorderStoppingCriteria(self), never])
+        if eos_ids:
+            generate_kwargs.setdefault("eos_token_id", eos_ids)
+        if generate_kwargs.get("pad_token_id") is None:
+            pad = (getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None)
+            generate_kwargs["pad_token_id"] = pad if pad is not None else (eos_ids[0] if eos_ids else 0)
+
+        device = _model_device(self.model)
+        input_ids = input_ids.to(device)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        attention_mask = attention_mask.to(device)
+        assert self.layer_map is not None
+        self._run = _Run(input_ids.shape[0], self.layer_map.num_layers + 1, device, self.dtype,
+                         self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
+        extra = 1 if self.pool == "generated" else 0
+        try:
+            if drop_finished and _plain_greedy(self.model, generate_kwargs):
+                self._greedy_loop(input_ids, attention_mask, max_new_tokens + extra, criteria[0],
+                                  generate_kwargs)
+            else:
+                with torch.no_grad(), _quiet_eos_notice():
+                    self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
+                                        max_new_tokens=max_new_tokens + extra,
+                                        stopping_criteria=criteria, **generate_kwargs)
+            return self._collect()
+        finally:
+            self._run = None
+
+    def _greedy_loop(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_steps: int,
+                     criterion: "_RecorderStoppingCriteria", generate_kwargs: dict) -> None:
+        """Greedy decoding as ``model.generate`` does it (same inputs, position ids and cache
+        handling), except that the rows ``criterion`` marks finished leave the batch and its KV
+        cache after each step."""
+        run = self._run
+        assert run is not None
+        model = self.model
+        key = _cache_keyword(model)
+        cache = generate_kwargs.get(key)
+        past = cache.get_seq_length() if cache is not None else 0
+        mask = attention_mask
+        # positions count real tokens only (left padding, padding after a cached prefix)
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        step_ids, step_pos = input_ids[:, past:], positions[:, past:]
+        rows = torch.arange(run.batch_size, device=input_ids.device)
+        last_tokens = torch.full((run.batch_size, 1), int(generate_kwargs.get("pad_token_id") or 0),
+                                 dtype=torch.long, device=input_ids.device)
+        keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
+        # as generate: position ids only for models that take them (not e.g. ALiBi models)
+        takes_positions = _forward_accepts(model, "position_ids")
+        with torch.no_grad():
+            for _ in range(max_steps):
+                run.set_rows(rows)
+                out = model(input_ids=step_ids, attention_mask=mask, use_cache=True,
+                            **({"position_ids": step_pos} if takes_positions else {}),
+                            **{key: cache}, **keep_logits)
+                cache = out.cache if key == "cache" else out.past_key_values
+                if run.logits_next is None:
+                    raise RuntimeError("no logits were captured for this step; the model's "
+                                       "forward hook did not run")
+                token = run.logits_next.argmax(-1).to(input_ids.device)
+                last_tokens[rows, 0] = token
+                finished = criterion(last_tokens).to(input_ids.device)
+                keep = (~finished[rows]).nonzero().squeeze(1)
+                if keep.numel() == 0:
+                    break
+                if keep.numel() < rows.numel():
+                    cache.batch_select_indices(keep)
+                    rows, mask, token, step_pos = rows[keep], mask[keep], token[keep], step_pos[keep]
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+                step_ids, step_pos = token.unsqueeze(1), step_pos[:, -1:] + 1
+        run.set_rows(None)
+
+    def _collect(self) -> RecordedBatch:
+        run = self._run
+        assert run is not None
+        n_tokens = run.n_tokens.cpu().numpy()
+        counts = run.counts.cpu().numpy()
+        if not np.array_equal(n_tokens, counts):
+            raise RuntimeError(
+                f"recorder pooled {counts.tolist()} states for {n_tokens.tolist()} generated tokens; "
+                "generate did not run the expected decoding steps (unsupported generation mode?)"
+            )
+        tokens = run.tokens.cpu().numpy()
+        logprobs = run.logprobs.cpu().numpy()
+        if any(s is None for s in run.sums):
+            raise RuntimeError("some layers were never reached by a forward pass")
+        # The only gather: each layer's sum, wherever it lives, to the CPU in float64.
+        stacked = torch.stack([s.to("cpu", torch.float64) for s in run.sums], dim=1)  # [B, L+1, d]
+        means = (stacked / torch.from_numpy(counts).to(torch.float64)[:, None, None]).numpy()
+        reasons = run.reason.cpu().tolist()
+        return RecordedBatch(
+            token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
+            token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
+            layer_means=means.astype(np.float32),
+            counts=counts.astype(np.int64),
+            finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
+        )
+
+    def state_nbytes(self) -> int:
+        """Bytes of the tensors the recorder holds for the current batch: running sums, counts,
+        masks, the latest log-normaliser and the preallocated [B, max_new_tokens + 1] token and
+        log-prob buffers (the logits it references belong to the model's output). Fixed for a
+        given batch and ``max_new_tokens``, i.e. it does not grow while tokens are generated;
+        0 outside a generate call."""
+        run = self._run
+        if run is None:
+            return 0
+        tensors = [s for s in run.sums if s is not None]
+        tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos,
+                    run.tokens, run.logprobs]
+        if run.logsumexp_next is not None:
+            tensors.append(run.logsumexp_next)
+        return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+_GREEDY_NEUTRAL_CONFIG = frozenset({
+    "_from_model_config", "transformers_version", "use_cache", "output_attentions",
+    "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate",
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "do_sample",
+    "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+    "max_length", "max_new_tokens",
+})
+
+
+#: ``generate`` keyword arguments the recorder's own greedy loop handles.
+_GREEDY_LOOP_KWARGS = frozenset({"do_sample", "pad_token_id", "eos_token_id", "temperature", "top_p",
+                                 "top_k", "cache", "past_key_values"})
+
+
+def _plain_greedy(model: nn.Module, generate_kwargs: dict) -> bool:
+    """Whether ``model.generate(**generate_kwargs)`` would decode greedily with no logits
+    processor: no sampling, no other arguments than :data:`_GREEDY_LOOP_KWARGS` (sampling
+    parameters unset), and a ``generation_config`` that sets only :data:`_GREEDY_NEUTRAL_CONFIG`."""
+    if any(key not in _GREEDY_LOOP_KWARGS for key in generate_kwargs):
+        return False
+    if any(generate_kwargs.get(key) is not None for key in ("temperature", "top_p", "top_k")):
+        return False
+    config = getattr(model, "generation_config", None)
+    settings = config.to_diff_dict() if config is not None else {}
+    if generate_kwargs.get("do_sample", settings.get("do_sample", False)):
+        return False
+    return all(key in _GREEDY_NEUTRAL_CONFIG for key in settings)

@@ -1,0 +1,138 @@
+"""Teacher-forced scoring: the log-probabilities of given continuations after given prompts."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+
+
+from ..errors import InputError
+
+from .layers import _forward_accepts, _model_device, context_window
+from .batching import _cache_keyword, _check_strings, _left_pad, _pad_id, _resolve_eos, _tokenize
+
+logger = logging.getLogger(__name__)
+
+
+def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
+                        continuations: Sequence[str], batch_size: int = 8,
+                        reuse_prefix: bool = True) -> list[np.ndarray]:
+    """Teacher-forced log-probabilities of each continuation's tokens given its prompt.
+
+    Prompt and continuation are tokenized separately (``add_special_tokens=False``) and their ids
+    concatenated, so the scored span is exactly the continuation's tokens. Returns, in input
+    order, float32 arrays with one log-probability (``log_softmax`` of the raw logits) per
+    continuation token. Raises ``ValueError`` naming the index for an empty prompt or
+    continuation (no tokens), for mismatched lengths, or for a pair longer than the context window.
+
+    With ``reuse_prefix`` (default) pairs that share a prompt (same token ids) are scored from one
+    KV cache of that prompt: batches of ``batch_size`` distinct prompts run once with the cache
+    on, each cache row is repeated for its continuations, and the continuations run on top of it
+    (right-padded, positions continuing the prompt's). Several answers to one long prompt then
+    cost one prompt pass instead of one each. Models whose ``forward`` takes no ``position_ids``
+    use the plain path: pairs sorted by length, one left-padded forward pass per batch.
+    """
+    prompts = _check_strings(prompts, "prompts")
+    continuations = _check_strings(continuations, "continuations")
+    if len(prompts) != len(continuations):
+        raise InputError(f"prompts ({len(prompts)}) and continuations ({len(continuations)}) differ in length")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    p_ids = _tokenize(tokenizer, prompts)
+    c_ids = _tokenize(tokenizer, continuations)
+    limit = context_window(model)
+    for i, (p, c) in enumerate(zip(p_ids, c_ids)):
+        if not c:
+            raise InputError(f"continuations[{i}] is empty (tokenizes to no tokens)")
+        if not p:
+            raise InputError(f"prompts[{i}] is empty; the first continuation token needs a context")
+        if limit is not None and len(p) + len(c) > limit:
+            raise InputError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
+                             f"more than the context window of {limit}")
+    pad_id = _pad_id(tokenizer, _resolve_eos(model, tokenizer))
+    keep_logits = _forward_accepts(model, "logits_to_keep")
+    pass_positions = _forward_accepts(model, "position_ids")
+    if reuse_prefix and pass_positions:
+        return _score_from_prefix_cache(model, p_ids, c_ids, pad_id, batch_size, keep_logits)
+    device = _model_device(model)
+    order = sorted(range(len(prompts)), key=lambda i: -(len(p_ids[i]) + len(c_ids[i])))
+    out: list[np.ndarray | None] = [None] * len(prompts)
+    with torch.inference_mode():
+        for k in range(0, len(order), batch_size):
+            batch = order[k: k + batch_size]
+            ids, mask = _left_pad([p_ids[i] + c_ids[i] for i in batch], pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            longest = max(len(c_ids[i]) for i in batch)
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
+            if pass_positions:
+                kwargs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+            if keep_logits:
+                kwargs["logits_to_keep"] = longest + 1
+            logits = model(**kwargs).logits
+            kept = logits[:, -(longest + 1):, :]  # [b, longest+1, V]; column j predicts the next one
+            logprobs = torch.log_softmax(kept.float(), dim=-1)
+            for r, i in enumerate(batch):
+                n = len(c_ids[i])
+                target = torch.tensor(c_ids[i], dtype=torch.long, device=logprobs.device)
+                rows = logprobs[r, longest - n: longest, :]
+                out[i] = rows.gather(1, target[:, None]).squeeze(1).cpu().numpy().astype(np.float32)
+    return out  # type: ignore[return-value]
+
+
+def _span_logprobs(logits: torch.Tensor, targets: Sequence[int]) -> np.ndarray:
+    """log_softmax of ``logits`` [n, V] (row j predicts ``targets[j]``) gathered at the targets."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    index = torch.tensor(list(targets), dtype=torch.long, device=logprobs.device)[:, None]
+    return logprobs.gather(1, index).squeeze(1).cpu().numpy().astype(np.float32)
+
+
+def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: list[list[int]],
+                             pad_id: int, batch_size: int, keep_logits: bool) -> list[np.ndarray]:
+    """:func:`score_continuations` with one KV-cache pass per distinct prompt (see there)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(p_ids):
+        groups.setdefault(tuple(p), []).append(i)
+    prefixes = sorted(groups, key=len, reverse=True)
+    device = _model_device(model)
+    cache_kw = _cache_keyword(model)
+    out: list[np.ndarray | None] = [None] * len(p_ids)
+    with torch.inference_mode():
+        for k in range(0, len(prefixes), batch_size):
+            batch = prefixes[k: k + batch_size]
+            ids, mask = _left_pad(batch, pad_id)
+            ids, mask = ids.to(device), mask.to(device)
+            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": True,
+                                      "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+            if keep_logits:
+                kwargs["logits_to_keep"] = 1
+            res = model(**kwargs)
+            last = res.logits[:, -1, :]  # predicts each continuation's first token
+            rows = [(r, i) for r, prefix in enumerate(batch) for i in groups[prefix]]
+            width = max(len(c_ids[i]) for _, i in rows) - 1  # continuation tokens fed as input
+            if width == 0:
+                for r, i in rows:
+                    out[i] = _span_logprobs(last[r: r + 1], c_ids[i])
+                continue
+            cache = res.cache if cache_kw == "cache" else res.past_key_values
+            select = torch.tensor([r for r, _ in rows], dtype=torch.long, device=device)
+            cache.batch_select_indices(select)
+            cont = torch.full((len(rows), width), pad_id, dtype=torch.long)
+            cont_mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for j, (_, i) in enumerate(rows):
+                n = len(c_ids[i]) - 1
+                cont[j, :n] = torch.tensor(c_ids[i][:-1], dtype=torch.long)
+                cont_mask[j, :n] = 1
+            cont, cont_mask = cont.to(device), cont_mask.to(device)
+            lengths = mask.sum(-1)[select]
+            positions = lengths[:, None] + torch.arange(width, device=device)[None, :]
+            logits = model(input_ids=cont, attention_mask=torch.cat([mask[select], cont_mask], 1),
+                           position_ids=positions, use_cache=True, **{cache_kw: cache}).logits
+            for j, (r, i) in enumerate(rows):
+                n = len(c_ids[i])
+                out[i] = _span_logprobs(torch.cat([last[r: r + 1], logits[j, : n - 1]]), c_ids[i])
+    return out  # type: ignore[return-value]
