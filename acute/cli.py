@@ -1,5 +1,5 @@
 """The ``acute`` command line: demo, collect, tasks, models, train, evaluate, learning-curve,
-export, score, plot, protocol and protocol-report. Heavy imports happen inside each command."""
+export, score, plot, protocol, protocol-report and run. Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
@@ -613,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", default=None)
     pr.set_defaults(func=cmd_protocol)
 
+    sub.add_parser("run", help="the reproduction pipeline: models x tasks -> stores, evaluations, "
+                   "protocol studies, docs/results (see `acute run --help`)", add_help=False)
+
     rp = sub.add_parser("protocol-report", help="combine protocol runs into one shift table")
     rp.add_argument("runs", nargs="+")
     rp.add_argument("--out", required=True)
@@ -635,15 +638,25 @@ def show_logs(level: int = 20) -> None:
 
 
 def main(argv=None) -> int:
-    from .errors import AcuteError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     show_logs()
+    if argv[:1] == ["run"]:  # the pipeline parses its own arguments (`acute run --help`)
+        from .pipeline import main as run_main
+
+        return _guarded(run_main, argv[1:])
     args = build_parser().parse_args(argv)
     args.argv = argv
+    return _guarded(args.func, args)
+
+
+def _guarded(func, arg) -> int:
+    """Run a command; domain errors become one line and exit status 2, anything else is a bug
+    and shows its traceback."""
+    from .errors import AcuteError
+
     try:
-        return args.func(args)
-    except (AcuteError, FileNotFoundError) as e:  # anything else is a bug: let it show its traceback
+        return func(arg)
+    except (AcuteError, FileNotFoundError) as e:
         _err(str(e))
         return 2
     except KeyboardInterrupt:

@@ -383,3 +383,15 @@ def test_every_model_loading_command_takes_the_model_options(capsys, exported, t
     # the options reach load_model, which checks them before loading anything
     rc, _, err = run(["score", "Q?", "--probe", exported, "--device", "cuda", "--device-map", "auto"], capsys)
     assert rc == 2 and "device" in err and "Traceback" not in err
+
+
+def test_run_is_the_reproduction_pipeline(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: acute run") and "--device" in out and "--plan" in out
+    rc, _, err = run(["run", tmp_path / "missing.toml", "--plan"], capsys)
+    assert rc == 2 and "missing.toml" in err and "Traceback" not in err
+    from acute.cli import build_parser
+
+    assert "run" in build_parser().format_help()

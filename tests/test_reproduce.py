@@ -1,4 +1,5 @@
-"""examples/reproduce.py end to end on a tiny random model, plus its pure helpers and acute.report.
+"""The reproduction pipeline (``acute run``, :mod:`acute.pipeline`) end to end on a tiny random
+model, plus its pure helpers and acute.report.
 
 The tiny model answers at random, so the fixture makes labels informative the honest way: it
 runs the tiny model once (greedy, batch 1, exactly the prompts the driver builds) and, for half
@@ -8,7 +9,6 @@ those rows correct through the normal task code; nothing in the product is patch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -20,15 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce_driver", REPO / "examples" / "reproduce.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["reproduce_driver"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rp = _load_reproduce()
+import acute.pipeline as rp  # noqa: E402
 
 N_ROWS = 40
 
@@ -259,12 +251,12 @@ def test_a_failed_stage_is_recorded_and_blocks_its_evaluation(driven, tmp_path):
 def test_peak_memory_is_the_workers_own():
     """A child that touches 320 MB reports at least that; one that allocates nothing reports far
     less than this (large, torch-importing) test process, whose peak ``ru_maxrss`` would carry."""
-    code = ("import sys; sys.path.insert(0, {ex!r}); import reproduce as r; import numpy as np; "
+    code = ("import sys; sys.path.insert(0, {ex!r}); import acute.pipeline as r; import numpy as np; "
             "a = np.ones({n}); print(r.own_peak_rss_mb())")
     import subprocess
 
     def peak(n: int) -> float:
-        out = subprocess.run([sys.executable, "-c", code.format(ex=str(REPO / "examples"), n=n)],
+        out = subprocess.run([sys.executable, "-c", code.format(ex=str(REPO), n=n)],
                              capture_output=True, text=True, check=True)
         return float(out.stdout.strip())
 
