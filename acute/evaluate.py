@@ -474,10 +474,6 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     how many), the training split has a single class, the test split is empty, or inputs are
     malformed. Returns an :class:`EvaluationResult`.
     """
-    from tqdm.auto import tqdm
-
-    from .crossval import check_folds, cross_val_predictions, cv_folds, fit_predict
-
     if out_dir is None:
         out_dir = out
     elif out is not None and Path(out) != Path(out_dir):
@@ -488,105 +484,24 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
     out_dir = Path(out_dir)
     names = _check_names(estimators)
-    uses_probes = any(estimator_group(n) != "baseline" for n in names)
-    if isinstance(reliability, str):
-        if reliability not in ("all", "best"):
-            raise InputError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
-    else:
-        reliability = list(reliability)
-        missing = [n for n in reliability if n not in names]
-        if missing:
-            raise InputError(f"reliability names {missing} are not among the evaluated estimators {names}")
-
-    ids, correct, conf = _store_arrays(store, "store")
-    if test_store is not None:
-        mode = "test_store"
-    elif test_fraction is not None or not cv:
-        mode = "split"
-        test_fraction = 0.3 if test_fraction is None else test_fraction
-    else:
-        mode = "cv"
+    reliability = _check_reliability(reliability, names)
     log = _FitLog()
-    timings: dict[str, float] = {}
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log)
-
-    if mode == "cv":
-        check_folds(correct, cv, "the store")
-        folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed)
-        shape = _check_layer_means(store, len(ids), "store") if uses_probes else ()
-        if uses_probes:
-            n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
-            n_tr = min(tr.size for rep in folds for tr, _ in rep)
-            _check_probe_inputs(names, shape, n_tr, n_min, probe_params, "a training fold")
-        lm = np.asarray(store.layer_means, dtype=np.float32) if uses_probes else None
-        bar = (lambda it: tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr))
-        t0 = time.perf_counter()
-        cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, **fit_kw)
-        timings = {"total_seconds": time.perf_counter() - t0}
-        eval_ids, eval_correct, train_ids = ids, correct, ids
-        predictions = {n: p[0] for n, p in cv_preds.items()}
-        split_info = {
-            "mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
-            "n_records": len(ids), "accuracy": float(correct.mean()),
-            "ids_sha256": _ids_digest(ids), "folds_file": "folds.json",
-        }
-        fold_of = [_fold_index(rep, len(ids)) for rep in folds]
+    if test_store is None and test_fraction is None and cv:
+        pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw)
     else:
-        if mode == "test_store":
-            t_ids, t_correct, t_conf = _store_arrays(test_store, "test_store")
-            train = (ids, correct, conf, store, np.arange(len(ids)))
-            test = (t_ids, t_correct, t_conf, test_store, np.arange(len(t_ids)))
-        else:
-            train_mask, test_mask = split_ids(ids, test_fraction=test_fraction, seed=seed)
-            i_tr, i_te = np.flatnonzero(train_mask), np.flatnonzero(test_mask)
-            train = ([ids[i] for i in i_tr], correct[i_tr], conf[i_tr], store, i_tr)
-            test = ([ids[i] for i in i_te], correct[i_te], conf[i_te], store, i_te)
-        train_ids, y_tr, c_tr, tr_store, i_tr = train
-        eval_ids, eval_correct, c_te, te_store, i_te = test
-        if not eval_ids:
-            raise InputError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
-                             f"seed={seed}); use more records or a larger test_fraction")
-        if not train_ids:
-            raise InputError("the training split is empty")
-        if y_tr.min() == y_tr.max():
-            raise InputError(f"the training split has a single class (all {len(train_ids)} records "
-                             f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
-        lm_tr = lm_te = None
-        if uses_probes:
-            shape = _check_layer_means(store, len(ids), "store")
-            if test_store is not None:
-                t_shape = _check_layer_means(test_store, len(eval_ids), "test_store")
-                if t_shape != shape:
-                    raise InputError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
-                                     f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
-            _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
-                                probe_params, "the training split")
-            lm_tr = np.asarray(tr_store.layer_means[i_tr], dtype=np.float32)
-            lm_te = np.asarray(te_store.layer_means[i_te], dtype=np.float32)
-        t0 = time.perf_counter()
-        predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
-        timings = {"total_seconds": time.perf_counter() - t0}
-        cv_preds = fold_of = None
-        overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
-        split_info = {
-            "mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
-            "n_train": len(train_ids), "n_test": len(eval_ids), "n_overlap_ids": overlap,
-            "accuracy_train": float(y_tr.mean()), "accuracy_test": float(eval_correct.mean()),
-            "train_ids_sha256": _ids_digest(train_ids), "test_ids_sha256": _ids_digest(eval_ids),
-            "ids_file": "split.json",
-        }
-        if overlap:
-            logger.warning("%d id(s) occur in both the training and the test records", overlap)
+        pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
+                         seed, fit_kw)
 
-    rows = evaluate_predictions(cv_preds if cv_preds is not None else predictions, eval_correct,
-                                n_bootstrap=n_bootstrap, seed=seed)
+    rows = evaluate_predictions(pred.cv_predictions if pred.cv_predictions is not None else pred.predictions,
+                                pred.correct, n_bootstrap=n_bootstrap, seed=seed)
     for r in rows:
         r.update(log.row_extra(r["estimator"]))
-    result = EvaluationResult(rows=rows, predictions=predictions, test_ids=list(eval_ids),
-                              test_correct=eval_correct.astype(bool), split=split_info, out_dir=out_dir,
-                              cv_predictions=cv_preds)
+    result = EvaluationResult(rows=rows, predictions=pred.predictions, test_ids=list(pred.ids),
+                              test_correct=pred.correct.astype(bool), split=pred.split, out_dir=out_dir,
+                              cv_predictions=pred.cv_predictions)
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
-              "probe_params": dict(probe_params or {}), **timings,
+              "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
               "interval": "95% percentile bootstrap over records (paired: the same resamples for every "
                           "estimator and repeat)"}
     manifest = getattr(store, "manifest", None)
@@ -597,12 +512,120 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         plot_names = [n for n in names if n in best_estimators(rows).values() or n == "raw"]
     else:
         plot_names = reliability
-    result.files = _write_outputs(result, list(train_ids), params, manifest, test_manifest, plot_names,
-                                  fold_of)
-    what = (f"{cv}-fold x {repeats} cross-validation on {len(ids)} records" if mode == "cv"
-            else f"{len(train_ids)} train / {len(eval_ids)} test records")
+    result.files = _write_outputs(result, list(pred.train_ids), params, manifest, test_manifest, plot_names,
+                                  pred.fold_of)
+    sp = result.split
+    what = (f"{sp['n_splits']}-fold x {sp['n_repeats']} cross-validation on {sp['n_records']} records"
+            if sp["mode"] == "cv" else f"{sp['n_train']} train / {sp['n_test']} test records")
     logger.info("evaluation of %d estimators (%s) written to %s", len(names), what, out_dir.resolve())
     return result
+
+
+def _check_reliability(reliability, names: Sequence[str]):
+    if isinstance(reliability, str):
+        if reliability not in ("all", "best"):
+            raise InputError(f"reliability must be 'all', 'best' or a list of estimator names, got {reliability!r}")
+        return reliability
+    reliability = list(reliability)
+    missing = [n for n in reliability if n not in names]
+    if missing:
+        raise InputError(f"reliability names {missing} are not among the evaluated estimators {names}")
+    return reliability
+
+
+@dataclass
+class _Predictions:
+    """What a mode of :func:`evaluate_store` predicted: confidences on ``ids`` (``correct``),
+    per repeat in cross-validation, plus the split's description."""
+
+    ids: list
+    correct: np.ndarray
+    predictions: dict[str, np.ndarray]
+    split: dict
+    train_ids: list
+    seconds: float
+    cv_predictions: dict[str, np.ndarray] | None = None
+    fold_of: list | None = None
+
+
+def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Predictions:
+    """Every record scored out of fold by repeated stratified k-fold grouped by id."""
+    from tqdm.auto import tqdm
+
+    from .crossval import check_folds, cross_val_predictions, cv_folds
+
+    ids, correct, conf = _store_arrays(store, "store")
+    check_folds(correct, cv, "the store")
+    folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed)
+    uses_probes = any(estimator_group(n) != "baseline" for n in names)
+    lm = None
+    if uses_probes:
+        shape = _check_layer_means(store, len(ids), "store")
+        n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
+        n_tr = min(tr.size for rep in folds for tr, _ in rep)
+        _check_probe_inputs(names, shape, n_tr, n_min, fit_kw["probe_params"], "a training fold")
+        lm = np.asarray(store.layer_means, dtype=np.float32)
+
+    def bar(it):
+        return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
+
+    t0 = time.perf_counter()
+    cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, **fit_kw)
+    split = {"mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
+             "n_records": len(ids), "accuracy": float(correct.mean()),
+             "ids_sha256": _ids_digest(ids), "folds_file": "folds.json"}
+    return _Predictions(ids, correct, {n: p[0] for n, p in cv_preds.items()}, split, ids,
+                        time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds])
+
+
+def _held_out(store, test_store, names, test_fraction, seed, fit_kw) -> _Predictions:
+    """Fit on the training records (a split by id, or all of ``store``), score the test ones."""
+    from .crossval import fit_predict
+
+    ids, correct, conf = _store_arrays(store, "store")
+    if test_store is not None:
+        mode = "test_store"
+        t_ids, t_correct, t_conf = _store_arrays(test_store, "test_store")
+        i_tr, i_te, te_store = np.arange(len(ids)), np.arange(len(t_ids)), test_store
+        train_ids, y_tr, c_tr = ids, correct, conf
+        eval_ids, y_te, c_te = t_ids, t_correct, t_conf
+    else:
+        mode = "split"
+        train_mask, test_mask = split_ids(ids, test_fraction=test_fraction, seed=seed)
+        i_tr, i_te, te_store = np.flatnonzero(train_mask), np.flatnonzero(test_mask), store
+        train_ids, y_tr, c_tr = [ids[i] for i in i_tr], correct[i_tr], conf[i_tr]
+        eval_ids, y_te, c_te = [ids[i] for i in i_te], correct[i_te], conf[i_te]
+    if not eval_ids:
+        raise InputError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
+                         f"seed={seed}); use more records or a larger test_fraction")
+    if not train_ids:
+        raise InputError("the training split is empty")
+    if y_tr.min() == y_tr.max():
+        raise InputError(f"the training split has a single class (all {len(train_ids)} records "
+                         f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
+    lm_tr = lm_te = None
+    if any(estimator_group(n) != "baseline" for n in names):
+        shape = _check_layer_means(store, len(ids), "store")
+        if test_store is not None:
+            t_shape = _check_layer_means(test_store, len(eval_ids), "test_store")
+            if t_shape != shape:
+                raise InputError(f"store.layer_means is [n, {shape[0]}, {shape[1]}] but test_store's is "
+                                 f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
+        _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
+                            fit_kw["probe_params"], "the training split")
+        lm_tr = np.asarray(store.layer_means[i_tr], dtype=np.float32)
+        lm_te = np.asarray(te_store.layer_means[i_te], dtype=np.float32)
+    t0 = time.perf_counter()
+    predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
+    overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
+    if overlap:
+        logger.warning("%d id(s) occur in both the training and the test records", overlap)
+    split = {"mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
+             "n_train": len(train_ids), "n_test": len(eval_ids), "n_overlap_ids": overlap,
+             "accuracy_train": float(y_tr.mean()), "accuracy_test": float(y_te.mean()),
+             "train_ids_sha256": _ids_digest(train_ids), "test_ids_sha256": _ids_digest(eval_ids),
+             "ids_file": "split.json"}
+    return _Predictions(list(eval_ids), y_te, predictions, split, list(train_ids), time.perf_counter() - t0)
 
 
 def _fold_index(folds: list[tuple[np.ndarray, np.ndarray]], n: int) -> list[int]:
