@@ -135,10 +135,53 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     parseable number, a verbalization prompt or scored pair beyond the context window. Raises
     ``ValueError`` for bad arguments (no examples, unknown variant, non-positive sizes).
     """
-    from ..extraction import generate_and_record, score_continuations
-
     start = time.perf_counter()
     examples = list(examples)
+    _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens)
+    use_chat = resolve_chat(tokenizer, chat)
+    template = TEMPLATES[variant]
+    out = Path(out_dir)
+    gen_tokens = int(max_new_tokens or getattr(task, "max_new_tokens", 32))
+
+    records = _answer_pass(model, tokenizer, task, examples, use_chat, gen_tokens, batch_size, progress)
+    vjobs, vprompts, sjobs, counts = _plan_jobs(tokenizer, task, examples, records, variant, use_chat)
+    _verbalize_pass(model, tokenizer, records, vjobs, vprompts, template, verbal_max_new_tokens,
+                    batch_size, progress)
+    _score_pass(model, tokenizer, records, sjobs, batch_size, progress)
+
+    ok_records = [r for r in records if r["status"] == "ok"]
+    counts = {
+        "n_examples": len(records),
+        "n_query_too_long": sum(r["status"] == "too_long" for r in records),
+        **counts,
+        "verbal": {p: _count(r["verbal"][p]["status"] for r in ok_records) for p in PROVENANCES},
+        "token": {p: {c: _count(r["token"][p][c]["status"] for r in ok_records) for c in CONTEXTS}
+                  for p in PROVENANCES},
+    }
+    analysis = analyze_records(records, template=variant, n_bootstrap=n_bootstrap, seed=seed,
+                               progress=progress)
+    wall = time.perf_counter() - start
+    settings = {
+        "n_examples": len(records), "chat": use_chat, "variant": variant,
+        "scale": template.scale, "batch_size": batch_size, "max_new_tokens": gen_tokens,
+        "verbal_max_new_tokens": verbal_max_new_tokens, "n_bootstrap": n_bootstrap,
+        "seed": seed, "decoding": "greedy", "alpha": ALPHA,
+        "scored": list(SCORED), "readouts": list(READOUTS), "contexts": list(CONTEXTS),
+        "estimators": list(ESTIMATORS), "robustness": list(ROBUSTNESS),
+    }
+    doc = json_ready(_document(model, model_name, task, settings, template, wall, counts, analysis, records),
+                     nonfinite="clip")
+    json_path, md_path = out / "protocol.json", out / "protocol.md"
+    write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
+    write_text_atomic(md_path, render_report(doc))
+    logger.info("protocol study: wrote %s and %s", json_path, md_path)
+    return ProtocolResult(out_dir=out, json_path=json_path, md_path=md_path,
+                          cells=doc["cells"], shifts=doc["shifts"], provenance=doc["provenance"],
+                          checklist=doc["checklist"], counts=counts, records=doc["records"],
+                          wall_time_s=wall)
+
+
+def _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens) -> None:
     if not examples:
         raise InputError("examples is empty: nothing to run the protocol on")
     if variant not in TEMPLATES:
@@ -149,12 +192,26 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
             raise InputError(f"{name} must be a positive integer, got {value!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
         raise InputError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
-    use_chat = resolve_chat(tokenizer, chat)
-    template = TEMPLATES[variant]
-    out = Path(out_dir)
-    gen_tokens = int(max_new_tokens or getattr(task, "max_new_tokens", 32))
 
-    # (1) answers -----------------------------------------------------------------------------
+
+def _empty_record(ex, query: str, status: str) -> dict[str, Any]:
+    return {
+        "id": str(ex.id), "question": ex.question, "gold": list(ex.answers),
+        "query_prompt": query, "status": status,
+        "generation": None, "extracted": None, "correct": None, "finish_reason": None,
+        "gen_logprobs": None, "answers": {p: None for p in PROVENANCES},
+        "labels": {p: None for p in PROVENANCES},
+        "verbal": {p: {"status": "unavailable", "raw": None, "c_verb": None, "prompt": None}
+                   for p in PROVENANCES},
+        "token": {p: {c: {"status": "unavailable", "logprobs": None} for c in CONTEXTS}
+                  for p in PROVENANCES},
+    }
+
+
+def _answer_pass(model, tokenizer, task, examples, use_chat, gen_tokens, batch_size, progress) -> list[dict]:
+    """Pass 1: a greedy answer per example under the task prompt; one record per example."""
+    from ..extraction import generate_and_record
+
     queries = [task.prompt(tokenizer, ex, chat=use_chat) for ex in examples]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # too-long prompts: counted and reported below
@@ -162,19 +219,9 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
                                    batch_size=batch_size,
                                    stop_strings=tuple(getattr(task, "stop_strings", ()) or ()),
                                    progress=progress)
-    records: list[dict[str, Any]] = []
+    records = []
     for ex, query, gen in zip(examples, queries, gens):
-        rec: dict[str, Any] = {
-            "id": str(ex.id), "question": ex.question, "gold": list(ex.answers),
-            "query_prompt": query, "status": "ok" if gen is not None else "too_long",
-            "generation": None, "extracted": None, "correct": None, "finish_reason": None,
-            "gen_logprobs": None, "answers": {p: None for p in PROVENANCES},
-            "labels": {p: None for p in PROVENANCES},
-            "verbal": {p: {"status": "unavailable", "raw": None, "c_verb": None, "prompt": None}
-                       for p in PROVENANCES},
-            "token": {p: {c: {"status": "unavailable", "logprobs": None} for c in CONTEXTS}
-                      for p in PROVENANCES},
-        }
+        rec = _empty_record(ex, query, "ok" if gen is not None else "too_long")
         if gen is not None:
             rec.update(generation=gen.text, extracted=task.extract(ex, gen.text),
                        correct=bool(task.is_correct(ex, gen.text)), finish_reason=gen.finish_reason,
@@ -188,9 +235,13 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     n_too_long = sum(r["status"] == "too_long" for r in records)
     if n_too_long:
         warnings.warn(f"{n_too_long} of {len(records)} prompts exceed the context window and were "
-                      "skipped (counted in the report)", UserWarning, stacklevel=2)
+                      "skipped (counted in the report)", UserWarning, stacklevel=3)
+    return records
 
-    # (2) verbalization prompts and (3) scoring jobs ------------------------------------------
+
+def _plan_jobs(tokenizer, task, examples, records, variant, use_chat):
+    """The verbalization prompts of every answer and the (prefix, continuation) pairs to score
+    under each context. Returns ``(vjobs, vprompts, sjobs, counts)``."""
     vjobs: list[tuple[int, str]] = []
     vprompts: list[str] = []
     sjobs: list[tuple[int, str, str, str, str]] = []  # (record, provenance, context, prefix, cont)
@@ -227,26 +278,39 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
                 n_identical += (qprefix + qcont) == (vp.prefix + vp.continuation)
     if n_empty:
         warnings.warn(f"{n_empty} generated answers are empty (the answer span has no tokens); "
-                      "excluded and counted", UserWarning, stacklevel=2)
+                      "excluded and counted", UserWarning, stacklevel=3)
+    counts = {"n_empty_generated": n_empty, "n_context_compared": n_compared,
+              "n_context_identical": n_identical}
+    return vjobs, vprompts, sjobs, counts
 
-    if vprompts:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            vgens = generate_and_record(model, tokenizer, vprompts,
-                                        max_new_tokens=verbal_max_new_tokens,
-                                        batch_size=batch_size, progress=progress)
-        for (i, prov), g in zip(vjobs, vgens):
-            slot = records[i]["verbal"][prov]
-            if g is None:
-                slot["status"] = "too_long"
-                continue
-            value = parse_confidence(g.text, template.scale)
-            slot.update(raw=g.text, c_verb=value,
-                        status="ok" if value is not None else "parse_failure")
-        n_vlong = sum(g is None for g in vgens)
-        if n_vlong:
-            warnings.warn(f"{n_vlong} verbalization prompts exceed the context window; skipped and "
-                          "counted (verbal status too_long)", UserWarning, stacklevel=2)
+
+def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, template, max_new_tokens, batch_size,
+                    progress) -> None:
+    """Pass 2: greedy verbalizations, parsed into ``c_verb`` (never filled in when unparseable)."""
+    from ..extraction import generate_and_record
+
+    if not vprompts:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        vgens = generate_and_record(model, tokenizer, vprompts, max_new_tokens=max_new_tokens,
+                                    batch_size=batch_size, progress=progress)
+    for (i, prov), g in zip(vjobs, vgens):
+        slot = records[i]["verbal"][prov]
+        if g is None:
+            slot["status"] = "too_long"
+            continue
+        value = parse_confidence(g.text, template.scale)
+        slot.update(raw=g.text, c_verb=value, status="ok" if value is not None else "parse_failure")
+    n_vlong = sum(g is None for g in vgens)
+    if n_vlong:
+        warnings.warn(f"{n_vlong} verbalization prompts exceed the context window; skipped and "
+                      "counted (verbal status too_long)", UserWarning, stacklevel=3)
+
+
+def _score_pass(model, tokenizer, records, sjobs, batch_size, progress) -> None:
+    """Pass 3: teacher-forced log-probs of every answer span under each context."""
+    from ..extraction import score_continuations
 
     limit = _context_limit(model)
     runnable: list[int] = []
@@ -270,47 +334,26 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
             i, prov, ctx, _, _ = sjobs[k]
             records[i]["token"][prov][ctx].update(
                 status="ok", logprobs=[float(x) for x in np.asarray(lp, dtype=np.float64)])
-    n_span_empty = sum(records[sjobs[k][0]]["token"][sjobs[k][1]][sjobs[k][2]]["status"] == "empty_span"
-                       for k in range(len(sjobs)))
+    n_span_empty = sum(records[i]["token"][prov][ctx]["status"] == "empty_span" for i, prov, ctx, _, _ in sjobs)
     if n_span_empty:
         warnings.warn(f"{n_span_empty} answer spans tokenize to nothing; excluded and counted",
-                      UserWarning, stacklevel=2)
+                      UserWarning, stacklevel=3)
 
-    # analysis and outputs ---------------------------------------------------------------------
-    ok_records = [r for r in records if r["status"] == "ok"]
-    counts = {
-        "n_examples": len(records),
-        "n_query_too_long": n_too_long,
-        "n_empty_generated": n_empty,
-        "n_context_compared": n_compared,
-        "n_context_identical": n_identical,
-        "verbal": {p: _count(r["verbal"][p]["status"] for r in ok_records) for p in PROVENANCES},
-        "token": {p: {c: _count(r["token"][p][c]["status"] for r in ok_records) for c in CONTEXTS}
-                  for p in PROVENANCES},
-    }
-    analysis = analyze_records(records, template=variant, n_bootstrap=n_bootstrap, seed=seed,
-                               progress=progress)
-    wall = time.perf_counter() - start
+
+def _document(model, model_name, task, settings, template, wall, counts, analysis, records) -> dict:
     settings_fn = getattr(task, "settings", None)
     try:
         task_settings = settings_fn() if callable(settings_fn) else None
     except Exception:  # noqa: BLE001 - informative only
         task_settings = None
-    doc = {
+    return {
         "format": FORMAT,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": _model_name(model, model_name),
         "model_fingerprint": _fingerprint(model),
         "task": str(getattr(task, "name", type(task).__name__)),
         "task_settings": task_settings,
-        "settings": {
-            "n_examples": len(records), "chat": use_chat, "variant": variant,
-            "scale": template.scale, "batch_size": batch_size, "max_new_tokens": gen_tokens,
-            "verbal_max_new_tokens": verbal_max_new_tokens, "n_bootstrap": n_bootstrap,
-            "seed": seed, "decoding": "greedy", "alpha": ALPHA,
-            "scored": list(SCORED), "readouts": list(READOUTS), "contexts": list(CONTEXTS),
-            "estimators": list(ESTIMATORS), "robustness": list(ROBUSTNESS),
-        },
+        "settings": settings,
         "templates": {"used": template.as_dict(),
                       "all": {k: t.as_dict() for k, t in TEMPLATES.items()}},
         "wall_time_s": wall,
@@ -318,12 +361,3 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
         **analysis,
         "records": records,
     }
-    doc = json_ready(doc, nonfinite="clip")
-    json_path, md_path = out / "protocol.json", out / "protocol.md"
-    write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
-    write_text_atomic(md_path, render_report(doc))
-    logger.info("protocol study: wrote %s and %s", json_path, md_path)
-    return ProtocolResult(out_dir=out, json_path=json_path, md_path=md_path,
-                          cells=doc["cells"], shifts=doc["shifts"], provenance=doc["provenance"],
-                          checklist=doc["checklist"], counts=counts, records=doc["records"],
-                          wall_time_s=wall)
