@@ -482,6 +482,7 @@ def _model_options() -> argparse.ArgumentParser:
     return p
 
 
+# Long but flat: one declarative block of arguments per command (argparse's own idiom).
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="acute", description=__doc__)
     from . import __version__

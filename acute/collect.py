@@ -121,6 +121,8 @@ def example_record(task, ex, prompt: str, generation) -> dict:
     }
 
 
+# Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
+# work itself is generate_and_record and StoreWriter.
 def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
             batch_size: int = 8, max_new_tokens: int | None = None, dtype: str = "float16",
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",

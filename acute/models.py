@@ -655,6 +655,7 @@ def _hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+# Long mostly by its docstring (every accepted source and placement); the steps are helpers.
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "float32",
                device: str = "cpu", trust_remote_code: bool = False, *, cache: bool = True,
                device_map: str | Mapping[str, Any] | None = None):

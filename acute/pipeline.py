@@ -161,6 +161,8 @@ def _sizes(table: Any, where: str, task_keys: set[str]) -> dict[str, int]:
     return {k: _count(v, f"{where}.{k}") for k, v in table.items()}
 
 
+# Long but flat: one check per config field, each with its own message, so a bad config fails
+# before anything runs.
 def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Config:
     """Parse and validate a reproduction config (TOML).
 

@@ -408,6 +408,8 @@ def _fail(source: str, msg: str) -> ProbeFormatError:
     return ProbeFormatError(f"{source}: {msg}")
 
 
+# Long but flat: the probe format's rules, one check each, in the order of the format doc, so a
+# tampered or truncated file is refused with a message that names the broken rule.
 def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> None:
     """Check the manifest fields and every array's dtype, shape and node structure."""
     man = str(Path(source).with_name(MANIFEST_FILE))

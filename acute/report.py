@@ -542,6 +542,7 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
 
 
 
+# Long but linear: one block per README section, in the order they appear.
 def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
     """Compute every table and return ``(markdown, data)``; draws each task's figures into
     ``inputs.out_dir/figures`` (from the test predictions of ``inputs.figures_model``, else the

@@ -1107,6 +1107,8 @@ class StoreWriter:
     def num_buffered(self) -> int:
         return len(self._buffer)
 
+    # Long because a commit is one ordered sequence (validate, write temporaries, fsync, rename the
+    # .jsonl, rename the .safetensors = commit point, update the manifest); splitting it would hide the order.
     def add(self, records: Sequence[dict], layer_means: np.ndarray,
             token_logprobs: Sequence[np.ndarray]) -> None:
         """Buffer a batch of ``b`` records and commit every full shard.

@@ -62,6 +62,8 @@ class Generation:
         return float(math.exp(float(np.sum(self.token_logprobs, dtype=np.float64))))
 
 
+# Long because of its docstring and argument checks; the batching, decoding and recording it
+# drives live in acute.extraction.batching and acute.extraction.recorder.
 def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
                         max_new_tokens: int = 64, batch_size: int = 8,
                         stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
