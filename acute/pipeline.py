@@ -50,6 +50,8 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .errors import InputError
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # put first on a worker's PYTHONPATH
 STAGES = ("collect", "evaluate", "protocol", "report")
 DEFAULT_DATA_ROOT = "../shared/data"
@@ -138,16 +140,16 @@ def _check_type(value: Any, kind: type, where: str) -> Any:
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, bool) and kind is not bool:
-        raise ValueError(f"{where}: expected {kind.__name__}, got a boolean")
+        raise InputError(f"{where}: expected {kind.__name__}, got a boolean")
     if not isinstance(value, kind):
-        raise ValueError(f"{where}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        raise InputError(f"{where}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
     return value
 
 
 def _count(value: Any, where: str) -> int:
     value = _check_type(value, int, where)
     if value < 0:
-        raise ValueError(f"{where}: must be >= 0, got {value}")
+        raise InputError(f"{where}: must be >= 0, got {value}")
     return value
 
 
@@ -157,7 +159,7 @@ def _sizes(table: Any, where: str, task_keys: set[str]) -> dict[str, int]:
     _check_type(table, dict, where)
     unknown = sorted(set(table) - task_keys)
     if unknown:
-        raise ValueError(f"{where}: unknown task(s) {unknown}; tasks in the config: {sorted(task_keys)}")
+        raise InputError(f"{where}: unknown task(s) {unknown}; tasks in the config: {sorted(task_keys)}")
     return {k: _count(v, f"{where}.{k}") for k, v in table.items()}
 
 
@@ -179,14 +181,14 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: invalid TOML ({e})") from None
+        raise InputError(f"{path}: invalid TOML ({e})") from None
     unknown = sorted(set(raw) - {"run", "models", "tasks"})
     if unknown:
-        raise ValueError(f"{path}: unknown top-level table(s) {unknown}; expected run, models, tasks")
+        raise InputError(f"{path}: unknown top-level table(s) {unknown}; expected run, models, tasks")
     run = _check_type(raw.get("run", {}), dict, f"{path}: [run]")
     bad = sorted(set(run) - set(_RUN_KEYS))
     if bad:
-        raise ValueError(f"{path}: [run] has unknown key(s) {bad}; known: {sorted(_RUN_KEYS)}")
+        raise InputError(f"{path}: [run] has unknown key(s) {bad}; known: {sorted(_RUN_KEYS)}")
     for k, kind in _RUN_KEYS.items():
         if k in run:
             run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
@@ -197,9 +199,9 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     tasks_raw = _check_type(raw.get("tasks", {}), dict, f"{path}: [tasks]")
     models_raw = _check_type(raw.get("models", {}), dict, f"{path}: [models]")
     if not tasks_raw:
-        raise ValueError(f"{path}: no [tasks.<name>] tables")
+        raise InputError(f"{path}: no [tasks.<name>] tables")
     if not models_raw:
-        raise ValueError(f"{path}: no [models.<name>] tables")
+        raise InputError(f"{path}: no [models.<name>] tables")
     task_keys = set(tasks_raw)
     tasks = []
     for key, t in tasks_raw.items():
@@ -207,16 +209,16 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         _check_type(t, dict, where)
         bad = sorted(set(t) - _TASK_KEYS)
         if bad:
-            raise ValueError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
+            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
         data = t.get("data")
         if data is None:
-            raise ValueError(f"{where}: missing 'data' (file or folder relative to the data root)")
+            raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
         data = [data] if isinstance(data, str) else data
         if not isinstance(data, list) or not data or not all(isinstance(d, str) and d for d in data):
-            raise ValueError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
+            raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
         mnt = t.get("max_new_tokens")
         if mnt is not None and (_check_type(mnt, int, f"{where}.max_new_tokens") < 1):
-            raise ValueError(f"{where}.max_new_tokens: must be >= 1, got {mnt}")
+            raise InputError(f"{where}.max_new_tokens: must be >= 1, got {mnt}")
         tasks.append(TaskSpec(
             key=key, task=_check_type(t.get("task", key), str, f"{where}.task"),
             data=tuple(str((root / d).resolve()) for d in data),
@@ -235,12 +237,12 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         _check_type(m, dict, where)
         bad = sorted(set(m) - _MODEL_KEYS)
         if bad:
-            raise ValueError(f"{where}: unknown key(s) {bad}; known: {sorted(_MODEL_KEYS)}")
+            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_MODEL_KEYS)}")
         if "/" in key or key.startswith("."):
-            raise ValueError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
+            raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
         bs = _check_type(m.get("batch_size", batch_default), int, f"{where}.batch_size")
         if bs < 1:
-            raise ValueError(f"{where}.batch_size: must be >= 1, got {bs}")
+            raise InputError(f"{where}.batch_size: must be >= 1, got {bs}")
         source = _check_type(m.get("model", key), str, f"{where}.model")
         src_path = Path(source).expanduser()
         if not src_path.is_absolute() and (path.parent / src_path).exists():
@@ -250,14 +252,14 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
                                 protocol=_sizes(m.get("protocol"), f"{where}.protocol", task_keys)))
     fig = run.get("figures_model")
     if fig is not None and fig not in models_raw:
-        raise ValueError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
+        raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
     tf = run.get("test_fraction", 0.3)
     if not 0.0 < tf < 1.0:
-        raise ValueError(f"{path}: run.test_fraction must be in (0, 1), got {tf}")
+        raise InputError(f"{path}: run.test_fraction must be in (0, 1), got {tf}")
     n_boot = run.get("n_bootstrap", 1000)
     for k in ("n_bootstrap", "report_n_bootstrap", "protocol_n_bootstrap"):
         if run.get(k, n_boot) < (1 if k == "protocol_n_bootstrap" else 0):
-            raise ValueError(f"{path}: run.{k} must be positive, got {run[k]}")
+            raise InputError(f"{path}: run.{k} must be positive, got {run[k]}")
     return Config(
         path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), test_fraction=tf,
         n_bootstrap=n_boot, report_n_bootstrap=run.get("report_n_bootstrap", n_boot),
@@ -663,7 +665,7 @@ def load_task_examples(spec: dict) -> tuple[Any, list]:
     for path in spec["data"]:
         for ex in task.load(path, split=spec.get("split")):
             if ex.id in seen:
-                raise ValueError(f"task {spec['key']!r}: example id {ex.id!r} occurs in {seen[ex.id]} and {path}")
+                raise InputError(f"task {spec['key']!r}: example id {ex.id!r} occurs in {seen[ex.id]} and {path}")
             seen[ex.id] = path
             examples.append(ex)
     return task, examples
@@ -736,7 +738,7 @@ def _worker_evaluate(p: dict) -> dict:
     store = open_store(p["store_dir"])
     idx = [i for i, rid in enumerate(store.ids) if str(rid) in wanted]
     if not idx:
-        raise ValueError(f"{p['store_dir']}: none of the selected records is in the store")
+        raise InputError(f"{p['store_dir']}: none of the selected records is in the store")
     sub = store if len(idx) == len(store) else store.select(idx)
     t0 = time.perf_counter()
     res = evaluate_store(sub, out_dir=p["eval_dir"], test_fraction=p["test_fraction"], seed=p["seed"],

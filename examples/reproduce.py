@@ -7,7 +7,7 @@
 
 import sys
 
-from acute.pipeline import main
+from acute.cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["run", *sys.argv[1:]]))
