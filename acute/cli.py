@@ -110,7 +110,7 @@ def cmd_collect(args) -> int:
     task, examples = _load_task(args.task, args.data, args.split, args.limit,
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
-    model, tok = load_model(args.model, **_placement(args, device=device))
+    model, tok = load_model(args.model, **load_options_from_args(args, device=device))
     summary = collect(model, tok, task, examples, out, model_name=_model_name(args.model),
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                       dtype=args.dtype, pool=args.pool,
@@ -412,7 +412,7 @@ def cmd_score(args) -> int:
     probe = load_probe(probe_dir)
     ids, prompts = _read_prompts(args.jsonl) if args.jsonl else (None, [args.question])
     model_name = args.model or probe.model_name or DEFAULT_MODEL
-    model, tok = load_model(model_name, **_placement(args))
+    model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task))
     scored = scorer.generate(prompts, risk=args.risk)
@@ -438,7 +438,7 @@ def cmd_protocol(args) -> int:
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else (
         DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
-    model, tok = load_model(args.model, **_placement(args))
+    model, tok = load_model(args.model, **load_options_from_args(args))
     run_protocol(model, tok, task, examples, out, batch_size=args.batch_size,
                  n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
                  model_name=_model_name(args.model))
@@ -459,17 +459,17 @@ def cmd_demo(args) -> int:
     from .demo import run_demo
 
     run_demo(out=Path(args.out), limit=args.limit or None, model_name=args.model,
-             n_bootstrap=args.n_bootstrap, load_options=_placement(args))
+             n_bootstrap=args.n_bootstrap, load_options=load_options_from_args(args))
     return 0
 
 
 # ---------------------------------------------------------------- parser
-def _placement(args, device: str | None = None) -> dict:
+def load_options_from_args(args, device: str | None = None) -> dict:
     """``load_model`` keywords from the model options every model-loading command shares."""
     return {"dtype": args.model_dtype, "device": device or args.device, "device_map": args.device_map}
 
 
-def _model_options() -> argparse.ArgumentParser:
+def model_options_parser() -> argparse.ArgumentParser:
     """The parent parser of every command that loads a model: where and in which dtype."""
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("model placement")
@@ -489,7 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p.add_argument("--version", action="version", version=f"acute {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    model_opts = _model_options()
+    model_opts = model_options_parser()
 
     d = sub.add_parser("demo", help="the whole pipeline on the default model and built-in questions",
                        parents=[model_opts])

@@ -524,10 +524,10 @@ def run_worker(job: Job, work: Path, log=print, load_options: dict | None = None
 
 # ----------------------------------------------------------------------------- the driver
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from acute.cli import _model_options, _placement
+    from acute.cli import model_options_parser, load_options_from_args
 
     p = argparse.ArgumentParser(
-        prog="acute run", description=__doc__.split("\n\n")[0], parents=[_model_options()],
+        prog="acute run", description=__doc__.split("\n\n")[0], parents=[model_options_parser()],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("config", help="TOML config (examples/reproduce.toml, examples/reproduce-smoke.toml)")
     p.add_argument("--out", default="docs/results", help="where README.md, figures and tables go (default docs/results)")
@@ -545,7 +545,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if bad or not stages:
         p.error(f"--stages: unknown stage(s) {bad}; choose from {','.join(STAGES)}")
     args.stages = tuple(s for s in STAGES if s in stages)
-    args.load_options = _placement(args)
+    args.load_options = load_options_from_args(args)
     return args
 
 
