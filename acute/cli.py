@@ -153,8 +153,10 @@ def _parse_layer(layer: str | None) -> int | str | None:
 
 def _probe_estimator(args):
     """The unfitted estimator ``train``/``export`` fit: ``--view`` (a plain probe, as in the
-    paper), ``--estimator`` (a probe name or ``auto``), else :data:`DEFAULT_ESTIMATOR`."""
-    from .estimators import DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, make_estimator
+    paper), ``--estimator`` (a probe name, or ``auto``: chosen by cross-validation), else
+    :data:`DEFAULT_ESTIMATOR`, fitted by ``auto``'s comparison with ``refit`` set to it (so the
+    cross-validated scores of the candidates and baselines are recorded beside it)."""
+    from .estimators import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator
     from .probes import ActivationProbe
 
     common = {"random_state": args.seed}
@@ -169,11 +171,14 @@ def _probe_estimator(args):
         return ActivationProbe(**params), f"view {_view_label(args)}"
     if args.layer is not None:
         raise InputError("--layer goes with --view mean")
-    name = args.estimator or DEFAULT_ESTIMATOR
-    if name not in PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,):
-        raise InputError(f"--estimator must be a probe or {DEFAULT_ESTIMATOR!r} (a baseline cannot be "
-                         f"exported as a probe); choose from {', '.join(PROBE_ESTIMATORS + (DEFAULT_ESTIMATOR,))}")
-    return make_estimator(name, probe_params={"n_estimators": args.n_estimators}, **common), name
+    probe_params = {"n_estimators": args.n_estimators}
+    if args.estimator is None:
+        est = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params=probe_params, **common)
+        return est, DEFAULT_ESTIMATOR
+    if args.estimator not in PROBE_ESTIMATORS + (AUTO,):
+        raise InputError(f"--estimator must be a probe or {AUTO!r} (a baseline cannot be exported as a "
+                         f"probe); choose from {', '.join(PROBE_ESTIMATORS + (AUTO,))}")
+    return make_estimator(args.estimator, probe_params=probe_params, **common), args.estimator
 
 
 def _fit_probe(store, args, train_mask):
@@ -187,12 +192,15 @@ def _fit_probe(store, args, train_mask):
             confidence=store.raw_confidence[idx])
     if isinstance(est, AutoEstimator):
         sel = est.selection()
-        print(f"auto: {est.best_} chosen by {est.cv}-fold cross-validation on the {idx.size} training "
-              f"records (auc-euro {est.scores_[est.best_]['auc_euro_all']:.4f}; best baseline "
-              f"{est.best_baseline_} {est.scores_[est.best_baseline_]['auc_euro_all']:.4f})")
+        how = "chosen by" if est.refit == "best" else "the default; best probe in"
+        print(f"{est.chosen_}: {how} {est.cv}-fold cross-validation on the {idx.size} training records "
+              f"(auc-euro {est.scores_[est.chosen_]['auc_euro_all']:.4f}; best probe {est.best_} "
+              f"{est.scores_[est.best_]['auc_euro_all']:.4f}; best baseline {est.best_baseline_} "
+              f"{est.scores_[est.best_baseline_]['auc_euro_all']:.4f})")
         if est.warning_:
             print(f"acute: warning: {est.warning_}", file=sys.stderr)
-        return est.estimator_, f"auto -> {est.best_}", sel
+        label = est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
+        return est.estimator_, label, sel
     return est, label, None
 
 
@@ -530,9 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
         t = sub.add_parser(name, help=hlp)
         t.add_argument("--store", required=True)
         t.add_argument("--estimator", default=None,
-                       help="a probe from `acute evaluate`'s table (e.g. acute-cosine-stacked) or auto "
-                            "(the default when neither this nor --view is given: the probe is chosen "
-                            "by 5-fold cross-validation on the training records)")
+                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
+                            "by 5-fold cross-validation on the training records); default: "
+                            "acute-cosine-stacked, with the cross-validated comparison recorded in probe.json")
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")

@@ -45,8 +45,9 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     (all of them when None; a collection left in ``out`` is resumed), evaluates every estimator
     (six baselines, six ACUTE probes, their stacked variants and ``auto``) by 5-fold
     cross-validation with paired bootstrap intervals (``n_bootstrap`` resamples) of each
-    estimator's difference to the best baseline, exports the default estimator (``auto``: the
-    probe chosen by cross-validation on all records) and scores ``questions`` live at risk level
+    estimator's difference to the best baseline, exports the default estimator
+    (``acute-cosine-stacked``, fitted on all records, with the cross-validated comparison of the
+    candidates recorded in ``probe.json``) and scores ``questions`` live at risk level
     ``risk``. Prints the collection summary, the results table and one line per scored question
     to stdout, progress to stderr. ``load_options`` go to :func:`acute.models.load_model`
     (``device``, ``dtype``, ``device_map``).
@@ -54,7 +55,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     import numpy as np
 
     from .collect import collect, collection_settings
-    from .estimators import DEFAULT_ESTIMATOR, make_estimator
+    from .estimators import DEFAULT_ESTIMATOR, AutoEstimator
     from .evaluate import evaluate_store
     from .models import load_model, model_fingerprint
     from .probes import load_probe
@@ -82,15 +83,15 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     print()
     print((out / "evaluation" / "results.md").read_text(encoding="utf-8"))
 
-    _say(f"[4/5] choosing the probe ({DEFAULT_ESTIMATOR}) on all {len(store)} records and exporting it")
-    auto = make_estimator(DEFAULT_ESTIMATOR).fit(np.asarray(store.layer_means, dtype=np.float32),
-                                                 store.correct, confidence=store.raw_confidence)
+    _say(f"[4/5] fitting the default probe ({DEFAULT_ESTIMATOR}) on all {len(store)} records and exporting it")
+    auto = AutoEstimator(refit=DEFAULT_ESTIMATOR).fit(np.asarray(store.layer_means, dtype=np.float32),
+                                                     store.correct, confidence=store.raw_confidence)
     auto.estimator_.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
                          training_summary={"store": str((out / "store").resolve()),
                                            **collection_settings(store.manifest)},
                          selection=auto.selection())
-    print(f"\n{DEFAULT_ESTIMATOR} chose {auto.best_} by cross-validation; probe exported to "
-          f"{out / 'probe'} (probe.safetensors + probe.json, no pickle)")
+    print(f"\n{DEFAULT_ESTIMATOR} exported to {out / 'probe'} (probe.safetensors + probe.json, no pickle); "
+          f"best probe by 5-fold cross-validation on these records: {auto.best_}")
     if auto.warning_:
         print(f"warning: {auto.warning_}")
 

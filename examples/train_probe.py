@@ -16,9 +16,9 @@ The probe shipped in models/smollm2-135m-instruct/probe was made with
 2. evaluate: the raw confidence, two classic calibrators, the plain and stacked probe of one
    view and ``auto`` by 5-fold x 2 cross-validation, with each one's paired difference to the
    best baseline (``acute evaluate`` runs every estimator).
-3. choose and fit on every record (``auto``, the default estimator: the probe that scores best
-   by cross-validation on these records), and save it: ``probe.safetensors`` + ``probe.json``
-   (with the choice, its scores and the runners-up).
+3. fit the default probe (``acute-cosine-stacked``) on every record and save it:
+   ``probe.safetensors`` + ``probe.json`` (with the cross-validated scores of every candidate
+   probe and baseline, and a warning if a baseline scored above it).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 import acute
 from acute.collect import collect, collection_settings
-from acute.estimators import DEFAULT_ESTIMATOR, make_estimator
+from acute.estimators import AUTO, DEFAULT_ESTIMATOR, AutoEstimator
 from acute.evaluate import evaluate_store
 from acute.tasks import get_task
 
@@ -57,20 +57,22 @@ print("\n".join(summary.lines()))
 store = acute.open_store(store_dir)  # layer_means [n, L+1, d], correct, raw_confidence
 
 # 2. cross-validate: every record scored out of fold, paired differences to the best baseline
-names = ["raw", "platt", "isotonic", f"acute-{args.view}", f"acute-{args.view}-stacked", DEFAULT_ESTIMATOR]
+names = list(dict.fromkeys(["raw", "platt", "isotonic", f"acute-{args.view}", f"acute-{args.view}-stacked",
+                             DEFAULT_ESTIMATOR, AUTO]))
 result = evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=200, estimators=names,
                         probe_params={"n_estimators": args.trees})
 print(result.to_markdown())
 
-# 3. choose by cross-validation on every record, refit the winner and save it, with the model's
-#    fingerprint, the collection settings and how it was chosen
-auto = make_estimator(DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
+# 3. fit the default probe on every record (with the cross-validated comparison of the candidate
+#    probes and the baselines recorded beside it) and save it, with the model's fingerprint and
+#    the collection settings
+auto = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
 auto.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct, confidence=store.raw_confidence)
 auto.estimator_.save(probe_dir, model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
                      training_summary=collection_settings(store.manifest),  # how to prompt live
                      metrics={"cross_validated": {r["estimator"]: r for r in result.rows},
                               "split": result.split},
                      selection=auto.selection())
-print(f"{DEFAULT_ESTIMATOR} chose {auto.best_}; probe saved to {probe_dir}")
+print(f"{DEFAULT_ESTIMATOR} saved to {probe_dir} (best probe by cross-validation: {auto.best_})")
 if auto.warning_:
     print(f"warning: {auto.warning_}")

@@ -130,17 +130,21 @@ def test_train_without_view_chooses_by_cross_validation(work, capsys, tmp_path):
 
     out = tmp_path / "auto"
     rc, text, _ = run(["train", "--store", work / "mixed", "--out", out, "--n-estimators", 10], capsys)
-    assert rc == 0 and "auto: " in text and "platt" in text.splitlines()[-4]
+    assert rc == 0 and "acute-cosine-stacked: the default" in text and "platt" in text.splitlines()[-4]
     probe = load_probe(out)
     sel = probe.selection
-    assert sel["chosen"] in AUTO_CANDIDATES and sel["cv"]["n_splits"] == 5
+    assert sel["chosen"] == "acute-cosine-stacked" and sel["best_by_cv"] in AUTO_CANDIDATES
+    assert sel["cv"]["n_splits"] == 5
     scored = [r["estimator"] for r in sel["scores"]]
     assert set(scored) == set(AUTO_CANDIDATES) | set(BASELINES)
     assert sel["best_baseline"] in BASELINES
-    # the exported probe is the winner refitted on the training split
-    chosen = sel["chosen"]
-    assert probe.view == chosen.split("-")[1] and (probe.calibration == "stacked") == chosen.endswith("-stacked")
+    assert probe.view == "cosine" and probe.calibration == "stacked"
     assert "platt_auc_euro" in probe.metrics
+    # --estimator auto ships whatever the cross-validation picked
+    rc, text, _ = run(["train", "--store", work / "mixed", "--out", tmp_path / "a", "--estimator", "auto",
+                       "--n-estimators", 10], capsys)
+    picked = load_probe(tmp_path / "a").selection
+    assert rc == 0 and picked["chosen"] == picked["best_by_cv"] == sel["best_by_cv"]
 
 
 def test_export_named_estimator(work, capsys, tmp_path):

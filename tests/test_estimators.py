@@ -33,7 +33,7 @@ def planted(n=160, seed=0, signal=1.5, conf_signal=0.1):
 
 def test_every_name_fits_and_predicts_through_one_interface():
     X, y, c = planted(n=120)
-    assert DEFAULT_ESTIMATOR == "auto" and DEFAULT_ESTIMATOR in ESTIMATORS
+    assert DEFAULT_ESTIMATOR == "acute-cosine-stacked" and DEFAULT_ESTIMATOR in ESTIMATORS and "auto" in ESTIMATORS
     for name in ESTIMATORS:
         est = make_estimator(name, probe_params=SMALL)
         assert not [k for k in vars(est) if k.endswith("_")], name  # nothing fitted in __init__
@@ -126,3 +126,17 @@ def test_auto_needs_enough_records_of_each_class():
     y[:3] = True
     with pytest.raises(ValueError, match="at least 5 correct and 5 wrong"):
         AutoEstimator().fit(X, y, confidence=c)
+
+
+def test_auto_with_a_fixed_refit_records_the_comparison_but_ships_that_probe():
+    X, y, c = planted()
+    fixed = AutoEstimator(cv=4, probe_params=SMALL, random_state=1, refit="acute-pca10").fit(X, y, confidence=c)
+    free = AutoEstimator(cv=4, probe_params=SMALL, random_state=1).fit(X, y, confidence=c)
+    assert fixed.scores_ == free.scores_ and fixed.best_ == free.best_
+    assert fixed.chosen_ == "acute-pca10" and free.chosen_ == free.best_
+    ref = make_estimator("acute-pca10", random_state=1, probe_params=SMALL).fit(X, y, confidence=c)
+    np.testing.assert_array_equal(fixed.predict_proba(X, c), ref.predict_proba(X, c))
+    sel = fixed.selection()
+    assert (sel["chosen"], sel["best_by_cv"], sel["refit"]) == ("acute-pca10", free.best_, "acute-pca10")
+    with pytest.raises(ValueError, match="refit must be 'best' or one of the candidates"):
+        AutoEstimator(refit="acute-mid").fit(X, y, confidence=c)

@@ -55,8 +55,9 @@ def test_train_probe(trained, long_context_dir):
         "raw", "platt", "isotonic", "acute-cosine", "acute-cosine-stacked", "auto"]
     assert results["split"]["mode"] == "cv"
     probe = load_probe(trained / "probe")
-    assert probe.selection["chosen"] in ("acute-cosine", "acute-pca10", "acute-cosine-stacked",
-                                         "acute-pca10-stacked")
+    assert probe.selection["chosen"] == "acute-cosine-stacked" and probe.calibration == "stacked"
+    assert probe.selection["best_by_cv"] in ("acute-cosine", "acute-pca10", "acute-cosine-stacked",
+                                             "acute-pca10-stacked")
     assert probe.training_summary["n_records"] == 40
     assert probe.model_name == str(long_context_dir)
     assert probe.training_summary["task_settings"]["name"] == "default"
