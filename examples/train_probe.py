@@ -4,11 +4,11 @@
     python examples/train_probe.py                         # SmolLM2, 200 built-in questions
     python examples/train_probe.py --model path/to/model --limit 600 --out runs/my-probe
 
-The probe shipped in models/smollm2-135m-instruct/probe was made with
+The probe shipped in models/smollm2-135m-instruct/probe is this script's probe on all 600
+built-in questions, made with the command line (the same fit, without the evaluation step):
 
     acute collect --model smollm2-135m-instruct --task default --batch-size 16 --out runs/i13/smollm2-default
-    python examples/train_probe.py --limit 600 --store runs/i13/smollm2-default \
-        --probe-out models/smollm2-135m-instruct/probe --out runs/shipped-probe
+    acute export --store runs/i13/smollm2-default --out models/smollm2-135m-instruct/probe
 
 1. collect: the model answers the built-in questions while every layer's hidden states are
    pooled over the answer tokens; each answer is labelled correct or wrong (a store on disk;

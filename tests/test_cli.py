@@ -399,3 +399,21 @@ def test_run_is_the_reproduction_pipeline(capsys, tmp_path):
     from acute.cli import build_parser
 
     assert "run" in build_parser().format_help()
+
+
+def test_probe_vs_baselines_benchmark(work, tmp_path, capsys):
+    import runpy
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "probe_vs_baselines.py"
+    mod = runpy.run_path(str(bench))
+    rc = mod["main"](["--store", str(work / "mixed"), "--out", str(tmp_path), "--cv", "3", "--repeats", "1",
+                      "--estimators", "raw,platt,acute-cosine-stacked", "--n-estimators", "5",
+                      "--n-bootstrap", "20"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "Against Platt scaling" in out
+    doc = json.loads((tmp_path / "vs-platt.json").read_text())
+    rows = {r["estimator"]: r for r in doc["rows"]}
+    assert rows["platt"]["diff_auc_euro_all"] == 0.0 and rows["raw"]["reference"] == "platt"
+    assert set(rows) == {"raw", "platt", "acute-cosine-stacked"} and doc["n_records"] == N
+    with pytest.raises(SystemExit):
+        mod["main"](["--store", str(work / "mixed"), "--estimators", "raw"])  # platt is required
