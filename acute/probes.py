@@ -303,6 +303,9 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         }
         return self
 
+    # A hand loop rather than CalibratedClassifierCV(ensemble=False): the folds refit the
+    # featurizer on layer_means while the raw confidence is a separate input, and the stacked
+    # calibration needs that confidence too, which scikit-learn's calibrators cannot take.
     def _out_of_fold_proba(self, featurizer, X: np.ndarray, y: np.ndarray, conf: np.ndarray | None) -> np.ndarray:
         from sklearn.model_selection import StratifiedKFold
 
