@@ -205,10 +205,11 @@ def _fit_probe(store, args, train_mask):
 
 
 def _held_out_metrics(probe, store, train_mask, test_mask) -> dict:
-    """Held-out smECE, auc-euro and Brier of the probe, of the raw confidence and of Platt
-    scaling of the raw confidence fitted on the same training records."""
-    from . import metrics
+    """Held-out smECE, auc-euro (all) and Brier of the probe, of the raw confidence and of Platt
+    scaling of the raw confidence fitted on the same training records (the metric rows of
+    :func:`acute.evaluate.evaluate_predictions`)."""
     from .baselines import make_baseline
+    from .evaluate import evaluate_predictions
 
     idx = np.flatnonzero(test_mask)
     raw = store.raw_confidence[idx]
@@ -216,13 +217,12 @@ def _held_out_metrics(probe, store, train_mask, test_mask) -> dict:
                                confidence=raw)[:, 1]
     tr = np.flatnonzero(train_mask)
     platt = make_baseline("platt").fit(store.raw_confidence[tr], store.correct[tr]).predict_proba(raw)[:, 1]
-    y = store.correct[idx]
-    out = {"n": int(idx.size), "accuracy": float(np.mean(y))}
-    for name, fn in (("smece", metrics.smece), ("auc_euro", metrics.auc_euro),
-                     ("brier", metrics.brier)):
-        out[name] = float(fn(conf, y))
-        out[f"raw_{name}"] = float(fn(raw, y))
-        out[f"platt_{name}"] = float(fn(platt, y))
+    rows = evaluate_predictions({"probe": conf, "raw": raw, "platt": platt}, store.correct[idx],
+                                n_bootstrap=0, reference="platt")
+    out = {"n": int(idx.size), "accuracy": rows[0]["accuracy"]}
+    for row, prefix in zip(rows, ("", "raw_", "platt_")):
+        for key, name in (("smece", "smece"), ("auc_euro_all", "auc_euro"), ("brier", "brier")):
+            out[prefix + name] = row[key]
     return out
 
 

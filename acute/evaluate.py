@@ -46,6 +46,7 @@ import numpy as np
 from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
+from .metrics import METRIC_SPECS, METRICS
 from .estimators import ACUTE_VARIANTS, ESTIMATORS, estimator_group, make_estimator
 from .errors import InputError
 
@@ -67,17 +68,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_FOLDS = 5
 DEFAULT_REPEATS = 2
 
-# (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither)
-TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("accuracy", "Accuracy", 0),
-    ("smece", "smECE ↓", -1),
-    ("auc_euro_low", "auc-euro low ↑", +1),
-    ("auc_euro_med", "auc-euro med ↑", +1),
-    ("auc_euro_high", "auc-euro high ↑", +1),
-    ("auc_euro_all", "auc-euro all ↑", +1),
-    ("brier", "Brier ↓", -1),
-    ("auroc", "AUROC ↑", +1),
-)
+# (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
+# from the one list of metric specs (acute.metrics.METRIC_SPECS)
+TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.direction) for m in METRIC_SPECS)
 # metrics with bootstrap intervals
 _INTERVAL_KEYS: tuple[str, ...] = ("smece", "auc_euro_all", "brier", "auroc")
 
@@ -117,28 +110,8 @@ def _ids_digest(ids: Iterable[Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- metrics rows
-def _auc_euro_band(band: str):
-    from . import metrics
-
-    def f(conf, correct):
-        return metrics.auc_euro(conf, correct, band=band)
-
-    f.__name__ = f"auc_euro_{band}"
-    return f
-
-
 def _metric_fns() -> dict:
-    from . import metrics
-
-    return {
-        "smece": metrics.smece,
-        "auc_euro_low": _auc_euro_band("low"),
-        "auc_euro_med": _auc_euro_band("med"),
-        "auc_euro_high": _auc_euro_band("high"),
-        "auc_euro_all": _auc_euro_band("all"),
-        "brier": metrics.brier,
-        "auroc": metrics.auroc,
-    }
+    return {m.name: m.fn for m in METRIC_SPECS if m.fn is not None}
 
 
 def _best_baseline(rows: Sequence[dict]) -> str | None:
@@ -268,13 +241,14 @@ class EvaluationResult:
 
 
 def _fmt(row: dict, key: str) -> str:
+    spec = METRICS[key]
     v = row.get(key)
     if v is None or not math.isfinite(v):
         return "n/a"
     lo, hi = row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-        return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
-    return f"{v:.3f}"
+        return f"{spec.format(v)} [{spec.format(lo)}, {spec.format(hi)}]"
+    return spec.format(v)
 
 
 def _fmt_diff(row: dict) -> str:

@@ -41,6 +41,9 @@ __all__ = [
     "EURO_GRID",
     "NLL_EPS",
     "Interval",
+    "METRICS",
+    "METRIC_SPECS",
+    "MetricSpec",
     "SmoothReliability",
     "auc_euro",
     "auroc",
@@ -55,6 +58,7 @@ __all__ = [
     "ks_cal",
     "nll",
     "paired_bootstrap",
+    "percentile_interval",
     "smece",
     "smece_bandwidth",
     "smooth_reliability",
@@ -745,3 +749,49 @@ def paired_bootstrap(
 
     stats = _resample_stats(diff, conf_a.shape[0], n, seed)
     return _interval(estimate, stats, alpha, "paired_bootstrap")
+
+
+# --------------------------------------------------------------------------------------------
+# Metric specs: what every results table reports
+# --------------------------------------------------------------------------------------------
+
+
+class MetricSpec(NamedTuple):
+    """One column of acute's results tables: ``name`` (the key in metric rows), ``header``
+    (table heading, with its arrow), ``direction`` (+1 higher is better, -1 lower is better,
+    0 neither), ``fn`` (``fn(confidence, correct) -> float``; None for ``accuracy``, which is
+    the mean of ``correct``) and ``digits`` for :meth:`format`."""
+
+    name: str
+    header: str
+    direction: int
+    fn: Callable[[np.ndarray, np.ndarray], float] | None
+    digits: int = 3
+
+    def format(self, value: float | None) -> str:
+        """``value`` with ``digits`` decimals, or ``n/a`` when missing or not finite."""
+        if value is None or not np.isfinite(value):
+            return "n/a"
+        return f"{value:.{self.digits}f}"
+
+
+def _band(band: str) -> Callable[[np.ndarray, np.ndarray], float]:
+    def f(confidence, correct):
+        return auc_euro(confidence, correct, band=band)
+
+    f.__name__ = f"auc_euro_{band}"
+    return f
+
+
+#: The columns of every results table (evaluation, reproduction report, ``acute train``), in order.
+METRIC_SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec("accuracy", "Accuracy", 0, None),
+    MetricSpec("smece", "smECE ↓", -1, smece),
+    MetricSpec("auc_euro_low", "auc-euro low ↑", +1, _band("low")),
+    MetricSpec("auc_euro_med", "auc-euro med ↑", +1, _band("med")),
+    MetricSpec("auc_euro_high", "auc-euro high ↑", +1, _band("high")),
+    MetricSpec("auc_euro_all", "auc-euro all ↑", +1, _band("all")),
+    MetricSpec("brier", "Brier ↓", -1, brier),
+    MetricSpec("auroc", "AUROC ↑", +1, auroc),
+)
+METRICS: dict[str, MetricSpec] = {m.name: m for m in METRIC_SPECS}

@@ -111,3 +111,21 @@ def test_one_label_rule_everywhere():
     assert check_correct([1.0, 1.0]).tolist() == [1, 1]  # one class is fine unless asked
     with pytest.raises(errors.InputError, match="single class: all records are correct"):
         check_correct([1.0, 1.0], both_classes=True)
+
+
+def test_one_list_of_metric_specs_drives_the_tables():
+    from acute import metrics
+    from acute.evaluate import TABLE_COLUMNS, evaluate_predictions, results_markdown
+    from acute.report import REPORT_METRICS
+
+    assert [k for k, _, _ in TABLE_COLUMNS] == [m.name for m in metrics.METRIC_SPECS]
+    assert REPORT_METRICS == TABLE_COLUMNS[:6]
+    assert metrics.METRICS["smece"].direction == -1 and metrics.METRICS["auroc"].direction == 1
+    assert metrics.METRICS["brier"].format(0.12345) == "0.123" and metrics.METRICS["brier"].format(math.nan) == "n/a"
+    y = np.array([1, 0, 1, 1, 0, 0, 1, 0])
+    c = np.array([0.9, 0.2, 0.7, 0.6, 0.4, 0.1, 0.8, 0.3])
+    row = evaluate_predictions({"x": c}, y, n_bootstrap=0)[0]
+    for spec in metrics.METRIC_SPECS[1:]:
+        assert row[spec.name] == pytest.approx(spec.fn(c, y))
+    header = results_markdown([row]).splitlines()[0]
+    assert all(m.header in header for m in metrics.METRIC_SPECS)
