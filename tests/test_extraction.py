@@ -231,17 +231,17 @@ def test_finished_rows_leave_the_batch(arch, pool, reuse_prefix, tok):
 def test_greedy_loop_only_for_plain_greedy(llama, tok, monkeypatch):
     import acute.extraction as ex
 
-    assert ex.recorder._plain_greedy(llama, {"do_sample": False, "pad_token_id": 0, "temperature": None})
-    assert not ex.recorder._plain_greedy(llama, {"do_sample": True})
-    assert not ex.recorder._plain_greedy(llama, {"min_new_tokens": 3})
-    assert not ex.recorder._plain_greedy(llama, {"temperature": 0.7})
+    assert ex.decoding._plain_greedy(llama, {"do_sample": False, "pad_token_id": 0, "temperature": None})
+    assert not ex.decoding._plain_greedy(llama, {"do_sample": True})
+    assert not ex.decoding._plain_greedy(llama, {"min_new_tokens": 3})
+    assert not ex.decoding._plain_greedy(llama, {"temperature": 0.7})
     plain = generate_and_record(llama, tok, PROMPTS, max_new_tokens=6, batch_size=4,
                                 eos_token_ids=[])
     # a generation_config that changes greedy decoding (a suppressed token; or e.g. a shipped
     # repetition penalty) sends the batch through model.generate, which applies it
     first = int(plain[0].token_ids[0])
     monkeypatch.setattr(llama.generation_config, "suppress_tokens", [first])
-    assert not ex.recorder._plain_greedy(llama, {"do_sample": False})
+    assert not ex.decoding._plain_greedy(llama, {"do_sample": False})
     handle, sizes = _count_forward_rows(llama)
     try:
         gens = generate_and_record(llama, tok, PROMPTS, max_new_tokens=6, batch_size=4,

@@ -16,9 +16,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 
 from ..errors import InputError
-
-from .layers import LayerMap, PoolMode, _POOLS, _forward_accepts, _model_device, find_layers
-from .batching import _cache_keyword
+from .decoding import _plain_greedy, greedy_decode
+from .layers import _POOLS, LayerMap, PoolMode, _model_device, find_layers
 
 logger = logging.getLogger(__name__)
 
@@ -394,8 +393,8 @@ class HiddenStateRecorder:
         extra = 1 if self.pool == "generated" else 0
         try:
             if drop_finished and _plain_greedy(self.model, generate_kwargs):
-                self._greedy_loop(input_ids, attention_mask, max_new_tokens + extra, criteria[0],
-                                  generate_kwargs)
+                greedy_decode(self.model, self._run, input_ids, attention_mask, max_new_tokens + extra,
+                              criteria[0], generate_kwargs)
             else:
                 with torch.no_grad(), _quiet_eos_notice():
                     self.model.generate(input_ids=input_ids, attention_mask=attention_mask,
@@ -405,49 +404,6 @@ class HiddenStateRecorder:
         finally:
             self._run = None
 
-    def _greedy_loop(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_steps: int,
-                     criterion: "_RecorderStoppingCriteria", generate_kwargs: dict) -> None:
-        """Greedy decoding as ``model.generate`` does it (same inputs, position ids and cache
-        handling), except that the rows ``criterion`` marks finished leave the batch and its KV
-        cache after each step."""
-        run = self._run
-        assert run is not None
-        model = self.model
-        key = _cache_keyword(model)
-        cache = generate_kwargs.get(key)
-        past = cache.get_seq_length() if cache is not None else 0
-        mask = attention_mask
-        # positions count real tokens only (left padding, padding after a cached prefix)
-        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        step_ids, step_pos = input_ids[:, past:], positions[:, past:]
-        rows = torch.arange(run.batch_size, device=input_ids.device)
-        last_tokens = torch.full((run.batch_size, 1), int(generate_kwargs.get("pad_token_id") or 0),
-                                 dtype=torch.long, device=input_ids.device)
-        keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
-        # as generate: position ids only for models that take them (not e.g. ALiBi models)
-        takes_positions = _forward_accepts(model, "position_ids")
-        with torch.no_grad():
-            for _ in range(max_steps):
-                run.set_rows(rows)
-                out = model(input_ids=step_ids, attention_mask=mask, use_cache=True,
-                            **({"position_ids": step_pos} if takes_positions else {}),
-                            **{key: cache}, **keep_logits)
-                cache = out.cache if key == "cache" else out.past_key_values
-                if run.logits_next is None:
-                    raise RuntimeError("no logits were captured for this step; the model's "
-                                       "forward hook did not run")
-                token = run.logits_next.argmax(-1).to(input_ids.device)
-                last_tokens[rows, 0] = token
-                finished = criterion(last_tokens).to(input_ids.device)
-                keep = (~finished[rows]).nonzero().squeeze(1)
-                if keep.numel() == 0:
-                    break
-                if keep.numel() < rows.numel():
-                    cache.batch_select_indices(keep)
-                    rows, mask, token, step_pos = rows[keep], mask[keep], token[keep], step_pos[keep]
-                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-                step_ids, step_pos = token.unsqueeze(1), step_pos[:, -1:] + 1
-        run.set_rows(None)
 
     def _collect(self) -> RecordedBatch:
         run = self._run
@@ -492,30 +448,3 @@ class HiddenStateRecorder:
         return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
-_GREEDY_NEUTRAL_CONFIG = frozenset({
-    "_from_model_config", "transformers_version", "use_cache", "output_attentions",
-    "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate",
-    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "do_sample",
-    "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-    "max_length", "max_new_tokens",
-})
-
-
-#: ``generate`` keyword arguments the recorder's own greedy loop handles.
-_GREEDY_LOOP_KWARGS = frozenset({"do_sample", "pad_token_id", "eos_token_id", "temperature", "top_p",
-                                 "top_k", "cache", "past_key_values"})
-
-
-def _plain_greedy(model: nn.Module, generate_kwargs: dict) -> bool:
-    """Whether ``model.generate(**generate_kwargs)`` would decode greedily with no logits
-    processor: no sampling, no other arguments than :data:`_GREEDY_LOOP_KWARGS` (sampling
-    parameters unset), and a ``generation_config`` that sets only :data:`_GREEDY_NEUTRAL_CONFIG`."""
-    if any(key not in _GREEDY_LOOP_KWARGS for key in generate_kwargs):
-        return False
-    if any(generate_kwargs.get(key) is not None for key in ("temperature", "top_p", "top_k")):
-        return False
-    config = getattr(model, "generation_config", None)
-    settings = config.to_diff_dict() if config is not None else {}
-    if generate_kwargs.get("do_sample", settings.get("do_sample", False)):
-        return False
-    return all(key in _GREEDY_NEUTRAL_CONFIG for key in settings)
