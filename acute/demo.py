@@ -1,6 +1,6 @@
 """``acute demo``: the whole pipeline on the default model and the built-in questions.
 
-fetch model -> collect a store -> evaluate every estimator on a held-out split -> export a
+fetch model -> collect a store -> evaluate every estimator by cross-validation -> export a
 probe fitted on all records -> score a few live questions with a trust decision.
 """
 
