@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .estimators import PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator
+from .estimators import PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator, probe_kwargs
 from .errors import InputError
 
 __all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "fit_predict"]
@@ -69,7 +69,9 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
     """Fit each named estimator on the training records and predict P(correct) on the test ones.
 
     A plain probe whose stacked variant is also requested is read off the stacked probe's final
-    forest (``predict_proba(..., calibrated=False)``: the same forest, fitted once).
+    forest (``predict_proba(..., calibrated=False)``: the same forest, fitted once), except for
+    the views that search their layer (early/mid/late): a stacked probe searches with its own
+    5 folds, the plain one with 3, so their layers and forests may differ.
     ``layer_means_*`` may be None when only baselines are named. ``on_fit(name, estimator)`` is
     called after each fit (e.g. to record a chosen layer).
     """
@@ -78,7 +80,7 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
     order = sorted(names, key=lambda n: 0 if n in STACKED_VARIANTS else 1)  # stacked first
     for name in order:
         plain_of = f"{name}-stacked"
-        if name in PROBE_ESTIMATORS and plain_of in fitted:
+        if name in PROBE_ESTIMATORS and plain_of in fitted and not _searches_layer(name):
             est = fitted[plain_of]
             p = est.predict_proba(layer_means_test, confidence=confidence_test, calibrated=False)[:, 1]
         else:
@@ -90,6 +92,13 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
         if on_fit is not None:
             on_fit(name, est)
     return {n: out[n] for n in names}
+
+
+def _searches_layer(name: str) -> bool:
+    from .features import NAMED_LAYERS
+
+    kw = probe_kwargs(name)
+    return kw.get("view") in NAMED_LAYERS or kw.get("layer") in NAMED_LAYERS
 
 
 def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence,

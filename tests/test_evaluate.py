@@ -426,3 +426,19 @@ def test_evaluate_predictions_paired_difference_by_hand():
         evaluate_predictions({"probe": probe}, y, reference="beta")
     table = results_markdown(rows)
     assert "Δ auc-euro all vs platt" in table.splitlines()[0]
+
+
+def test_plain_rows_equal_their_own_fit_when_read_off_the_stacked_probe():
+    """cosine: the plain row is the stacked probe's forest; mid: fitted on its own (its layer search
+    uses 3 folds, the stacked probe's 5)."""
+    from acute.crossval import fit_predict
+    from acute.estimators import make_estimator
+
+    s = planted_store(n=90, seed=5)
+    y = s.correct.astype(int)
+    X = s.layer_means.astype(np.float32)
+    got = fit_predict(["acute-cosine", "acute-cosine-stacked", "acute-mid", "acute-mid-stacked"],
+                      X[:60], y[:60], s.raw_confidence[:60], X[60:], s.raw_confidence[60:], probe_params=SMALL)
+    for name in ("acute-cosine", "acute-mid"):
+        ref = make_estimator(name, probe_params=SMALL).fit(X[:60], y[:60], confidence=s.raw_confidence[:60])
+        np.testing.assert_allclose(got[name], ref.predict_proba(X[60:], s.raw_confidence[60:])[:, 1], atol=1e-12)
