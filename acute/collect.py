@@ -193,10 +193,15 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                    disable=not progress, file=sys.stderr, position=rank)
         # Chunks bound memory (~L*d*4 bytes per record) and let the progress bar move; inside a
         # chunk generate_and_record groups prompts that share a prefix (large chunks give it
-        # more to group) and sorts them by length. Records wait in the writer until a shard is full.
+        # more to group) and sorts them by length. A chunk never runs past the shard being
+        # filled, so every shard is committed as soon as its records exist and a kill loses at
+        # most the records of one uncommitted shard.
         chunk = max(batch_size * 32, 64)
-        for i in range(0, len(mine), chunk):
-            part = mine[i:i + chunk]
+        i = 0
+        while i < len(mine):
+            n = min(chunk, writer.shard_size - writer.num_buffered)
+            part = mine[i:i + n]
+            i += n
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each

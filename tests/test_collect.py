@@ -137,6 +137,28 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
     assert [r["generation"] for r in store.records] == [ref.records[i]["generation"] for i in order]
 
 
+def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypatch):
+    """Shards smaller than a generation chunk: every shard is committed as soon as its records
+    exist, so a crash after 3 shards' worth of generations leaves those 24 records on disk."""
+    model, tok = loaded
+    task = qa_task(write_questions(tmp_path / "q.jsonl", 40))
+    real = acute.extraction.generate_and_record
+    calls = []
+
+    def fail_on_fourth_chunk(*args, **kwargs):
+        calls.append(len(args[2]))
+        if len(calls) == 4:
+            raise RuntimeError("simulated kill")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_fourth_chunk)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        collect(model, tok, task, task.load(), tmp_path / "store", model_name="tiny", batch_size=2,
+                max_new_tokens=MAX_NEW, dtype="float32", shard_size=8, progress=False)
+    assert calls == [8, 8, 8, 8]  # each chunk fills exactly one shard (not 64 records at once)
+    assert len(open_store(tmp_path / "store")) == 24
+
+
 def test_resume_refuses_other_generation_settings(loaded, tmp_path):
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 3))
