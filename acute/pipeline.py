@@ -62,6 +62,7 @@ _RUN_KEYS = {
     "data_root": str, "seed": int, "test_fraction": float, "n_bootstrap": int,
     "report_n_bootstrap": int, "protocol_n_bootstrap": int, "batch_size": int, "n_jobs": int,
     "store_dtype": str, "probe_params": dict, "figures_model": str, "protocol_variant": str,
+    "cv": int, "repeats": int,
 }
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
               "description"}
@@ -73,7 +74,8 @@ _MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
 class TaskSpec:
     """One task of the config: ``key`` (label used in folders and tables), ``task`` (a built-in
     task name of :func:`acute.tasks.get_task`, or ``"jsonl"`` for generic open QA over the data
-    file), ``data`` (file(s) or folder(s), absolute), ``split``, task ``options``,
+    file), ``data`` (file(s) or folder(s), absolute; empty for ``task = "default"``: the built-in
+    question set), ``split``, task ``options``,
     ``max_new_tokens`` / ``chat`` overrides, default ``records`` and ``protocol`` rows."""
 
     key: str
@@ -88,9 +90,15 @@ class TaskSpec:
     description: str = ""
 
     def identity(self) -> dict:
-        """Everything that determines prompts, labels and the example pool."""
-        return {"task": self.task, "data": list(self.data), "split": self.split,
-                "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
+        """Everything that determines prompts, labels and the example pool (for the built-in
+        question set, which has no ``data``, the sha256 of its file: a regenerated set is new work)."""
+        ident = {"task": self.task, "data": list(self.data), "split": self.split,
+                 "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
+        if not self.data:
+            from .tasks.qa import default_questions_path
+
+            ident["builtin_sha256"] = hashlib.sha256(default_questions_path().read_bytes()).hexdigest()
+        return ident
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,8 @@ class Config:
     figures_model: str | None
     models: list[ModelSpec]
     tasks: list[TaskSpec]
+    cv: int = 0  #: folds of the cross-validated evaluation (0: one train/test split, test_fraction)
+    repeats: int = 1  #: fold assignments of the cross-validated evaluation
 
     def records(self, model: ModelSpec, task: TaskSpec) -> int:
         """Records to collect for ``model`` on ``task`` (model override, else the task's)."""
@@ -210,17 +220,19 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         bad = sorted(set(t) - _TASK_KEYS)
         if bad:
             raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
+        task_name = _check_type(t.get("task", key), str, f"{where}.task")
         data = t.get("data")
-        if data is None:
+        if data is None and task_name != "default":
             raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
-        data = [data] if isinstance(data, str) else data
-        if not isinstance(data, list) or not data or not all(isinstance(d, str) and d for d in data):
+        data = [] if data is None else [data] if isinstance(data, str) else data
+        if not isinstance(data, list) or not (data or task_name == "default") \
+                or not all(isinstance(d, str) and d for d in data):
             raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
         mnt = t.get("max_new_tokens")
         if mnt is not None and (_check_type(mnt, int, f"{where}.max_new_tokens") < 1):
             raise InputError(f"{where}.max_new_tokens: must be >= 1, got {mnt}")
         tasks.append(TaskSpec(
-            key=key, task=_check_type(t.get("task", key), str, f"{where}.task"),
+            key=key, task=task_name,
             data=tuple(str((root / d).resolve()) for d in data),
             split=_check_type(t["split"], str, f"{where}.split") if "split" in t else None,
             options=_check_type(t.get("options", {}), dict, f"{where}.options"),
@@ -256,6 +268,11 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     tf = run.get("test_fraction", 0.3)
     if not 0.0 < tf < 1.0:
         raise InputError(f"{path}: run.test_fraction must be in (0, 1), got {tf}")
+    cv, repeats = run.get("cv", 0), run.get("repeats", 1)
+    if cv == 1 or cv < 0:
+        raise InputError(f"{path}: run.cv must be 0 (one train/test split) or >= 2 folds, got {cv}")
+    if repeats < 1:
+        raise InputError(f"{path}: run.repeats must be >= 1, got {repeats}")
     n_boot = run.get("n_bootstrap", 1000)
     for k in ("n_bootstrap", "report_n_bootstrap", "protocol_n_bootstrap"):
         if run.get(k, n_boot) < (1 if k == "protocol_n_bootstrap" else 0):
@@ -266,7 +283,33 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         protocol_n_bootstrap=run.get("protocol_n_bootstrap", n_boot),
         batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
         probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),
-        figures_model=fig, models=models, tasks=tasks)
+        figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats)
+
+
+def check_inputs(cfg: Config) -> None:
+    """Fail before any work starts when the config names an unknown task (or task option), a
+    data path that does not exist, or a model that is neither a model card, a folder nor a file.
+    ``InputError`` / ``FileNotFoundError`` name the config table and the value."""
+    from .models import _card_names
+    from .tasks import TASKS, get_task
+
+    for t in cfg.tasks:
+        where = f"{cfg.path}: tasks.{t.key}"
+        if t.task not in TASKS and t.task != "jsonl":
+            raise InputError(f"{where}.task: unknown task {t.task!r}; known: {sorted(TASKS)} or 'jsonl'")
+        for d in t.data:
+            if not Path(d).exists():
+                raise FileNotFoundError(f"{where}.data: {d} does not exist (data root {cfg.data_root})")
+        if t.task != "jsonl":
+            try:
+                get_task(t.task, **t.options)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"{where}.options: {exc}") from None
+    cards = _card_names()
+    for m in cfg.models:
+        if m.source not in cards and not Path(m.source).expanduser().exists():
+            raise InputError(f"{cfg.path}: models.{m.key}.model: {m.source!r} is neither a model card "
+                             f"({', '.join(cards)}) nor an existing folder or file")
 
 
 def config_hash(fields: dict) -> str:
@@ -579,6 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker_main(argv[1], argv[2])
     args = _parse_args(argv)
     cfg = load_config(args.config, data_root=args.data_root)
+    check_inputs(cfg)
     work, out = Path(args.work).resolve(), Path(args.out).resolve()
     command, report_command = regenerate_commands(args)
     jobs = plan_jobs(cfg, work, out, args.stages, args.only, command=command,
@@ -662,7 +706,7 @@ def load_task_examples(spec: dict) -> tuple[Any, list]:
     if spec.get("max_new_tokens"):
         task.max_new_tokens = int(spec["max_new_tokens"])
     examples, seen = [], {}
-    for path in spec["data"]:
+    for path in spec["data"] or [None]:  # no data: the built-in question set
         for ex in task.load(path, split=spec.get("split")):
             if ex.id in seen:
                 raise InputError(f"task {spec['key']!r}: example id {ex.id!r} occurs in {seen[ex.id]} and {path}")
@@ -766,7 +810,7 @@ def _worker_protocol(p: dict) -> dict:
 
 def _task_info(t: TaskSpec, cfg: Config) -> str:
     opts = ", ".join(f"{k}={v}" for k, v in t.options.items())
-    data = ", ".join(os.path.relpath(d, cfg.data_root) for d in t.data)
+    data = ", ".join(os.path.relpath(d, cfg.data_root) for d in t.data) or "built-in questions"
     text = f"Task `{t.task}`" + (f" ({opts})" if opts else "") + f"; data `{data}`"
     text += f" (split {t.split})" if t.split else ""
     return text + (f". {t.description}" if t.description else ".")
