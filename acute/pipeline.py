@@ -575,7 +575,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("config", help="TOML config (examples/reproduce.toml, examples/reproduce-smoke.toml)")
     p.add_argument("--out", default="docs/results", help="where README.md, figures and tables go (default docs/results)")
     p.add_argument("--work", default="runs/reproduce", help="stores, evaluations, protocol runs, timings.json (default runs/reproduce)")
-    p.add_argument("--only", nargs="+", metavar="MODEL/TASK",
+    p.add_argument("--only", nargs="+", action="extend", metavar="MODEL/TASK",
                    help="run only these model/task pairs (glob patterns; MODEL alone = all its tasks)")
     p.add_argument("--stages", default=",".join(STAGES),
                    help=f"comma-separated subset of {','.join(STAGES)} (default all)")
