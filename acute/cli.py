@@ -503,7 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
                        parents=[model_opts])
     d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"))
     d.add_argument("--limit", type=int, default=300,
-                   help="built-in questions to collect, sampled across categories (default 300; 0 = all 600)")
+                   help="built-in questions to collect, sampled across categories (default 300; 0 = all)")
     d.add_argument("--model", default=DEFAULT_MODEL)
     d.add_argument("--n-bootstrap", type=int, default=200)
     d.set_defaults(func=cmd_demo)

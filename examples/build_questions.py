@@ -20,6 +20,7 @@ The output is deterministic: running the script twice gives byte-identical files
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import re
@@ -801,26 +802,42 @@ def _quoted_question(template: str, subject: str) -> str:
     return subject if subject.endswith("?") else template.format(subject)
 
 
-def _arithmetic_rows(rng: random.Random) -> list[dict]:
-    """Generate arithmetic questions of growing size; every result is computed here.
+# (operation, count, difficulty, operand ranges): the arithmetic of the hand-written rows ...
+ARITHMETIC = [
+    ("+", 8, E, (2, 9), (2, 9)),
+    ("times", 5, E, (2, 5), (2, 5)),
+    ("-", 5, E, (10, 19), (2, 9)),
+    ("+", 8, M, (11, 49), (11, 49)),
+    ("-", 6, M, (50, 99), (11, 49)),
+    ("times", 6, M, (6, 12), (6, 9)),
+    ("+", 6, H, (100, 999), (100, 999)),
+    ("-", 5, H, (4000, 9999), (1000, 3999)),
+    ("times", 6, H, (11, 49), (11, 49)),
+    ("divided by", 4, H, (6, 19), (11, 29)),
+    ("sqrt", 3, H, (11, 25), (0, 0)),
+]
+# ... and of the generated ones (questions already in the set are dropped afterwards)
+MORE_ARITHMETIC = [
+    ("+", 40, E, (2, 20), (2, 20)),
+    ("-", 25, E, (10, 30), (2, 9)),
+    ("times", 20, E, (2, 9), (2, 9)),
+    ("+", 30, M, (11, 99), (11, 99)),
+    ("-", 25, M, (50, 199), (11, 49)),
+    ("times", 25, M, (6, 15), (3, 9)),
+    ("+", 20, H, (100, 999), (100, 999)),
+    ("-", 15, H, (1000, 9999), (100, 999)),
+    ("times", 20, H, (11, 99), (11, 49)),
+    ("divided by", 10, H, (6, 19), (11, 49)),
+    ("sqrt", 8, H, (11, 40), (0, 0)),
+]
+
+
+def _arithmetic_rows(rng: random.Random, specs: list[tuple] = ARITHMETIC) -> list[dict]:
+    """Generate arithmetic questions of growing size from ``specs``; every result is computed here.
 
     Returns rows of category "arithmetic" and answer_type "number". Plausible wrong answers are
     near misses (off by one or ten, or one factor off by one), never the true result.
     """
-    specs = [
-        # (operation, count, difficulty, operand ranges)
-        ("+", 8, E, (2, 9), (2, 9)),
-        ("times", 5, E, (2, 5), (2, 5)),
-        ("-", 5, E, (10, 19), (2, 9)),
-        ("+", 8, M, (11, 49), (11, 49)),
-        ("-", 6, M, (50, 99), (11, 49)),
-        ("times", 6, M, (6, 12), (6, 9)),
-        ("+", 6, H, (100, 999), (100, 999)),
-        ("-", 5, H, (4000, 9999), (1000, 3999)),
-        ("times", 6, H, (11, 49), (11, 49)),
-        ("divided by", 4, H, (6, 19), (11, 29)),
-        ("sqrt", 3, H, (11, 25), (0, 0)),
-    ]
     rows: list[dict] = []
     seen: set[tuple[str, int, int]] = set()
     for op, count, difficulty, (lo_a, hi_a), (lo_b, hi_b) in specs:
@@ -868,6 +885,489 @@ def _number_answers(value: int) -> list[str]:
     return [str(value)] + ([_NUMBER_WORDS[value]] if 0 <= value < len(_NUMBER_WORDS) else [])
 
 
+# --------------------------------------------------------------------------------------------
+# Generated rows with graded difficulty (questions 601 onwards). Every answer is computed here;
+# the hand-written tables above stay the first 600 rows, unchanged, so that stores collected on
+# them resume.
+# --------------------------------------------------------------------------------------------
+
+_ROMAN = ((1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"),
+          (40, "XL"), (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I"))
+_ORDINALS = ("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth "
+             "thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth "
+             "twentieth").split()
+_COUNT_WORDS = ("zero one two three four five six seven eight nine ten").split()
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
+           "October", "November", "December")
+_MONTH_DAYS = {"January": 31, "March": 31, "April": 30, "May": 31, "June": 30, "July": 31,
+               "August": 31, "September": 30, "October": 31, "November": 30, "December": 31}
+_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# (singular, "plural|aliases", difficulty): irregular plurals; wrong answers are the regular forms.
+PLURALS = [
+    ("child", "children", E), ("mouse", "mice", E), ("man", "men", E), ("woman", "women", E),
+    ("tooth", "teeth", E), ("foot", "feet", E), ("goose", "geese", E), ("person", "people|persons", E),
+    ("leaf", "leaves", E), ("knife", "knives", E), ("wolf", "wolves", E), ("half", "halves", E),
+    ("baby", "babies", E), ("city", "cities", E), ("box", "boxes", E), ("life", "lives", E),
+    ("ox", "oxen", M), ("louse", "lice", M), ("calf", "calves", M),
+    ("shelf", "shelves", M), ("thief", "thieves", M), ("loaf", "loaves", M), ("elf", "elves", M),
+    ("wife", "wives", M), ("potato", "potatoes", M), ("tomato", "tomatoes", M), ("hero", "heroes", M),
+    ("echo", "echoes", M), ("quiz", "quizzes", M), ("cherry", "cherries", M), ("bus", "buses|busses", M),
+    ("crisis", "crises", H), ("thesis", "theses", H), ("analysis", "analyses", H),
+    ("hypothesis", "hypotheses", H), ("diagnosis", "diagnoses", H), ("oasis", "oases", H),
+    ("axis", "axes", H), ("criterion", "criteria", H), ("phenomenon", "phenomena", H),
+    ("bacterium", "bacteria", H), ("datum", "data", H), ("fungus", "fungi|funguses", H),
+    ("nucleus", "nuclei", H), ("stimulus", "stimuli", H), ("alumnus", "alumni", H),
+    ("larva", "larvae", H), ("vertebra", "vertebrae", H), ("radius", "radii|radiuses", H),
+    ("matrix", "matrices|matrixes", H), ("vortex", "vortices|vortexes", H),
+    ("appendix", "appendices|appendixes", H), ("index", "indices|indexes", H),
+    ("parenthesis", "parentheses", H), ("ellipsis", "ellipses", H), ("cactus", "cacti|cactuses", H),
+]
+
+# (word, "opposite|aliases", "plausible wrong", difficulty): pairs with one clear opposite.
+OPPOSITES = [
+    ("hot", "cold", "warm|cool", E), ("up", "down", "over|under", E), ("day", "night", "evening|dawn", E),
+    ("left", "right", "center|straight", E), ("black", "white", "gray|dark", E),
+    ("north", "south", "east|west", E), ("east", "west", "north|south", E),
+    ("open", "closed|shut", "locked|ajar", E), ("yes", "no", "maybe|perhaps", E),
+    ("inside", "outside", "within|under", E), ("top", "bottom", "middle|side", E),
+    ("first", "last", "second|middle", E), ("full", "empty", "half|hollow", E),
+    ("fast", "slow", "quick|steady", E), ("early", "late", "soon|on time", E),
+    ("wet", "dry", "damp|moist", E), ("push", "pull", "shove|press", E), ("buy", "sell", "pay|trade", E),
+    ("rich", "poor", "wealthy|broke", E), ("win", "lose", "draw|tie", E),
+    ("question", "answer", "reply|query", M), ("ancient", "modern", "old|antique", M),
+    ("victory", "defeat", "triumph|draw", M), ("arrival", "departure", "entrance|exit", M),
+    ("maximum", "minimum", "average|medium", M), ("increase", "decrease", "grow|expand", M),
+    ("import", "export", "trade|transport", M), ("visible", "invisible", "hidden|clear", M),
+    ("temporary", "permanent", "brief|short", M), ("expand", "contract", "grow|stretch", M),
+    ("ascend", "descend", "climb|rise", M), ("major", "minor", "large|small", M),
+    ("innocent", "guilty", "naive|pure", M), ("optimist", "pessimist", "realist|idealist", M),
+    ("synonym", "antonym", "homonym|acronym", H), ("convex", "concave", "flat|curved", H),
+    ("acid", "base|alkali", "salt|water", H), ("zenith", "nadir", "summit|horizon", H),
+    ("vertical", "horizontal", "diagonal|upright", M), ("exhale", "inhale", "breathe|sigh", M),
+    ("ally", "enemy|foe", "friend|partner", M), ("frequently", "rarely|seldom|infrequently", "often|sometimes", M),
+    ("generous", "stingy|selfish|mean", "kind|giving", H), ("benevolent", "malevolent", "kind|benign", H),
+    ("prologue", "epilogue", "preface|chapter", H), ("ancestor", "descendant", "parent|relative", H),
+    ("cathode", "anode", "diode|electrode", H), ("transparent", "opaque", "clear|translucent", H),
+]
+
+# Nouns with a regular plural (computed by :func:`_regular_plural`), and verbs with a regular
+# past tense (computed by :func:`_regular_past`): easy word forms.
+REGULAR_NOUNS = (
+    "book car dog tree chair table bird door window pen cup shoe hat bed boat ship train road river "
+    "lake hill star cloud flower plant egg bag ball bell coat desk lamp map toy king queen farm girl "
+    "friend song word name hand arm leg eye ear nose room wall cake bike coin rock ring gift drum "
+    "frog duck horse cow pig goat lion tiger bear snake shark whale rabbit monkey key day boy "
+    "dish brush watch church fox glass class kiss match beach bench peach wish dress bush lunch tax "
+    "party story lady puppy berry family country body penny army library "
+    "apple banana orange lemon grape carrot onion bean cookie sandwich pizza candle clock phone "
+    "camera radio computer picture pillow blanket basket bottle bucket button chain "
+    "cap crown doll feather fork spoon plate bowl jar kettle ladder mirror needle pencil "
+    "rope saddle scarf sock glove sweater jacket boot tent truck plane rocket island castle "
+    "tower bridge street town village forest desert ocean planet animal insect spider eagle "
+    "parrot owl dolphin turtle zebra camel donkey kitten teacher doctor farmer singer driver "
+    "student baker painter sailor soldier brother sister uncle cousin neighbor guest "
+).split()
+REGULAR_VERBS = (
+    "walk play jump talk open clean cook help call ask look work watch want start visit paint climb "
+    "rain kick pull push fill turn wait listen answer follow enjoy stay laugh dance love like live move "
+    "smile close hope use bake carry cry study try hurry marry worry copy stop plan drop hop shop clap "
+    "hug rob nod beg"
+).split()
+_DOUBLED = {"stop", "plan", "drop", "hop", "shop", "clap", "hug", "rob", "nod", "beg"}
+
+# (verb, "past tense|aliases", difficulty): irregular verbs.
+IRREGULAR_PAST = [
+    ("go", "went", E), ("eat", "ate", E), ("see", "saw", E), ("take", "took", E), ("give", "gave", E),
+    ("come", "came", E), ("run", "ran", E), ("swim", "swam", E), ("sing", "sang", E), ("drink", "drank", E),
+    ("write", "wrote", E), ("speak", "spoke", E), ("break", "broke", E), ("drive", "drove", E),
+    ("buy", "bought", E), ("think", "thought", E), ("make", "made", E), ("say", "said", E),
+    ("find", "found", E), ("sleep", "slept", E), ("get", "got", E), ("win", "won", E), ("sit", "sat", E),
+    ("choose", "chose", M), ("ride", "rode", M), ("fly", "flew", M), ("grow", "grew", M), ("know", "knew", M),
+    ("throw", "threw", M), ("draw", "drew", M), ("begin", "began", M), ("stand", "stood", M),
+    ("understand", "understood", M), ("bring", "brought", M), ("fight", "fought", M), ("catch", "caught", M),
+    ("teach", "taught", M), ("sell", "sold", M), ("tell", "told", M), ("hold", "held", M), ("feel", "felt", M),
+    ("keep", "kept", M), ("leave", "left", M), ("meet", "met", M), ("lose", "lost", M), ("send", "sent", M),
+    ("spend", "spent", M), ("build", "built", M), ("pay", "paid", M), ("hear", "heard", M), ("wear", "wore", M),
+    ("steal", "stole", M), ("freeze", "froze", M), ("forget", "forgot", M), ("fall", "fell", M),
+    ("shake", "shook", M), ("wake", "woke|waked", M), ("blow", "blew", M), ("ring", "rang", M), ("sink", "sank", M),
+    ("tear", "tore", H), ("dig", "dug", H), ("bite", "bit", H), ("hide", "hid", H), ("lead", "led", H),
+    ("feed", "fed", H), ("bleed", "bled", H), ("forgive", "forgave", H), ("rise", "rose", H), ("weep", "wept", H),
+    ("swear", "swore", H), ("sting", "stung", H), ("swing", "swung", H), ("seek", "sought", H),
+    ("slide", "slid", H), ("strike", "struck", H), ("spin", "spun", H), ("lay", "laid", H),
+]
+
+# Adjectives with regular comparative and superlative forms (computed by :func:`_compare`), and
+# irregular ones: (adjective, "comparative|aliases", "superlative|aliases", difficulty).
+REGULAR_ADJECTIVES = (
+    "tall short long small fast slow old young cold warm soft hard loud quiet rich poor clean "
+    "dark bright cheap deep high low kind light near new quick sharp smart strong weak thick thin "
+    "big hot wet sad fat fit happy easy busy early funny heavy pretty angry lucky dirty large wide "
+    "nice safe late brave wise close"
+).split()
+IRREGULAR_ADJECTIVES = [
+    ("good", "better", "best", M), ("bad", "worse", "worst", M), ("far", "farther|further", "farthest|furthest", H),
+    ("little", "less|littler", "least|littlest", H), ("many", "more", "most", H), ("much", "more", "most", H),
+]
+
+# Words whose letters are counted (common words of 3-13 letters).
+COUNT_WORDS = (
+    "cat dog sun tree house apple river mountain elephant computer library butterfly chocolate "
+    "umbrella adventure telephone dinosaur kangaroo pineapple hospital triangle vegetable "
+    "orchestra newspaper astronaut basketball strawberry helicopter microscope watermelon "
+    "photograph university encyclopedia refrigerator thermometer calculator television "
+    "government restaurant dictionary experiment volcano penguin giraffe island bridge castle "
+    "garden window pencil rabbit"
+).split()
+
+
+def _regular_plural(noun: str) -> str:
+    """box -> boxes, party -> parties, day -> days, book -> books."""
+    if noun.endswith(("s", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2] not in "aeiou":
+        return noun[:-1] + "ies"
+    return noun + "s"
+
+
+def _regular_past(verb: str) -> str:
+    """walk -> walked, dance -> danced, carry -> carried, stop -> stopped, play -> played."""
+    if verb in _DOUBLED:
+        return verb + verb[-1] + "ed"
+    if verb.endswith("e"):
+        return verb + "d"
+    if verb.endswith("y") and verb[-2] not in "aeiou":
+        return verb[:-1] + "ied"
+    return verb + "ed"
+
+
+def _compare(adjective: str) -> tuple[str, str]:
+    """Regular comparative and superlative: tall -> (taller, tallest), big -> (bigger, biggest),
+    happy -> (happier, happiest), nice -> (nicer, nicest)."""
+    stem = adjective
+    if adjective.endswith("e"):
+        stem = adjective[:-1]
+    elif adjective.endswith("y") and adjective[-2] not in "aeiou":
+        stem = adjective[:-1] + "i"
+    elif (len(adjective) == 3 and adjective[-1] not in "aeiouwy" and adjective[-2] in "aeiou"
+          and adjective[-3] not in "aeiou"):
+        stem = adjective + adjective[-1]  # big -> bigg-er
+    return stem + "er", stem + "est"
+
+
+def _roman(value: int) -> str:
+    """``value`` (1..3999) in Roman numerals: 14 -> "XIV"."""
+    out = []
+    for amount, symbol in _ROMAN:
+        count, value = divmod(value, amount)
+        out.append(symbol * count)
+    return "".join(out)
+
+
+def _ordinal(n: int) -> str:
+    """1 -> "1st", 2 -> "2nd", 11 -> "11th", 23 -> "23rd"."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _echoes(question: str, answers: list[str]) -> bool:
+    """True when a gold alias occurs in the question on word boundaries (either normalisation)
+    or, for a number, among the question's numbers: repeating the question would look right."""
+    for form in (normalize_answer, squad_form):
+        q = f" {form(question)} "
+        if any(f" {form(a)} " in q for a in answers):
+            return True
+    return any(a in re.findall(r"\d+", question) for a in answers)
+
+
+def _number_row(question: str, value: int, near: Iterable[int], difficulty: str, category: str,
+                rng: random.Random) -> dict | None:
+    """A row whose gold is ``value`` (digits, and the word up to twenty), with two plausible wrong
+    numbers drawn from ``near``; ``None`` when the question echoes the answer."""
+    answers = _number_answers(value)
+    if _echoes(question, answers):
+        return None
+    candidates = sorted({n for n in near if n >= 0 and n != value})
+    return _row(question, answers, [str(n) for n in rng.sample(candidates, 2)], difficulty, category, "number")
+
+
+def _draw(rng: random.Random, make, count: int, tries: int = 50) -> list[dict]:
+    """``count`` distinct rows from ``make(rng)`` (which returns a row or None), in draw order."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    for _ in range(count * tries):
+        if len(out) == count:
+            return out
+        row = make(rng)
+        if row is not None and row["question"] not in seen:
+            seen.add(row["question"])
+            out.append(row)
+    raise ValueError(f"could not draw {count} distinct rows (got {len(out)})")
+
+
+def _roman_rows(rng: random.Random) -> list[dict]:
+    """'What number does the Roman numeral XIV stand for?': easy up to 12, medium up to 100,
+    hard up to 3999."""
+    rows = []
+    for difficulty, lo, hi, count in ((E, 1, 12, 12), (M, 13, 100, 28), (H, 101, 3999, 30)):
+        def make(rng, lo=lo, hi=hi, difficulty=difficulty):
+            v = rng.randint(lo, hi)
+            return _number_row(f"What number does the Roman numeral {_roman(v)} stand for?", v,
+                               [v + 1, v - 1, v + 10, v - 10, v + 100], difficulty, "roman_numeral", rng)
+        rows += _draw(rng, make, count)
+    return rows
+
+
+def _sequence_rows(rng: random.Random) -> list[dict]:
+    """'What number comes next in the sequence 3, 6, 9, 12?': counting steps (easy), larger or
+    descending steps (medium), doubling, tripling, squares, growing steps, Fibonacci-like (hard)."""
+    def arithmetic(rng, difficulty):
+        if difficulty == E:
+            start, step = rng.randint(1, 20), rng.randint(1, 5)
+        else:
+            start, step = rng.randint(20, 200), rng.choice([-1, 1]) * rng.randint(6, 25)
+        terms = [start + k * step for k in range(5)]
+        if min(terms) < 0:
+            return None
+        return terms[:4], terms[4], [terms[4] + step, terms[4] + 1, terms[3], terms[4] - 1]
+
+    def growing(rng, difficulty):
+        kind = rng.choice(["double", "triple", "square", "triangular", "fibonacci"])
+        if kind == "square":
+            k = rng.randint(1, 12)
+            terms = [(k + i) ** 2 for i in range(5)]
+        elif kind == "triangular":  # differences 1, 2, 3, 4
+            a = rng.randint(1, 50)
+            terms = [a, a + 1, a + 3, a + 6, a + 10]
+        elif kind == "fibonacci":  # each term the sum of the two before
+            terms = [rng.randint(1, 9), rng.randint(1, 9)]
+            while len(terms) < 5:
+                terms.append(terms[-1] + terms[-2])
+        else:
+            ratio = 2 if kind == "double" else 3
+            start = rng.randint(1, 12)
+            terms = [start * ratio ** i for i in range(5)]
+        step = terms[3] - terms[2]
+        return terms[:4], terms[4], [terms[3] + step, terms[4] + 1, terms[4] - 1, terms[4] + step]
+
+    rows = []
+    for difficulty, count, kind in ((E, 40, arithmetic), (M, 40, arithmetic), (H, 40, growing)):
+        def make(rng, difficulty=difficulty, kind=kind):
+            made = kind(rng, difficulty)
+            if made is None:
+                return None
+            shown, value, near = made
+            question = f"What number comes next in the sequence {', '.join(map(str, shown))}?"
+            return _number_row(question, value, near, difficulty, "sequence", rng)
+        rows += _draw(rng, make, count)
+    return rows
+
+
+def _alphabet_rows(rng: random.Random) -> list[dict]:
+    """Letters: right after (easy), right before (medium), the n-th letter (hard). "A" is never
+    an answer or a wrong answer (an article, it normalises to nothing)."""
+    def letters(*indices: int) -> list[str]:
+        return [_LETTERS[i % 26] for i in indices if _LETTERS[i % 26] != "A"][:2]
+
+    rows = []
+    for i, letter in enumerate(_LETTERS):
+        if 1 <= i + 1 < 26:
+            rows.append(_row(f"Which letter comes right after {letter} in the English alphabet?",
+                             [_LETTERS[i + 1]], letters(i + 2, i, i + 3), E, "alphabet", "other"))
+        if i >= 2:
+            rows.append(_row(f"Which letter comes right before {letter} in the English alphabet?",
+                             [_LETTERS[i - 1]], letters(i - 2, i + 1, i), M, "alphabet", "other"))
+        if i >= 1:
+            rows.append(_row(f"What is the {_ordinal(i + 1)} letter of the English alphabet?", [letter],
+                             letters(i - 1, i + 1, i + 2), H, "alphabet", "other"))
+    return rows
+
+
+def _calendar_rows(rng: random.Random) -> list[dict]:
+    """Days and months: the next one (easy), n steps on or back (medium), the n-th month and days
+    in a month (medium/hard)."""
+    rows = []
+    for seq, what in ((_DAYS, "day of the week"), (_MONTHS, "month")):
+        n = len(seq)
+        for i, name in enumerate(seq):
+            rows.append(_row(f"Which {what} comes right after {name}?", [seq[(i + 1) % n]],
+                             [seq[(i + 2) % n], seq[i - 1]], E, "calendar", "other"))
+            rows.append(_row(f"Which {what} comes right before {name}?", [seq[i - 1]],
+                             [seq[(i + 1) % n], seq[i - 2]], M, "calendar", "other"))
+            for steps in (2, 3) if what.startswith("day") else (3,):
+                word = _COUNT_WORDS[steps]
+                unit = "days" if what.startswith("day") else "months"
+                rows.append(_row(f"Which {what} is {word} {unit} after {name}?", [seq[(i + steps) % n]],
+                                 [seq[(i + steps + 1) % n], seq[(i + steps - 1) % n]], H, "calendar", "other"))
+    for i, month in enumerate(_MONTHS):
+        rows.append(_row(f"What is the {_ORDINALS[i]} month of the year?", [month],
+                         [_MONTHS[i - 1], _MONTHS[(i + 1) % 12]], M, "calendar", "other"))
+        if month in _MONTH_DAYS:
+            days = _MONTH_DAYS[month]
+            rows.append(_row(f"How many days are there in {month}?", [str(days)],
+                             [str(61 - days), "28"], H if month not in ("January", "December") else M,
+                             "calendar", "number"))
+    return rows
+
+
+# (question template, factor, unit range for easy, medium, hard)
+_UNITS = [
+    ("How many centimeters are there in {n} meters?", 100),
+    ("How many millimeters are there in {n} centimeters?", 10),
+    ("How many meters are there in {n} kilometers?", 1000),
+    ("How many grams are there in {n} kilograms?", 1000),
+    ("How many minutes are there in {n} hours?", 60),
+    ("How many seconds are there in {n} minutes?", 60),
+    ("How many hours are there in {n} days?", 24),
+    ("How many days are there in {n} weeks?", 7),
+    ("How many months are there in {n} years?", 12),
+    ("How many seconds are there in {n} hours?", 3600),
+    ("How many inches are there in {n} feet?", 12),
+    ("How many years are there in {n} centuries?", 100),
+]
+
+
+def _unit_rows(rng: random.Random) -> list[dict]:
+    """Unit conversions: easy, 2-9 of a x10 / x100 / x1000 unit; medium, 2-9 of the others;
+    hard, 11-99 of any (disjoint, so no question repeats across difficulties)."""
+    decimal = [u for u in _UNITS if u[1] in (10, 100, 1000)]
+    other = [u for u in _UNITS if u[1] not in (10, 100, 1000)]
+    rows = []
+    for difficulty, count, units, lo, hi in ((E, 20, decimal, 2, 9), (M, 25, other, 2, 9),
+                                             (H, 25, _UNITS, 11, 99)):
+        def make(rng, units=units, difficulty=difficulty, lo=lo, hi=hi):
+            template, factor = rng.choice(units)
+            n = rng.randint(lo, hi)
+            value = n * factor
+            return _number_row(template.format(n=n), value, [value + factor, value - factor, value * 10, n * 10 + 1],
+                               difficulty, "units", rng)
+        rows += _draw(rng, make, count)
+    return rows
+
+
+def _percent_rows(rng: random.Random) -> list[dict]:
+    """Fractions and percentages of a number, all exact: half / a quarter (easy), 10% / a third
+    (medium), 15% / 35% / 75% / three quarters (hard)."""
+    specs = {
+        E: [("half of {n}", 1, 2), ("a quarter of {n}", 1, 4)],
+        M: [("10% of {n}", 1, 10), ("a third of {n}", 1, 3), ("20% of {n}", 1, 5)],
+        H: [("15% of {n}", 3, 20), ("35% of {n}", 7, 20), ("three quarters of {n}", 3, 4), ("60% of {n}", 3, 5)],
+    }
+    rows = []
+    for difficulty, count, lo, hi in ((E, 20, 2, 60), (M, 20, 3, 90), (H, 20, 3, 60)):
+        def make(rng, difficulty=difficulty, lo=lo, hi=hi):
+            phrase, num, den = rng.choice(specs[difficulty])
+            n = rng.randint(lo, hi) * den
+            value = n * num // den
+            return _number_row(f"What is {phrase.format(n=n)}?", value,
+                               [value + num, value - num, value * 2, n // den if num > 1 else value + 10],
+                               difficulty, "percent", rng)
+        rows += _draw(rng, make, count)
+    return rows
+
+
+def _power_rows(rng: random.Random) -> list[dict]:
+    """Squares (easy to 10, medium to 20), cubes and powers of two (hard)."""
+    rows = []
+    for k in range(2, 21):
+        rows.append(_number_row(f"What is {k} squared?", k * k, [k * 2, k * k + k, (k + 1) ** 2],
+                                E if k <= 10 else M, "powers", rng))
+    for k in range(2, 11):
+        rows.append(_number_row(f"What is {k} cubed?", k ** 3, [k * 3, k * k, (k + 1) ** 3], H, "powers", rng))
+    for k in range(3, 17):
+        rows.append(_number_row(f"What is 2 to the power of {k}?", 2 ** k, [2 * k, 2 ** (k - 1), 2 ** (k + 1)],
+                                H, "powers", rng))
+    return [r for r in rows if r is not None]
+
+
+_COUNTRY_ALIASES = {"United States": "United States|USA|United States of America|US",
+                    "United Kingdom": "United Kingdom|UK|Britain|Great Britain",
+                    "Czech Republic": "Czech Republic|Czechia",
+                    "United Arab Emirates": "United Arab Emirates|UAE"}
+
+
+def _reverse_capital_rows(rng: random.Random) -> list[dict]:
+    """'Which country has Paris as its capital?' from :data:`CAPITALS` (same difficulty); the
+    wrong answers are two other countries of the table. Capitals named after their country
+    (Mexico City) are left out: the question would hold the answer."""
+    names = [re.sub(r"^the (country )?", "", c) for c, _, _, _ in CAPITALS]
+    rows = []
+    for name, (_, capitals, _, difficulty) in zip(names, CAPITALS):
+        question = f"Which country has {_split(capitals)[0]} as its capital?"
+        answers = _split(_COUNTRY_ALIASES.get(name, name))
+        if _echoes(question, answers):
+            continue
+        others = [c for c in names if c != name and not _collides(c, answers)]
+        rows.append(_row(question, answers, rng.sample(others, 2), difficulty, "capital_reverse", "place"))
+    return rows
+
+
+def _word_rows(rng: random.Random) -> list[dict]:
+    """Plurals, past tenses, comparatives and superlatives (regular: computed; irregular: from
+    the tables), opposites and letter counts."""
+    rows = []
+    for word, plural, difficulty in PLURALS:
+        answers = _split(plural)
+        regular = [word + "s", word + "es"]
+        wrong = [w for w in regular if not _collides(w, answers)][:2]
+        if len(wrong) < 2:
+            wrong.append(word + "en")
+        rows.append(_row(f'What is the plural of "{word}"?', answers, wrong, difficulty, "plural", "other"))
+    for noun in REGULAR_NOUNS:
+        plural = _regular_plural(noun)
+        naive = next(w for w in (noun + "es", noun + "s", noun + "en") if w != plural)
+        rows.append(_row(f'What is the plural of "{noun}"?', [plural], [noun, naive], E, "plural", "other"))
+    for verb in REGULAR_VERBS:
+        past = _regular_past(verb)
+        simple = past == verb + "ed" or past == verb + "d"
+        rows.append(_row(f'What is the past tense of "{verb}"?', [past], [verb + "ing", verb + "s"],
+                         E if simple else M, "past_tense", "other"))
+    for verb, past, difficulty in IRREGULAR_PAST:
+        answers = _split(past)
+        wrong = [w for w in (_regular_past(verb), verb + "ing", verb + "s") if not _collides(w, answers)][:2]
+        rows.append(_row(f'What is the past tense of "{verb}"?', answers, wrong, difficulty, "past_tense", "other"))
+    for adjective in REGULAR_ADJECTIVES:
+        comparative, superlative = _compare(adjective)
+        doubled_or_changed = not comparative.startswith(adjective) or comparative[len(adjective)] != "e"
+        difficulty = M if doubled_or_changed and not adjective.endswith("e") else E
+        rows.append(_row(f'What is the comparative form of "{adjective}"?', [comparative],
+                         [superlative, "more " + adjective], difficulty, "comparison", "other"))
+        rows.append(_row(f'What is the superlative form of "{adjective}"?', [superlative],
+                         [comparative, "most " + adjective], difficulty, "comparison", "other"))
+    for adjective, comparative, superlative, difficulty in IRREGULAR_ADJECTIVES:
+        regular = _compare(adjective)
+        for form, gold, other, naive in (("comparative", comparative, superlative, regular[0]),
+                                         ("superlative", superlative, comparative, regular[1])):
+            answers = _split(gold)
+            wrong = [w for w in (_split(other)[0], naive, f"{'more' if form == 'comparative' else 'most'} {adjective}")
+                     if not _collides(w, answers)][:2]
+            rows.append(_row(f'What is the {form} form of "{adjective}"?', answers, wrong, difficulty,
+                             "comparison", "other"))
+    for word, opposite, wrong, difficulty in OPPOSITES:
+        rows.append(_row(f'What is the opposite of "{word}"?', opposite, wrong, difficulty, "opposite", "other"))
+    for word in COUNT_WORDS:
+        n = len(word)
+        difficulty = E if n <= 4 else M if n <= 8 else H
+        rows.append(_number_row(f'How many letters are there in the word "{word}"?', n, [n - 1, n + 1, n + 2],
+                                difficulty, "letter_count", rng))
+    return [r for r in rows if r is not None]
+
+
+def graded_rows(seed: int = SEED, existing: Iterable[str] = ()) -> list[dict]:
+    """The generated rows (without ids and wrong_type), in category order; questions in
+    ``existing`` are left out. Deterministic for a given ``seed``."""
+    rng = random.Random(seed + 2)
+    rows: list[dict] = []
+    for make in (_roman_rows, _sequence_rows, _alphabet_rows, _calendar_rows, _unit_rows,
+                 _percent_rows, _power_rows, _reverse_capital_rows, _word_rows):
+        rows += make(rng)
+    existing = set(existing)
+    rows += [r for r in _arithmetic_rows(random.Random(seed + 3), MORE_ARITHMETIC)
+             if r["question"] not in existing]
+    return rows
+
+
 def build_rows(seed: int = SEED) -> list[dict]:
     """Build every row of the question set, with ids and wrong_type answers.
 
@@ -900,12 +1400,15 @@ def build_rows(seed: int = SEED) -> list[dict]:
     rows += [_row(q, a, w, d, "landmark", "place") for q, a, w, d in LANDMARKS]
     rows += [_row(q, a, w, d, "geography", t) for q, a, w, d, t in GEOGRAPHY]
 
-    questions = [r["question"] for r in rows]
-    dupes = sorted({q for q in questions if questions.count(q) > 1})
+    _assign_wrong_types(rows, rng)  # the hand-written rows keep the wrong-type answers they always had
+    extra = graded_rows(seed, existing=[r["question"] for r in rows])
+    _assign_wrong_types(extra, random.Random(seed + 4), pool_rows=rows + extra)
+    rows += extra
+
+    questions = collections.Counter(r["question"] for r in rows)
+    dupes = sorted(q for q, n in questions.items() if n > 1)
     if dupes:
         raise ValueError(f"duplicated questions: {dupes}")
-
-    _assign_wrong_types(rows, rng)
     out = []
     for i, row in enumerate(rows, start=1):
         out.append({
@@ -921,16 +1424,17 @@ def build_rows(seed: int = SEED) -> list[dict]:
     return out
 
 
-def _assign_wrong_types(rows: list[dict], rng: random.Random) -> None:
-    """Set ``row["wrong_type"]`` for every row, in place.
+def _assign_wrong_types(rows: list[dict], rng: random.Random, pool_rows: list[dict] | None = None) -> None:
+    """Set ``row["wrong_type"]`` for every row of ``rows``, in place.
 
-    The candidate pool for a row of type T holds the first gold answer of every row whose type
-    is in ``WRONG_TYPE_SOURCES[T]``, minus any string that (under either normalisation) is also a
-    gold alias of some row of type T, so the chosen answer is unambiguously of another type.
+    The candidate pool for a row of type T holds the first gold answer of every row of
+    ``pool_rows`` (default ``rows``) whose type is in ``WRONG_TYPE_SOURCES[T]``, minus any string
+    that (under either normalisation) is also a gold alias of some row of type T, so the chosen
+    answer is unambiguously of another type.
     """
     aliases_by_type: dict[str, set[str]] = {t: set() for t in ANSWER_TYPES}
     golds_by_type: dict[str, list[str]] = {t: [] for t in ANSWER_TYPES}
-    for row in rows:
+    for row in rows if pool_rows is None else pool_rows:
         for form in (normalize_answer, squad_form):
             aliases_by_type[row["answer_type"]].update(form(a) for a in row["answers"])
         if row["answers"][0] not in golds_by_type[row["answer_type"]]:
