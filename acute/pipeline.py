@@ -53,7 +53,7 @@ except ModuleNotFoundError:  # Python < 3.11
 from .errors import InputError
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # put first on a worker's PYTHONPATH
-STAGES = ("collect", "evaluate", "protocol", "report")
+STAGES = ("collect", "evaluate", "transfer", "protocol", "report")
 DEFAULT_DATA_ROOT = "../shared/data"
 TIMINGS_FORMAT = "acute-reproduce-timings/1"
 _MAX_INVOCATIONS = 50
@@ -62,7 +62,7 @@ _RUN_KEYS = {
     "data_root": str, "seed": int, "test_fraction": float, "n_bootstrap": int,
     "report_n_bootstrap": int, "protocol_n_bootstrap": int, "batch_size": int, "n_jobs": int,
     "store_dtype": str, "probe_params": dict, "figures_model": str, "protocol_variant": str,
-    "cv": int, "repeats": int,
+    "cv": int, "repeats": int, "estimators": list, "learning_curve": dict, "transfer": dict,
 }
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
               "description"}
@@ -136,6 +136,9 @@ class Config:
     tasks: list[TaskSpec]
     cv: int = 0  #: folds of the cross-validated evaluation (0: one train/test split, test_fraction)
     repeats: int = 1  #: fold assignments of the cross-validated evaluation
+    estimators: list | None = None  #: evaluated estimators (None: all of acute.estimators.ESTIMATORS)
+    learning_curve: dict = field(default_factory=dict)  #: {estimators, repeats}; empty: none
+    transfer: dict = field(default_factory=dict)  #: {estimators, subject_splits, repeats}; empty: none
 
     def records(self, model: ModelSpec, task: TaskSpec) -> int:
         """Records to collect for ``model`` on ``task`` (model override, else the task's)."""
@@ -161,6 +164,36 @@ def _count(value: Any, where: str) -> int:
     if value < 0:
         raise InputError(f"{where}: must be >= 0, got {value}")
     return value
+
+
+def _estimator_list(names: Any, where: str) -> list[str] | None:
+    if names is None:
+        return None
+    from .estimators import ESTIMATORS
+
+    bad = [n for n in names if n not in ESTIMATORS]
+    if bad or not names:
+        raise InputError(f"{where}: unknown or no estimator(s) {bad}; choose from {', '.join(ESTIMATORS)}")
+    return list(names)
+
+
+def _sub_table(table: Any, where: str, keys: dict[str, type]) -> dict:
+    """A small [run.<name>] table: known keys of the given types, estimator names checked,
+    counts >= 1."""
+    if table is None:
+        return {}
+    _check_type(table, dict, where)
+    bad = sorted(set(table) - set(keys))
+    if bad:
+        raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(keys)}")
+    out = {}
+    for k, v in table.items():
+        out[k] = _check_type(v, keys[k], f"{where}.{k}")
+        if keys[k] is int and v < 1:
+            raise InputError(f"{where}.{k}: must be >= 1, got {v}")
+    if "estimators" in out:
+        out["estimators"] = _estimator_list(out["estimators"], f"{where}.estimators")
+    return out
 
 
 def _sizes(table: Any, where: str, task_keys: set[str]) -> dict[str, int]:
@@ -283,7 +316,12 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         protocol_n_bootstrap=run.get("protocol_n_bootstrap", n_boot),
         batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
         probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),
-        figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats)
+        figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats,
+        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators"),
+        learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
+                                  {"estimators": list, "repeats": int}),
+        transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
+                            {"estimators": list, "subject_splits": int, "repeats": int}))
 
 
 def check_inputs(cfg: Config) -> None:
@@ -372,6 +410,7 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
     jobs: list[Job] = []
     for m in cfg.models:
         evals = []
+        collected: list[tuple[TaskSpec, str, str]] = []  # (task, collect hash, collect job key)
         for t in cfg.tasks:
             n = cfg.records(m, t)
             n_proto = cfg.protocol_rows(m, t)
@@ -388,13 +427,20 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
                           c_hash, pair / "collect.done.json", (pair / "store" / "manifest.json",))
             e_fields = {"stage": "evaluate", "collect": c_hash, "test_fraction": cfg.test_fraction,
                         "seed": cfg.seed, "n_bootstrap": cfg.n_bootstrap, "probe_params": cfg.probe_params}
+            if cfg.cv or cfg.estimators or cfg.learning_curve:  # keeps older runs' hashes
+                e_fields.update(cv=cfg.cv, repeats=cfg.repeats, estimators=cfg.estimators,
+                                learning_curve=cfg.learning_curve)
             e_hash = config_hash(e_fields)
             evaluate = Job("evaluate", m.key, t.key,
                            {**base, "eval_dir": str(pair / "eval"), "store_dir": str(pair / "store"),
                             "collect_done": str(pair / "collect.done.json"),
                             "test_fraction": cfg.test_fraction, "n_bootstrap": cfg.n_bootstrap,
-                            "n_jobs": cfg.n_jobs, "probe_params": cfg.probe_params},
-                           e_hash, pair / "evaluate.done.json", (pair / "eval" / "results.json",),
+                            "n_jobs": cfg.n_jobs, "probe_params": cfg.probe_params, "cv": cfg.cv,
+                            "repeats": cfg.repeats, "estimators": cfg.estimators,
+                            "learning_curve": cfg.learning_curve},
+                           e_hash, pair / "evaluate.done.json",
+                           (pair / "eval" / "results.json",)
+                           + ((pair / "eval" / "learning-curve" / "learning_curve.json",) if cfg.learning_curve else ()),
                            after=(collect.key,))
             p_fields = {"stage": "protocol", "model": model_id, "task": t.identity(), "rows": n_proto,
                         "seed": cfg.seed, "n_bootstrap": cfg.protocol_n_bootstrap,
@@ -412,12 +458,31 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
                 jobs.append(protocol)
             if n > 0 and "evaluate" in stages:
                 evals.append(evaluate)
+            if n > 0:
+                collected.append((t, c_hash, collect.key))
         jobs += evals
+        if cfg.transfer and "transfer" in stages and len(collected) >= 2 and _matches(only, m.key, "transfer"):
+            jobs.append(_transfer_job(cfg, work, m, collected))
     if "report" in stages:
         payload = {"config": str(cfg.path), "data_root": str(cfg.data_root), "work": str(work),
                    "out": str(out), "command": command, "report_command": report_command}
         jobs.append(Job("report", None, None, payload, "", None))
     return jobs
+
+
+def _transfer_job(cfg: Config, work: Path, m: ModelSpec, collected: list[tuple[TaskSpec, str, str]]) -> Job:
+    """One model's transfer table over its collected tasks, and MMLU leave-subjects-out for its
+    MMLU tasks (``<work>/<model>/transfer/transfer.json``)."""
+    folder = work / m.key / "transfer"
+    tasks = [{"key": t.key, "task": t.task, "store_dir": str(_pair_dir(work, m.key, t.key) / "store"),
+              "collect_done": str(_pair_dir(work, m.key, t.key) / "collect.done.json")} for t, _, _ in collected]
+    fields = {"stage": "transfer", "collects": [h for _, h, _ in collected], "seed": cfg.seed,
+              "n_bootstrap": cfg.n_bootstrap, "probe_params": cfg.probe_params, "transfer": cfg.transfer}
+    payload = {"model": m.key, "tasks": tasks, "transfer_dir": str(folder), "seed": cfg.seed,
+               "n_bootstrap": cfg.n_bootstrap, "n_jobs": cfg.n_jobs, "probe_params": cfg.probe_params,
+               "transfer": cfg.transfer}
+    return Job("transfer", m.key, "transfer", payload, config_hash(fields), folder / "transfer.done.json",
+               (folder / "transfer.json",), after=tuple(k for _, _, k in collected))
 
 
 def report_inputs_hash(cfg: Config, work: Path, timings: dict, extra: dict | None = None) -> str:
@@ -426,16 +491,16 @@ def report_inputs_hash(cfg: Config, work: Path, timings: dict, extra: dict | Non
     (the report job's payload: output folder and the commands it prints)."""
     inputs = []
     for m in cfg.models:
-        for t in cfg.tasks:
-            pair = _pair_dir(Path(work), m.key, t.key)
-            for stage in ("collect", "evaluate", "protocol"):
+        for t in [*cfg.tasks, None]:  # None: the model's transfer stage
+            pair = _pair_dir(Path(work), m.key, "transfer" if t is None else t.key)
+            for stage in ("collect", "evaluate", "protocol") if t is not None else ("transfer",):
                 f = pair / f"{stage}.done.json"
                 if f.is_file():
                     try:
                         d = json.loads(f.read_text(encoding="utf-8"))
                     except json.JSONDecodeError:
                         continue
-                    inputs.append([f"{stage}/{m.key}/{t.key}", d.get("config_hash"), d.get("finished")])
+                    inputs.append([f"{stage}/{m.key}/{pair.name}", d.get("config_hash"), d.get("finished")])
     stages = {k: [v.get("status"), v.get("finished")] for k, v in timings.get("stages", {}).items()
               if not k.startswith("report")}
     return config_hash({"config": cfg.text, "data_root": str(cfg.data_root), "inputs": inputs,
@@ -773,6 +838,33 @@ def _worker_collect(p: dict) -> dict:
 
 def _worker_evaluate(p: dict) -> dict:
     from acute.evaluate import evaluate_store
+
+    sub = _selected_store(p)
+    t0 = time.perf_counter()
+    cv = p.get("cv") or None
+    res = evaluate_store(sub, out_dir=p["eval_dir"], cv=cv, repeats=p.get("repeats") or 1,
+                         test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
+                         estimators=p.get("estimators"), n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
+                         probe_params=p.get("probe_params") or None, progress=True, reliability="best")
+    best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
+    lc = p.get("learning_curve") or {}
+    if lc:
+        from tqdm.auto import tqdm
+
+        from acute.learning_curve import learning_curve, write_learning_curve
+
+        curve = learning_curve(sub.layer_means, sub.correct, sub.raw_confidence, sub.ids,
+                               estimators=lc.get("estimators") or ("acute-cosine-stacked",),
+                               n_splits=cv or 5, repeats=lc.get("repeats", 2), seed=p["seed"],
+                               n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
+                               progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr))
+        write_learning_curve(curve, Path(p["eval_dir"]) / "learning-curve", params=lc)
+    return {"work_s": round(time.perf_counter() - t0, 2), "records": len(sub), **res.split,
+            "auc_euro_all": best}
+
+
+def _selected_store(p: dict):
+    """The store of a collect stage, restricted to the records that stage selected."""
     from acute.store import open_store
 
     done = Path(p["collect_done"])
@@ -783,14 +875,35 @@ def _worker_evaluate(p: dict) -> dict:
     idx = [i for i, rid in enumerate(store.ids) if str(rid) in wanted]
     if not idx:
         raise InputError(f"{p['store_dir']}: none of the selected records is in the store")
-    sub = store if len(idx) == len(store) else store.select(idx)
+    return store if len(idx) == len(store) else store.select(idx)
+
+
+def _worker_transfer(p: dict) -> dict:
+    from tqdm.auto import tqdm
+
+    from acute._util import json_ready
+    from acute.transfer import leave_subjects_out, transfer_table
+
     t0 = time.perf_counter()
-    res = evaluate_store(sub, out_dir=p["eval_dir"], test_fraction=p["test_fraction"], seed=p["seed"],
-                         n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
-                         probe_params=p.get("probe_params") or None, progress=True, reliability="best")
-    best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
-    return {"work_s": round(time.perf_counter() - t0, 2), "records": len(idx), **res.split,
-            "auc_euro_all": best}
+    tr = p.get("transfer") or {}
+    estimators = tr.get("estimators") or ("acute-cosine-stacked",)
+    kw = dict(seed=p["seed"], n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
+              probe_params=p.get("probe_params") or None)
+    stores = {t["key"]: _selected_store(t) for t in p["tasks"]}
+    doc: dict[str, Any] = {"complete": True, "model": p["model"], "settings": tr,
+                           "table": transfer_table(stores, estimators,
+                                                   progress=lambda it: tqdm(it, desc="transfer", file=sys.stderr),
+                                                   **kw),
+                           "subjects": {}}
+    for t in p["tasks"]:
+        if t["task"] == "mmlu":
+            doc["subjects"][t["key"]] = leave_subjects_out(stores[t["key"]], estimators,
+                                                           n_splits=tr.get("subject_splits", 5),
+                                                           repeats=tr.get("repeats", 2), **kw)
+    out = Path(p["transfer_dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(out / "transfer.json", json_ready(doc))
+    return {"work_s": round(time.perf_counter() - t0, 2), "tasks": list(stores)}
 
 
 def _worker_protocol(p: dict) -> dict:
@@ -831,11 +944,17 @@ def _worker_report(p: dict) -> dict:
                 evals.append((m.key, t.key, pair / "eval"))
             if (pair / "protocol.done.json").is_file() and (pair / "protocol" / "protocol.json").is_file():
                 protos.append((m.key, t.key, pair / "protocol"))
+    transfers = [(m.key, work / m.key / "transfer" / "transfer.json") for m in cfg.models
+                 if (work / m.key / "transfer" / "transfer.done.json").is_file()
+                 and (work / m.key / "transfer" / "transfer.json").is_file()]
     current = {f"{s}/{m.key}/{t.key}" for s in STAGES for m in cfg.models for t in cfg.tasks}
+    current |= {f"transfer/{m.key}/transfer" for m in cfg.models}
     for key, e in timings.get("stages", {}).items():
         if e.get("status") == "failed" and key in current:
             failures.append((key, str(e.get("detail"))))
-    settings = {"seed": cfg.seed, "test fraction": cfg.test_fraction,
+    evaluation = (f"{cfg.cv}-fold cross-validation x {cfg.repeats}" if cfg.cv
+                  else f"one split, test fraction {cfg.test_fraction}")
+    settings = {"seed": cfg.seed, "evaluation": evaluation,
                 "evaluation bootstrap": cfg.n_bootstrap, "protocol bootstrap": cfg.protocol_n_bootstrap,
                 "probe params": cfg.probe_params or "defaults", "store dtype": cfg.store_dtype,
                 "models": ", ".join(f"{m.key} (batch {m.batch_size})" for m in cfg.models)}
@@ -844,7 +963,7 @@ def _worker_report(p: dict) -> dict:
         tasks=[t.key for t in cfg.tasks], task_info={t.key: _task_info(t, cfg) for t in cfg.tasks},
         records=records, stages=timings.get("stages", {}), failures=failures,
         command=p["command"], report_command=p["report_command"], n_bootstrap=cfg.report_n_bootstrap,
-        seed=cfg.seed, figures_model=cfg.figures_model, settings=settings)
+        seed=cfg.seed, figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers)
     t0 = time.perf_counter()
     path = write_report(inputs, progress=True)
     _write_json_atomic(out / "timings.json", timings)
@@ -852,8 +971,8 @@ def _worker_report(p: dict) -> dict:
     return {"work_s": round(time.perf_counter() - t0, 2), "evaluations": len(evals), "protocol_runs": len(protos)}
 
 
-_WORKERS = {"collect": _worker_collect, "evaluate": _worker_evaluate, "protocol": _worker_protocol,
-            "report": _worker_report}
+_WORKERS = {"collect": _worker_collect, "evaluate": _worker_evaluate, "transfer": _worker_transfer,
+            "protocol": _worker_protocol, "report": _worker_report}
 
 
 def worker_main(job_file: str, result_file: str) -> int:

@@ -55,6 +55,8 @@ __all__ = [
     "metric_values",
     "preserved_block",
     "render_report",
+    "summary_markdown",
+    "summary_rows",
     "timings_markdown",
     "write_report",
 ]
@@ -493,7 +495,8 @@ class ReportInputs:
     ``(model, task)`` -> requested records; ``stages``: timing entries by
     ``"<stage>/<model>/<task>"``; ``failures``: ``(key, message)``; ``command``: the command
     that regenerates the report; ``figures_model``: whose plots are copied (``None``: the first
-    model with an evaluation of that task).
+    model with an evaluation of that task); ``transfer_runs``: ``(model, transfer.json)`` of the
+    transfer stage (:mod:`acute.transfer`).
     """
 
     out_dir: Path
@@ -511,6 +514,7 @@ class ReportInputs:
     seed: int = 0
     figures_model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    transfer_runs: list[tuple[str, Path]] = field(default_factory=list)  #: (model, transfer.json)
 
 
 def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]]:
@@ -542,6 +546,109 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
 
 
 
+SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "best_baseline_auc_euro",
+                   "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
+                   "best_baseline_smece")
+
+
+def summary_rows(runs: Sequence[EvalRun], default: str) -> list[dict[str, Any]]:
+    """One row per evaluation (:data:`SUMMARY_COLUMNS`): the ``default`` estimator against the
+    evaluation's best baseline (its ``reference``: highest auc-euro all among the baselines), with
+    the paired difference in auc-euro (all) and its 95% bootstrap interval, as the evaluation
+    computed them (means over cross-validation repeats). Evaluations without ``default`` or
+    without a reference are skipped."""
+    out = []
+    for run in runs:
+        rows = {r["estimator"]: r for r in run.results.get("results", [])}
+        ref = run.results.get("reference")
+        d, b = rows.get(default), rows.get(ref)
+        if d is None or b is None:
+            continue
+        sp = run.results.get("split", {})
+        out.append({"model": run.model, "task": run.task,
+                    "n_records": int(sp.get("n_records", sp.get("n_train", 0) + sp.get("n_test", 0)) or run.n),
+                    "accuracy": d["accuracy"], "best_baseline": ref, "best_baseline_auc_euro": b["auc_euro_all"],
+                    "default_estimator": default, "default_auc_euro": d["auc_euro_all"],
+                    "diff": d.get("diff_auc_euro_all"), "ci_low": d.get("diff_auc_euro_all_ci_low"),
+                    "ci_high": d.get("diff_auc_euro_all_ci_high"), "default_smece": d["smece"],
+                    "best_baseline_smece": b["smece"]})
+    return out
+
+
+def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The summary rows as a table; a difference whose interval excludes 0 is bold."""
+    def f(v, fmt="{:.3f}"):
+        return "n/a" if v is None or not math.isfinite(v) else fmt.format(v)
+
+    body = []
+    for r in rows:
+        diff = f"{f(r['diff'], '{:+.4f}')} [{f(r['ci_low'], '{:+.4f}')}, {f(r['ci_high'], '{:+.4f}')}]"
+        if r["ci_low"] is not None and r["ci_high"] is not None and (r["ci_low"] > 0 or r["ci_high"] < 0):
+            diff = f"**{diff}**"
+        body.append([r["model"], r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
+                     f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
+                     f(r["default_smece"]), f(r["best_baseline_smece"])])
+    return "\n".join(_table(["model", "task", "records", "accuracy", "best baseline", "its auc-euro",
+                              f"{rows[0]['default_estimator'] if rows else 'default'} auc-euro",
+                              "difference [95% CI]", "smECE (default)", "smECE (baseline)"], body)) + "\n"
+
+
+def _summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r[k] is None else round(r[k], 6) if isinstance(r[k], float) else r[k])
+                    for k in SUMMARY_COLUMNS})
+    return buf.getvalue()
+
+
+def _learning_curve_figures(runs: Sequence[EvalRun], fig_dir: Path) -> list[str]:
+    """Copy each evaluation's learning-curve plot into ``fig_dir``; returns README lines: a table
+    of auc-euro (all) at the middle and the largest training size for the best baseline and each
+    probe of the curve, then the images."""
+    body, images, probes = [], [], None
+    for run in runs:
+        folder = run.path / "learning-curve"
+        if not ((folder / "learning_curve.json").is_file() and (folder / "learning_curve.png").is_file()):
+            continue
+        doc = read_json(folder / "learning_curve.json", "run the evaluate stage again")
+        fig_dir.mkdir(parents=True, exist_ok=True)
+        name = f"learning-curve-{run.model}-{run.task}.png"
+        shutil.copyfile(folder / "learning_curve.png", fig_dir / name)
+        images.append(f"![learning curve, {run.model}, {run.task}](figures/{name})")
+        sizes = doc["sizes"]
+        mid, top = sizes[(len(sizes) - 1) // 2], sizes[-1]
+        auc = {(r["estimator"], r["size"]): r["auc_euro_all_mean"] for r in doc["rows"]}
+        probes = probes or doc["shown"][1:]
+        cells = [run.model, run.task, f"{mid} / {top}", doc["best_baseline"]]
+        cells += [f"{auc[(e, mid)]:.3f} / {auc[(e, top)]:.3f}" if (e, top) in auc else "n/a"
+                  for e in [doc["best_baseline"], *probes]]
+        body.append(cells)
+    if not body:
+        return []
+    header = ["model", "task", "training records", "best baseline", "its auc-euro", *[f"{p} auc-euro" for p in probes]]
+    return ["auc-euro (all) at the middle / largest training size (mean over repeats):", "",
+            *_table(header, body), "", " ".join(images), ""]
+
+
+def _transfer_section(transfer_runs: Sequence[tuple[str, Path]], default: str) -> tuple[list[str], dict]:
+    from .transfer import subjects_markdown, transfer_markdown
+
+    lines, data = [], {}
+    for model, path in transfer_runs:
+        doc = read_json(path, "run the transfer stage first")
+        data[model] = doc
+        lines += [f"### {model}", "", transfer_markdown(doc["table"], default)]
+        for task, res in doc.get("subjects", {}).items():
+            lines += [f"{task}, leave subjects out: {res['n_records']} records, {res['n_subjects']} subjects in "
+                      f"{res['n_splits']} groups, {res['repeats']} shuffles; random folds of the same count "
+                      "for comparison:", "", subjects_markdown(res, default)]
+    return lines, data
+
+
 # Long but linear: one block per README section, in the order they appear.
 def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
     """Compute every table and return ``(markdown, data)``; draws each task's figures into
@@ -563,20 +670,36 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     if s:
         lines += ["Settings: " + "; ".join(f"{k} = {v}" for k, v in s.items()) + ".", ""]
     lines += [
-        "Intervals are 95% percentile-bootstrap intervals over the test records "
-        f"({inputs.n_bootstrap} resamples, seed {inputs.seed}); the average over models resamples "
-        "each model's test set independently and averages resample by resample. Best value of each "
-        "column in bold (accuracy has no direction). smECE: lower is better; auc-euro: higher is "
-        "better.", ""]
+        "Intervals in the per-task tables are 95% percentile-bootstrap intervals over the scored "
+        "records (out-of-fold predictions of the first repeat under cross-validation, else the "
+        f"test records; {inputs.n_bootstrap} resamples, seed {inputs.seed}); the average over models "
+        "resamples each model's records independently and averages resample by resample. Best value "
+        "of each column in bold (accuracy has no direction). smECE: lower is better; auc-euro: higher "
+        "is better.", ""]
 
     if inputs.failures:
         lines += ["## Stages that failed", ""]
         lines += [f"* `{k}`: {msg}" for k, msg in inputs.failures] + [""]
 
+    from .estimators import DEFAULT_ESTIMATOR
+
     data: dict[str, Any] = {"tasks": {}, "ablation": {}, "comparison": {}, "protocol": None}
     runs_by_task: dict[str, list[EvalRun]] = {}
+    all_runs: list[EvalRun] = []
     for model, task, path in inputs.eval_runs:
-        runs_by_task.setdefault(task, []).append(load_eval_run(path, model, task))
+        all_runs.append(load_eval_run(path, model, task))
+        runs_by_task.setdefault(task, []).append(all_runs[-1])
+    all_runs.sort(key=lambda r: (inputs.models.index(r.model) if r.model in inputs.models else 1 << 30,
+                                 inputs.tasks.index(r.task) if r.task in inputs.tasks else 1 << 30))
+    summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
+    data["summary"] = summary
+    if summary:
+        lines += ["## Summary: the default estimator against the best baseline", "",
+                  f"Per model and task: `{DEFAULT_ESTIMATOR}` (acute's default) minus the best of the six "
+                  "baselines (highest auc-euro all in the same evaluation), auc-euro over all risk levels "
+                  "with a 95% paired bootstrap interval (the evaluation's own resamples; means over "
+                  "cross-validation repeats). Bold: the interval excludes 0. Machine-readable: "
+                  "[summary.csv](summary.csv).", "", summary_markdown(summary)]
 
     avg_by_task: dict[str, dict] = {}
     fig_dir = out_dir / "figures"
@@ -602,9 +725,10 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
         size_rows = []
         for r in runs:
             sp = r.results.get("split", {})
-            size_rows.append([r.model, inputs.records.get((r.model, task), ""), sp.get("n_train", ""),
+            train = sp.get("n_train", f"{sp.get('n_splits')}-fold x {sp.get('n_repeats')}" if sp.get("mode") == "cv" else "")
+            size_rows.append([r.model, inputs.records.get((r.model, task), ""), train,
                               r.n, f"{float(np.mean(r.correct)):.3f}"])
-        lines += _table(["Model", "records requested", "train", "test", "test accuracy"], size_rows) + [""]
+        lines += _table(["Model", "records requested", "train", "scored", "accuracy"], size_rows) + [""]
         lines += [f"Averaged over {len(runs)} model(s): " + ", ".join(r.model for r in runs), ""]
         lines += [estimator_markdown(avg, estimators)]
         for r in runs:
@@ -618,6 +742,20 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
             lines += [" ".join(f"![{cap}]({rel})" for cap, rel in figs), ""]
         data["tasks"][task] = {"average": avg, "per_model": per_model_summary,
                                "models": [r.model for r in runs]}
+
+    lc_lines = _learning_curve_figures(all_runs, fig_dir)
+    if lc_lines:
+        lines += ["## Learning curves", "",
+                  "How many labelled answers a probe needs: each training fold of a stratified 5-fold "
+                  "cross-validation is subsampled to sizes 50, 100, 200, ... and the whole test fold is "
+                  "scored (`acute learning-curve`; tables in each evaluation's `learning-curve/` folder).",
+                  "", *lc_lines]
+    if inputs.transfer_runs:
+        t_lines, data["transfer"] = _transfer_section(inputs.transfer_runs, DEFAULT_ESTIMATOR)
+        lines += ["## Transfer between tasks", "",
+                  "A probe trained on all records of one task and scored on another task of the same "
+                  "model (`acute.transfer`); Platt scaling fitted on the same training records is the "
+                  "reference, raw confidence needs no training at all.", "", *t_lines]
 
     if avg_by_task:
         lines += ["## Ablation: ACUTE views", "",
@@ -674,5 +812,7 @@ def write_report(inputs: ReportInputs, progress: bool = False) -> Path:
     md = md.replace("__INTERPRETATION__", preserved_block(old))
     data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_text_atomic(out_dir / "report.json", json.dumps(data, indent=1))
+    if data.get("summary"):
+        write_text_atomic(out_dir / "summary.csv", _summary_csv(data["summary"]))
     write_text_atomic(readme, md)
     return readme

@@ -387,3 +387,98 @@ def test_timings_table_totals():
     assert "| m | t | 30.0 s / 55.0 s / 900 MB | 1m 30s / 2m 50s / 2.00 GB | - |" in md
     assert "| m | u | failed after 5.0 s | - | - |" in md
     assert "All stages together: 2m 00s of wall time, 3m 45s of CPU time." in md
+
+
+# ----------------------------------------------------------------------------- evidence settings
+def test_cross_validated_run_with_learning_curves_transfer_and_summary(tmp_path_factory, monkeypatch):
+    """cv / estimators / learning_curve / transfer in [run]: every record scored out of fold, a
+    learning curve per pair, a transfer table per model and summary.csv agreeing with results.json."""
+    import csv
+
+    from acute.report import SUMMARY_COLUMNS
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    root = tmp_path_factory.mktemp("evidence")
+    model_dir = _tiny_model_dir(root / "tiny-model")
+    _write_fixture_data(root / "data", model_dir)
+    cfg = root / "cv.toml"
+    cfg.write_text(f"""
+[run]
+data_root = "{(root / 'data').as_posix()}"
+cv = 3
+repeats = 1
+n_bootstrap = 20
+report_n_bootstrap = 20
+batch_size = 4
+probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
+estimators = ["raw", "platt", "isotonic", "acute-cosine-stacked"]
+learning_curve = {{ repeats = 1 }}
+transfer = {{ repeats = 1 }}
+
+[tasks.qa]
+task = "jsonl"
+data = "qa.jsonl"
+records = {N_ROWS}
+
+[tasks.qa2]
+task = "jsonl"
+data = "qa.jsonl"
+records = {N_ROWS}
+
+[models.tiny]
+model = "{model_dir.as_posix()}"
+""", encoding="utf-8")
+    out, work = root / "results", root / "work"
+    assert rp.main([str(cfg), "--out", str(out), "--work", str(work)]) == 0
+    timings = json.loads((work / "timings.json").read_text(encoding="utf-8"))
+    assert [j["key"] for j in timings["invocations"][-1]["jobs"]] == [
+        "collect/tiny/qa", "collect/tiny/qa2", "evaluate/tiny/qa", "evaluate/tiny/qa2",
+        "transfer/tiny/transfer", "report"]
+    results = json.loads((work / "tiny" / "qa" / "eval" / "results.json").read_text(encoding="utf-8"))
+    assert results["split"]["mode"] == "cv" and results["split"]["n_splits"] == 3
+    assert results["split"]["n_records"] == N_ROWS
+    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "isotonic", "acute-cosine-stacked"]
+    lc = json.loads((work / "tiny" / "qa" / "eval" / "learning-curve" / "learning_curve.json").read_text())
+    assert lc["complete"] and lc["shown"][1:] == ["acute-cosine-stacked"]
+    transfer = json.loads((work / "tiny" / "transfer" / "transfer.json").read_text(encoding="utf-8"))
+    assert {(c["train"], c["test"]) for c in transfer["table"]["cells"]} == {
+        ("qa", "qa"), ("qa", "qa2"), ("qa2", "qa"), ("qa2", "qa2")}
+
+    with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == list(SUMMARY_COLUMNS)
+    assert [(r["model"], r["task"]) for r in rows] == [("tiny", "qa"), ("tiny", "qa2")]
+    by = {r["estimator"]: r for r in results["results"]}
+    ref = results["reference"]
+    assert rows[0]["best_baseline"] == ref and ref in ("raw", "platt", "isotonic")
+    assert float(rows[0]["default_auc_euro"]) == pytest.approx(by["acute-cosine-stacked"]["auc_euro_all"], abs=1e-6)
+    assert float(rows[0]["diff"]) == pytest.approx(
+        by["acute-cosine-stacked"]["auc_euro_all"] - by[ref]["auc_euro_all"], abs=1e-6)
+    assert int(rows[0]["n_records"]) == N_ROWS
+    readme = (out / "README.md").read_text(encoding="utf-8")
+    for title in ("## Summary: the default estimator against the best baseline", "## Learning curves",
+                  "## Transfer between tasks", "### tiny"):
+        assert title in readme, title
+    assert (out / "figures" / "learning-curve-tiny-qa.png").is_file()
+
+
+def test_unknown_task_model_or_data_fail_before_any_work(tmp_path):
+    (tmp_path / "q.jsonl").write_text('{"id": "a", "question": "Q?", "answers": ["x"]}\n', encoding="utf-8")
+
+    def run(task_table, model="smollm2-135m-instruct"):
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[run]\ndata_root = "{tmp_path.as_posix()}"\n{task_table}\n[models.m]\nmodel = "{model}"\n',
+                       encoding="utf-8")
+        return rp.main([str(cfg), "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")])
+
+    with pytest.raises(ValueError, match=r"tasks\.a\.task: unknown task 'mmluu'"):
+        run('[tasks.a]\ntask = "mmluu"\ndata = "q.jsonl"\nrecords = 5\n')
+    with pytest.raises(FileNotFoundError, match=r"tasks\.a\.data: .*nope\.jsonl does not exist"):
+        run('[tasks.a]\ntask = "sciq"\ndata = "nope.jsonl"\nrecords = 5\n')
+    with pytest.raises(ValueError, match=r"models\.m\.model: 'no-such-model' is neither a model card"):
+        run('[tasks.a]\ntask = "jsonl"\ndata = "q.jsonl"\nrecords = 5\n', model="no-such-model")
+    with pytest.raises(ValueError, match=r"tasks\.a\.options"):
+        run('[tasks.a]\ntask = "sciq"\ndata = "q.jsonl"\noptions = { shotz = 2 }\nrecords = 5\n')
+    with pytest.raises(ValueError, match=r"run\.estimators: unknown"):
+        run('estimators = ["acute-nope"]\n[tasks.a]\ntask = "jsonl"\ndata = "q.jsonl"\nrecords = 5\n')
+    assert not (tmp_path / "work").exists()  # nothing was started
