@@ -116,7 +116,7 @@ def cmd_collect(args) -> int:
                       dtype=args.dtype, pool=args.pool,
                       on_too_long="error" if args.fail_on_too_long else "skip",
                       chat=_chat_flag(args), shard_size=args.shard_size,
-                      progress=not args.quiet, state=state)
+                      progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights)
     if state is None or state.is_main_process:
         print("\n".join(summary.lines()))
     return 0
@@ -227,14 +227,14 @@ def _held_out_metrics(probe, store, train_mask, test_mask) -> dict:
 
 
 def _save_probe(probe, store, out, train_mask, held_out, args, selection) -> None:
-    from .collect import collection_settings
+    from .collect import collection_settings, store_identity
 
     m = store.manifest
     summary = {"store": str(Path(args.store).resolve()), "n_train": int(train_mask.sum()),
                "accuracy_train": float(np.mean(store.correct[train_mask])),
                "split": {"test_fraction": args.test_fraction, "seed": args.seed},
                **collection_settings(m)}
-    probe.save(out, model_name=m.get("model"), model_fingerprint=m.get("model_fingerprint"),
+    probe.save(out, model_name=m.get("model"), model_fingerprint=store_identity(m),
                training_summary=summary, metrics=held_out, selection=selection)
 
 
@@ -422,7 +422,8 @@ def cmd_score(args) -> int:
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
-                    batch_size=args.batch_size, task=_score_task(args.task))
+                    batch_size=args.batch_size, task=_score_task(args.task),
+                    allow_other_weights=args.allow_other_weights)
     scored = scorer.generate(prompts, risk=args.risk)
     if args.jsonl:
         for i, s in zip(ids, scored):
@@ -527,6 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the context window")
     c.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--allow-other-weights", action="store_true",
+                   help="resume a store collected from other weights of the same architecture (recorded in the manifest)")
     c.add_argument("--out", default=None, help="store folder (default: runs/<model>-<task>)")
     c.set_defaults(func=cmd_collect)
 
@@ -602,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt' or 'question'), or - for stdin")
     s.add_argument("--max-new-tokens", type=int, default=None)
     s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--allow-other-weights", action="store_true",
+                   help="score with a probe trained on other weights of the same architecture")
     s.add_argument("--task", default=None,
                    help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
     s.set_defaults(func=cmd_score)

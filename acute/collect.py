@@ -20,7 +20,8 @@ import numpy as np
 from . import __version__
 from .errors import InputError
 
-__all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record"]
+__all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record",
+           "store_identity"]
 
 @dataclass
 class CollectSummary:
@@ -57,12 +58,13 @@ class CollectSummary:
 
 def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int,
                    stop_strings: Sequence[str], pool: str, chat: bool | None) -> dict:
-    """The store manifest: model, tokenizer, task and generation settings, acute version.
+    """The store manifest: model (fingerprint and weights digest), tokenizer, task and generation
+    settings, acute version.
 
     ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
     manifest says how the prompts were actually built; a scorer reads it back from the probe.
     """
-    from .models import model_fingerprint
+    from .models import model_fingerprint, weights_digest
     from .tasks.base import use_chat
 
     fp = model_fingerprint(model)
@@ -70,6 +72,7 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
     return {
         "model": str(model_name),
         "model_fingerprint": fp,
+        "model_weights": weights_digest(model),
         "model_dtype": None if dtype is None else str(dtype).replace("torch.", ""),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
         "num_layers": fp["num_layers"],
@@ -85,6 +88,18 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
         },
         "acute_version": __version__,
     }
+
+
+def store_identity(manifest: dict) -> dict | None:
+    """The model identity a probe trained on a store records: the manifest's fingerprint plus its
+    weights digest (``weights_sha256``, ``gguf_sha256``) when the store has one (see
+    :func:`acute.models.model_identity`)."""
+    fp = manifest.get("model_fingerprint")
+    if fp is None:
+        return None
+    weights = manifest.get("model_weights") or {}
+    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256")}
+    return {**fp, **{k: v for k, v in extra.items() if v}}
 
 
 def collection_settings(manifest: dict) -> dict:
@@ -126,7 +141,8 @@ def example_record(task, ex, prompt: str, generation) -> dict:
 def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
             batch_size: int = 8, max_new_tokens: int | None = None, dtype: str = "float16",
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
-            shard_size: int = 256, progress: bool = True, state=None) -> CollectSummary:
+            shard_size: int = 256, progress: bool = True, state=None,
+            allow_other_weights: bool = False) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
     ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
@@ -140,7 +156,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     again). Prompts longer than the context window are skipped and counted
     (``on_too_long="skip"``) or raise ``ValueError`` before anything is generated for their chunk
     (``"error"``). Raises ``ValueError`` for an empty ``examples``, and when ``out_dir`` holds a
-    store of another model, task or generation settings. Returns a :class:`CollectSummary`.
+    store of another model (architecture, or weights: :func:`acute.models.weights_digest`, unless
+    ``allow_other_weights``), task or generation settings. Returns a :class:`CollectSummary`.
 
     Data parallel: ``state`` is an ``accelerate.PartialState`` (anything with ``process_index``,
     ``num_processes``, ``is_main_process`` and ``wait_for_everyone()``); every process calls
@@ -174,14 +191,15 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                               pool=pool, chat=chat)
     if parallel:
         if rank == 0:
-            prepare_store(out_dir, manifest, dtype=dtype, shard_size=shard_size)
+            prepare_store(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+                          allow_other_weights=allow_other_weights)
         state.wait_for_everyone()  # the manifest exists before any part writer opens
     summary = CollectSummary(out_dir=str(out_dir))
     if parallel:
         summary.extra.update(process=rank, num_processes=world)
     start = time.perf_counter()
     with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
-                     part=rank if parallel else None) as writer:
+                     part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         if parallel:
             state.wait_for_everyone()  # every process has read the same done set before writing

@@ -57,7 +57,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     from .collect import collect, collection_settings
     from .estimators import DEFAULT_ESTIMATOR, AutoEstimator
     from .evaluate import evaluate_store
-    from .models import load_model, model_fingerprint
+    from .models import load_model, model_identity
     from .probes import load_probe
     from .scoring import Scorer
     from .store import open_store
@@ -86,7 +86,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     _say(f"[4/5] fitting the default probe ({DEFAULT_ESTIMATOR}) on all {len(store)} records and exporting it")
     auto = AutoEstimator(refit=DEFAULT_ESTIMATOR).fit(np.asarray(store.layer_means, dtype=np.float32),
                                                      store.correct, confidence=store.raw_confidence)
-    auto.estimator_.save(out / "probe", model_name=model_name, model_fingerprint=model_fingerprint(model),
+    auto.estimator_.save(out / "probe", model_name=model_name, model_fingerprint=model_identity(model),
                          training_summary={"store": str((out / "store").resolve()),
                                            **collection_settings(store.manifest)},
                          selection=auto.selection())

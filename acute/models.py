@@ -61,6 +61,8 @@ __all__ = [
     "list_cards",
     "load_model",
     "model_fingerprint",
+    "weights_digest",
+    "model_identity",
     "parse_card",
     "tokenizer_adds_bos",
 ]
@@ -643,12 +645,19 @@ def _load_folder(folder: Path, dtype, device, device_map, trust_remote_code: boo
             f"{folder} has no config.json: expected a folder written by save_pretrained"
         )
     try:
-        return _from_pretrained(str(folder), dtype, device, device_map, trust_remote_code,
-                                str(folder), local_files_only=True)
+        model, tokenizer = _from_pretrained(str(folder), dtype, device, device_map, trust_remote_code,
+                                            str(folder), local_files_only=True)
     except ModelLoadError:
         raise
     except Exception as exc:
         raise ModelLoadError(f"could not load model folder {folder}: {type(exc).__name__}: {exc}") from exc
+    marker = folder / CACHE_MARKER
+    if marker.is_file():  # a conversion of a GGUF: remember which one (see weights_digest)
+        try:
+            model.acute_gguf_sha256 = json.loads(marker.read_text(encoding="utf-8")).get("sha256")
+        except (OSError, ValueError):
+            pass
+    return model, tokenizer
 
 
 def _hub_offline() -> bool:
@@ -826,6 +835,43 @@ def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
     if bos and tokenizer_adds_bos(tokenizer) and not text.startswith(bos):
         text = bos + text
     return text
+
+
+def weights_digest(model) -> dict:
+    """The identity of a model's weights: ``{"sha256": ...}`` over every entry of its
+    ``state_dict`` (name, dtype, shape and bytes, in name order) and, for a model converted from
+    a GGUF (a model card or a local ``.gguf``), ``"gguf_sha256"`` of that file.
+
+    Two checkpoints of one architecture (a fine-tune, another size of training) differ here even
+    when :func:`model_fingerprint` agrees. The same weights loaded in another dtype differ too
+    (their activations do). Reads every byte once: about 1 s per GB of weights on a CPU.
+    """
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode("utf-8"))
+        if t.numel() and t.device.type != "meta":
+            h.update(t.reshape(-1).cpu().contiguous().view(torch.uint8).numpy().data)
+    out = {"sha256": h.hexdigest()}
+    gguf = getattr(model, "acute_gguf_sha256", None)
+    if gguf:
+        out["gguf_sha256"] = str(gguf)
+    return out
+
+
+def model_identity(model) -> dict:
+    """:func:`model_fingerprint` plus the weights: ``weights_sha256`` (and ``gguf_sha256``) from
+    :func:`weights_digest`. What an exported probe records and checks (see
+    :meth:`acute.probe_format.ExportedProbe.check_model`)."""
+    digest = weights_digest(model)
+    out = {**model_fingerprint(model), "weights_sha256": digest["sha256"]}
+    if "gguf_sha256" in digest:
+        out["gguf_sha256"] = digest["gguf_sha256"]
+    return out
 
 
 def model_fingerprint(model_or_config) -> dict:

@@ -312,11 +312,13 @@ class ExportedProbe:
         """1 where P(correct) > 0.5, else 0."""
         return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
 
-    def check_model(self, fingerprint: dict) -> None:
+    def check_model(self, fingerprint: dict, allow_other_weights: bool = False) -> None:
         """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
 
         Compares ``architecture``, ``num_layers`` and ``hidden_size`` (and ``vocab_size`` when
-        both fingerprints have it). A probe saved without a fingerprint is checked against its
+        both fingerprints have it) and the weights (``weights_sha256`` of
+        :func:`acute.models.model_identity`) when both record them, unless
+        ``allow_other_weights``. A probe saved without a fingerprint is checked against its
         input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
         """
         if not isinstance(fingerprint, dict):
@@ -335,6 +337,11 @@ class ExportedProbe:
                 diffs.append(f"{key}: probe has {saved[key]!r}, model fingerprint lacks it")
             elif fingerprint[key] != saved[key]:
                 diffs.append(f"{key}: probe has {saved[key]!r}, model has {fingerprint[key]!r}")
+        ws, wm = saved.get("weights_sha256"), fingerprint.get("weights_sha256")
+        if not diffs and ws and wm and ws != wm and not allow_other_weights:
+            diffs.append(f"weights: the probe was trained on weights with sha256 {ws!r}, this model's have "
+                         f"{wm!r} (another checkpoint of the same architecture, or another dtype?); pass "
+                         "allow_other_weights=True (--allow-other-weights) to score with it anyway")
         if diffs:
             name = f" ({self.model_name})" if self.model_name else ""
             raise ModelMismatchError(

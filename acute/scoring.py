@@ -83,9 +83,10 @@ class Scorer:
 
     ``probe`` is an :class:`acute.probes.ExportedProbe` (``acute.load_probe(dir)``) or a fitted
     :class:`acute.probes.ActivationProbe`. The model is checked against the probe on
-    construction (``ModelMismatchError``, a ``ValueError``): against the fingerprint saved with
-    an exported probe, or against the input shape a fitted probe was trained on, so a probe is
-    never applied to the wrong model.
+    construction (``ModelMismatchError``, a ``ValueError``): against the fingerprint and weights
+    digest saved with an exported probe (``allow_other_weights=True`` skips the weights), or
+    against the input shape a fitted probe was trained on, so a probe is never applied to the
+    wrong model.
 
     Generation settings default to the ones the probe's training store was collected with,
     when the probe records them (``training_summary["generation"]``, written by ``acute
@@ -100,13 +101,13 @@ class Scorer:
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
                  chat: bool | None = None, batch_size: int = 8,
-                 stop_strings: Sequence[str] | None = None, task="auto"):
-        from .models import model_fingerprint
+                 stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False):
+        from .models import model_identity
 
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
-        _check_probe_model(probe, model_fingerprint(model))
+        _check_probe_model(probe, model_identity(model), allow_other_weights)
         if isinstance(task, str):
             if task != "auto":
                 raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
@@ -217,13 +218,13 @@ def _probe_generation(probe) -> dict:
     return dict(gen) if isinstance(gen, dict) else {}
 
 
-def _check_probe_model(probe, fingerprint: dict) -> None:
+def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False) -> None:
     """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one."""
     from .probes import ModelMismatchError
 
     check = getattr(probe, "check_model", None)
     if check is not None:
-        check(fingerprint)
+        check(fingerprint, allow_other_weights=allow_other_weights)
         return
     n_outputs = getattr(probe, "n_layer_outputs_", None)
     hidden = getattr(probe, "hidden_size_", None)

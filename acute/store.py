@@ -81,6 +81,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -100,6 +101,8 @@ except ImportError:  # pragma: no cover - no advisory locks (Windows): one write
     fcntl = None
 
 from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, iter_jsonl, json_ready, tmp_path, write_text_atomic
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -129,6 +132,9 @@ SHARD_FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 #: Manifest keys that must agree when a writer resumes an existing store.
 COMPAT_KEYS = ("model_fingerprint", "task", "dtype", "num_layers", "hidden_size")
+#: Manifest key of the weights digest (:func:`acute.models.weights_digest`): compared on resume
+#: when both manifests have it (not hashed into shards, so older stores stay readable).
+WEIGHTS_KEY = "model_weights"
 #: Manifest keys that must also agree on resume, when the stored manifest records them.
 _RUN_KEYS = ("generation", "task_settings")
 #: Manifest keys hashed into each shard's ``collection_key`` (see :func:`collection_key`).
@@ -850,10 +856,18 @@ def _normalised_manifest(manifest: dict, dtype: str) -> dict:
     return json.loads(_dumps(new, "manifest"))  # tuples -> lists, numpy -> python
 
 
-def _check_compatible(mpath: Path, old: dict, new: dict) -> None:
+def _check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:
     """IncompatibleStoreError naming the first key on which the stored manifest ``old`` and a
     writer's ``new`` one disagree: :data:`COMPAT_KEYS` (``num_layers``/``hidden_size`` only when
-    both know them) and, when the stored manifest records them, ``generation``/``task_settings``."""
+    both know them), when the stored manifest records them, ``generation``/``task_settings``, and
+    the weights digest (``model_weights``) when both record one, unless ``allow_other_weights``."""
+    ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
+    if ow is not None and nw is not None and ow != nw and not allow_other_weights:
+        raise IncompatibleStoreError(
+            f"{mpath}: cannot resume with other weights: the store was collected from a model whose "
+            f"weights have sha256 {ow.get('sha256')!r}, this model's have {nw.get('sha256')!r} (same "
+            "architecture, another checkpoint or dtype?). Use another folder, or allow_other_weights=True "
+            "(--allow-other-weights) to add this model's records to the store anyway")
     for key in COMPAT_KEYS + _RUN_KEYS:
         stored, given = old.get(key), new.get(key)
         if key in ("num_layers", "hidden_size") and (stored is None or given is None):
@@ -865,6 +879,22 @@ def _check_compatible(mpath: Path, old: dict, new: dict) -> None:
                 f"{mpath}: cannot resume, manifest key {key!r} differs: "
                 f"stored {stored!r}, new {given!r}"
             )
+
+
+def _merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:
+    """The resumed manifest's weights: the stored digest stays; a different one (allowed by the
+    caller) is added to ``model_weights_also``; a store without one adopts the new one."""
+    ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
+    if ow is None:
+        if nw is not None and old.get("num_records"):
+            logger.warning("%s records no weights digest (written by an older acute): its %s records "
+                           "cannot be checked against this model; recording this model's digest",
+                           path, old.get("num_records"))
+        return
+    merged[WEIGHTS_KEY] = ow
+    if nw is not None and nw != ow:
+        also = [w for w in old.get("model_weights_also", []) if w != nw]
+        merged["model_weights_also"] = also + [nw]
 
 
 def _fill_shape(manifest: dict, *sources: dict) -> dict:
@@ -922,7 +952,8 @@ def _write_manifest(path: Path, manifest: dict) -> None:
         json_ready(manifest, where="manifest", nonfinite="error"), indent=2, ensure_ascii=False) + "\n")
 
 
-def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_Shard]]:
+def _open_as_owner(path: Path, new: dict, shard_size: int,
+                   allow_other_weights: bool = False) -> tuple[dict, list[_Shard]]:
     """Create or resume a store with the (normalised) manifest ``new``; the caller holds the
     exclusive store lock.
 
@@ -933,8 +964,9 @@ def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_
     mpath = path / MANIFEST
     if mpath.is_file():
         old = _load_manifest(path)
-        _check_compatible(mpath, old, new)
+        _check_compatible(mpath, old, new, allow_other_weights)
         merged = _fill_shape({**old, **new, "created": old.get("created", _now())}, old)
+        _merge_weights(merged, old, new, path)
         merged["format_version"] = max(old.get("format_version") or 1, new["format_version"])
         _delete(path, _orphans(path))
         _delete(path, [e for e in os.listdir(path) if _PART_LOCK_RE.match(e)])
@@ -952,7 +984,7 @@ def _open_as_owner(path: Path, new: dict, shard_size: int) -> tuple[dict, list[_
 
 
 def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
-                  shard_size: int = 256) -> dict:
+                  shard_size: int = 256, *, allow_other_weights: bool = False) -> dict:
     """Create or resume a store for part writers; the main process calls it before they start.
 
     Does what a single :class:`StoreWriter` does when it opens (same checks: a resumed store must
@@ -967,7 +999,7 @@ def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "floa
     path = Path(out_dir)
     path.mkdir(parents=True, exist_ok=True)
     with _store_lock(path):
-        written, _ = _open_as_owner(path, new, shard_size)
+        written, _ = _open_as_owner(path, new, shard_size, allow_other_weights)
     return written
 
 
@@ -1010,6 +1042,9 @@ class StoreWriter:
         validate shapes; when absent they are inferred from the first batch and recorded.
     dtype : storage dtype of ``layer_means``: ``"float16"`` (default) or ``"float32"``.
     shard_size : records per shard (the last shard may be smaller).
+    allow_other_weights : resume a store whose manifest records another weights digest
+        (``model_weights``); the stored digest stays and the new one is listed in
+        ``model_weights_also``. Without it such a resume raises :class:`IncompatibleStoreError`.
     part : None (default) for the single writer that owns the manifest and holds the store's
         exclusive lock. An int ``k >= 0`` for one process of a multi-process collection (see the
         module docstring): the store must have been prepared (:func:`prepare_store`, else
@@ -1025,7 +1060,7 @@ class StoreWriter:
     """
 
     def __init__(self, out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
-                 shard_size: int = 256, *, part: int | None = None):
+                 shard_size: int = 256, *, part: int | None = None, allow_other_weights: bool = False):
         self._store_fd: int | None = None
         self._part_fd: int | None = None
         self.dtype, self.shard_size = _writer_args(manifest, dtype, shard_size)
@@ -1048,10 +1083,10 @@ class StoreWriter:
         self._store_fd = _lock_store(self.path, exclusive=self.part is None)
         try:
             if self.part is None:
-                self.manifest, shards = _open_as_owner(self.path, new, self.shard_size)
+                self.manifest, shards = _open_as_owner(self.path, new, self.shard_size, allow_other_weights)
             else:
                 self._part_fd = _lock_part(self.path, self.part)
-                self.manifest, shards = self._open_part(new)
+                self.manifest, shards = self._open_part(new, allow_other_weights)
         except BaseException:
             self._release()
             raise
@@ -1061,7 +1096,7 @@ class StoreWriter:
         self._next_index = max(own) + 1 if own else 0
 
     # -- opening / closing ----------------------------------------------------------------------
-    def _open_part(self, new: dict) -> tuple[dict, list[_Shard]]:
+    def _open_part(self, new: dict, allow_other_weights: bool = False) -> tuple[dict, list[_Shard]]:
         """Check a part writer's (normalised) manifest against the stored one, delete this part's
         orphans and load the committed shards of every part. Returns (stored manifest, shards)."""
         stored = _load_manifest(self.path)
@@ -1070,7 +1105,7 @@ class StoreWriter:
                 f"{self.path / MANIFEST}: format_version {stored.get('format_version')} was not "
                 "prepared for part writers: call prepare_store() in the main process first"
             )
-        _check_compatible(self.path / MANIFEST, stored, new)
+        _check_compatible(self.path / MANIFEST, stored, new, allow_other_weights)
         _fill_shape(stored, new)
         _delete(self.path, _orphans(self.path, part=self.part))
         shards = _load_shards(self.path, stored)
