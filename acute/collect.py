@@ -19,6 +19,7 @@ import numpy as np
 
 from . import __version__
 from .errors import InputError
+from .validation import check_count
 
 __all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record",
            "store_identity"]
@@ -184,7 +185,12 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
     parallel = world > 1
     out_dir = Path(out_dir)
-    max_new_tokens = max_new_tokens or task.max_new_tokens
+    # every setting is checked before anything is written (a bad one must not leave a manifest
+    # that then refuses the corrected command)
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens", default=task.max_new_tokens)
+    batch_size = check_count(batch_size, "batch_size")
+    shard_size = check_count(shard_size, "shard_size")
+    task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
     stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
     manifest = build_manifest(model, tokenizer, task, model_name=model_name,
                               max_new_tokens=max_new_tokens, stop_strings=stop_strings,

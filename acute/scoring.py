@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .errors import InputError
+from .validation import check_count
 
 __all__ = ["ScoredGeneration", "Scorer", "decide", "probe_task", "task_from_settings"]
 
@@ -114,7 +115,8 @@ class Scorer:
             task = probe_task(probe)
         self.task = task
         generation = _probe_generation(probe)
-        self.max_new_tokens = int(max_new_tokens or generation.get("max_new_tokens") or 64)
+        self.max_new_tokens = check_count(max_new_tokens, "max_new_tokens",
+                                          default=generation.get("max_new_tokens") or 64)
         self.pool = generation.get("pool") or "decoding"
         self.chat = chat if chat is not None else generation.get("chat")
         if stop_strings is None:

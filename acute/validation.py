@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_confidence", "check_correct", "check_layer_means"]
+__all__ = ["check_confidence", "check_correct", "check_count", "check_layer_means"]
 
 
 def _numeric(x: Any, name: str, what: str) -> np.ndarray:
@@ -47,6 +47,18 @@ def _check_length(arr: np.ndarray, n: int | None, name: str, allow_empty: bool) 
         raise InputError(f"{name}: expected length {n}, got {arr.shape[0]} entries")
     if arr.size == 0 and not allow_empty:
         raise InputError(f"{name}: is empty")
+
+
+def check_count(value: Any, name: str, minimum: int = 1, default: int | None = None) -> int:
+    """``value`` as an int >= ``minimum``; ``None`` gives ``default`` (when one is given). A
+    zero or negative count is an error, never silently replaced by a default."""
+    if value is None and default is not None:
+        return int(default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
 
 
 def check_confidence(confidence: Any, n: int | None = None, name: str = "confidence", *,

@@ -320,6 +320,26 @@ def test_empty_task_file(capsys, tmp_path):
     assert rc == 2 and "no examples" in err
 
 
+@pytest.mark.parametrize("bad, message", [
+    (["--max-new-tokens", -5], "max_new_tokens must be >= 1, got -5"),
+    (["--max-new-tokens", 0], "max_new_tokens must be >= 1, got 0"),  # never silently the task default
+    (["--batch-size", 0], "batch_size must be >= 1"),
+    (["--shard-size", -1], "shard_size must be >= 1"),
+    (["-O", "shots=abc"], "option shots='abc' must be a int"),
+    (["-O", "shots=-1"], "option shots=-1 must be >= 0"),
+    (["-O", "numeric=3"], "option numeric=3 must be a bool"),
+])
+def test_bad_settings_fail_before_anything_is_written(bad, message, capsys, tmp_path, tiny_model_dir):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": 1, "question": "Q?", "answers": ["A"]}) + "\n")
+    base = ["collect", "--task", questions, "--model", tiny_model_dir, "--out", tmp_path / "s", "--quiet"]
+    rc, _, err = run(base + bad, capsys)
+    assert rc == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "s").exists()  # no manifest that would refuse the corrected command
+    rc, out, _ = run(base + ["--max-new-tokens", 2, "-O", "shots=0"], capsys)
+    assert rc == 0 and "records:             1 (1 new" in out
+
+
 def test_too_long_fails_with_flag(capsys, tmp_path, tiny_model_dir):
     questions = tmp_path / "long.jsonl"
     questions.write_text(json.dumps({"id": 1, "question": "Think. " * 300, "answers": ["A"]}) + "\n")

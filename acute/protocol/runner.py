@@ -16,6 +16,7 @@ import numpy as np
 
 from .._util import json_ready, progress as _progress, write_text_atomic
 from ..errors import InputError
+from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
 from ..verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
 from .settings import (
@@ -141,7 +142,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     use_chat = resolve_chat(tokenizer, chat)
     template = TEMPLATES[variant]
     out = Path(out_dir)
-    gen_tokens = int(max_new_tokens or getattr(task, "max_new_tokens", 32))
+    gen_tokens = check_count(max_new_tokens, "max_new_tokens", default=getattr(task, "max_new_tokens", 32))
 
     records = _answer_pass(model, tokenizer, task, examples, use_chat, gen_tokens, batch_size, progress)
     vjobs, vprompts, sjobs, counts = _plan_jobs(tokenizer, task, examples, records, variant, use_chat)

@@ -157,6 +157,33 @@ def clean_texts(values: Sequence, where: str, what: str, dedupe: bool = True) ->
 
 # --------------------------------------------------------------------------- the Task base class
 
+#: options that count something: ints >= 0
+_COUNT_OPTIONS = {"shots", "seed"}
+
+
+def _check_option(task: str, key: str, value: Any, default: Any) -> None:
+    """An option must have its default's type (bool, int, float or str; options whose default
+    is None take anything their task accepts), counts must be >= 0 and ``on_error`` one of
+    its two values. Raises ``InputError`` naming the task and option."""
+    where = f"task {task!r}: option {key}={value!r}"
+    if default is None:
+        return
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise InputError(f"{where} must be a {type(default).__name__} (like the default {default!r})")
+    if key in _COUNT_OPTIONS and value < 0:
+        raise InputError(f"{where} must be >= 0")
+    if key == "on_error" and value not in ("raise", "skip"):
+        raise InputError(f"{where} must be 'raise' or 'skip'")
+
+
 class Task:
     """Base class of every task; subclasses set the class attributes and implement ``_read``.
 
@@ -184,6 +211,8 @@ class Task:
             raise InputError(f"task {self.name!r}: unknown option(s) {unknown}; known options: "
                              f"{sorted(self._all_options())}")
         for key, default in self._all_options().items():
+            if key in options:
+                _check_option(self.name, key, options[key], default)
             setattr(self, key, options.get(key, default))
 
     @classmethod
