@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_RUNS = Path("runs")
@@ -238,12 +241,24 @@ def _save_probe(probe, store, out, train_mask, held_out, args, selection) -> Non
                training_summary=summary, metrics=held_out, selection=selection)
 
 
-def _open_labelled_store(path: str):
+def _open_labelled_store(path: str, allow_partial: bool = False):
+    """The store at ``path``; one whose collection did not finish (status other than
+    "complete") or whose manifest disagrees with its shards is refused unless ``allow_partial``."""
     from .store import open_store
 
     store = open_store(path)
     if len(store) == 0:
         raise InputError(f"store {path} has no records")
+    m = store.manifest
+    status, counted = m.get("status"), m.get("num_records")
+    problem = (f"its collection did not finish (status {status!r})" if status != "complete"
+               else f"its manifest counts {counted} records but its shards hold {len(store)}"
+               if counted is not None and counted != len(store) else None)
+    if problem and not allow_partial:
+        raise InputError(f"store {path}: {problem}; resume it with the same `acute collect` command, "
+                         f"or pass --allow-partial to use the {len(store)} committed records")
+    if problem:
+        logger.warning("store %s: %s; using its %d committed records", path, problem, len(store))
     return store
 
 
@@ -251,10 +266,26 @@ def _view_label(args) -> str:
     return args.view if args.layer is None else f"{args.view} {args.layer}"
 
 
+def cmd_verify(args) -> int:
+    from .store import verify_store
+
+    report = verify_store(args.store)  # corrupt or foreign shards raise: exit 2 with the message
+    checked = sum(s["checksummed"] for s in report["shards"])
+    print(f"store:    {Path(args.store).resolve()}")
+    print(f"records:  {report['num_records']} in {report['num_shards']} shard(s); structure checked; "
+          f"{checked} shard(s) with checksums, all matching")
+    print(f"status:   {report['status']}")
+    for problem in report["problems"]:
+        print(f"problem:  {problem}")
+    if not report["problems"]:
+        print("ok")
+    return 1 if report["problems"] else 0
+
+
 def cmd_train(args) -> int:
     from .evaluate import split_ids
 
-    store = _open_labelled_store(args.store)
+    store = _open_labelled_store(args.store, args.allow_partial)
     train, test = split_ids(store.ids, test_fraction=args.test_fraction, seed=args.seed)
     probe, label, selection = _fit_probe(store, args, train)
     held = _held_out_metrics(probe, store, train, test) if test.any() else None
@@ -271,7 +302,7 @@ def cmd_train(args) -> int:
 
 def cmd_export(args) -> int:
     """Fit on every record of the store (after evaluating with train/evaluate) and export."""
-    store = _open_labelled_store(args.store)
+    store = _open_labelled_store(args.store, args.allow_partial)
     everything = np.ones(len(store), dtype=bool)
     args.test_fraction = 0.0
     probe, label, selection = _fit_probe(store, args, everything)
@@ -291,10 +322,9 @@ def _estimator_list(text: str | None) -> list[str] | None:
 
 def cmd_evaluate(args) -> int:
     from .evaluate import evaluate_store
-    from .store import open_store
 
-    store = _open_labelled_store(args.store)
-    test_store = open_store(args.test_store) if args.test_store else None
+    store = _open_labelled_store(args.store, args.allow_partial)
+    test_store = _open_labelled_store(args.test_store, args.allow_partial) if args.test_store else None
     out = Path(args.out) if args.out else Path(args.store) / "evaluation"
     evaluate_store(store, test_store=test_store, out_dir=out, cv=args.cv, repeats=args.repeats,
                    test_fraction=args.test_fraction, seed=args.seed,
@@ -302,7 +332,8 @@ def cmd_evaluate(args) -> int:
                    probe_params={"n_estimators": args.n_estimators,
                                  "search_n_estimators": args.search_n_estimators},
                    progress=not args.quiet,
-                   estimators=_estimator_list(args.estimators), reliability=args.reliability)
+                   estimators=_estimator_list(args.estimators), reliability=args.reliability,
+                   allow_overlap=args.allow_overlap)
     print((out / "results.md").read_text(encoding="utf-8"))
     print(f"evaluation written to {out.resolve()}")
     return 0
@@ -313,7 +344,7 @@ def cmd_learning_curve(args) -> int:
 
     from .learning_curve import learning_curve, write_learning_curve
 
-    store = _open_labelled_store(args.store)
+    store = _open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
     estimators = _estimator_list(args.estimators) or ["acute-cosine", "acute-cosine-stacked"]
     sizes = None
@@ -534,12 +565,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_collect)
 
     sub.add_parser("tasks", help="list tasks and their data").set_defaults(func=cmd_tasks)
+    v = sub.add_parser("verify", help="check a store: every shard's structure and checksums, its status, orphans")
+    v.add_argument("store")
+    v.set_defaults(func=cmd_verify)
     sub.add_parser("models", help="list model cards").set_defaults(func=cmd_models)
 
     for name, fn, hlp in (("train", cmd_train, "fit a probe on a store's training split and export it"),
                           ("export", cmd_export, "fit a probe on all records of a store and export it")):
         t = sub.add_parser(name, help=hlp)
         t.add_argument("--store", required=True)
+        t.add_argument("--allow-partial", action="store_true",
+                       help="use the committed records of a store whose collection did not finish")
         t.add_argument("--estimator", default=None,
                        help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
                             "by 5-fold cross-validation on the training records); default: "
@@ -556,7 +592,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="every baseline and ACUTE variant in one table")
     e.add_argument("--store", required=True)
+    e.add_argument("--allow-partial", action="store_true",
+                   help="use the committed records of a store whose collection did not finish")
     e.add_argument("--test-store", default=None, help="a second store as the test set")
+    e.add_argument("--allow-overlap", action="store_true",
+                   help="allow record ids that occur in both --store and --test-store")
     e.add_argument("--out", default=None)
     e.add_argument("--cv", type=int, default=5,
                    help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
@@ -579,6 +619,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     lc = sub.add_parser("learning-curve", help="auc-euro and smECE against the number of training records")
     lc.add_argument("--store", required=True)
+    lc.add_argument("--allow-partial", action="store_true",
+                    help="use the committed records of a store whose collection did not finish")
     lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
     lc.add_argument("--estimators", default=None,
                     help="probes to show next to the best baseline (default: acute-cosine,acute-cosine-stacked)")

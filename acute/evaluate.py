@@ -422,7 +422,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                    repeats: int = DEFAULT_REPEATS, test_fraction: float | None = None, seed: int = 0,
                    n_bootstrap: int = 1000, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None, progress: bool = True,
-                   reliability: str | Sequence[str] = "all") -> EvaluationResult:
+                   reliability: str | Sequence[str] = "all", allow_overlap: bool = False) -> EvaluationResult:
     """Fit every estimator on training records, predict held-out records, report and write.
 
     ``store`` (and ``test_store``) need ``.ids``, ``.correct``, ``.raw_confidence``,
@@ -434,7 +434,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
       of fold in every repeat and a metric is the mean over repeats;
     * single split (``test_fraction`` given, or ``cv=None``/``0``): records split by
       :func:`split_ids` (``test_fraction``, default 0.3, and ``seed``);
-    * separate test store (``test_store`` given): all of ``store`` trains, ``test_store`` tests.
+    * separate test store (``test_store`` given): all of ``store`` trains, ``test_store`` tests;
+      record ids in both are an error unless ``allow_overlap``.
 
     ``estimators``: names from ``ESTIMATORS`` (default: all). ``probe_params`` go to every
     ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
@@ -465,7 +466,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw)
     else:
         pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
-                         seed, fit_kw)
+                         seed, fit_kw, allow_overlap)
 
     rows = evaluate_predictions(pred.cv_predictions if pred.cv_predictions is not None else pred.predictions,
                                 pred.correct, n_bootstrap=n_bootstrap, seed=seed)
@@ -552,7 +553,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Pred
                         time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds])
 
 
-def _held_out(store, test_store, names, test_fraction, seed, fit_kw) -> _Predictions:
+def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overlap=False) -> _Predictions:
     """Fit on the training records (a split by id, or all of ``store``), score the test ones."""
     from .crossval import fit_predict
 
@@ -589,11 +590,15 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw) -> _Predict
                             fit_kw["probe_params"], "the training split")
         lm_tr = np.asarray(store.layer_means[i_tr], dtype=np.float32)
         lm_te = np.asarray(te_store.layer_means[i_te], dtype=np.float32)
-    t0 = time.perf_counter()
-    predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
     overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
+    if overlap and test_store is not None and not allow_overlap:
+        raise InputError(f"{overlap} of the test store's {len(eval_ids)} record ids also occur in the training "
+                         "store: the test would score records the estimators were fitted on; use a disjoint "
+                         "test store, or allow_overlap=True (--allow-overlap) if the same ids are other records")
     if overlap:
         logger.warning("%d id(s) occur in both the training and the test records", overlap)
+    t0 = time.perf_counter()
+    predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
     split = {"mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
              "n_train": len(train_ids), "n_test": len(eval_ids), "n_overlap_ids": overlap,
              "accuracy_train": float(y_tr.mean()), "accuracy_test": float(y_te.mean()),

@@ -375,6 +375,7 @@ class ExportedProbe:
             save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
                       metadata={"format": FORMAT,
                                 "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
+            default_mode(arrays_path)  # safetensors writes 0600 files
             manifest = dict(self.manifest)
             manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
             manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}

@@ -100,7 +100,8 @@ try:
 except ImportError:  # pragma: no cover - no advisory locks (Windows): one writer at a time
     fcntl = None
 
-from ._util import TMP_SUFFIX as _TMP_SUFFIX, fsync_dir, iter_jsonl, json_ready, tmp_path, write_text_atomic
+from ._util import (TMP_SUFFIX as _TMP_SUFFIX, default_mode, fsync_dir, iter_jsonl, json_ready, tmp_path,
+                    write_text_atomic)
 
 logger = logging.getLogger(__name__)
 
@@ -211,8 +212,12 @@ def _dumps(obj: Any, what: str) -> str:
     return json.dumps(json_ready(obj, where=what, nonfinite="error"), allow_nan=False, ensure_ascii=False)
 
 
+#: the temporary file safetensors writes before renaming it into place (left by a kill mid-write)
+_SAFETENSORS_TMP_RE = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
+
+
 def _is_tmp(name: str) -> bool:
-    return name.startswith(".") and name.endswith(_TMP_SUFFIX)
+    return (name.startswith(".") and name.endswith(_TMP_SUFFIX)) or bool(_SAFETENSORS_TMP_RE.match(name))
 
 
 
@@ -339,6 +344,45 @@ def read_safetensors_header(path: str | os.PathLike) -> tuple[dict, int]:
     return tensors, data_start
 
 
+def _tensors_sha256(path: Path, tensors: dict) -> str:
+    """sha256 over the raw bytes of a shard's tensors, in name order (read in 16 MiB blocks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for name in sorted(k for k in tensors if k != "__metadata__"):
+            info = tensors[name]
+            f.seek(info["offset"])
+            left = info["nbytes"]
+            while left:
+                block = f.read(min(left, 1 << 24))
+                if not block:
+                    raise CorruptStoreError(f"{path}: truncated while reading tensor {name!r}")
+                h.update(block)
+                left -= len(block)
+    return h.hexdigest()
+
+
+def _array_bytes_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """What :func:`_tensors_sha256` reads back from a shard written from ``arrays``."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        h.update(np.ascontiguousarray(arrays[name]).astype(arrays[name].dtype.newbyteorder("<")).tobytes())
+    return h.hexdigest()
+
+
+def _check_checksums(st_path: Path, jsonl_path: Path, tensors: dict, metadata: dict) -> None:
+    """CorruptStoreError naming the file whose bytes differ from the sha256 its shard recorded at
+    commit time (``records_sha256`` of the ``.jsonl``, ``tensors_sha256`` of the tensors).
+    Shards written before checksums existed have none and are accepted."""
+    want = metadata.get("records_sha256")
+    if want is not None and hashlib.sha256(jsonl_path.read_bytes()).hexdigest() != want:
+        raise CorruptStoreError(f"{jsonl_path}: the records differ from what was committed (sha256 "
+                                f"mismatch); restore the file or move shard {st_path.name} out of the store")
+    want = metadata.get("tensors_sha256")
+    if want is not None and _tensors_sha256(st_path, tensors) != want:
+        raise CorruptStoreError(f"{st_path}: the hidden states or log-probs differ from what was committed "
+                                "(sha256 mismatch); restore the file or move the shard out of the store")
+
+
 def _read_small(path: Path, info: dict) -> np.ndarray:
     """Read a (small) tensor fully into memory."""
     with open(path, "rb") as f:
@@ -367,12 +411,14 @@ class _Shard:
     the manifest's :func:`collection_key`, which the shard's own key (if any) must equal.
     """
 
-    def __init__(self, st_path: Path, manifest: dict, key: str):
+    def __init__(self, st_path: Path, manifest: dict, key: str, verify: bool = True):
         self.path = st_path
         self.jsonl_path = st_path.with_suffix(".jsonl")
         self.part, self.index, _ = _parse_shard_name(st_path.name)
         tensors, _ = read_safetensors_header(st_path)
-        _check_collection_key(st_path, tensors.get("__metadata__") or {}, key)
+        metadata = tensors.get("__metadata__") or {}
+        _check_collection_key(st_path, metadata, key)
+        self.has_checksums = "tensors_sha256" in metadata and "records_sha256" in metadata
         for name in ("layer_means", "token_logprobs", "token_offsets"):
             if name not in tensors:
                 raise CorruptStoreError(f"{st_path}: tensor {name!r} is missing")
@@ -424,6 +470,8 @@ class _Shard:
                     f"{self.jsonl_path}: record {rec['id']!r} has n_tokens={nt} but "
                     f"{offsets[i + 1] - offsets[i]} log-probs in {st_path.name}"
                 )
+        if verify:  # last: a structural problem gets its own, more specific message first
+            _check_checksums(st_path, self.jsonl_path, tensors, metadata)
         self.n = n
         self.layer_shape = lm["shape"][1:]
         self.dtype = lm["dtype"].newbyteorder("=")
@@ -457,10 +505,11 @@ def _check_collection_key(st_path: Path, metadata: dict, key: str) -> None:
         )
 
 
-def _load_shards(path: Path, manifest: dict) -> list[_Shard]:
-    """Every committed shard, verified, in store order; ids must be unique across the store."""
+def _load_shards(path: Path, manifest: dict, verify: bool = True) -> list[_Shard]:
+    """Every committed shard, verified (with its checksums unless ``verify`` is False), in store
+    order; ids must be unique across the store."""
     key = collection_key(manifest)
-    shards = [_Shard(p, manifest, key) for _, _, p in _committed_shards(path)]
+    shards = [_Shard(p, manifest, key, verify) for _, _, p in _committed_shards(path)]
     seen: dict = {}
     for shard in shards:
         for rec in shard.records:
@@ -487,20 +536,39 @@ def verify_store(path: str | os.PathLike) -> dict:
     count equals the number of rows, ``token_offsets`` start at 0, are non-decreasing and end at
     the number of log-probs, ``n_tokens`` agrees with the offsets, the shard's
     ``collection_key`` (when it has one) matches the manifest; and that ids are unique.
-    Orphan ``.jsonl`` and temporary files are ignored.
+    and every shard's sha256 (of its records and of its tensors, recorded when it was committed).
+    Orphan ``.jsonl`` and temporary files are listed, not deleted.
 
-    Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records"}], "orphans": [...]}``.
-    Raises ``FileNotFoundError`` (missing directory or manifest), :class:`CorruptStoreError` or
-    :class:`IncompatibleStoreError` naming the offending file.
+    Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records", "checksummed"}],
+    "orphans": [...], "status", "problems": [...]}``; ``problems`` names what makes the store
+    unfit for use as is without being corrupt: an unfinished collection (status other than
+    "complete"), a manifest count that disagrees with the shards, orphans, shards without
+    checksums (written by an older acute). Raises ``FileNotFoundError`` (missing directory or
+    manifest), :class:`CorruptStoreError` or :class:`IncompatibleStoreError` naming the
+    offending file.
     """
     path = Path(path)
     manifest = _load_manifest(path)
     shards = _load_shards(path, manifest)
+    n = sum(s.n for s in shards)
+    orphans = _orphans(path)
+    problems = []
+    if manifest.get("status") != "complete":
+        problems.append(f"status is {manifest.get('status')!r}: the collection did not finish")
+    if manifest.get("num_records") is not None and manifest["num_records"] != n:
+        problems.append(f"the manifest counts {manifest['num_records']} records, the shards hold {n}")
+    if orphans:
+        problems.append(f"{len(orphans)} uncommitted file(s), removed by the next resume: {', '.join(orphans)}")
+    unchecked = [s.path.name for s in shards if not s.has_checksums]
+    if unchecked:
+        problems.append(f"{len(unchecked)} shard(s) without checksums (written by an older acute)")
     return {
-        "num_records": sum(s.n for s in shards),
+        "num_records": n,
         "num_shards": len(shards),
-        "shards": [{"file": s.path.name, "num_records": s.n} for s in shards],
-        "orphans": _orphans(path),
+        "shards": [{"file": s.path.name, "num_records": s.n, "checksummed": s.has_checksums} for s in shards],
+        "orphans": orphans,
+        "status": manifest.get("status"),
+        "problems": problems,
     }
 
 
@@ -709,11 +777,12 @@ class Store:
         return Store(self.path, self.manifest, self._shards, rows)
 
 
-def open_store(path: str | os.PathLike) -> Store:
+def open_store(path: str | os.PathLike, verify: bool = True) -> Store:
     """Open a store directory for reading (committed shards only, in store order: unpartitioned
     shards by index, then part shards by (part, index)).
 
-    Runs the same checks as :func:`verify_store`. Raises ``FileNotFoundError`` for a missing
+    Runs the same checks as :func:`verify_store`, including every shard's sha256 (it reads every
+    byte once: about a second per GB; ``verify=False`` skips only the checksums). Raises ``FileNotFoundError`` for a missing
     directory or manifest and :class:`CorruptStoreError` (a ``ValueError``) naming the file for a
     truncated shard, an impossible header length, a jsonl/tensor row-count mismatch, an id in two
     shards, etc., and :class:`IncompatibleStoreError` naming a shard written by another collection.
@@ -721,7 +790,7 @@ def open_store(path: str | os.PathLike) -> Store:
     """
     path = Path(path)
     manifest = _load_manifest(path)
-    return Store(path, manifest, _load_shards(path, manifest))
+    return Store(path, manifest, _load_shards(path, manifest, verify))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1249,13 +1318,17 @@ class StoreWriter:
         st_path = self.path / _shard_name(self.part, self._next_index, "safetensors")
         jl_path = self.path / _shard_name(self.part, self._next_index, "jsonl")
         tmp_jl, tmp_st = tmp_path(jl_path), tmp_path(st_path)
+        text = "".join(line + "\n" for _, line, _, _ in batch).encode("utf-8")
         try:
-            with open(tmp_jl, "w", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for _, line, _, _ in batch))
+            with open(tmp_jl, "wb") as f:
+                f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
             save_file(tensors, str(tmp_st), metadata={
-                "format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key})
+                "format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key,
+                "records_sha256": hashlib.sha256(text).hexdigest(),
+                "tensors_sha256": _array_bytes_sha256(tensors)})
+            default_mode(tmp_st)  # safetensors replaces the file with a 0600 one
             with open(tmp_st, "rb+") as f:
                 os.fsync(f.fileno())
             os.replace(tmp_jl, jl_path)

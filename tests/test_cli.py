@@ -437,3 +437,50 @@ def test_probe_vs_baselines_benchmark(work, tmp_path, capsys):
     assert set(rows) == {"raw", "platt", "acute-cosine-stacked"} and doc["n_records"] == N
     with pytest.raises(SystemExit):
         mod["main"](["--store", str(work / "mixed"), "--estimators", "raw"])  # platt is required
+
+
+# ------------------------------------------------------------------------- verify / partial stores
+def test_verify_reports_a_sound_store_and_names_problems(work, tmp_path, capsys):
+    rc, out, _ = run(["verify", work / "mixed"], capsys)
+    assert rc == 0 and "records:  48 in 1 shard(s)" in out and "1 shard(s) with checksums" in out
+    assert out.rstrip().endswith("ok")
+
+    copy = tmp_path / "copy"
+    shutil.copytree(work / "mixed", copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["status"] = "interrupted"
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (copy / ".tmpQw3Rt5").write_bytes(b"partial shard")
+    rc, out, _ = run(["verify", copy], capsys)
+    assert rc == 1 and "status is 'interrupted'" in out and ".tmpQw3Rt5" in out
+
+    shard = copy / "shard-00000.safetensors"
+    raw = bytearray(shard.read_bytes())
+    raw[-40:-20] = bytes(b ^ 0x55 for b in raw[-40:-20])  # inside the last tensor's data
+    shard.write_bytes(bytes(raw))
+    rc, _, err = run(["verify", copy], capsys)
+    assert rc == 2 and "shard-00000.safetensors" in err and "sha256 mismatch" in err and "Traceback" not in err
+
+
+def test_evaluate_and_train_refuse_an_unfinished_store_unless_allowed(work, tmp_path, capsys):
+    copy = tmp_path / "partial"
+    shutil.copytree(work / "mixed", copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["status"] = "interrupted"
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for cmd in (["evaluate", "--store", copy, "--estimators", "raw,platt", "--quiet"],
+                ["train", "--store", copy, "--out", tmp_path / "p", "--view", "cosine", "--n-estimators", 5]):
+        rc, _, err = run(cmd, capsys)
+        assert rc == 2 and "did not finish (status 'interrupted')" in err and "--allow-partial" in err
+    rc, _, _ = run(["evaluate", "--store", copy, "--estimators", "raw,platt", "--quiet", "--allow-partial",
+                    "--out", tmp_path / "e"], capsys)
+    assert rc == 0
+
+
+def test_a_test_store_sharing_ids_with_the_training_store_is_an_error(work, tmp_path, capsys):
+    base = ["evaluate", "--store", work / "mixed", "--test-store", work / "mixed", "--estimators", "raw,platt",
+            "--quiet", "--out", tmp_path / "e"]
+    rc, _, err = run(base, capsys)
+    assert rc == 2 and "48 of the test store's 48 record ids also occur in the training store" in err
+    rc, _, _ = run(base + ["--allow-overlap"], capsys)
+    assert rc == 0

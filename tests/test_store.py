@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -532,3 +533,66 @@ def test_store_files_get_default_permissions_not_private(tmp_path):
         os.umask(mask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.read_text() == "{}" and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
+
+
+# ---------------------------------------------------------------------------------------------
+# checksums, temporaries and file modes
+# ---------------------------------------------------------------------------------------------
+
+
+def test_flipped_bytes_in_hidden_states_or_records_are_detected(tmp_path):
+    from acute.store import read_safetensors_header
+
+    write_store(tmp_path / "s")
+    shard = tmp_path / "s" / "shard-00001.safetensors"
+    info, _ = read_safetensors_header(shard)
+    start = info["layer_means"]["offset"] + 100
+    _rewrite(shard, lambda b: b[:start] + bytes(x ^ 0xFF for x in b[start:start + 200]) + b[start + 200:])
+    with pytest.raises(CorruptStoreError, match="shard-00001.safetensors.*differ from what was committed"):
+        open_store(tmp_path / "s")
+    with pytest.raises(CorruptStoreError, match="sha256 mismatch"):
+        verify_store(tmp_path / "s")
+    assert len(open_store(tmp_path / "s", verify=False)) == 10  # the structure is intact
+
+    write_store(tmp_path / "t")
+    jl = tmp_path / "t" / "shard-00000.jsonl"
+    lines = jl.read_text(encoding="utf-8").splitlines()
+    rec = json.loads(lines[1])
+    rec["correct"] = not rec.get("correct")  # a valid record with another label
+    jl.write_text("\n".join([lines[0], json.dumps(rec), *lines[2:]]) + "\n", encoding="utf-8")
+    with pytest.raises(CorruptStoreError, match="shard-00000.jsonl: the records differ"):
+        open_store(tmp_path / "t")
+
+
+def test_checksums_are_what_the_files_hold(tmp_path):
+    """Recomputed here from the files with hashlib, independently of the store reader."""
+    import hashlib
+
+    from acute.store import read_safetensors_header
+
+    write_store(tmp_path / "s")
+    for i in range(3):
+        st = tmp_path / "s" / f"shard-{i:05d}.safetensors"
+        info, _ = read_safetensors_header(st)
+        meta = info["__metadata__"]
+        raw = st.read_bytes()
+        h = hashlib.sha256()
+        for name in ("layer_means", "token_logprobs", "token_offsets"):
+            h.update(raw[info[name]["offset"]:info[name]["offset"] + info[name]["nbytes"]])
+        assert meta["tensors_sha256"] == h.hexdigest()
+        assert meta["records_sha256"] == hashlib.sha256(st.with_suffix(".jsonl").read_bytes()).hexdigest()
+
+
+def test_resume_removes_a_safetensors_temporary_and_shards_get_the_usual_mode(tmp_path):
+    records, lm, lps = make_data(8, 0)
+    path = tmp_path / "s"
+    with StoreWriter(path, make_manifest(), shard_size=4) as w:
+        w.add(records[:4], lm[:4], lps[:4])
+    (path / ".tmpAb12Cd").write_bytes(b"\0" * 1000)  # what a kill inside safetensors' save leaves
+    with StoreWriter(path, make_manifest(), shard_size=4) as w:
+        assert ".tmpAb12Cd" not in os.listdir(path)
+        w.add(records[4:], lm[4:], lps[4:])
+    mask = os.umask(0)
+    os.umask(mask)
+    for name in os.listdir(path):
+        assert stat.S_IMODE(os.stat(path / name).st_mode) == 0o666 & ~mask, name
