@@ -4,10 +4,13 @@ export, score, plot, protocol, protocol-report and run. Heavy imports happen ins
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +48,8 @@ def _load_task(name: str, data: str | None, split: str | None, limit: int | None
     task = get_task(name, **options)
     examples = task.load(data, split=split, limit=limit)
     if not examples:
-        raise InputError(f"task {task.name!r}: no examples in {data or 'the default data'}")
+        source = data or getattr(task, "path", None) or "the default data"
+        raise InputError(f"task {task.name!r}: no examples in {source}")
     return task, examples
 
 
@@ -693,16 +697,31 @@ def show_logs(level: int = 20) -> None:
     logger.setLevel(level)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (stores are marked
+    "interrupted", temporaries removed)."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated()
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     show_logs()
-    if argv[:1] == ["run"]:  # the pipeline parses its own arguments (`acute run --help`)
-        from .pipeline import main as run_main
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    try:
+        if argv[:1] == ["run"]:  # the pipeline parses its own arguments (`acute run --help`)
+            from .pipeline import main as run_main
 
-        return _guarded(run_main, argv[1:])
-    args = build_parser().parse_args(argv)
-    args.argv = argv
-    return _guarded(args.func, args)
+            return _guarded(run_main, argv[1:])
+        args = build_parser().parse_args(argv)
+        args.argv = argv
+        return _guarded(args.func, args)
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)  # main() may be called from a larger program
 
 
 def _guarded(func, arg) -> int:
@@ -715,9 +734,15 @@ def _guarded(func, arg) -> int:
     except (AcuteError, FileNotFoundError) as e:
         _err(str(e))
         return 2
-    except KeyboardInterrupt:
-        _err("interrupted; committed shards are kept and a rerun resumes")
-        return 130
+    except OSError as e:  # no permission, a full disk, a file where a folder should be
+        where = f": {e.filename}" if e.filename else ""
+        hint = "; committed shards are kept and a rerun resumes" if e.errno == errno.ENOSPC else ""
+        _err(f"{e.strerror or e}{where}{hint}")
+        return 2
+    except KeyboardInterrupt as e:
+        _err(("terminated" if isinstance(e, Terminated) else "interrupted")
+             + "; committed shards are kept and a rerun resumes")
+        return 143 if isinstance(e, Terminated) else 130
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ data-file helpers (file/folder resolution, JSONL/JSON/CSV reading with file:line
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import warnings
@@ -24,6 +25,7 @@ __all__ = [
     "read_jsonl",
     "read_json_array",
     "read_csv_rows",
+    "read_text",
     "DATA_ENV",
 ]
 
@@ -106,14 +108,25 @@ def read_json_array(path: Path) -> list[dict]:
     return data
 
 
+def read_text(path: Path) -> str:
+    """The UTF-8 text of ``path`` (a BOM dropped); ``TaskDataError`` naming the file and line of
+    the first byte that is not UTF-8."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise TaskDataError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+
+
 def read_csv_rows(path: Path, header: bool) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, row)`` of a CSV file; rows are dicts when ``header`` else lists.
 
     The line number is the physical line where the record starts (quoted cells may span lines).
-    A UTF-8 BOM is ignored.
+    A UTF-8 BOM is ignored; a byte that is not UTF-8 is reported with its line.
     """
     path = Path(path)
-    with path.open(encoding="utf-8-sig", newline="") as fh:
+    with io.StringIO(read_text(path), newline="") as fh:
         reader = csv.DictReader(fh) if header else csv.reader(fh)
         start = reader.line_num + 1 if header else 1
         try:

@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .base import Example, Task, TaskDataError, clean_texts, find_file, read_csv_rows, read_jsonl
+from .base import Example, Task, TaskDataError, clean_texts, find_file, read_csv_rows, read_jsonl, read_text
 from .choice import LETTERS, MultipleChoiceTask
 from .normalize import first_line, strip_answer_prefix
 from .qa import _parse_jsonl_qa
@@ -62,8 +62,7 @@ def read_truthfulqa(task: Task, path: Path, split: str) -> list[Example]:
     if path.is_dir():
         path = find_file(path, [f"{split}.jsonl", "TruthfulQA.csv"], task.name, split)
     if path.suffix == ".csv":
-        with path.open(encoding="utf-8-sig", newline="") as fh:
-            header = fh.readline()
+        header = read_text(path).split("\n", 1)[0]
         missing = [c for c in _REQUIRED if c not in header]
         if missing:
             raise TaskDataError(f"{path}:1: missing column(s) {missing} in the header")
