@@ -253,6 +253,7 @@ def _open_labelled_store(path: str, allow_partial: bool = False):
     store = open_store(path)
     if len(store) == 0:
         raise InputError(f"store {path} has no records")
+    store.check_finite()
     m = store.manifest
     status, counted = m.get("status"), m.get("num_records")
     problem = (f"its collection did not finish (status {status!r})" if status != "complete"

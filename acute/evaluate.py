@@ -334,6 +334,8 @@ def _check_layer_means(store, n: int, label: str) -> tuple[int, ...]:
     shape = tuple(store.layer_means.shape)
     if len(shape) != 3 or shape[0] != n:
         raise InputError(f"{label}.layer_means must have shape [n={n}, L+1, d], got {shape}")
+    if hasattr(store, "check_finite"):  # a Store names the record and shard of a NaN
+        store.check_finite()
     return shape[1:]
 
 

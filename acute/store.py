@@ -646,6 +646,26 @@ class Store:
     def _global_rows(self) -> np.ndarray:
         return np.arange(len(self), dtype=np.int64) if self._rows is None else self._rows
 
+    def where(self, i: int) -> str:
+        """``"record <id> (<shard file>)"`` of row ``i`` of this view: how errors name a record."""
+        g = int(self._global_rows()[i])
+        shard = self._shards[int(np.searchsorted(self._starts, g, side="right")) - 1]
+        return f"record {self.ids[i]!r} ({shard.path.name})"
+
+    def check_finite(self) -> None:
+        """:class:`CorruptStoreError` naming the record id and shard of the first NaN or inf in
+        the raw confidences or the hidden states (read in chunks of rows)."""
+        from .validation import _first_nonfinite_row
+
+        conf = np.asarray(self.raw_confidence, dtype=np.float64)
+        if not np.isfinite(conf).all():
+            i = int(np.argmin(np.isfinite(conf)))
+            raise CorruptStoreError(f"{self.path}: {self.where(i)} has a non-finite raw confidence ({conf[i]})")
+        if len(self) and self._shards:
+            i = _first_nonfinite_row(self.layer_means)
+            if i is not None:
+                raise CorruptStoreError(f"{self.path}: {self.where(i)} has a non-finite hidden state (NaN or inf)")
+
     # -- per-record data ------------------------------------------------------------------------
     @property
     def records(self) -> list[dict]:

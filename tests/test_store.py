@@ -596,3 +596,20 @@ def test_resume_removes_a_safetensors_temporary_and_shards_get_the_usual_mode(tm
     os.umask(mask)
     for name in os.listdir(path):
         assert stat.S_IMODE(os.stat(path / name).st_mode) == 0o666 & ~mask, name
+
+
+def test_a_non_finite_value_is_named_by_record_id_and_shard(tmp_path):
+    from acute.store import read_safetensors_header
+
+    records, _, _ = write_store(tmp_path / "s")  # shards of 4: records 4-7 in shard-00001
+    shard = tmp_path / "s" / "shard-00001.safetensors"
+    info = read_safetensors_header(shard)[0]["layer_means"]
+    row_bytes = (L + 1) * D * 2  # float16
+    nan16 = np.array([np.nan], dtype="<f2").tobytes()
+    at = info["offset"] + 2 * row_bytes + 6  # record 6, somewhere in its first layer
+    _rewrite(shard, lambda b: b[:at] + nan16 + b[at + 2:])
+    store = open_store(tmp_path / "s", verify=False)  # past the checksum, as a hand-made store would be
+    with pytest.raises(CorruptStoreError, match=r"record 'q6' \(shard-00001.safetensors\) has a non-finite hidden"):
+        store.check_finite()
+    assert store.where(9) == "record 'q9' (shard-00002.safetensors)"
+    assert store.select([9, 2]).where(0) == "record 'q9' (shard-00002.safetensors)"
