@@ -1,8 +1,9 @@
 """acute: can this language-model answer be trusted?
 
 Public entry points are imported lazily so that ``import acute`` stays fast:
-``load_model``, ``format_prompt``, ``model_fingerprint`` (models), ``generate_and_record``,
-``HiddenStateRecorder`` (extraction), ``open_store`` (store), ``get_task`` (tasks),
+``load_model``, ``format_prompt``, ``model_fingerprint``, ``model_identity``, ``weights_digest``
+(models), ``generate_and_record``, ``HiddenStateRecorder`` (extraction), ``open_store``,
+``verify_store`` (store), ``get_task`` (tasks),
 ``ActivationProbe``, ``load_probe`` (probes), ``Scorer`` (scoring), ``metrics``.
 """
 
@@ -16,6 +17,9 @@ _LAZY = {
     "load_model": "models",
     "format_prompt": "models",
     "model_fingerprint": "models",
+    "model_identity": "models",
+    "weights_digest": "models",
+    "verify_store": "store",
     "generate_and_record": "extraction",
     "HiddenStateRecorder": "extraction",
     "open_store": "store",
@@ -25,7 +29,7 @@ _LAZY = {
     "load_probe": "probes",
     "Scorer": "scoring",
 }
-_SUBMODULES = {"metrics", "plots", "features", "baselines", "evaluate", "protocol", "verbalize"}
+_SUBMODULES = {"metrics", "plots", "features", "baselines", "evaluate", "protocol", "verbalize", "transfer"}
 
 __all__ = sorted(_LAZY) + sorted(_SUBMODULES)
 
