@@ -317,7 +317,17 @@ def test_empty_task_file(capsys, tmp_path):
     questions = tmp_path / "empty.jsonl"
     questions.write_text("")
     rc, _, err = run(["collect", "--task", questions, "--out", tmp_path / "s"], capsys)
-    assert rc == 2 and "no examples" in err
+    assert rc == 2 and f"no examples in {questions}" in err
+
+
+def test_out_is_a_file_is_one_line(capsys, tmp_path, tiny_model_dir):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": 1, "question": "Q?", "answers": ["A"]}) + "\n")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    rc, _, err = run(["collect", "--task", questions, "--model", tiny_model_dir, "--out", blocker / "store",
+                      "--quiet", "-O", "shots=0"], capsys)
+    assert rc == 2 and str(blocker) in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -822,3 +822,12 @@ def test_reply_restating_the_question_is_read_by_its_complement(generation, corr
     assert task.is_correct(ex, generation) is correct
     assert copula_tail("The capital of Egypt is Cairo.") == "Cairo"
     assert copula_tail("Cairo") is None
+
+
+def test_a_csv_byte_that_is_not_utf8_is_named_by_line(tmp_path):
+    path = write_csv(tmp_path / "TruthfulQA.csv", [TQA_HEADER, *TQA_ROWS])
+    raw = path.read_bytes().splitlines(keepends=True)
+    raw[2] = raw[2].replace(b"gum", b"g\xffm", 1) if b"gum" in raw[2] else b"\xff" + raw[2]
+    path.write_bytes(b"".join(raw))
+    with pytest.raises(TaskDataError, match=r"TruthfulQA.csv:3: not valid UTF-8"):
+        get_task("truthfulqa").load(path)
