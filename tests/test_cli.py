@@ -220,7 +220,9 @@ def test_export_fits_everything(exported, work):
     probe = load_probe(exported)
     assert probe.training_summary["n_records"] == N and probe.view == "pca10"
     store = open_store(work / "mixed")
-    assert probe.model_fingerprint == store.manifest["model_fingerprint"]
+    # the architecture fingerprint of the store plus the weights it was collected from
+    assert probe.model_fingerprint == {**store.manifest["model_fingerprint"],
+                                       "weights_sha256": store.manifest["model_weights"]["sha256"]}
     assert probe.model_name == store.manifest["model"]
 
 
