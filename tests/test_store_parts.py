@@ -111,7 +111,7 @@ def test_two_parts_interleaved_read_as_one_store(tmp_path):
     store = open_store(path)
     assert_store_holds(store, items, order)
     assert verify_store(path)["shards"] == [
-        {"file": f, "num_records": n} for f, n in [
+        {"file": f, "num_records": n, "checksummed": True} for f, n in [
             ("shard-p000-00000.safetensors", 2), ("shard-p000-00001.safetensors", 2),
             ("shard-p000-00002.safetensors", 1), ("shard-p001-00000.safetensors", 2),
             ("shard-p001-00001.safetensors", 2)]]
