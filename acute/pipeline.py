@@ -929,17 +929,35 @@ def _task_info(t: TaskSpec, cfg: Config) -> str:
     return text + (f". {t.description}" if t.description else ".")
 
 
+def _plan_row(pair: Path, model: str, task: str, requested: int) -> dict:
+    """One pair of the plan: records requested and collected, accuracy, and how far it got."""
+    row = {"model": model, "task": task, "requested": requested, "collected": None, "accuracy": None,
+           "stage": "not collected"}
+    done = pair / "collect.done.json"
+    if done.is_file():
+        summary = json.loads(done.read_text(encoding="utf-8")).get("summary", {})
+        row.update(collected=summary.get("records"), accuracy=summary.get("accuracy"), stage="collected")
+    elif (pair / "store" / "manifest.json").is_file():
+        manifest = json.loads((pair / "store" / "manifest.json").read_text(encoding="utf-8"))
+        row.update(collected=manifest.get("num_records"), stage="collecting")
+    if (pair / "evaluate.done.json").is_file():
+        row["stage"] = "evaluated"
+    return row
+
+
 def _worker_report(p: dict) -> dict:
     from acute.report import ReportInputs, write_report
 
     cfg = load_config(p["config"], data_root=p["data_root"])
     work, out = Path(p["work"]), Path(p["out"])
     timings = load_timings(work / "timings.json")
-    evals, protos, records, failures = [], [], {}, []
+    evals, protos, records, failures, plan = [], [], {}, [], []
     for m in cfg.models:
         for t in cfg.tasks:
             pair = _pair_dir(work, m.key, t.key)
             records[(m.key, t.key)] = cfg.records(m, t)
+            if cfg.records(m, t) > 0:
+                plan.append(_plan_row(pair, m.key, t.key, cfg.records(m, t)))
             if (pair / "evaluate.done.json").is_file() and (pair / "eval" / "results.json").is_file():
                 evals.append((m.key, t.key, pair / "eval"))
             if (pair / "protocol.done.json").is_file() and (pair / "protocol" / "protocol.json").is_file():
@@ -963,7 +981,8 @@ def _worker_report(p: dict) -> dict:
         tasks=[t.key for t in cfg.tasks], task_info={t.key: _task_info(t, cfg) for t in cfg.tasks},
         records=records, stages=timings.get("stages", {}), failures=failures,
         command=p["command"], report_command=p["report_command"], n_bootstrap=cfg.report_n_bootstrap,
-        seed=cfg.seed, figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers)
+        seed=cfg.seed, figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers,
+        plan=plan)
     t0 = time.perf_counter()
     path = write_report(inputs, progress=True)
     _write_json_atomic(out / "timings.json", timings)

@@ -460,6 +460,16 @@ model = "{model_dir.as_posix()}"
                   "## Transfer between tasks", "### tiny"):
         assert title in readme, title
     assert (out / "figures" / "learning-curve-tiny-qa.png").is_file()
+    assert f"| tiny | qa | {N_ROWS} | {N_ROWS} |" in readme and "| evaluated |" in readme  # plan and status
+
+
+def test_comparison_falls_back_to_the_default_for_views_not_evaluated():
+    from acute.report import comparison_markdown
+
+    cell = {f"auc_euro_{b}": {"estimate": 0.5, "low": 0.4, "high": 0.6} for b in ("all", "low", "med", "high")}
+    md = comparison_markdown({"mmlu": {"raw": cell, "acute-cosine-stacked": cell}}, None)
+    assert "| mmlu | acute-late -> acute-cosine-stacked | 0.83 |" in md
+    assert "| apigen | acute-pca20 | 0.88 | not run |" in md
 
 
 def test_unknown_task_model_or_data_fail_before_any_work(tmp_path):
