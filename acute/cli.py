@@ -1,5 +1,5 @@
 """The ``acute`` command line: demo, collect, tasks, models, train, evaluate, learning-curve,
-export, score, plot, protocol, protocol-report and run. Heavy imports happen inside each command."""
+export, score, serve, rerecord, plot, protocol, protocol-report and run. Heavy imports happen inside each command."""
 
 from __future__ import annotations
 
@@ -94,10 +94,41 @@ def _relaunch_with_accelerate(args, argv: list[str]) -> int:
     return subprocess.call(cmd)
 
 
+def _collect_responses(args) -> int:
+    """``acute collect --responses FILE``: record given responses by teacher forcing."""
+    from .collect import collect_responses
+    from .models import load_model
+    from .tasks import get_task
+
+    unused = [flag for flag, value in (("--data", args.data), ("--split", args.split),
+                                       ("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens))
+              if value is not None]
+    if args.num_processes != 1:
+        unused.append("--num-processes")
+    if unused:
+        raise InputError(f"{', '.join(unused)} cannot be used with --responses (the file holds the "
+                         "prompts and responses to record)")
+    if not Path(args.responses).is_file():
+        raise FileNotFoundError(f"responses file {args.responses} does not exist")
+    task = get_task(args.task, **_task_options(args.task_option)) if args.task else None
+    out = Path(args.out) if args.out else _default_store_dir(args.model, Path(args.responses).stem)
+    model, tok = load_model(args.model, **load_options_from_args(args))
+    summary = collect_responses(model, tok, args.responses, out, model_name=_model_name(args.model),
+                                task=task, batch_size=args.batch_size, dtype=args.dtype,
+                                pool=args.pool, chat=_chat_flag(args),
+                                on_bad_response="error" if args.fail_on_too_long else "skip",
+                                shard_size=args.shard_size, progress=not args.quiet,
+                                allow_other_weights=args.allow_other_weights)
+    print("\n".join(summary.lines()))
+    return 0
+
+
 def cmd_collect(args) -> int:
     from .collect import collect
     from .models import load_model
 
+    if args.responses:
+        return _collect_responses(args)
     if args.num_processes < 1:
         raise InputError(f"--num-processes must be >= 1, got {args.num_processes}")
     world = _launched_processes()
@@ -114,7 +145,7 @@ def cmd_collect(args) -> int:
         state = PartialState(cpu=device == "cpu")
         if device != "cpu":
             device = str(state.device)  # one accelerator per process
-    task, examples = _load_task(args.task, args.data, args.split, args.limit,
+    task, examples = _load_task(args.task or "default", args.data, args.split, args.limit,
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else _default_store_dir(args.model, task.name)
     model, tok = load_model(args.model, **load_options_from_args(args, device=device))
@@ -420,21 +451,56 @@ def _score_task(name: str | None):
 def _read_prompts(source: str):
     """``(ids, prompts)`` from a JSONL file or ``-`` (stdin): objects with 'prompt' or 'question'
     (or bare JSON strings); errors name the file and line."""
+    ids, prompts, _ = _read_score_rows(source)
+    return ids, prompts
+
+
+def _read_score_rows(source: str):
+    """``(ids, prompts, responses)`` from a JSONL file or ``-`` (stdin): objects with 'prompt'
+    or 'question' (a string) or 'messages' (chat messages), and an optional 'response' (a
+    non-empty string: scored as given; None: generated), or bare JSON strings; errors name the
+    file and line."""
     from ._util import iter_jsonl
 
     name = "<stdin>" if source == "-" else source
     if source != "-" and not Path(source).is_file():
         raise FileNotFoundError(f"prompts file {source} does not exist")
-    ids, prompts = [], []
+    ids, prompts, responses = [], [], []
     for lineno, obj in iter_jsonl(sys.stdin if source == "-" else source, name, error=InputError, objects=False):
-        text = (obj.get("prompt") or obj.get("question")) if isinstance(obj, dict) else obj
-        if not isinstance(text, str) or not text.strip():
+        row = obj if isinstance(obj, dict) else {}
+        text = (row.get("prompt") or row.get("question")) if row else obj
+        if row.get("messages") is not None and text is None:
+            text = row["messages"]
+            if not isinstance(text, list) or not text:
+                raise InputError(f"{name}:{lineno}: 'messages' must be a non-empty list of messages")
+        elif not isinstance(text, str) or not text.strip():
             raise InputError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
+        response = row.get("response")
+        if response is not None and (not isinstance(response, str) or not response.strip()):
+            raise InputError(f"{name}:{lineno}: 'response' must be a non-empty string, got {response!r}")
         prompts.append(text)
-        ids.append(obj.get("id", lineno) if isinstance(obj, dict) else lineno)
+        responses.append(response)
+        ids.append(row.get("id", lineno) if row else lineno)
     if not prompts:
         raise InputError(f"{name}: no prompts")
-    return ids, prompts
+    return ids, prompts, responses
+
+
+def _score_all(scorer, prompts: list, responses: list, risk: float) -> list:
+    """Generate and score the prompts without a response, score the given responses (one batch
+    each), in input order."""
+    given = [i for i, r in enumerate(responses) if r is not None]
+    todo = [i for i, r in enumerate(responses) if r is None]
+    out: list = [None] * len(prompts)
+    if todo:
+        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk)):
+            out[i] = s
+    if given:
+        scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given],
+                                        risk=risk)
+        for i, s in zip(given, scored):
+            out[i] = s
+    return out
 
 
 def cmd_score(args) -> int:
@@ -444,6 +510,9 @@ def cmd_score(args) -> int:
 
     if not args.jsonl and not args.question:
         raise InputError("give a question, or --jsonl FILE (or - for stdin)")
+    if args.response is not None and (args.jsonl or not args.response.strip()):
+        raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
+                         "each its 'response' field")
     decide([], args.risk)  # a bad risk level fails before the model is loaded
     if args.probe:
         probe_dir = Path(args.probe)
@@ -454,13 +523,14 @@ def cmd_score(args) -> int:
                 f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
-    ids, prompts = _read_prompts(args.jsonl) if args.jsonl else (None, [args.question])
+    ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
+                               else (None, [args.question], [args.response]))
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
-    scored = scorer.generate(prompts, risk=args.risk)
+    scored = _score_all(scorer, prompts, responses, args.risk)
     if args.jsonl:
         for i, s in zip(ids, scored):
             print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
@@ -471,6 +541,57 @@ def cmd_score(args) -> int:
     print(f"raw confidence: {s.raw_confidence:.3f}")
     print(f"confidence:     {s.confidence:.3f}")
     print(f"decision:       {s.decision} (risk level {s.risk})")
+    return 0
+
+
+# ---------------------------------------------------------------- serve
+def cmd_serve(args) -> int:
+    from . import serve
+
+    serve.require_serve_extra()
+    api_key = serve.resolve_api_key(args.api_key)
+    serve.check_bind(args.host, api_key, args.allow_remote)
+    settings = dict(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    max_request_bytes=args.max_request_bytes, api_key=api_key, default_risk=args.risk)
+    serve.ServeSettings(**settings)  # bad flags fail before the model is loaded
+    from .models import load_model
+    from .probes import load_probe
+    from .scoring import Scorer
+
+    probe_dir = Path(args.probe) if args.probe else _default_probe_dir()
+    probe = load_probe(probe_dir)
+    model_name = args.model or probe.model_name or DEFAULT_MODEL
+    model, tok = load_model(model_name, **load_options_from_args(args))
+    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
+                    allow_other_weights=args.allow_other_weights)
+    served = Path(model_name).name if Path(model_name).exists() else model_name
+    app = serve.create_app(scorer, model_name=served, **settings)
+    sock = serve.bind_socket(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
+          f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+    serve.run_server(app, sock)
+    print("stopped", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- rerecord
+def cmd_rerecord(args) -> int:
+    from .collect import rerecord_store
+    from .models import load_model
+    from .store import open_store
+
+    manifest = open_store(args.store, verify=False).manifest
+    model_name = args.model or manifest.get("model")
+    if not model_name:
+        raise InputError(f"{args.store} does not name its model; pass --model")
+    model, tok = load_model(model_name, **load_options_from_args(args))
+    summary = rerecord_store(model, tok, args.store, args.out, pool=args.pool,
+                             batch_size=args.batch_size, dtype=args.dtype,
+                             shard_size=args.shard_size, progress=not args.quiet,
+                             allow_other_weights=args.allow_other_weights)
+    print("\n".join(summary.lines()))
     return 0
 
 
@@ -548,7 +669,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("collect", help="generate, record activations, label, write a store",
                        parents=[model_opts])
     c.add_argument("--model", default=DEFAULT_MODEL, help="card name, hub id, folder or .gguf")
-    c.add_argument("--task", default="default", help="task name (see `acute tasks`) or a JSONL of {id, question, answers}")
+    c.add_argument("--task", default=None, help="task name (see `acute tasks`) or a JSONL of {id, question, answers} "
+                   "(default: default; with --responses: labels from the task instead of the 'label' field)")
+    c.add_argument("--responses", default=None, metavar="FILE.jsonl",
+                   help="record given responses by teacher forcing instead of generating: rows of id, "
+                        "prompt (sent as is) or messages, response, and label (true/false) or answers (--task)")
     c.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
     c.add_argument("--data", default=None, help="benchmark file or folder")
@@ -561,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data-parallel processes: relaunches this command with accelerate launch")
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding")
     c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto")
-    c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the context window")
+    c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the "
+                   "context window (with --responses: also empty responses), naming the id")
     c.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--allow-other-weights", action="store_true",
@@ -649,7 +775,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
     s.add_argument("--model", default=None, help="default: the model named in the probe")
     s.add_argument("--risk", type=float, default=0.5)
-    s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt' or 'question'), or - for stdin")
+    s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
+                   "and optionally 'response': scored as given instead of generated), or - for stdin")
+    s.add_argument("--response", default=None, metavar="TEXT",
+                   help="score this answer (from another engine) to the question instead of generating one")
     s.add_argument("--max-new-tokens", type=int, default=None)
     s.add_argument("--batch-size", type=int, default=8)
     s.add_argument("--allow-other-weights", action="store_true",
@@ -657,6 +786,43 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", default=None,
                    help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
     s.set_defaults(func=cmd_score)
+
+    sv = sub.add_parser("serve", help="the trust-gate HTTP service: /v1/score and OpenAI-compatible "
+                        "/v1/chat/completions with dynamic batching", parents=[model_opts])
+    sv.add_argument("--model", default=None, help="default: the model named in the probe")
+    sv.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default loopback; others need an API key or --allow-remote)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port (0: a free one, printed)")
+    sv.add_argument("--max-batch", type=int, default=16, help="most requests generated together")
+    sv.add_argument("--max-wait-ms", type=float, default=10.0,
+                    help="longest a batch waits for more requests after its first")
+    sv.add_argument("--max-queue", type=int, default=256, help="most waiting requests; more get 503")
+    sv.add_argument("--max-request-bytes", type=int, default=1_000_000, help="largest request body; more get 413")
+    sv.add_argument("--max-new-tokens", type=int, default=None, help="default: the probe's training setting")
+    sv.add_argument("--risk", type=float, default=0.5, help="risk level of chat requests that give none")
+    sv.add_argument("--api-key", default=None,
+                    help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
+    sv.add_argument("--allow-remote", action="store_true",
+                    help="allow a non-loopback --host without an API key")
+    sv.add_argument("--allow-other-weights", action="store_true",
+                    help="serve a probe trained on other weights of the same architecture")
+    sv.set_defaults(func=cmd_serve)
+
+    rr = sub.add_parser("rerecord", help="teacher-force a store's generations again (e.g. another pooling) "
+                        "into a new store, without regenerating", parents=[model_opts])
+    rr.add_argument("store")
+    rr.add_argument("--out", required=True)
+    rr.add_argument("--pool", choices=["decoding", "generated"], default=None, help="default: the store's")
+    rr.add_argument("--model", default=None, help="default: the model named in the store")
+    rr.add_argument("--batch-size", type=int, default=8)
+    rr.add_argument("--dtype", choices=["float16", "float32"], default=None,
+                    help="storage dtype of layer means (default: the store's)")
+    rr.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
+    rr.add_argument("--quiet", action="store_true", help="no progress bar")
+    rr.add_argument("--allow-other-weights", action="store_true",
+                    help="re-record with weights other than the store's (same architecture)")
+    rr.set_defaults(func=cmd_rerecord)
 
     pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol",
                         parents=[model_opts])

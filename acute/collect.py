@@ -4,10 +4,17 @@ This is the glue between the model (``acute.models``), the recorder (``acute.ext
 the task layer (``acute.tasks``) and the store (``acute.store``). It is resumable: records
 already committed to ``out_dir`` are skipped, so an interrupted collection (Ctrl-C, a crash)
 is continued by running the same command again.
+
+Three ways to fill a store share the commit loop: :func:`collect` generates answers to a task's
+examples; :func:`collect_responses` records responses produced elsewhere, given with their
+prompts and labels in a JSONL file, by teacher forcing (:func:`acute.extraction.record_responses`);
+:func:`rerecord_store` teacher-forces the generations of an existing store again (e.g. with
+another pooling) without regenerating.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -18,11 +25,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from .errors import InputError
+from .errors import InputError, ModelMismatchError
 from .validation import check_count
 
-__all__ = ["CollectSummary", "build_manifest", "collect", "collection_settings", "example_record",
+__all__ = ["CollectSummary", "ResponseRow", "build_manifest", "collect", "collect_responses",
+           "collection_settings", "example_record", "read_responses", "rerecord_store",
            "store_identity"]
+
+logger = logging.getLogger(__name__)
 
 @dataclass
 class CollectSummary:
@@ -38,6 +48,8 @@ class CollectSummary:
     new_records: int = 0  #: records generated in this run
     resumed: int = 0  #: examples found already committed and skipped
     skipped_too_long: int = 0  #: prompts longer than the context window (skipped)
+    skipped_empty: int = 0  #: empty responses (collect_responses; skipped)
+    retokenized: int = 0  #: rerecord_store: records whose text re-tokenized to other tokens
     unparseable: int = 0  #: new generations the task could not parse (labelled wrong)
     accuracy: float = math.nan  #: over all records in the store
     mean_raw_confidence: float = math.nan  #: over all records in the store
@@ -54,16 +66,19 @@ class CollectSummary:
             f"skipped (too long):  {self.skipped_too_long}",
             f"unparseable answers: {self.unparseable}",
             f"store:               {self.out_dir}",
-        ]
+        ] + [f"{name + ':':<21}{value}" for name, value in (
+            ("skipped (empty)", self.skipped_empty), ("re-tokenized", self.retokenized)) if value]
 
 
-def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int,
+def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int | None,
                    stop_strings: Sequence[str], pool: str, chat: bool | None) -> dict:
     """The store manifest: model (fingerprint and weights digest), tokenizer, task and generation
     settings, acute version.
 
     ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
     manifest says how the prompts were actually built; a scorer reads it back from the probe.
+    ``task`` is None (``task`` and ``task_settings`` None) for responses labelled by their
+    ``label`` field, and ``max_new_tokens`` None for responses that were not generated here.
     """
     from .models import model_fingerprint, weights_digest
     from .tasks.base import use_chat
@@ -78,11 +93,11 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
         "tokenizer": getattr(tokenizer, "name_or_path", None),
         "num_layers": fp["num_layers"],
         "hidden_size": fp["hidden_size"],
-        "task": task.name,
-        "task_settings": task.settings(),
+        "task": None if task is None else task.name,
+        "task_settings": None if task is None else task.settings(),
         "generation": {
             "do_sample": False,
-            "max_new_tokens": int(max_new_tokens),
+            "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens),
             "stop_strings": list(stop_strings),
             "pool": pool,
             "chat": use_chat(tokenizer, chat),
@@ -104,37 +119,103 @@ def store_identity(manifest: dict) -> dict | None:
 
 
 def collection_settings(manifest: dict) -> dict:
-    """``{"task", "task_settings", "generation"}`` of a store manifest: what a probe trained on
-    the store should carry in its ``training_summary`` so that :class:`acute.scoring.Scorer`
-    generates live answers the same way (prompt, max new tokens, stop strings, pooling)."""
-    return {key: manifest.get(key) for key in ("task", "task_settings", "generation")}
+    """``{"task", "task_settings", "generation"}`` (and ``"responses"`` for a store of given
+    responses) of a store manifest: what a probe trained on the store should carry in its
+    ``training_summary`` so that :class:`acute.scoring.Scorer` generates live answers, or
+    formats the prompts of given responses, the same way (prompt, max new tokens, stop strings,
+    pooling)."""
+    keys = ("task", "task_settings", "generation") + (("responses",) if "responses" in manifest else ())
+    return {key: manifest.get(key) for key in keys}
 
 
 def example_record(task, ex, prompt: str, generation) -> dict:
     """The store record of one example and its :class:`~acute.extraction.Generation`.
 
     Keys: ``id, task, prompt, generation, answer, gold, correct, parse_error, n_tokens,
-    raw_confidence, finish_reason, meta``; ``meta`` is the example's meta plus any task-specific
-    labelling details (e.g. ROUGE scores).
+    raw_confidence, finish_reason, token_ids, meta``; ``meta`` is the example's meta plus any
+    task-specific labelling details (e.g. ROUGE scores); ``token_ids`` are the generated tokens
+    (what :func:`rerecord_store` feeds back).
     """
-    details = dict(task.label_details(ex, generation.text))
+    return _record(ex.id, task.name, prompt, generation, **_task_label(task, ex, generation.text))
+
+
+def _task_label(task, ex, text: str) -> dict:
+    """``answer, gold, correct, parse_error, meta`` of ``text`` as ``task`` labels ``ex``."""
+    details = dict(task.label_details(ex, text))
     answer = details.pop("answer", None)
     correct = bool(details.pop("correct"))
     parse_error = bool(details.pop("parse_error", answer is None))
+    return {"answer": answer, "gold": list(ex.answers), "correct": correct,
+            "parse_error": parse_error, "meta": {**(ex.meta or {}), **details}}
+
+
+def _record(record_id, task_name: str | None, prompt: str, generation, *, answer, gold: list,
+            correct: bool, parse_error: bool, meta: dict, text: str | None = None) -> dict:
+    """One store record (see :func:`example_record`); ``text`` replaces ``generation.text``
+    (a given response is stored as given)."""
     return {
-        "id": ex.id,
-        "task": task.name,
+        "id": record_id,
+        "task": task_name,
         "prompt": prompt,
-        "generation": generation.text,
+        "generation": generation.text if text is None else text,
         "answer": answer,
-        "gold": list(ex.answers),
-        "correct": correct,
-        "parse_error": parse_error,
+        "gold": gold,
+        "correct": bool(correct),
+        "parse_error": bool(parse_error),
         "n_tokens": int(len(generation.token_ids)),
         "raw_confidence": float(generation.raw_confidence),
         "finish_reason": generation.finish_reason,
-        "meta": {**(ex.meta or {}), **details},
+        "token_ids": [int(t) for t in generation.token_ids],
+        "meta": meta,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# the commit loop every collection shares
+# --------------------------------------------------------------------------------------------
+
+
+def _progress_bar(total: int, desc: str, progress: bool, rank: int = 0):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="rec", disable=not progress, file=sys.stderr,
+                position=rank)
+
+
+def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: CollectSummary) -> None:
+    """Commit the records of ``todo`` chunk by chunk: ``run_chunk(part)`` returns
+    ``(records, layer_means, token_logprobs)`` for a chunk (lists; skipped items left out).
+
+    Chunks bound memory (~L*d*4 bytes per record) and let a progress bar move; inside a chunk
+    the recorder groups prompts that share a prefix (large chunks give it more to group) and
+    sorts them by length. A chunk never runs past the shard being filled, so every shard is
+    committed as soon as its records exist and a kill loses at most the records of one
+    uncommitted shard.
+    """
+    chunk = max(batch_size * 32, 64)
+    i = 0
+    while i < len(todo):
+        n = min(chunk, writer.shard_size - writer.num_buffered)
+        part = todo[i:i + n]
+        i += n
+        records, means, logprobs = run_chunk(part)
+        if records:
+            writer.add(records, np.stack(means), logprobs)
+        summary.new_records += len(records)
+
+
+def _summarize(summary: CollectSummary, out_dir: Path, elapsed: float) -> CollectSummary:
+    """Fill the store-wide counts of ``summary`` from the store on disk."""
+    from .store import open_store
+
+    store = open_store(out_dir)
+    summary.records = len(store)
+    if len(store):
+        summary.accuracy = float(np.mean(store.correct))
+        summary.mean_raw_confidence = float(np.mean(store.raw_confidence))
+    if summary.new_records:
+        summary.seconds_per_record = elapsed / summary.new_records
+    return summary
 
 
 # Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
@@ -172,10 +253,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     """
     import warnings
 
-    from tqdm.auto import tqdm
-
     from .extraction import generate_and_record
-    from .store import StoreWriter, finalize_store, open_store, prepare_store
+    from .store import StoreWriter, finalize_store, prepare_store
 
     examples = list(examples)
     if not examples:
@@ -212,20 +291,10 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         todo = [ex for ex in examples if ex.id not in done]
         summary.resumed = len(examples) - len(todo)
         mine = todo[rank::world]
-        bar = tqdm(total=len(mine), desc=f"collect {Path(task.name).name}"
-                   + (f" [{rank + 1}/{world}]" if parallel else ""), unit="rec",
-                   disable=not progress, file=sys.stderr, position=rank)
-        # Chunks bound memory (~L*d*4 bytes per record) and let the progress bar move; inside a
-        # chunk generate_and_record groups prompts that share a prefix (large chunks give it
-        # more to group) and sorts them by length. A chunk never runs past the shard being
-        # filled, so every shard is committed as soon as its records exist and a kill loses at
-        # most the records of one uncommitted shard.
-        chunk = max(batch_size * 32, 64)
-        i = 0
-        while i < len(mine):
-            n = min(chunk, writer.shard_size - writer.num_buffered)
-            part = mine[i:i + n]
-            i += n
+        bar = _progress_bar(len(mine), f"collect {Path(task.name).name}"
+                            + (f" [{rank + 1}/{world}]" if parallel else ""), progress, rank)
+
+        def run_chunk(part):
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each
@@ -246,21 +315,391 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                 records.append(rec)
                 means.append(gen.layer_means)
                 logprobs.append(gen.token_logprobs)
-            if records:
-                writer.add(records, np.stack(means), logprobs)
-            summary.new_records += len(records)
+            return records, means, logprobs
+
+        _fill(writer, mine, run_chunk, batch_size=batch_size, summary=summary)
         bar.close()
     if parallel:
         state.wait_for_everyone()  # every part committed
         if rank == 0:
             finalize_store(out_dir)
         state.wait_for_everyone()  # the manifest is final before anyone reads the store
-    elapsed = time.perf_counter() - start
-    store = open_store(out_dir)
-    summary.records = len(store)
-    if len(store):
-        summary.accuracy = float(np.mean(store.correct))
-        summary.mean_raw_confidence = float(np.mean(store.raw_confidence))
-    if summary.new_records:
-        summary.seconds_per_record = elapsed / summary.new_records
-    return summary
+    return _summarize(summary, out_dir, time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------------------------
+# responses produced elsewhere
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ResponseRow:
+    """One row of a responses file (see :func:`read_responses`).
+
+    ``prompt`` is a fully formatted prompt string (sent as is) or a list of chat messages (the
+    model's chat template is applied); ``label`` the row's ``label`` field (None when absent);
+    ``answers``/``choices``/``incorrect`` what a task's correctness check reads; ``line`` the
+    row's line in the file.
+    """
+
+    id: str | int
+    line: int
+    prompt: str | list
+    response: str
+    label: bool | None = None
+    answers: list[str] | None = None
+    choices: list[str] | None = None
+    incorrect: list[str] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def question(self) -> str:
+        """The prompt string, or the last user message."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        users = [m["content"] for m in self.prompt if m.get("role") == "user"]
+        return users[-1] if users else ""
+
+
+def _string_list(value, where: str, what: str) -> list[str]:
+    from .errors import TaskDataError
+
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise TaskDataError(f"{where}: {what!r} must be a string or a non-empty list of strings, "
+                            f"got {value!r}")
+    return value
+
+
+# Long because it is one rule per field, each with its own message; the rules are flat.
+def _response_row(obj: dict, where: str, lineno: int, task) -> ResponseRow:
+    """Validate one JSON object of a responses file (``where`` = "file:line")."""
+    from .errors import TaskDataError
+    from .models import _normalize_messages
+
+    rid = obj.get("id")
+    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
+        raise TaskDataError(f"{where}: needs an 'id' (a string or an integer), got {rid!r}")
+    if ("prompt" in obj) == ("messages" in obj):
+        raise TaskDataError(f"{where}: id {rid!r} needs exactly one of 'prompt' (a formatted prompt "
+                            "string) and 'messages' (a chat message list)")
+    if "prompt" in obj:
+        prompt = obj["prompt"]
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise TaskDataError(f"{where}: id {rid!r}: 'prompt' must be a non-empty string")
+    else:
+        try:
+            prompt = _normalize_messages(obj["messages"])
+        except InputError as e:
+            raise TaskDataError(f"{where}: id {rid!r}: 'messages': "
+                                f"{str(e).replace('messages_or_text', 'messages')}") from None
+        if isinstance(obj["messages"], str):
+            raise TaskDataError(f"{where}: id {rid!r}: 'messages' must be a list of messages "
+                                "(use 'prompt' for a formatted string)")
+    response = obj.get("response")
+    if not isinstance(response, str):
+        raise TaskDataError(f"{where}: id {rid!r} needs a 'response' string, got {response!r}")
+    label = obj.get("label")
+    if label is not None and not isinstance(label, bool):
+        raise TaskDataError(f"{where}: id {rid!r}: 'label' must be true or false, got {label!r}")
+    answers = None if obj.get("answers") is None else _string_list(obj["answers"], where, "answers")
+    choices = None if obj.get("choices") is None else _string_list(obj["choices"], where, "choices")
+    incorrect = [] if obj.get("incorrect") is None else _string_list(obj["incorrect"], where, "incorrect")
+    if choices is not None and (answers is None or answers[0] not in choices):
+        raise TaskDataError(f"{where}: id {rid!r}: the first of 'answers' must be one of 'choices'")
+    if task is None and label is None:
+        raise TaskDataError(f"{where}: id {rid!r} has no 'label' (true/false), and no task was given "
+                            "to label it from 'answers' (--task)")
+    if task is not None and answers is None:
+        raise TaskDataError(f"{where}: id {rid!r} has no 'answers' for task {task.name!r}'s "
+                            "correctness check (with --task the task labels every row; without "
+                            "it the 'label' field does)")
+    meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+    return ResponseRow(id=rid, line=lineno, prompt=prompt, response=response, label=label,
+                       answers=answers, choices=choices, incorrect=incorrect, meta=meta)
+
+
+def read_responses(path: str | Path, task=None) -> list[ResponseRow]:
+    """The rows of a responses JSONL file, validated.
+
+    Each row: ``id`` (string or integer, unique), ``prompt`` (a fully formatted prompt string)
+    or ``messages`` (chat messages), ``response`` (a string), and ``label`` (true/false) or,
+    when ``task`` is given, ``answers`` (with optional ``choices`` for a multiple-choice task
+    and ``incorrect``) for the task's correctness check; optional ``meta`` (an object).
+    Raises ``FileNotFoundError`` for a missing file and :class:`acute.errors.TaskDataError`
+    naming the file and line for invalid JSON, a missing or duplicate id, a label that is not a
+    boolean, a row with no label source, or an empty file.
+    """
+    from ._util import iter_jsonl
+    from .errors import TaskDataError
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"responses file {path} does not exist")
+    rows: list[ResponseRow] = []
+    first_line: dict = {}
+    for lineno, obj in iter_jsonl(path, error=TaskDataError):
+        where = f"{path}:{lineno}"
+        row = _response_row(obj, where, lineno, task)
+        if row.id in first_line:
+            raise TaskDataError(f"{where}: duplicate id {row.id!r} (first on line {first_line[row.id]})")
+        first_line[row.id] = lineno
+        rows.append(row)
+    if not rows:
+        raise TaskDataError(f"{path}: no rows")
+    return rows
+
+
+def _row_prompt(tokenizer, row: ResponseRow, chat: bool | None) -> str:
+    """A row's prompt as sent: the string as is, messages through :func:`format_prompt`."""
+    from .models import format_prompt
+
+    return row.prompt if isinstance(row.prompt, str) else format_prompt(tokenizer, row.prompt, chat=chat)
+
+
+def _row_label(task, row: ResponseRow, where: str) -> dict:
+    """``answer, gold, correct, parse_error, meta`` of a row: from its ``label`` field, or from
+    ``task``'s correctness check of the response against the row's answers."""
+    from .errors import TaskDataError
+    from .tasks import Example
+
+    if task is None:
+        return {"answer": None, "gold": list(row.answers or []), "correct": bool(row.label),
+                "parse_error": False, "meta": dict(row.meta)}
+    gold = None if row.choices is None else row.choices.index(row.answers[0])
+    ex = Example(id=str(row.id), question=row.question, answers=list(row.answers),
+                 choices=row.choices, label=gold, incorrect=list(row.incorrect), meta=dict(row.meta))
+    try:
+        labelled = _task_label(task, ex, row.response)
+    except (KeyError, IndexError, TypeError, AttributeError) as e:
+        raise TaskDataError(f"{where}: id {row.id!r}: task {task.name!r} cannot label this row from "
+                            f"its 'answers' ({type(e).__name__}: {e})") from None
+    if row.label is not None:
+        labelled["meta"]["label_field"] = row.label
+    return labelled
+
+
+def _prompt_format(rows: Sequence[ResponseRow]) -> str:
+    kinds = {"prompt" if isinstance(r.prompt, str) else "messages" for r in rows}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Sequence[str],
+                   path: Path) -> dict[int, tuple[str, str]]:
+    """``{index: (kind, message)}`` of the rows that cannot be recorded: an empty response
+    (``"empty"``) or prompt + response + EOS longer than the context window (``"too_long"``)."""
+    from .extraction import context_window
+    from .extraction.batching import _tokenize
+
+    limit = context_window(model)
+    p_len = [len(ids) for ids in _tokenize(tokenizer, list(prompts))]
+    r_len = [len(ids) for ids in _tokenize(tokenizer, [r.response for r in rows])]
+    bad: dict[int, tuple[str, str]] = {}
+    for i, row in enumerate(rows):
+        where = f"{path}:{row.line}: id {row.id!r}"
+        if not row.response.strip():
+            bad[i] = ("empty", f"{where}: the response is empty")
+        elif limit is not None and p_len[i] + r_len[i] + 1 > limit:
+            bad[i] = ("too_long", f"{where}: prompt + response have {p_len[i] + r_len[i] + 1} tokens "
+                                  f"(EOS included), more than the context window of {limit}")
+    return bad
+
+
+# Long because of its docstring; reading, checking and labelling are the helpers above and the
+# commit loop is _fill, shared with collect.
+def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *, model_name: str,
+                      task=None, batch_size: int = 8, dtype: str = "float16", pool: str = "decoding",
+                      chat: bool | None = None, on_bad_response: str = "skip", shard_size: int = 256,
+                      progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
+    """Record the responses of a JSONL file (:func:`read_responses`) by teacher forcing and
+    write an ordinary store.
+
+    Each row's prompt is its ``prompt`` string as is, or its ``messages`` formatted like
+    :func:`acute.models.format_prompt` (``chat``); its response is recorded with
+    :func:`acute.extraction.record_responses` (the text tokenized after the prompt, the EOS the
+    model finds most likely appended; the records keep the response text as given and the token
+    ids recorded). Labels come from the ``label`` field, or, with ``task``, from the task's
+    correctness check of the response against the row's ``answers``. The manifest is
+    :func:`build_manifest`'s (``generation.teacher_forced`` true, ``max_new_tokens`` None) plus
+    ``"responses": {"file", "labels": "label field" | "task <name>", "prompt_format":
+    "prompt" | "messages" | "mixed"}``.
+
+    Every row is read, checked and labelled before anything is written. An empty response or
+    one longer than the context window allows is skipped and counted
+    (``on_bad_response="skip"``) or an :class:`InputError` naming the file, line and id
+    (``"error"``). Resumable like :func:`collect`: rows whose ids the store holds are skipped.
+    Returns a :class:`CollectSummary`.
+    """
+    from .extraction import record_responses
+    from .store import StoreWriter
+
+    path = Path(path)
+    batch_size = check_count(batch_size, "batch_size")
+    shard_size = check_count(shard_size, "shard_size")
+    if on_bad_response not in ("skip", "error"):
+        raise InputError(f"on_bad_response must be 'skip' or 'error', got {on_bad_response!r}")
+    rows = read_responses(path, task=task)
+    prompts = [_row_prompt(tokenizer, row, chat) for row in rows]
+    bad = _bad_responses(model, tokenizer, rows, prompts, path)
+    if bad and on_bad_response == "error":
+        raise InputError(next(iter(bad.values()))[1])
+    labels = [_row_label(task, row, f"{path}:{row.line}") for row in rows]
+    manifest = build_manifest(model, tokenizer, task, model_name=model_name, max_new_tokens=None,
+                              stop_strings=(), pool=pool, chat=chat)
+    manifest["generation"]["teacher_forced"] = True
+    manifest["responses"] = {"file": str(path.resolve()),
+                             "labels": "label field" if task is None else f"task {task.name}",
+                             "prompt_format": _prompt_format(rows)}
+    summary = CollectSummary(out_dir=str(out_dir))
+    summary.skipped_empty = sum(kind == "empty" for kind, _ in bad.values())
+    summary.skipped_too_long = sum(kind == "too_long" for kind, _ in bad.values())
+    start = time.perf_counter()
+    with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+                     allow_other_weights=allow_other_weights) as writer:
+        done = writer.done_ids
+        todo = [i for i, row in enumerate(rows) if row.id not in done and i not in bad]
+        summary.resumed = sum(row.id in done for row in rows)
+        bar = _progress_bar(len(todo), f"record {path.name}", progress)
+
+        def run_chunk(part):
+            gens = record_responses(model, tokenizer, [prompts[i] for i in part],
+                                    [rows[i].response for i in part], pool=pool,
+                                    batch_size=batch_size, on_too_long="error", on_batch=bar.update)
+            records = [_record(rows[i].id, None if task is None else task.name, prompts[i], gen,
+                               text=rows[i].response, **labels[i]) for i, gen in zip(part, gens)]
+            summary.unparseable += sum(r["parse_error"] for r in records)
+            return records, [g.layer_means for g in gens], [g.token_logprobs for g in gens]
+
+        _fill(writer, todo, run_chunk, batch_size=batch_size, summary=summary)
+        bar.close()
+    return _summarize(summary, Path(out_dir), time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------------------------
+# re-recording a store
+# --------------------------------------------------------------------------------------------
+
+#: manifest fields a store sets itself (not carried into a re-recorded store)
+_STORE_OWN_FIELDS = ("format", "format_version", "dtype", "created", "updated", "shard_size",
+                     "status", "num_records", "num_shards", "summary", "model_weights_also")
+
+
+def _check_same_model(manifest: dict, model, store_dir: Path, allow_other_weights: bool) -> dict:
+    """The model's fingerprint and weights digest, after checking them against ``manifest``'s
+    (:class:`ModelMismatchError` naming both)."""
+    from .models import model_fingerprint, weights_digest
+
+    fp, weights = model_fingerprint(model), weights_digest(model)
+    stored = manifest.get("model_fingerprint")
+    if stored is not None and stored != fp:
+        raise ModelMismatchError(f"{store_dir} was collected with a model of fingerprint {stored}, "
+                                 f"this model's is {fp}: load the store's model ({manifest.get('model')!r})")
+    old = manifest.get("model_weights")
+    if old is not None and old != weights and not allow_other_weights:
+        raise ModelMismatchError(
+            f"{store_dir} was collected from weights with sha256 {old.get('sha256')!r}, this "
+            f"model's have {weights.get('sha256')!r}; use the store's model or allow_other_weights=True "
+            "(--allow-other-weights)")
+    return {"model_fingerprint": fp, "model_weights": weights}
+
+
+def _rerecord_input(record: dict, stop_strings: Sequence[str]) -> tuple[Any, bool]:
+    """``(response, append_eos)`` that re-creates a stored generation: its ``token_ids`` when the
+    record has them; else its text (plus the first stop string when it stopped at one), with
+    the most likely EOS appended when it ended with EOS."""
+    ids = record.get("token_ids")
+    if ids is not None:
+        return np.asarray(ids, dtype=np.int64), False
+    text = record.get("generation") or ""
+    reason = record.get("finish_reason")
+    if reason == "stop" and stop_strings:
+        return text + stop_strings[0], False
+    return text, reason == "eos"
+
+
+def _retokenized(record: dict, logprobs: np.ndarray, stored: np.ndarray) -> bool:
+    """Whether a record without token ids came back as other tokens than it was generated as
+    (another count, or log-probs that differ beyond float rounding)."""
+    if record.get("token_ids") is not None:
+        return False
+    return len(logprobs) != len(stored) or not np.allclose(logprobs, stored, atol=1e-3)
+
+
+# Long because of its docstring; the pass is record_responses and the loop _fill, shared with
+# collect.
+def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path, *,
+                   pool: str | None = None, batch_size: int = 8, dtype: str | None = None,
+                   shard_size: int = 256, progress: bool = True,
+                   allow_other_weights: bool = False) -> CollectSummary:
+    """Teacher-force the generations of the store ``store_dir`` again and write a new store.
+
+    Every record's prompt (as sent) and generated tokens run through
+    :func:`acute.extraction.record_responses` with ``pool`` (default: the store's), so the new
+    store holds the same ids, generations and labels with the layer means of that pooling (and
+    log-probs and raw confidence recomputed: equal up to float rounding). Records carry their
+    ``token_ids`` (stores written by acute >= this release); for older records the text is
+    re-tokenized (the first stop string re-appended when the generation stopped at one, the most
+    likely EOS when it ended with EOS) and records whose tokens came back different are counted
+    in ``summary.retokenized`` (with a warning). The manifest is the source's with
+    ``generation.pool`` set and ``"rerecorded_from": {"store", "pool"}``. The model must be the
+    store's (fingerprint, and weights unless ``allow_other_weights``): else
+    :class:`ModelMismatchError` naming both. Resumable like :func:`collect`.
+    """
+    from .extraction import record_responses
+    from .store import StoreWriter, open_store
+
+    store_dir, out_dir = Path(store_dir), Path(out_dir)
+    batch_size = check_count(batch_size, "batch_size")
+    shard_size = check_count(shard_size, "shard_size")
+    if out_dir.resolve() == store_dir.resolve():
+        raise InputError(f"--out {out_dir} is the store being re-recorded; choose another folder")
+    source = open_store(store_dir)
+    old = dict(source.manifest)
+    generation = dict(old.get("generation") or {})
+    old_pool = generation.get("pool") or "decoding"
+    pool = pool or old_pool
+    if pool not in ("decoding", "generated"):
+        raise InputError(f"pool must be 'decoding' or 'generated', got {pool!r}")
+    manifest = {k: v for k, v in old.items() if k not in _STORE_OWN_FIELDS}
+    manifest.update(_check_same_model(old, model, store_dir, allow_other_weights))
+    manifest["generation"] = {**generation, "pool": pool}
+    manifest["rerecorded_from"] = {"store": str(store_dir.resolve()), "pool": old_pool}
+    stop_strings = tuple(generation.get("stop_strings") or ())
+    records = source.records
+    stored_lp = source.token_logprobs
+    summary = CollectSummary(out_dir=str(out_dir))
+    start = time.perf_counter()
+    with StoreWriter(out_dir, manifest, dtype=dtype or old.get("dtype") or "float16",
+                     shard_size=shard_size, allow_other_weights=allow_other_weights) as writer:
+        done = writer.done_ids
+        todo = [i for i, rec in enumerate(records) if rec["id"] not in done]
+        summary.resumed = len(records) - len(todo)
+        bar = _progress_bar(len(todo), f"rerecord {store_dir.name}", progress)
+
+        def run_chunk(part):
+            inputs = [_rerecord_input(records[i], stop_strings) for i in part]
+            gens = record_responses(model, tokenizer, [records[i]["prompt"] for i in part],
+                                    [r for r, _ in inputs], append_eos=[a for _, a in inputs],
+                                    pool=pool, batch_size=batch_size, stop_strings=stop_strings,
+                                    on_batch=bar.update)
+            out, means, logprobs = [], [], []
+            for i, gen in zip(part, gens):
+                if gen is None:
+                    summary.skipped_too_long += 1
+                    continue
+                summary.retokenized += _retokenized(records[i], gen.token_logprobs, stored_lp[i])
+                out.append({**records[i], "n_tokens": int(len(gen.token_ids)),
+                            "raw_confidence": float(gen.raw_confidence),
+                            "token_ids": [int(t) for t in gen.token_ids]})
+                means.append(gen.layer_means)
+                logprobs.append(gen.token_logprobs)
+            return out, means, logprobs
+
+        _fill(writer, todo, run_chunk, batch_size=batch_size, summary=summary)
+        bar.close()
+    if summary.retokenized:
+        logger.warning("%d of %d records of %s have no token ids and their text re-tokenized to other "
+                       "tokens: their layer means and raw confidence are those of the re-tokenized "
+                       "text", summary.retokenized, summary.new_records, store_dir)
+    return _summarize(summary, out_dir, time.perf_counter() - start)

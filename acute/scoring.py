@@ -4,6 +4,11 @@
 raw confidence, the probe's calibrated confidence and the decision: trust iff the
 confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to the
 cost of abstaining on a right one, as in euro).
+
+``Scorer.score_response(prompt, response, risk=u)`` (and ``score_responses`` for a batch) does
+the same for an answer produced elsewhere, without generating: the response is recorded by
+teacher forcing (:func:`acute.extraction.record_responses`), which gives the states and raw
+confidence the recorder would have recorded had the model generated it.
 """
 
 from __future__ import annotations
@@ -127,6 +132,9 @@ class Scorer:
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
+        self._trained_chat = generation.get("chat")
+        responses = _probe_summary(probe).get("responses")
+        self._trained_responses = dict(responses) if isinstance(responses, dict) else None
 
     def format(self, item) -> str:
         """The fully formatted prompt for one question (str) or chat (list of messages)."""
@@ -160,18 +168,89 @@ class Scorer:
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
                                    pool=self.pool, on_too_long="error")
+        out = self._scored(items, texts, gens, [g.text for g in gens], risk)
+        return out[0] if single else out
+
+    def score_response(self, prompt_or_messages, response: str, risk: float = 0.5) -> ScoredGeneration:
+        """Score one given ``response`` to a prompt (str or chat messages) without generating.
+
+        See :meth:`score_responses`; returns one :class:`ScoredGeneration`."""
+        if not isinstance(response, str):
+            raise InputError(f"response must be a string, got {type(response).__name__}")
+        return self.score_responses([prompt_or_messages], [response], risk=risk)[0]
+
+    def score_responses(self, prompts: Sequence, responses: Sequence[str],
+                        risk: float = 0.5) -> list[ScoredGeneration]:
+        """Score given responses (answers from another engine, logs) to their prompts.
+
+        Each response is recorded by teacher forcing (:func:`acute.extraction.record_responses`:
+        the text tokenized after the prompt, the EOS the model finds most likely appended,
+        pooled like the probe's training store) and scored by the probe; the fields are those
+        of :meth:`generate` (``answer`` is the response, stripped). Prompts are built the way
+        the probe's training store built them: for a store of generated answers, a string is
+        a question (wrapped in the task's prompt, see :meth:`format`) and messages go through
+        the chat template; for a store of given responses (``acute collect --responses``), a
+        string is a fully formatted prompt sent as is and messages go through the chat
+        template, and a prompt of the other kind than the store's is refused
+        (:class:`InputError` naming both), as is a ``chat`` setting other than the store's.
+        Raises :class:`InputError` for a risk outside [0, 1], an empty response, mismatched
+        lengths or a prompt + response longer than the context window.
+        """
+        from .extraction import record_responses
+
+        risk = _check_risk(risk)
+        items, responses = list(prompts), list(responses)
+        if len(items) != len(responses):
+            raise InputError(f"prompts ({len(items)}) and responses ({len(responses)}) differ in length")
+        for i, r in enumerate(responses):
+            if not isinstance(r, str) or not r.strip():
+                raise InputError(f"responses[{i}] must be a non-empty string, got {r!r}")
+        if not items:
+            return []
+        texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
+        gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
+                                batch_size=self.batch_size, stop_strings=self.stop_strings,
+                                on_too_long="error")
+        return self._scored(items, texts, gens, responses, risk)
+
+    def _response_prompt(self, item, where: str) -> str:
+        """The prompt a given response answers, formatted as the probe's training store was."""
+        trained = self._trained_responses
+        if trained is None:
+            source = f"its training store of generated answers (task {self._trained_task()!r})"
+        else:
+            kind = trained.get("prompt_format")
+            source = f"{trained.get('labels', 'labelled')} rows of {trained.get('file')}"
+            if kind == "prompt" and not isinstance(item, str):
+                raise InputError(f"{where}: this probe was trained on formatted prompt strings "
+                                 f"('prompt' {source}); got chat messages: pass the prompt string "
+                                 "as it was sent")
+            if kind == "messages" and isinstance(item, str):
+                raise InputError(f"{where}: this probe was trained on chat messages ('messages' "
+                                 f"{source}, formatted with the chat template); got a prompt "
+                                 "string: pass the messages")
+            if isinstance(item, str):
+                return item  # a formatted prompt, sent as is (as in training)
+        if self._trained_chat is not None and self.chat is not None and self.chat != self._trained_chat:
+            raise InputError(f"{where}: this probe's prompts were formatted with "
+                             f"chat={self._trained_chat} ({source}); this scorer uses chat={self.chat}")
+        return self.format(item)
+
+    def _trained_task(self):
+        return _probe_summary(self.probe).get("task")
+
+    def _scored(self, items, texts, gens, answers, risk: float) -> list[ScoredGeneration]:
         means = np.stack([g.layer_means for g in gens]).astype(np.float32)
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
         conf = self.probe.predict_proba(means, confidence=raw)[:, 1]
         trust = decide(conf, risk)
-        out = [
-            ScoredGeneration(question=_question_of(item), prompt=t, answer=g.text.strip(),
+        return [
+            ScoredGeneration(question=_question_of(item), prompt=t, answer=a.strip(),
                              raw_confidence=float(r), confidence=float(c), risk=risk,
                              trust=bool(k), n_tokens=int(len(g.token_ids)),
                              finish_reason=g.finish_reason)
-            for item, t, g, r, c, k in zip(items, texts, gens, raw, conf, trust)
+            for item, t, g, a, r, c, k in zip(items, texts, gens, answers, raw, conf, trust)
         ]
-        return out[0] if single else out
 
 
 #: ``Task.settings()`` keys that are not constructor options

@@ -85,3 +85,42 @@ def test_export_and_load(long_context_dir, tmp_path, monkeypatch, mixed_labels, 
     p = load_probe(tmp_path / "probe").predict_proba(np.asarray(store.layer_means, np.float32),
                                                      confidence=store.raw_confidence)
     assert p.shape == (30, 2)
+
+
+@pytest.fixture(scope="module")
+def from_logs(long_context_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("logs") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        run_example("train_from_logs.py", "--model", long_context_dir, "--limit", 40, "--trees", 10,
+                    "--out", out, monkeypatch=mp)
+    return out
+
+
+def test_train_from_logs(from_logs):
+    store = open_store(from_logs / "store")
+    rows = [json.loads(line) for line in (from_logs / "demo-logs.jsonl").read_text().splitlines()]
+    assert store.ids == [r["id"] for r in rows] and len(rows) == 40
+    assert store.correct.tolist() == [r["label"] for r in rows] and 0 < store.correct.sum() < 40
+    assert [r["generation"] for r in store.records] == [r["response"] for r in rows]
+    assert store.manifest["responses"]["labels"] == "label field"
+    results = json.loads((from_logs / "evaluation" / "results.json").read_text())
+    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "acute-cosine-stacked"]
+    probe = load_probe(from_logs / "probe")
+    assert probe.training_summary["responses"]["prompt_format"] == "prompt"
+
+
+def test_gate_other_engine(from_logs, long_context_dir, monkeypatch, capsys):
+    # the stand-in engine (the tiny model answers blank lines: abstain without scoring)
+    run_example("gate_other_engine.py", "--model", long_context_dir, "--probe", from_logs / "probe",
+                "--limit", 3, "--risk", 0.5, monkeypatch=monkeypatch)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6 and lines[0] == "What is the capital of France?"
+    # a file of the engine's answers: each scored and decided
+    run_example("gate_other_engine.py", "--model", long_context_dir, "--probe", from_logs / "probe",
+                "--answers", from_logs / "demo-logs.jsonl", "--limit", 4, "--risk", 0.5,
+                monkeypatch=monkeypatch)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 8
+    for line in lines[1::2]:
+        conf = float(line.split("probe ")[1].split()[0])
+        assert line.endswith("trust" if conf > 0.5 else "abstain")

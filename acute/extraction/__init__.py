@@ -42,16 +42,22 @@ log-probability is taken under the model's raw distribution: ``log_softmax`` of 
 returns (captured by a forward hook on the model, i.e. before any logits processor such as
 temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
 once the token is known.
+
+Responses produced elsewhere are recorded by teacher forcing (``forced.record_responses``): one
+forward pass over prompt + response with hooks on the same modules gives the same pooled states,
+token log-probs and raw confidence as the recorder does while generating those tokens.
 """
 
 from ..errors import UnsupportedArchitectureError
 from .batching import MIN_SHARED_PREFIX, PREFIX_GROUP_DEPTH, batch_order
+from .forced import ForcedPooler, record_responses, response_token_ids
 from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
 from .recorder import HiddenStateRecorder, RecordedBatch
 from .teacher_forcing import score_continuations
 
 __all__ = [
+    "ForcedPooler",
     "Generation",
     "HiddenStateRecorder",
     "LayerMap",
@@ -63,5 +69,7 @@ __all__ = [
     "context_window",
     "find_layers",
     "generate_and_record",
+    "record_responses",
+    "response_token_ids",
     "score_continuations",
 ]
