@@ -530,13 +530,17 @@ class ReportInputs:
 
 def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]]:
     """Draw the figures of one task from ``run``'s test predictions: euro curves of raw
-    confidence, the best baseline and the best ACUTE variant (highest auc-euro all, see
-    :func:`acute.evaluate.best_estimators`), and the reliability diagrams of raw confidence and
-    of the best ACUTE variant. Returns ``(caption, path relative to the report)`` pairs."""
+    confidence, the best baseline and the default estimator (when evaluated; else the best ACUTE
+    variant, highest auc-euro all, see :func:`acute.evaluate.best_estimators`), and the
+    reliability diagrams of raw confidence and of that estimator. Returns ``(caption, path
+    relative to the report)`` pairs."""
+    from .estimators import DEFAULT_ESTIMATOR
     from .evaluate import best_estimators
     from .plots import euro_curves, reliability_diagram
 
     best = best_estimators(run.results.get("results", []))
+    if DEFAULT_ESTIMATOR in run.predictions:  # the estimator acute ships is the one to show
+        best["acute"] = DEFAULT_ESTIMATOR
     names = ["raw"] + [best[g] for g in ("baseline", "acute") if g in best and best[g] != "raw"]
     names = [n for n in dict.fromkeys(names) if n in run.predictions]
     if not names:
