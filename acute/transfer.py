@@ -35,12 +35,12 @@ REFERENCE = "platt"
 
 
 def _arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    ids = list(store.ids)
-    y = np.asarray(store.correct).astype(np.int64)
-    conf = np.asarray(store.raw_confidence, dtype=np.float64)
+    from .evaluate import _store_arrays
+
+    ids, y, conf = _store_arrays(store, label)  # checks labels, confidences and their lengths
     lm = np.asarray(store.layer_means, dtype=np.float32)
-    if not (len(ids) == y.size == conf.size == lm.shape[0]):
-        raise InputError(f"{label}: ids, correct, raw_confidence and layer_means disagree in length")
+    if lm.shape[0] != len(ids):
+        raise InputError(f"{label}: {lm.shape[0]} layer_means rows but {len(ids)} records")
     if y.min() == y.max():
         raise InputError(f"{label}: every record is {'correct' if y[0] else 'wrong'}; a probe needs both classes")
     return ids, y, conf, lm
