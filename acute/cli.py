@@ -194,7 +194,7 @@ def _probe_estimator(args):
     paper), ``--estimator`` (a probe name, or ``auto``: chosen by cross-validation), else
     :data:`DEFAULT_ESTIMATOR`, fitted by ``auto``'s comparison with ``refit`` set to it (so the
     cross-validated scores of the candidates and baselines are recorded beside it)."""
-    from .estimators import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator
+    from .estimators import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
     from .probes import ActivationProbe
 
     common = {"random_state": args.seed}
@@ -213,10 +213,18 @@ def _probe_estimator(args):
     if args.estimator is None:
         est = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params=probe_params, **common)
         return est, DEFAULT_ESTIMATOR
-    if args.estimator not in PROBE_ESTIMATORS + (AUTO,):
+    if split_pooling(args.estimator)[0] not in PROBE_ESTIMATORS + (AUTO,):
         raise InputError(f"--estimator must be a probe or {AUTO!r} (a baseline cannot be exported as a "
-                         f"probe); choose from {', '.join(PROBE_ESTIMATORS + (AUTO,))}")
+                         f"probe); choose from {', '.join(PROBE_ESTIMATORS + (AUTO,))} (a probe may end "
+                         "in @POOLING, e.g. acute-cosine-stacked@last-answer)")
     return make_estimator(args.estimator, probe_params=probe_params, **common), args.estimator
+
+
+def _states_rows(store, pooling: str, idx: np.ndarray) -> np.ndarray:
+    """float32 rows ``idx`` of the store's ``pooling`` states (:mod:`acute.pooling`)."""
+    from .pooling import store_states
+
+    return np.asarray(store_states(store, pooling)[idx], dtype=np.float32)
 
 
 def _fit_probe(store, args, train_mask):
@@ -226,7 +234,7 @@ def _fit_probe(store, args, train_mask):
 
     est, label = _probe_estimator(args)
     idx = np.flatnonzero(train_mask)
-    est.fit(np.asarray(store.layer_means[idx], dtype=np.float32), store.correct[idx],
+    est.fit(_states_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
             confidence=store.raw_confidence[idx])
     if isinstance(est, AutoEstimator):
         sel = est.selection()
@@ -251,8 +259,7 @@ def _held_out_metrics(probe, store, train_mask, test_mask) -> dict:
 
     idx = np.flatnonzero(test_mask)
     raw = store.raw_confidence[idx]
-    conf = probe.predict_proba(np.asarray(store.layer_means[idx], dtype=np.float32),
-                               confidence=raw)[:, 1]
+    conf = probe.predict_proba(_states_rows(store, probe.pooling, idx), confidence=raw)[:, 1]
     tr = np.flatnonzero(train_mask)
     platt = make_baseline("platt").fit(store.raw_confidence[tr], store.correct[tr]).predict_proba(raw)[:, 1]
     rows = evaluate_predictions({"probe": conf, "raw": raw, "platt": platt}, store.correct[idx],
@@ -389,7 +396,9 @@ def cmd_learning_curve(args) -> int:
             sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
-    lc = learning_curve(np.asarray(store.layer_means, dtype=np.float32), store.correct,
+    from .crossval import states_for
+
+    lc = learning_curve(states_for(store, estimators), store.correct,
                         store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
                         n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
                         probe_params={"n_estimators": args.n_estimators},

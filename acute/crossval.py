@@ -18,10 +18,49 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .estimators import PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, make_estimator, probe_kwargs
+from .estimators import (PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, estimator_pooling,
+                         make_estimator, probe_kwargs, split_pooling)
 from .errors import InputError
+from .pooling import DEFAULT_POOLING, store_states
 
-__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "fit_predict"]
+__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "fit_predict", "states_for", "take_rows"]
+
+
+def states_for(store: Any, names: Sequence[str]):
+    """The hidden states the estimators ``names`` read from ``store`` (float32, in memory):
+    None when only baselines are named, the ``layer_means`` array when every probe reads the
+    mean, else ``{pooling spec: array}`` (:mod:`acute.pooling`; the store names a pooling it
+    lacks)."""
+    specs = list(dict.fromkeys(s for s in map(estimator_pooling, names) if s is not None))
+    if not specs:
+        return None
+    if specs == [DEFAULT_POOLING]:
+        return np.asarray(store.layer_means, dtype=np.float32)
+    return {s: np.asarray(store_states(store, s), dtype=np.float32) for s in specs}
+
+
+def take_rows(states: Any, index: np.ndarray):
+    """Rows ``index`` of ``states`` (an array or ``{spec: array}``; None stays None), float32."""
+    if states is None:
+        return None
+    if isinstance(states, Mapping):
+        return {k: np.asarray(v[index], dtype=np.float32) for k, v in states.items()}
+    return np.asarray(states[index], dtype=np.float32)
+
+
+def _input_of(states: Any, name: str):
+    """What estimator ``name`` reads from ``states``: the array of its pooling."""
+    if not isinstance(states, Mapping):
+        spec = estimator_pooling(name)
+        if spec not in (None, DEFAULT_POOLING):
+            raise InputError(f"{name} reads the {spec!r} states: pass states as {{pooling: array}}")
+        return states
+    spec = estimator_pooling(name)
+    if spec is None:
+        return None
+    if spec not in states:
+        raise InputError(f"no {spec!r} states were given for {name} (given: {', '.join(states)})")
+    return states[spec]
 
 
 def check_folds(correct: np.ndarray, n_splits: int, what: str = "the store") -> None:
@@ -72,21 +111,24 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
     forest (``predict_proba(..., calibrated=False)``: the same forest, fitted once), except for
     the views that search their layer (early/mid/late): a stacked probe searches with its own
     5 folds, the plain one with 3, so their layers and forests may differ.
-    ``layer_means_*`` may be None when only baselines are named. ``on_fit(name, estimator)`` is
-    called after each fit (e.g. to record a chosen layer).
+    ``layer_means_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
+    read other poolings (:func:`states_for`); None when only baselines are named.
+    ``on_fit(name, estimator)`` is called after each fit (e.g. to record a chosen layer).
     """
     out: dict[str, np.ndarray] = {}
     fitted: dict[str, Any] = {}
-    order = sorted(names, key=lambda n: 0 if n in STACKED_VARIANTS else 1)  # stacked first
+    order = sorted(names, key=lambda n: 0 if split_pooling(n)[0] in STACKED_VARIANTS else 1)  # stacked first
     for name in order:
-        plain_of = f"{name}-stacked"
-        if name in PROBE_ESTIMATORS and plain_of in fitted and not _searches_layer(name):
-            est = fitted[plain_of]
-            p = est.predict_proba(layer_means_test, confidence=confidence_test, calibrated=False)[:, 1]
+        base, spec = split_pooling(name)
+        stacked_twin = f"{base}-stacked" + (f"@{spec}" if spec else "")
+        x_train, x_test = _input_of(layer_means_train, name), _input_of(layer_means_test, name)
+        if base in PROBE_ESTIMATORS and stacked_twin in fitted and not _searches_layer(name):
+            est = fitted[stacked_twin]
+            p = est.predict_proba(x_test, confidence=confidence_test, calibrated=False)[:, 1]
         else:
             est = make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
-            est.fit(layer_means_train, correct_train, confidence=confidence_train)
-            p = est.predict_proba(layer_means_test, confidence=confidence_test)[:, 1]
+            est.fit(x_train, correct_train, confidence=confidence_train)
+            p = est.predict_proba(x_test, confidence=confidence_test)[:, 1]
             fitted[name] = est
         out[name] = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
         if on_fit is not None:
@@ -107,8 +149,9 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
                           progress: Callable[[Iterable], Iterable] | None = None,
                           on_fit: Callable[[str, Any], None] | None = None) -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
-    (from :func:`cv_folds`). ``layer_means`` may be a memory-mapped array: each fold reads its
-    rows once (as float32). ``progress`` wraps the iterable of (repeat, fold) pairs."""
+    (from :func:`cv_folds`). ``layer_means`` (the states, as in :func:`fit_predict`) may be
+    memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
+    of (repeat, fold) pairs."""
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(confidence, dtype=np.float64)
     n = y.size
@@ -118,8 +161,8 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
     it: Iterable = pairs if progress is None else progress(pairs)
     for r, tr, te in it:
         tr, te = np.sort(tr), np.sort(te)
-        lm_tr = np.asarray(layer_means[tr], dtype=np.float32) if needs_states else None
-        lm_te = np.asarray(layer_means[te], dtype=np.float32) if needs_states else None
+        lm_tr = take_rows(layer_means, tr) if needs_states else None
+        lm_te = take_rows(layer_means, te) if needs_states else None
         preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
                             n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit)
         for nm, p in preds.items():

@@ -13,6 +13,10 @@
 * ``auto`` (:class:`AutoEstimator`): picks among the probes by cross-validation on its training
   records only, then refits the winner on all of them.
 
+A probe name may end in ``@POOLING`` (:mod:`acute.pooling`): ``acute-cosine-stacked@last-answer``
+reads the hidden state at the answer's last position instead of the mean over the answer,
+``acute-pca10@mean+last-answer`` both, concatenated. Without a suffix a probe reads the mean.
+
 :data:`DEFAULT_ESTIMATOR` (``acute-cosine-stacked``) is what ``acute train`` / ``acute export``
 fit when no ``--view`` or ``--estimator`` is given; they also run ``auto``'s cross-validated
 comparison on the training records and record it (``refit=DEFAULT_ESTIMATOR``). Why a fixed
@@ -34,6 +38,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
 from .errors import InputError, UnknownEstimatorError
+from .pooling import DEFAULT_POOLING, parse_pooling
 
 __all__ = [
     "ACUTE_VARIANTS",
@@ -48,8 +53,11 @@ __all__ = [
     "STACKED_VARIANTS",
     "UnknownEstimatorError",
     "estimator_group",
+    "estimator_pooling",
+    "is_estimator",
     "make_estimator",
     "probe_kwargs",
+    "split_pooling",
 ]
 
 
@@ -85,8 +93,41 @@ AUTO_CANDIDATES: tuple[str, ...] = (
 )
 
 
+def split_pooling(name: Any) -> tuple[Any, str | None]:
+    """``(base name, pooling spec or None)`` of an estimator name such as
+    ``acute-cosine-stacked@last-answer``; only probe names take a pooling."""
+    if not isinstance(name, str) or "@" not in name:
+        return name, None
+    base, spec = name.split("@", 1)
+    if base not in _PROBES:
+        raise UnknownEstimatorError(f"{name!r}: only the probes read pooled states, so only they take "
+                                    f"'@POOLING'; choose from {', '.join(PROBE_ESTIMATORS)}")
+    parse_pooling(spec)
+    return base, spec
+
+
+def estimator_pooling(name: str) -> str | None:
+    """The pooling spec an estimator reads: None for the baselines, ``"mean"`` for ``auto``
+    and probes without a suffix."""
+    base, spec = split_pooling(name)
+    if estimator_group(base) == "baseline":
+        return None
+    return spec or DEFAULT_POOLING
+
+
+def is_estimator(name: Any) -> bool:
+    """Whether ``name`` is an estimator :func:`make_estimator` knows (suffixes included)."""
+    try:
+        estimator_group(name)
+    except (UnknownEstimatorError, InputError):
+        return False
+    return True
+
+
 def estimator_group(name: str) -> str:
-    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"`` or ``"auto"``."""
+    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"`` or ``"auto"``
+    (a ``@POOLING`` suffix does not change the group)."""
+    name = split_pooling(name)[0]
     if name in BASELINES:
         return "baseline"
     if name in _VIEWS:
@@ -99,14 +140,17 @@ def estimator_group(name: str) -> str:
 
 
 def _unknown(name: Any) -> UnknownEstimatorError:
-    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)} "
+                                 "(a probe name may end in @POOLING, e.g. @last-answer)")
 
 
 def probe_kwargs(name: str) -> dict[str, Any]:
-    """The ``ActivationProbe`` keyword arguments (view, layer, calibration, cv) of a probe name."""
-    if name not in _PROBES:
+    """The ``ActivationProbe`` keyword arguments (view, layer, calibration, cv and, with a
+    ``@POOLING`` suffix, pooling) of a probe name."""
+    base, spec = split_pooling(name)
+    if base not in _PROBES:
         raise _unknown(name)
-    return dict(_PROBES[name])
+    return {**_PROBES[base], **({"pooling": spec} if spec else {})}
 
 
 def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = None,
@@ -120,13 +164,12 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
     """
     if not isinstance(name, str):
         raise _unknown(name)
+    split_pooling(name)  # a bad suffix is named as such
     if name in BASELINES:
         return ConfidenceEstimator(name)
     if name == AUTO:
         return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
                              probe_params=dict(probe_params or {}) or None)
-    if name not in _PROBES:
-        raise _unknown(name)
     from .probes import ActivationProbe
 
     kw = probe_kwargs(name)
@@ -134,7 +177,7 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
     if n_jobs is not None:
         kw["n_jobs"] = n_jobs
     for k, v in (probe_params or {}).items():
-        if k in ("view", "layer", "calibration"):
+        if k in ("view", "layer", "calibration", "pooling"):
             raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
         if v is not None:
             kw[k] = v

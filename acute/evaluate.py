@@ -47,7 +47,7 @@ from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
 from .metrics import METRIC_SPECS, METRICS
-from .estimators import ACUTE_VARIANTS, ESTIMATORS, estimator_group, make_estimator
+from .estimators import ACUTE_VARIANTS, ESTIMATORS, estimator_group, is_estimator, make_estimator
 from .errors import InputError
 
 __all__ = [
@@ -380,9 +380,10 @@ def _check_names(estimators: Sequence[str] | None) -> list[str]:
     names = list(ESTIMATORS if estimators is None else estimators)
     if not names:
         raise InputError("estimators is empty: nothing to evaluate")
-    unknown = [n for n in names if n not in ESTIMATORS]
+    unknown = [n for n in names if not is_estimator(n)]
     if unknown:
-        raise InputError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)}")
+        raise InputError(f"unknown estimator(s) {unknown}; choose from {', '.join(ESTIMATORS)} "
+                         "(a probe name may end in @POOLING, e.g. acute-cosine-stacked@last-answer)")
     if len(set(names)) != len(names):
         raise InputError(f"estimators contains duplicates: {names}")
     return names
@@ -529,7 +530,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Pred
     """Every record scored out of fold by repeated stratified k-fold grouped by id."""
     from tqdm.auto import tqdm
 
-    from .crossval import check_folds, cross_val_predictions, cv_folds
+    from .crossval import check_folds, cross_val_predictions, cv_folds, states_for
 
     ids, correct, conf = _store_arrays(store, "store")
     check_folds(correct, cv, "the store")
@@ -541,7 +542,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Pred
         n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
         n_tr = min(tr.size for rep in folds for tr, _ in rep)
         _check_probe_inputs(names, shape, n_tr, n_min, fit_kw["probe_params"], "a training fold")
-        lm = np.asarray(store.layer_means, dtype=np.float32)
+        lm = states_for(store, names)
 
     def bar(it):
         return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
@@ -557,7 +558,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Pred
 
 def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overlap=False) -> _Predictions:
     """Fit on the training records (a split by id, or all of ``store``), score the test ones."""
-    from .crossval import fit_predict
+    from .crossval import fit_predict, states_for, take_rows
 
     ids, correct, conf = _store_arrays(store, "store")
     if test_store is not None:
@@ -590,8 +591,8 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
                                  f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
         _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
                             fit_kw["probe_params"], "the training split")
-        lm_tr = np.asarray(store.layer_means[i_tr], dtype=np.float32)
-        lm_te = np.asarray(te_store.layer_means[i_te], dtype=np.float32)
+        lm_tr = take_rows(states_for(store, names), i_tr)
+        lm_te = take_rows(states_for(te_store, names), i_te)
     overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
     if overlap and test_store is not None and not allow_overlap:
         raise InputError(f"{overlap} of the test store's {len(eval_ids)} record ids also occur in the training "

@@ -273,43 +273,61 @@ class MeanPool(_LayerMeansTransformer):
         return np.array([f"L{self.layer_}.d{j}" for j in range(self.hidden_size_)], dtype=object)
 
 
-def cosine_to_last(layer_means: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each layer output ``0..L-1`` to the last one, float64 ``[n, L]``.
+def cosine_to_last(layer_means: np.ndarray, blocks: int = 1) -> np.ndarray:
+    """Cosine similarity of each layer output ``0..L-1`` to the last one, float64 ``[n, blocks * L]``.
 
-    Computed in float64 one layer at a time. A pair where either vector has zero norm has
-    no defined angle; its similarity is set to 0.0 (documented convention).
+    With ``blocks`` > 1 the hidden axis holds that many concatenated pooled states
+    (:mod:`acute.pooling`) and each block is compared with the same block of the last layer
+    (block-major columns). Computed in float64 one layer at a time. A pair where either vector
+    has zero norm has no defined angle; its similarity is set to 0.0 (documented convention).
     """
-    last = np.asarray(layer_means[:, -1], dtype=np.float64)
-    last_norm = np.linalg.norm(last, axis=1)
-    out = np.zeros((layer_means.shape[0], layer_means.shape[1] - 1), dtype=np.float64)
-    for i in range(layer_means.shape[1] - 1):
-        h = np.asarray(layer_means[:, i], dtype=np.float64)
-        denom = np.linalg.norm(h, axis=1) * last_norm
-        dot = np.einsum("nd,nd->n", h, last)
-        ok = denom > 0
-        out[ok, i] = dot[ok] / denom[ok]
+    n, n_out, width = layer_means.shape
+    if blocks < 1 or width % blocks:
+        raise InputError(f"hidden size {width} does not split into {blocks} pooled states")
+    d = width // blocks
+    out = np.zeros((n, blocks * (n_out - 1)), dtype=np.float64)
+    for b in range(blocks):
+        cols = slice(b * d, (b + 1) * d)
+        last = np.asarray(layer_means[:, -1, cols], dtype=np.float64)
+        last_norm = np.linalg.norm(last, axis=1)
+        for i in range(n_out - 1):
+            h = np.asarray(layer_means[:, i, cols], dtype=np.float64)
+            denom = np.linalg.norm(h, axis=1) * last_norm
+            dot = np.einsum("nd,nd->n", h, last)
+            ok = denom > 0
+            out[ok, b * (n_out - 1) + i] = dot[ok] / denom[ok]
     return out
 
 
 class CosineToLast(_LayerMeansTransformer):
-    """Cosine similarity of each layer output to the last (``L`` features ``"cos.L{i}"``).
+    """Cosine similarity of each layer output to the last (``L`` features ``"cos.L{i}"`` per
+    pooled state; with ``blocks`` > 1 concatenated states, ``"cos{b}.L{i}"``).
 
     ``fit`` only records the input shape; zero-norm vectors give similarity 0.0
     (see :func:`cosine_to_last`).
     """
 
+    def __init__(self, blocks: int = 1):
+        self.blocks = blocks
+
     def fit(self, X: Any, y: Any = None, confidence: Any = None) -> CosineToLast:
         """Record ``[L+1, d]``; nothing is learned."""
-        self._record_shape(check_layer_means(X))
+        X = check_layer_means(X)
+        if X.shape[2] % self.blocks:
+            raise InputError(f"hidden size {X.shape[2]} does not split into blocks={self.blocks} pooled states")
+        self._record_shape(X)
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Return float64 ``[n, L]`` cosine similarities."""
-        return cosine_to_last(self._check_transform_input(X))
+        """Return float64 ``[n, blocks * L]`` cosine similarities."""
+        return cosine_to_last(self._check_transform_input(X), self.blocks)
 
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
-        """Feature names ``"cos.L{i}"`` for ``i = 0..L-1``."""
-        return np.array([f"cos.L{i}" for i in range(self.n_layer_outputs_ - 1)], dtype=object)
+        """Feature names ``"cos.L{i}"`` for ``i = 0..L-1`` (``"cos{b}.L{i}"`` per block)."""
+        layers = range(self.n_layer_outputs_ - 1)
+        if self.blocks == 1:
+            return np.array([f"cos.L{i}" for i in layers], dtype=object)
+        return np.array([f"cos{b}.L{i}" for b in range(self.blocks) for i in layers], dtype=object)
 
 
 def _single_thread_blas():
@@ -402,11 +420,12 @@ class LayerPCA(_LayerMeansTransformer):
         )
 
 
-def make_featurizer(view: str, layer: int | str | None = None, **search_params: Any):
+def make_featurizer(view: str, layer: int | str | None = None, blocks: int = 1, **search_params: Any):
     """Build the (unfitted) featurizer of a named view.
 
     ``"mean"`` needs ``layer`` (int or early/mid/late); ``"early"``/``"mid"``/``"late"`` are
-    ``MeanPool(view)``; ``"cosine"`` is ``CosineToLast()``; ``"pca10"``/``"pca20"`` are
+    ``MeanPool(view)``; ``"cosine"`` is ``CosineToLast(blocks)`` (``blocks``: how many pooled
+    states the hidden axis concatenates, :mod:`acute.pooling`); ``"pca10"``/``"pca20"`` are
     ``LayerPCA(10)``/``LayerPCA(20)``. ``search_params`` (cv, n_estimators, ...) go to
     ``MeanPool``. Raises ``ValueError`` for an unknown view or a ``layer`` the view cannot use.
     """
@@ -423,5 +442,5 @@ def make_featurizer(view: str, layer: int | str | None = None, **search_params: 
     if view in NAMED_LAYERS:
         return MeanPool(view, **search_params)
     if view == "cosine":
-        return CosineToLast()
+        return CosineToLast(blocks)
     return LayerPCA(int(view[3:]))

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .baselines import BASELINES
-from .estimators import ESTIMATORS, estimator_group
+from .estimators import ESTIMATORS, estimator_group, is_estimator
 from .errors import InputError
 
 __all__ = ["DEFAULT_SIZES", "LearningCurve", "learning_curve", "resolve_sizes"]
@@ -136,16 +136,18 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     """auc-euro (all) and smECE against the number of training records (see module doc).
 
     ``estimators``: probe names (or ``auto``) of :data:`acute.estimators.ESTIMATORS`; the six
-    baselines are added. ``sizes`` default to 50, 100, 200, ... below the training-fold size,
+    baselines are added. ``layer_means``: the mean states, or ``{pooling spec: array}`` for
+    probes that read other poolings (:func:`acute.crossval.states_for`). ``sizes`` default to 50, 100, 200, ... below the training-fold size,
     then the full fold. Raises ``ValueError`` for an unknown estimator (listing the known
     names), a size larger than a training fold, or too few records of a class for the folds.
     """
     from . import metrics
-    from .crossval import cv_folds, fit_predict
+    from .crossval import cv_folds, fit_predict, take_rows
 
     for name in estimators:
-        if name not in ESTIMATORS:
-            raise InputError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+        if not is_estimator(name):
+            raise InputError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)} "
+                             "(a probe name may end in @POOLING)")
     probes = [n for n in dict.fromkeys(estimators) if estimator_group(n) != "baseline"]
     names = list(BASELINES) + probes
     y = np.asarray(correct).astype(np.int64)
@@ -153,15 +155,15 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     folds = cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed)
     pool = min(tr.size for rep in folds for tr, _ in rep)
     sizes = resolve_sizes(sizes, pool)
-    lm = np.asarray(layer_means, dtype=np.float32) if probes else None
+    lm = take_rows(layer_means, slice(None)) if probes else None
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
     jobs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
     it: Iterable = jobs if progress is None else progress(jobs)
     for r, k, tr, te in it:
         for i, size in enumerate(sizes):
             sub = _subset(tr, y, min(size, tr.size), seed * 1_000_003 + r * 1009 + k)
-            preds = fit_predict(names, None if lm is None else lm[sub], y[sub], conf[sub],
-                                None if lm is None else lm[te], conf[te], random_state=seed,
+            preds = fit_predict(names, take_rows(lm, sub), y[sub], conf[sub],
+                                take_rows(lm, te), conf[te], random_state=seed,
                                 n_jobs=n_jobs, probe_params=probe_params)
             for n, p in preds.items():
                 oof[n][i, r, te] = p

@@ -169,9 +169,9 @@ def _count(value: Any, where: str) -> int:
 def _estimator_list(names: Any, where: str) -> list[str] | None:
     if names is None:
         return None
-    from .estimators import ESTIMATORS
+    from .estimators import ESTIMATORS, is_estimator
 
-    bad = [n for n in names if n not in ESTIMATORS]
+    bad = [n for n in names if not is_estimator(n)]
     if bad or not names:
         raise InputError(f"{where}: unknown or no estimator(s) {bad}; choose from {', '.join(ESTIMATORS)}")
     return list(names)

@@ -13,8 +13,8 @@ Probe directory layout (format version 1; 2 for stacked probes)::
                         trees.threshold      float64[N]    go left when x <= threshold
                         trees.value          float64[N]    P(correct) of the node (normalised)
                         layers               int64  [k]    layer outputs the view reads
-                        pca.means            float64[L+1, d]      (pca views)
-                        pca.components       float64[L+1, m, d]   (pca views)
+                        pca.means            float64[L+1, w]      (pca views)
+                        pca.components       float64[L+1, m, w]   (pca views)
                         calibration.platt    float64[2]  a, b: p' = 1 / (1 + exp(-(a p + b)))
                         calibration.isotonic_x / calibration.isotonic_y  float64[K] (isotonic)
                         calibration.stacked  float64[3]  w, v, b (stacked, format version 2):
@@ -22,6 +22,10 @@ Probe directory layout (format version 1; 2 for stacked probes)::
 
 Stacked probes (``calibration="stacked"``) are written as format version 2, so releases that
 read only version 1 refuse them with a clear message; every other probe stays version 1.
+A probe that reads other pooled states than the mean (``input.pooling`` in ``probe.json``,
+:mod:`acute.pooling`) is format version 3: its input is ``[n, L+1, w]`` with ``w = k * d``
+for ``k`` concatenated states (``input.hidden_size`` stays the model's ``d``); a manifest
+without ``input.pooling`` reads the mean.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import numpy as np
 
 from ._util import default_mode, json_ready
 from .errors import InputError, ModelMismatchError, ProbeFormatError
+from .pooling import DEFAULT_POOLING, pooling_blocks
 from .features import (
     NAMED_LAYERS,
     VIEWS,
@@ -64,7 +69,7 @@ __all__ = [
 ]
 
 FORMAT = "acute-probe"
-FORMAT_VERSION = 2  # the newest version this release reads and writes (2: stacked probes)
+FORMAT_VERSION = 3  # the newest version this release reads and writes (2: stacked probes, 3: pooling)
 MANIFEST_FILE = "probe.json"
 ARRAYS_FILE = "probe.safetensors"
 CALIBRATIONS = (None, "platt", "isotonic", "stacked")
@@ -214,12 +219,12 @@ def _view_kind(view: str) -> str:
     raise InputError(f"unknown view {view!r}; choose one of {VIEWS}")
 
 
-def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray]) -> np.ndarray:
+def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray], blocks: int = 1) -> np.ndarray:
     """Features of a view from exported arrays (the same functions the featurizers call)."""
     if kind == "mean":
         return np.asarray(layer_means[:, int(arrays["layers"][0])], dtype=np.float64)
     if kind == "cosine":
-        return cosine_to_last(layer_means)
+        return cosine_to_last(layer_means, blocks)
     return pca_project(layer_means, arrays["pca.means"], arrays["pca.components"])
 
 
@@ -271,6 +276,8 @@ class ExportedProbe:
         self.selection = manifest.get("selection")
         self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
         self.hidden_size = int(manifest["input"]["hidden_size"])
+        self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)
+        self._blocks = pooling_blocks(self.pooling)
         self._kind = _view_kind(self.view)
         if self.calibration == "platt":
             a, b = arrays["calibration.platt"]
@@ -290,12 +297,13 @@ class ExportedProbe:
     def features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
         """The forest's input features ``[n, len(feature_names)]`` (float64)."""
         X = check_layer_means(layer_means)
-        if X.shape[1:] != (self.n_layer_outputs, self.hidden_size):
+        width = self.hidden_size * self._blocks
+        if X.shape[1:] != (self.n_layer_outputs, width):
             raise InputError(
                 f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
-                f"[n, {self.n_layer_outputs}, {self.hidden_size}]"
+                f"[n, {self.n_layer_outputs}, {width}] (pooling {self.pooling!r})"
             )
-        f = _view_features(self._kind, X, self.arrays)
+        f = _view_features(self._kind, X, self.arrays, self._blocks)
         if self.append_confidence:
             f = append_confidence(f, check_confidence(confidence, X.shape[0]))
         return f
@@ -429,7 +437,11 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
     except ValueError as exc:
         raise _fail(man, str(exc)) from None
     n_out = int(manifest["input"]["n_layer_outputs"])
-    d = int(manifest["input"]["hidden_size"])
+    try:
+        blocks = pooling_blocks(manifest["input"].get("pooling", DEFAULT_POOLING))
+    except ValueError as exc:
+        raise _fail(man, str(exc)) from None
+    d = int(manifest["input"]["hidden_size"]) * blocks  # the width of the states it reads
     n_features = len(manifest["feature_names"])
     cal = manifest.get("calibration")
     method = None if cal is None else cal.get("method")
@@ -478,7 +490,7 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
         if layers.size != 1:
             raise _fail(source, "a mean view reads exactly one layer")
     elif kind == "cosine":
-        expected = n_out - 1 + conf
+        expected = blocks * (n_out - 1) + conf
     else:
         means = arr("pca.means", np.float64, 2)
         comps = arr("pca.components", np.float64, 3)

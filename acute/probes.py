@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from ._util import json_ready
 from .errors import InputError, ModelMismatchError, ProbeFormatError
+from .pooling import DEFAULT_POOLING, pooling_blocks
 from .features import (
     CONFIDENCE_FEATURE,
     NAMED_LAYERS,
@@ -174,6 +175,12 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         forest's ``n_jobs`` is set to 1) so results are bit-for-bit reproducible.
     random_state : int or None, default 0
         Seeds the forests and folds: same data and seed give identical probabilities.
+    pooling : str, default "mean"
+        Which pooled states the probe reads (:mod:`acute.pooling`): ``"mean"``,
+        ``"last-prompt"``, ``"last-answer"`` or several joined by ``+``, whose states are
+        concatenated along the hidden axis (``layer_means`` is then ``[n, L+1, k*d]``). The
+        probe only records it (and splits the cosine view per state); its caller passes those
+        states. It is written to the export, so ``Scorer`` feeds the same states.
 
     Fitted attributes: ``featurizer_``, ``forest_``, ``feature_names_`` (list, e.g.
     ``"L12.pc3"``, ``"cos.L5"``, ``"L20.d17"``, ``"raw_confidence"``), ``classes_``
@@ -186,7 +193,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     def __init__(self, view: str = "pca10", layer: int | str | None = None, append_confidence: bool = True,
                  n_estimators: int = 500, max_depth: int | None = 20, max_features: Any = 10,
                  min_samples_leaf: int = 1, calibration: str | None = None, cv: int = 3,
-                 search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = None, random_state: int | None = 0):
+                 search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = None, random_state: int | None = 0,
+                 pooling: str = "mean"):
         self.view = view
         self.layer = layer
         self.append_confidence = append_confidence
@@ -200,12 +208,13 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         self.search_n_estimators = search_n_estimators
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.pooling = pooling
 
     # -- internals ---------------------------------------------------------------------
 
     def _featurizer(self):
         return make_featurizer(
-            self.view, self.layer, cv=self.cv, max_features=self.max_features,
+            self.view, self.layer, blocks=pooling_blocks(self.pooling), cv=self.cv, max_features=self.max_features,
             stride=self.search_stride, n_estimators=self.search_n_estimators, n_jobs=self.n_jobs, random_state=self.random_state,
         )
 
@@ -244,7 +253,11 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         kind = _view_kind(self.view)
+        blocks = pooling_blocks(self.pooling)
         X, conf = self._inputs(layer_means, confidence)
+        if X.shape[2] % blocks:
+            raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but layer_means has "
+                             f"hidden size {X.shape[2]}, not a multiple of {blocks}")
         y = check_correct(correct, X.shape[0], both_classes=True)
         uses_cv = self.calibration is not None or (
             kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
@@ -361,7 +374,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         ``selection`` (e.g. :meth:`acute.estimators.AutoEstimator.selection`) records how this
         probe was chosen: the winner, its cross-validated scores and the runners-up."""
         self._check_fitted()
-        fp = _check_fingerprint(model_fingerprint, self.n_layer_outputs_, self.hidden_size_)
+        d = self.hidden_size_ // pooling_blocks(self.pooling)
+        fp = _check_fingerprint(model_fingerprint, self.n_layer_outputs_, d)
         arrays = forest_arrays(self.forest_)
         arrays["layers"] = np.asarray(self.layers_, dtype=np.int64)
         if isinstance(self.featurizer_, LayerPCA):
@@ -383,10 +397,11 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         summary.update(training_summary or {})
         manifest = {
             "format": FORMAT,
-            "format_version": 2 if self.calibration == "stacked" else 1,
+            "format_version": 3 if self.pooling != DEFAULT_POOLING else 2 if self.calibration == "stacked" else 1,
             "acute_version": __version__,
             "model": {"name": model_name, "fingerprint": fp},
-            "input": {"n_layer_outputs": self.n_layer_outputs_, "hidden_size": self.hidden_size_},
+            "input": {"n_layer_outputs": self.n_layer_outputs_, "hidden_size": d,
+                      **({"pooling": self.pooling} if self.pooling != DEFAULT_POOLING else {})},
             "view": self.view,
             "layer": self.layer,
             "layers": list(self.layers_),

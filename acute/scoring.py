@@ -240,9 +240,11 @@ class Scorer:
         return _probe_summary(self.probe).get("task")
 
     def _scored(self, items, texts, gens, answers, risk: float) -> list[ScoredGeneration]:
-        means = np.stack([g.layer_means for g in gens]).astype(np.float32)
+        from .pooling import DEFAULT_POOLING, generation_states
+
+        states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
-        conf = self.probe.predict_proba(means, confidence=raw)[:, 1]
+        conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
         trust = decide(conf, risk)
         return [
             ScoredGeneration(question=_question_of(item), prompt=t, answer=a.strip(),

@@ -51,7 +51,8 @@ def _names(estimators: Sequence[str]) -> list[str]:
 
     for name in estimators:
         if name not in ESTIMATORS:
-            raise InputError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)}")
+            hint = (" (transfer reads the mean states only: no @POOLING)" if "@" in str(name) else "")
+            raise InputError(f"unknown estimator {name!r}{hint}; choose from {', '.join(ESTIMATORS)}")
     return list(dict.fromkeys([*estimators, REFERENCE]))
 
 
