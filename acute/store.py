@@ -3,7 +3,9 @@
 A store is a directory::
 
     manifest.json                    what was collected and how (see below)
-    shard-00000.safetensors          layer_means    float16|float32 [b, L+1, d]
+    shard-00000.safetensors          layer_means    float16|float32 [b, L+1, d]  (pooling "mean")
+                                     last_prompt    float16|float32 [b, L+1, d]  ("last-prompt", optional)
+                                     last_answer    float16|float32 [b, L+1, d]  ("last-answer", optional)
                                      token_logprobs float32 [sum of n_tokens]  (flat concatenation)
                                      token_offsets  int64   [b+1]  (row i: flat[off[i]:off[i+1]])
     shard-00000.jsonl                one JSON record per line, same order as the tensor rows
@@ -11,6 +13,15 @@ A store is a directory::
     shard-p000-00000.safetensors     shards of part 0 of a multi-process collection
     shard-p000-00000.jsonl ...
     shard-p001-00000.safetensors ... shards of part 1, etc.
+
+Pooled hidden states (:data:`POOLINGS`, one [L+1, d] row per record each): ``layer_means`` is the
+mean of each layer's states over the answer positions, ``last_prompt`` the state at the prompt's
+last token, ``last_answer`` the state at the answer's last pooled position. A store holds the
+last two for all of its records or for none, as its manifest's ``poolings`` says (``["mean"]`` or
+``["mean", "last-prompt", "last-answer"]``): the first :meth:`StoreWriter.add` with records
+decides (or the manifest given to :func:`prepare_store` for part writers, ``["mean"]`` when it
+has none), and every shard has exactly the tensors it names. Stores written before acute kept
+them have no ``poolings`` key and read as ``["mean"]``; ``acute rerecord`` adds the others.
 
 Readers see the committed shards of both kinds as one store, in a deterministic order:
 unpartitioned shards by index, then part shards by (part, index).
@@ -37,7 +48,8 @@ file; shards without a key (written before keys existed) are accepted. An id tha
 Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerprint``, ``tokenizer``,
 ``generation``, ``task``, ``task_settings``, ``num_layers`` (L, the number of decoder layers),
 ``hidden_size`` (d), ``model_dtype``) plus the store's own fields: ``format``, ``format_version``,
-``dtype`` (the *storage* dtype of ``layer_means``, set by the writer), ``acute_version``,
+``dtype`` (the *storage* dtype of the hidden states, set by the writer), ``poolings`` (see
+above; absent in older stores and while a new one has no records), ``acute_version``,
 ``created``, ``updated``, ``shard_size``, ``status`` (``"collecting"``, ``"complete"`` or
 ``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close, or by
 :func:`finalize_store`). Readers never trust ``num_records``; the committed shards are the truth.
@@ -73,7 +85,8 @@ raw_confidence, finish_reason`` (+ task-specific ``meta``); only ``id`` (a str o
 store) is required. ``n_tokens`` and ``raw_confidence`` are filled in from the log-probs when absent.
 
 Empty stores (a writer closed without records) open fine: ``len(store) == 0``, ``records == []``,
-and ``layer_means`` has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the manifest does not know L, d).
+and ``layer_means`` (like ``states(pooling)``) has shape ``(0, L+1, d)`` (``(0, 0, 0)`` when the
+manifest does not know L, d).
 """
 
 from __future__ import annotations
@@ -93,7 +106,9 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .pooling import POOLINGS  # a store holds "mean" only, or all three
 from .errors import CorruptStoreError, IncompatibleStoreError, InputError, StoreError
+from .validation import _first_nonfinite_row
 
 try:
     import fcntl
@@ -109,6 +124,7 @@ __all__ = [
     "FORMAT_VERSION",
     "SHARD_FORMAT_VERSION",
     "COMPAT_KEYS",
+    "POOLINGS",
     "StoreError",
     "CorruptStoreError",
     "IncompatibleStoreError",
@@ -142,6 +158,11 @@ _RUN_KEYS = ("generation", "task_settings")
 COLLECTION_KEY_FIELDS = ("format_version", "model_fingerprint", "task", "dtype", "generation",
                          "task_settings")
 STATUSES = ("collecting", "complete", "interrupted")
+#: Shard tensor of each pooling.
+_TENSORS = {"mean": "layer_means", "last-prompt": "last_prompt", "last-answer": "last_answer"}
+_MEAN_ONLY = ("mean",)
+#: what re-recording an old store adds (named by the errors about a pooling a store lacks)
+_REMEDY = "re-record it with `acute rerecord STORE --out NEW` to add them"
 
 #: ``shard-00007.jsonl`` (unpartitioned) or ``shard-p002-00007.safetensors`` (part 2).
 _SHARD_FILE_RE = re.compile(r"^shard-(?:p(\d{3,})-)?(\d{5,})\.(safetensors|jsonl)$")
@@ -248,6 +269,27 @@ def _expected_shape(manifest: dict) -> tuple[int | None, int | None]:
     return out[0], out[1]
 
 
+def _poolings(value: Any, where: str, error: type = InputError) -> tuple[str, ...]:
+    """A manifest's ``poolings`` as a tuple, ``("mean",)`` or :data:`POOLINGS`; ``error`` naming
+    ``where`` for anything else."""
+    if isinstance(value, (list, tuple)) and tuple(value) in (_MEAN_ONLY, POOLINGS):
+        return tuple(value)
+    raise error(f"{where}: 'poolings' must be {list(_MEAN_ONLY)} or {list(POOLINGS)}, got {value!r}")
+
+
+def _check_poolings(path: Path, stored: Sequence[str] | None, given: Sequence[str] | None,
+                    error: type = InputError) -> None:
+    """``error`` naming the store and both choices when records with the poolings ``given`` would
+    go into a store that holds ``stored`` (None on either side: not decided yet)."""
+    if stored is None or given is None or tuple(stored) == tuple(given):
+        return
+    hint = f"; or {_REMEDY}, then add to the new store" if tuple(stored) == _MEAN_ONLY else ""
+    raise error(
+        f"{path}: the store holds the poolings {list(stored)} for all of its records, these records "
+        f"come with {list(given)}; a store keeps last_prompt/last_answer for all of its records or "
+        f"for none: write them to another store{hint}")
+
+
 def _load_manifest(path: Path) -> dict:
     if not path.is_dir():
         raise FileNotFoundError(f"store directory not found: {path}")
@@ -269,6 +311,8 @@ def _load_manifest(path: Path) -> dict:
             f"{mpath}: format_version {version} is newer than this acute supports ({FORMAT_VERSION});"
             " upgrade acute to read this store"
         )
+    if "poolings" in manifest:
+        _poolings(manifest["poolings"], str(mpath), CorruptStoreError)
     return manifest
 
 
@@ -404,8 +448,33 @@ def _read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def _check_states_tensor(st_path: Path, name: str, info: dict, manifest: dict,
+                         like: dict | None = None) -> None:
+    """CorruptStoreError naming the shard when its pooled-state tensor ``name`` is not a 3-D
+    [n, L+1, d] tensor of the manifest's storage ``dtype``, ``num_layers + 1`` and ``hidden_size``
+    (when known) or, given ``like`` (``layer_means``' header entry), not of its dtype and shape."""
+    dtype, shape = info["dtype"], info["shape"]
+    want_dtype = manifest.get("dtype")
+    if want_dtype is not None and dtype != np.dtype(_STORAGE_DTYPES.get(want_dtype, dtype)):
+        raise CorruptStoreError(f"{st_path}: {name} dtype {dtype.name} != manifest dtype {want_dtype}")
+    if dtype.name not in _STORAGE_DTYPES:
+        raise CorruptStoreError(f"{st_path}: {name} dtype {dtype.name} not supported")
+    if len(shape) != 3:
+        raise CorruptStoreError(f"{st_path}: {name} must be 3-D, has shape {list(shape)}")
+    num_layers, hidden = _expected_shape(manifest)
+    if num_layers is not None and shape[1] != num_layers + 1:
+        raise CorruptStoreError(
+            f"{st_path}: {name} has {shape[1]} layers, manifest num_layers+1 = {num_layers + 1}")
+    if hidden is not None and shape[2] != hidden:
+        raise CorruptStoreError(f"{st_path}: {name} hidden size {shape[2]} != manifest hidden_size {hidden}")
+    if like is not None and (dtype, shape) != (like["dtype"], like["shape"]):
+        raise CorruptStoreError(f"{st_path}: {name} is {dtype.name} {list(shape)} but layer_means is "
+                                f"{like['dtype'].name} {list(like['shape'])}")
+
+
 class _Shard:
-    """One committed, verified shard: records, log-probs (in memory) and a memmap of layer_means.
+    """One committed, verified shard: records, log-probs (in memory) and memmaps of the pooled
+    states (``layer_means``, and ``last_prompt``/``last_answer`` when the store keeps them).
 
     ``part`` (None for an unpartitioned shard) and ``index`` come from the file name; ``key`` is
     the manifest's :func:`collection_key`, which the shard's own key (if any) must equal.
@@ -419,30 +488,20 @@ class _Shard:
         metadata = tensors.get("__metadata__") or {}
         _check_collection_key(st_path, metadata, key)
         self.has_checksums = "tensors_sha256" in metadata and "records_sha256" in metadata
-        for name in ("layer_means", "token_logprobs", "token_offsets"):
+        self.poolings = tuple(manifest.get("poolings", _MEAN_ONLY))
+        extras = [_TENSORS[p] for p in self.poolings[1:]]
+        for name in ("layer_means", "token_logprobs", "token_offsets", *extras):
             if name not in tensors:
                 raise CorruptStoreError(f"{st_path}: tensor {name!r} is missing")
+        for name in (_TENSORS[p] for p in POOLINGS if p not in self.poolings):
+            if name in tensors:
+                raise CorruptStoreError(f"{st_path}: has a tensor {name!r} but the store's {MANIFEST} "
+                                        f"records the poolings {list(self.poolings)}")
         lm, lp, off = tensors["layer_means"], tensors["token_logprobs"], tensors["token_offsets"]
-        want_dtype = manifest.get("dtype")
-        if want_dtype is not None and lm["dtype"] != np.dtype(_STORAGE_DTYPES.get(want_dtype, lm["dtype"])):
-            raise CorruptStoreError(
-                f"{st_path}: layer_means dtype {lm['dtype'].name} != manifest dtype {want_dtype}"
-            )
-        if lm["dtype"].name not in _STORAGE_DTYPES:
-            raise CorruptStoreError(f"{st_path}: layer_means dtype {lm['dtype'].name} not supported")
-        if len(lm["shape"]) != 3:
-            raise CorruptStoreError(f"{st_path}: layer_means must be 3-D, has shape {list(lm['shape'])}")
+        _check_states_tensor(st_path, "layer_means", lm, manifest)
+        for name in extras:
+            _check_states_tensor(st_path, name, tensors[name], manifest, like=lm)
         n = lm["shape"][0]
-        num_layers, hidden = _expected_shape(manifest)
-        if num_layers is not None and lm["shape"][1] != num_layers + 1:
-            raise CorruptStoreError(
-                f"{st_path}: layer_means has {lm['shape'][1]} layers, manifest num_layers+1 = "
-                f"{num_layers + 1}"
-            )
-        if hidden is not None and lm["shape"][2] != hidden:
-            raise CorruptStoreError(
-                f"{st_path}: layer_means hidden size {lm['shape'][2]} != manifest hidden_size {hidden}"
-            )
         if lp["dtype"] != np.dtype("<f4") or len(lp["shape"]) != 1:
             raise CorruptStoreError(f"{st_path}: token_logprobs must be a 1-D float32 tensor")
         if off["dtype"] != np.dtype("<i8") or off["shape"] != (n + 1,):
@@ -475,18 +534,20 @@ class _Shard:
         self.n = n
         self.layer_shape = lm["shape"][1:]
         self.dtype = lm["dtype"].newbyteorder("=")
-        self._lm_info = lm
-        self._memmap: np.memmap | None = None
+        self._infos = {p: tensors[_TENSORS[p]] for p in self.poolings}
+        self._memmaps: dict[str, np.memmap] = {}
+
+    def states(self, pooling: str = "mean") -> np.ndarray:
+        """Read-only memmap [n, L+1, d] of one of this shard's poolings (created on first use)."""
+        if pooling not in self._memmaps:
+            info = self._infos[pooling]
+            self._memmaps[pooling] = np.memmap(self.path, dtype=info["dtype"], mode="r",
+                                               offset=info["offset"], shape=info["shape"])
+        return self._memmaps[pooling]
 
     @property
     def layer_means(self) -> np.ndarray:
-        """Read-only memmap of this shard's layer_means (created on first use)."""
-        if self._memmap is None:
-            self._memmap = np.memmap(
-                self.path, dtype=self._lm_info["dtype"], mode="r",
-                offset=self._lm_info["offset"], shape=self._lm_info["shape"],
-            )
-        return self._memmap
+        return self.states("mean")
 
     def token_logprobs(self) -> list[np.ndarray]:
         o = self.offsets
@@ -532,7 +593,9 @@ def verify_store(path: str | os.PathLike) -> dict:
 
     Checks that the manifest is readable; for every committed shard, that the safetensors header
     parses and fits the file, the tensors have the right dtypes/shapes (``layer_means`` matches the
-    manifest's ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known), the ``.jsonl`` line
+    manifest's ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known; ``last_prompt`` and
+    ``last_answer`` are present exactly when the manifest's ``poolings`` has them, and shaped like
+    ``layer_means``), the ``.jsonl`` line
     count equals the number of rows, ``token_offsets`` start at 0, are non-decreasing and end at
     the number of log-probs, ``n_tokens`` agrees with the offsets, the shard's
     ``collection_key`` (when it has one) matches the manifest; and that ids are unique.
@@ -540,8 +603,8 @@ def verify_store(path: str | os.PathLike) -> dict:
     Orphan ``.jsonl`` and temporary files are listed, not deleted.
 
     Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records", "checksummed"}],
-    "orphans": [...], "status", "problems": [...]}``; ``problems`` names what makes the store
-    unfit for use as is without being corrupt: an unfinished collection (status other than
+    "orphans": [...], "status", "poolings": [...], "problems": [...]}``; ``problems`` names what
+    makes the store unfit for use as is without being corrupt: an unfinished collection (status other than
     "complete"), a manifest count that disagrees with the shards, orphans, shards without
     checksums (written by an older acute). Raises ``FileNotFoundError`` (missing directory or
     manifest), :class:`CorruptStoreError` or :class:`IncompatibleStoreError` naming the
@@ -568,6 +631,7 @@ def verify_store(path: str | os.PathLike) -> dict:
         "shards": [{"file": s.path.name, "num_records": s.n, "checksummed": s.has_checksums} for s in shards],
         "orphans": orphans,
         "status": manifest.get("status"),
+        "poolings": list(manifest.get("poolings", _MEAN_ONLY)),
         "problems": problems,
     }
 
@@ -637,8 +701,23 @@ class Store:
         return _expected_shape(self.manifest)[1]
 
     @property
+    def poolings(self) -> tuple[str, ...]:
+        """The poolings this store holds for every record: ``("mean",)`` (every store written
+        before acute kept the others) or :data:`POOLINGS`."""
+        return tuple(self.manifest.get("poolings", _MEAN_ONLY))
+
+    def _check_pooling(self, pooling: str) -> str:
+        """``pooling``'s tensor name; InputError for an unknown pooling or one the store lacks."""
+        if pooling not in POOLINGS:
+            raise InputError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
+        if pooling not in self.poolings:
+            raise InputError(f"{self.path}: the store has no {pooling!r} states (it holds "
+                             f"{', '.join(self.poolings)}: collected before acute kept them); {_REMEDY}")
+        return _TENSORS[pooling]
+
+    @property
     def dtype(self) -> np.dtype:
-        """Storage dtype of ``layer_means`` (float16 or float32)."""
+        """Storage dtype of the hidden states (float16 or float32)."""
         if self._shards:
             return self._shards[0].dtype
         return np.dtype(_STORAGE_DTYPES.get(self.manifest.get("dtype", "float16"), np.float16))
@@ -654,17 +733,19 @@ class Store:
 
     def check_finite(self) -> None:
         """:class:`CorruptStoreError` naming the record id and shard of the first NaN or inf in
-        the raw confidences or the hidden states (read in chunks of rows)."""
-        from .validation import _first_nonfinite_row
-
+        the raw confidences or the hidden states of any pooling (read in chunks of rows, which
+        are not kept)."""
         conf = np.asarray(self.raw_confidence, dtype=np.float64)
         if not np.isfinite(conf).all():
             i = int(np.argmin(np.isfinite(conf)))
             raise CorruptStoreError(f"{self.path}: {self.where(i)} has a non-finite raw confidence ({conf[i]})")
-        if len(self) and self._shards:
-            i = _first_nonfinite_row(self.layer_means)
-            if i is not None:
-                raise CorruptStoreError(f"{self.path}: {self.where(i)} has a non-finite hidden state (NaN or inf)")
+        rows, step = self._global_rows(), 256
+        for pooling in self.poolings if self._shards else ():
+            for start in range(0, len(rows), step):
+                i = _first_nonfinite_row(self._gather(rows[start:start + step], None, pooling))
+                if i is not None:
+                    raise CorruptStoreError(f"{self.path}: {self.where(start + i)} has a non-finite hidden "
+                                            f"state (NaN or inf) in {_TENSORS[pooling]}")
 
     # -- per-record data ------------------------------------------------------------------------
     @property
@@ -721,8 +802,9 @@ class Store:
         L, d = self.num_layers, self.hidden_size
         return (0 if L is None else L + 1, 0 if d is None else d)
 
-    def _gather(self, rows: np.ndarray, layer: int | None) -> np.ndarray:
-        """Rows (global indices, any order) of layer_means, or of one layer, read shard by shard."""
+    def _gather(self, rows: np.ndarray, layer: int | None, pooling: str = "mean") -> np.ndarray:
+        """Rows (global indices, any order) of a pooling's states, or of one of their layers, read
+        shard by shard."""
         width = self._shards[0].layer_shape if self._shards else self._empty_shape()
         shape = (len(rows),) + (tuple(width) if layer is None else (width[1],))
         out = np.empty(shape, dtype=self.dtype)
@@ -732,7 +814,7 @@ class Store:
         for k in np.unique(which):
             mask = which == k
             local = rows[mask] - self._starts[k]
-            mm = self._shards[k].layer_means
+            mm = self._shards[k].states(pooling)
             if layer is None:
                 out[mask] = mm[local]
             else:
@@ -741,37 +823,46 @@ class Store:
 
     @property
     def layer_means(self) -> np.ndarray:
-        """[n, L+1, d] in the storage dtype.
+        """[n, L+1, d] in the storage dtype: ``states("mean")``.
 
         A whole store with one shard returns the read-only ``np.memmap`` itself; otherwise the
         shards are concatenated (or the selected rows gathered) into memory on first access and
         cached. Use :meth:`layer` to read one layer without materialising all of them.
         """
-        if "layer_means" not in self._cache:
+        return self.states("mean")
+
+    def states(self, pooling: str = "mean") -> np.ndarray:
+        """[n, L+1, d] states of one of :data:`POOLINGS` in the storage dtype, read and cached
+        like :attr:`layer_means` (which is ``states("mean")``). InputError naming the store and
+        the remedy when the store lacks ``pooling`` (see :attr:`poolings`)."""
+        key = self._check_pooling(pooling)
+        if key not in self._cache:
             if self._rows is None and len(self._shards) == 1:
-                value = self._shards[0].layer_means
+                value = self._shards[0].states(pooling)
             elif self._rows is None and len(self._shards) > 1:
-                value = np.concatenate([s.layer_means for s in self._shards], axis=0)
+                value = np.concatenate([s.states(pooling) for s in self._shards], axis=0)
             else:
-                value = self._gather(self._global_rows(), None)
-            self._cache["layer_means"] = value
-        return self._cache["layer_means"]
+                value = self._gather(self._global_rows(), None, pooling)
+            self._cache[key] = value
+        return self._cache[key]
 
-    def layer(self, i: int) -> np.ndarray:
-        """[n, d] hidden-state means of layer ``i`` (negative counts from the end), storage dtype.
+    def layer(self, i: int, pooling: str = "mean") -> np.ndarray:
+        """[n, d] states of layer ``i`` (negative counts from the end) of ``pooling`` (default:
+        the hidden-state means), storage dtype.
 
-        Reads only that layer from each shard's memmap (or from ``layer_means`` if it is already
-        in memory). IndexError when ``i`` is out of range.
+        Reads only that layer from each shard's memmap (or from :meth:`states` if they are
+        already in memory). IndexError when ``i`` is out of range.
         """
+        key = self._check_pooling(pooling)
         n_layers = self._empty_shape()[0] if not self._shards else self._shards[0].layer_shape[0]
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
             raise TypeError(f"layer index must be an int, got {type(i).__name__}")
         if not -n_layers <= i < n_layers:
             raise IndexError(f"layer {i} out of range for {n_layers} layers (L+1)")
         i = int(i) % n_layers
-        if "layer_means" in self._cache:
-            return np.array(self._cache["layer_means"][:, i])
-        return self._gather(self._global_rows(), i)
+        if key in self._cache:
+            return np.array(self._cache[key][:, i])
+        return self._gather(self._global_rows(), i, pooling)
 
     # -- subsets --------------------------------------------------------------------------------
     def select(self, indices: Sequence[int] | np.ndarray) -> Store:
@@ -934,6 +1025,8 @@ def _normalised_manifest(manifest: dict, dtype: str) -> dict:
     from acute import __version__
 
     new["dtype"] = dtype
+    if "poolings" in new:
+        new["poolings"] = list(_poolings(new["poolings"], "manifest"))
     new["format"] = FORMAT
     new["format_version"] = _SINGLE_WRITER_VERSION
     new.setdefault("acute_version", __version__)
@@ -1041,19 +1134,24 @@ def _write_manifest(path: Path, manifest: dict) -> None:
         json_ready(manifest, where="manifest", nonfinite="error"), indent=2, ensure_ascii=False) + "\n")
 
 
-def _open_as_owner(path: Path, new: dict, shard_size: int,
-                   allow_other_weights: bool = False) -> tuple[dict, list[_Shard]]:
+def _open_as_owner(path: Path, new: dict, shard_size: int, allow_other_weights: bool = False,
+                   decide_poolings: bool = False) -> tuple[dict, list[_Shard]]:
     """Create or resume a store with the (normalised) manifest ``new``; the caller holds the
     exclusive store lock.
 
     Resuming checks the manifests agree (:class:`IncompatibleStoreError` naming the key), deletes
     every orphan and stale part lock file, and verifies all committed shards. Writes the manifest
-    with status ``"collecting"`` and current counts; returns it and the shards.
+    with status ``"collecting"`` and current counts; returns it and the shards. The manifest's
+    ``poolings`` stay undecided (absent) while the store has no records and no one chose them,
+    unless ``decide_poolings`` (then ``["mean"]``).
     """
     mpath = path / MANIFEST
     if mpath.is_file():
         old = _load_manifest(path)
         _check_compatible(mpath, old, new, allow_other_weights)
+        if "poolings" not in old and _committed_shards(path):
+            old["poolings"] = list(_MEAN_ONLY)  # a store from before acute kept other poolings
+        _check_poolings(path, old.get("poolings"), new.get("poolings"), IncompatibleStoreError)
         merged = _fill_shape({**old, **new, "created": old.get("created", _now())}, old)
         _merge_weights(merged, old, new, path)
         merged["format_version"] = max(old.get("format_version") or 1, new["format_version"])
@@ -1066,6 +1164,8 @@ def _open_as_owner(path: Path, new: dict, shard_size: int,
             raise StoreError(f"{path}: has shard files but no {MANIFEST}; refusing to write")
         merged, shards = new, []
         merged.setdefault("created", _now())
+    if decide_poolings:
+        merged.setdefault("poolings", list(_MEAN_ONLY))
     merged["shard_size"] = shard_size
     merged["status"] = "collecting"
     _write_manifest(path, _Tally(shards).stamp(merged))
@@ -1079,7 +1179,10 @@ def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "floa
     Does what a single :class:`StoreWriter` does when it opens (same checks: a resumed store must
     agree on the manifest keys, else :class:`IncompatibleStoreError` naming the key; deletes all
     orphans; status ``"collecting"``), holding the exclusive store lock during the call only
-    (:class:`StoreError` if another writer is active). Sets ``format_version`` to
+    (:class:`StoreError` if another writer is active). Decides the store's ``poolings``, which
+    part writers cannot agree on among themselves: the manifest's ``"poolings"`` (``["mean"]``
+    when absent; :class:`IncompatibleStoreError` when a store with records holds others); the part
+    writers' adds must match. Sets ``format_version`` to
     :data:`FORMAT_VERSION` (2), which part writers require, so that older acute releases refuse
     the store instead of skipping its part shards. Returns the manifest as written.
     """
@@ -1088,7 +1191,7 @@ def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "floa
     path = Path(out_dir)
     path.mkdir(parents=True, exist_ok=True)
     with _store_lock(path):
-        written, _ = _open_as_owner(path, new, shard_size, allow_other_weights)
+        written, _ = _open_as_owner(path, new, shard_size, allow_other_weights, decide_poolings=True)
     return written
 
 
@@ -1117,6 +1220,38 @@ def finalize_store(out_dir: str | os.PathLike, status: str = "complete") -> dict
 # --------------------------------------------------------------------------------------------
 
 
+def _checked_states(name: str, value: Any, ids: Sequence, num_layers: int | None, hidden: int | None,
+                    dtype: str) -> np.ndarray:
+    """Pooled states ``value`` [b, L+1, d] of the records ``ids`` cast to the storage ``dtype``;
+    InputError naming the tensor ``name`` (and the record) for a wrong shape (``num_layers``,
+    ``hidden``: the expected L and d, None when unknown), a non-float or non-finite value, or
+    one that overflows the storage dtype."""
+    arr = np.asarray(value)
+    b = len(ids)
+    if arr.ndim != 3:
+        raise InputError(f"{name} must have shape [b, L+1, d], got {arr.shape}")
+    if arr.shape[0] != b:
+        raise InputError(f"{name} has {arr.shape[0]} rows but {b} records were given")
+    if num_layers is not None and arr.shape[1] != num_layers + 1:
+        raise InputError(f"{name} has {arr.shape[1]} layers but num_layers={num_layers} "
+                         f"(expected L+1 = {num_layers + 1})")
+    if hidden is not None and arr.shape[2] != hidden:
+        raise InputError(f"{name} hidden size {arr.shape[2]} != hidden_size {hidden}")
+    if arr.shape[1] < 1 or arr.shape[2] < 1:
+        raise InputError(f"{name} has an empty dimension: {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise InputError(f"{name} must be a float array, got dtype {arr.dtype}")
+    bad = _first_nonfinite_row(arr)
+    if bad is not None:
+        raise InputError(f"{name} has non-finite values (record {ids[bad]!r})")
+    with np.errstate(over="ignore"):
+        stored = arr.astype(_STORAGE_DTYPES[dtype])
+    bad = _first_nonfinite_row(stored)
+    if bad is not None:
+        raise InputError(f"{name} overflows {dtype} (|x| > 65504) in record {ids[bad]!r}; use dtype='float32'")
+    return stored
+
+
 class StoreWriter:
     """Append records to a store in atomically committed shards; resumes an existing store.
 
@@ -1129,7 +1264,9 @@ class StoreWriter:
     manifest : JSON-serialisable dict describing the collection (see the module docstring).
         ``num_layers``/``hidden_size`` (or the same keys in ``model_fingerprint``) are used to
         validate shapes; when absent they are inferred from the first batch and recorded.
-    dtype : storage dtype of ``layer_means``: ``"float16"`` (default) or ``"float32"``.
+        ``poolings`` (``["mean"]`` or :data:`POOLINGS`) may declare up front what the first
+        :meth:`add` otherwise decides; it must agree with a resumed store's.
+    dtype : storage dtype of the hidden states: ``"float16"`` (default) or ``"float32"``.
     shard_size : records per shard (the last shard may be smaller).
     allow_other_weights : resume a store whose manifest records another weights digest
         (``model_weights``); the stored digest stays and the new one is listed in
@@ -1160,7 +1297,7 @@ class StoreWriter:
         self.path = Path(out_dir)
         self.part = None if part is None else int(part)
         self._closed = False
-        self._buffer: list[tuple[dict, str, np.ndarray, np.ndarray]] = []
+        self._buffer: list[tuple[dict, str, tuple[np.ndarray, ...], np.ndarray]] = []
         self._pending: set = set()
         if self.part is None:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -1181,6 +1318,8 @@ class StoreWriter:
             raise
         self._tally = _Tally(shards)
         self._key = collection_key(self.manifest)
+        poolings = self.manifest.get("poolings")  # None: undecided until the first add
+        self._poolings = None if poolings is None else tuple(poolings)
         own = [shard.index for shard in shards if shard.part == self.part]
         self._next_index = max(own) + 1 if own else 0
 
@@ -1195,6 +1334,8 @@ class StoreWriter:
                 "prepared for part writers: call prepare_store() in the main process first"
             )
         _check_compatible(self.path / MANIFEST, stored, new, allow_other_weights)
+        stored.setdefault("poolings", list(_MEAN_ONLY))  # prepared by an acute that kept the mean only
+        _check_poolings(self.path, stored["poolings"], new.get("poolings"), IncompatibleStoreError)
         _fill_shape(stored, new)
         _delete(self.path, _orphans(self.path, part=self.part))
         shards = _load_shards(self.path, stored)
@@ -1233,46 +1374,36 @@ class StoreWriter:
 
     # Long because a commit is one ordered sequence (validate, write temporaries, fsync, rename the
     # .jsonl, rename the .safetensors = commit point, update the manifest); splitting it would hide the order.
-    def add(self, records: Sequence[dict], layer_means: np.ndarray,
-            token_logprobs: Sequence[np.ndarray]) -> None:
+    def add(self, records: Sequence[dict], layer_means: np.ndarray, token_logprobs: Sequence[np.ndarray],
+            *, last_prompt: np.ndarray | None = None, last_answer: np.ndarray | None = None) -> None:
         """Buffer a batch of ``b`` records and commit every full shard.
 
         ``layer_means`` is [b, L+1, d] (finite; must fit float16 when storing float16),
-        ``token_logprobs`` is a list of ``b`` 1-D arrays of finite log-probs. Records are copied;
-        ``n_tokens`` and ``raw_confidence`` are filled in when absent (``n_tokens`` must equal
-        the number of log-probs when present). ValueError for a duplicate id (committed, buffered
-        or within the batch), wrong shapes, non-finite values or non-JSON-serialisable records.
+        ``token_logprobs`` is a list of ``b`` 1-D arrays of finite log-probs. ``last_prompt`` and
+        ``last_answer`` (both or neither) are the states at the prompt's last token and at the
+        answer's last pooled position, shaped and checked like ``layer_means``. A store keeps them
+        for all of its records or for none: the first add with records decides (the manifest's
+        ``poolings``), a later add that differs (also after a resume) is an InputError naming the
+        store and both choices. Records are copied; ``n_tokens`` and ``raw_confidence`` are filled
+        in when absent (``n_tokens`` must equal the number of log-probs when present). ValueError
+        for a duplicate id (committed, buffered or within the batch), wrong shapes, non-finite
+        values or non-JSON-serialisable records.
         """
         if self._closed:
             raise InputError("StoreWriter is closed")
+        if (last_prompt is None) != (last_answer is None):
+            raise InputError("give both last_prompt and last_answer, or neither")
+        given = _MEAN_ONLY if last_prompt is None else POOLINGS
+        _check_poolings(self.path, self._poolings, given)
         records = list(records)
-        lm = np.asarray(layer_means)
         b = len(records)
-        if lm.ndim != 3:
-            raise InputError(f"layer_means must have shape [b, L+1, d], got {lm.shape}")
-        if lm.shape[0] != b:
-            raise InputError(f"layer_means has {lm.shape[0]} rows but {b} records were given")
+        ids = [rec.get("id") if isinstance(rec, dict) else None for rec in records]
+        L, d = self.manifest.get("num_layers"), self.manifest.get("hidden_size")
+        lm = _checked_states("layer_means", layer_means, ids, L, d, self.dtype)
+        states = [lm] + [_checked_states(_TENSORS[p], x, ids, lm.shape[1] - 1, lm.shape[2], self.dtype)
+                         for p, x in zip(given[1:], (last_prompt, last_answer))]
         if len(token_logprobs) != b:
             raise InputError(f"token_logprobs has {len(token_logprobs)} entries but {b} records were given")
-        L, d = self.manifest.get("num_layers"), self.manifest.get("hidden_size")
-        if L is not None and lm.shape[1] != L + 1:
-            raise InputError(
-                f"layer_means has {lm.shape[1]} layers but the manifest says num_layers={L} "
-                f"(expected L+1 = {L + 1})"
-            )
-        if d is not None and lm.shape[2] != d:
-            raise InputError(f"layer_means hidden size {lm.shape[2]} != manifest hidden_size {d}")
-        if lm.shape[1] < 1 or lm.shape[2] < 1:
-            raise InputError(f"layer_means has an empty dimension: {lm.shape}")
-        if not np.issubdtype(lm.dtype, np.floating):
-            raise InputError(f"layer_means must be a float array, got dtype {lm.dtype}")
-        if not np.all(np.isfinite(lm)):
-            bad = int(np.argwhere(~np.isfinite(lm))[0][0])
-            raise InputError(f"layer_means has non-finite values (record {records[bad].get('id')!r})")
-        with np.errstate(over="ignore"):
-            stored = lm.astype(_STORAGE_DTYPES[self.dtype])
-        if not np.all(np.isfinite(stored)):
-            raise InputError(f"layer_means overflows {self.dtype} (|x| > 65504); use dtype='float32'")
 
         batch_ids: set = set()
         prepared = []
@@ -1308,16 +1439,21 @@ class StoreWriter:
             if rec.get("raw_confidence") is None:
                 rec["raw_confidence"] = math.exp(math.fsum(lp))
             line = _dumps(rec, f"records[{k}] (id {rid!r})")
-            prepared.append((rec, line, stored[k], lp.astype(np.float32)))
+            prepared.append((rec, line, tuple(x[k] for x in states), lp.astype(np.float32)))
 
-        for rec, line, row, lp in prepared:
-            self._buffer.append((rec, line, row, lp))
-            self._pending.add(rec["id"])
-        if b and self.manifest.get("num_layers") is None:
+        for entry in prepared:
+            self._buffer.append(entry)
+            self._pending.add(entry[0]["id"])
+        decided = b > 0 and self._poolings is None
+        if decided:
+            self._poolings = given
+            self.manifest["poolings"] = list(given)
+        learnt = b > 0 and self.manifest.get("num_layers") is None
+        if learnt:
             self.manifest["num_layers"] = int(lm.shape[1] - 1)
             self.manifest["hidden_size"] = int(lm.shape[2])
-            if self.part is None:
-                self._write_manifest()
+        if (decided or learnt) and self.part is None:
+            self._write_manifest()
         while len(self._buffer) >= self.shard_size:
             self._flush(self.shard_size)
 
@@ -1330,7 +1466,8 @@ class StoreWriter:
             return
         lengths = [len(lp) for _, _, _, lp in batch]
         tensors = {
-            "layer_means": np.ascontiguousarray(np.stack([row for _, _, row, _ in batch])),
+            **{_TENSORS[p]: np.ascontiguousarray(np.stack([rows[j] for _, _, rows, _ in batch]))
+               for j, p in enumerate(self._poolings)},
             "token_logprobs": (np.concatenate([lp for _, _, _, lp in batch]).astype(np.float32)
                                if sum(lengths) else np.zeros(0, np.float32)),
             "token_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
