@@ -184,7 +184,10 @@ def _progress_bar(total: int, desc: str, progress: bool, rank: int = 0):
 
 def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: CollectSummary) -> None:
     """Commit the records of ``todo`` chunk by chunk: ``run_chunk(part)`` returns
-    ``(records, layer_means, token_logprobs)`` for a chunk (lists; skipped items left out).
+    ``(records, generations)`` for a chunk (lists; skipped items left out).
+
+    Every pooling is kept (:mod:`acute.pooling`), except when resuming a store an older acute
+    began with the mean only: it stays mean-only (``acute rerecord`` adds the others later).
 
     Chunks bound memory (~L*d*4 bytes per record) and let a progress bar move; inside a chunk
     the recorder groups prompts that share a prefix (large chunks give it more to group) and
@@ -198,9 +201,14 @@ def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: Collec
         n = min(chunk, writer.shard_size - writer.num_buffered)
         part = todo[i:i + n]
         i += n
-        records, means, logprobs = run_chunk(part)
+        records, gens = run_chunk(part)
         if records:
-            writer.add(records, np.stack(means), logprobs)
+            extra = {}
+            if writer.poolings != ("mean",):
+                extra = {"last_prompt": np.stack([g.last_prompt for g in gens]),
+                         "last_answer": np.stack([g.last_answer for g in gens])}
+            writer.add(records, np.stack([g.layer_means for g in gens]), [g.token_logprobs for g in gens],
+                       **extra)
         summary.new_records += len(records)
 
 
@@ -254,7 +262,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     import warnings
 
     from .extraction import generate_and_record
-    from .store import StoreWriter, finalize_store, prepare_store
+    from .store import POOLINGS, StoreWriter, finalize_store, prepare_store
 
     examples = list(examples)
     if not examples:
@@ -276,8 +284,11 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                               pool=pool, chat=chat)
     if parallel:
         if rank == 0:
-            prepare_store(out_dir, manifest, dtype=dtype, shard_size=shard_size,
-                          allow_other_weights=allow_other_weights)
+            # part writers cannot agree on the poolings among themselves: a new store keeps them
+            # all, a store an older acute began keeps the mean only
+            fresh = not any(out_dir.glob("shard-*.safetensors"))
+            prepare_store(out_dir, {**manifest, **({"poolings": list(POOLINGS)} if fresh else {})},
+                          dtype=dtype, shard_size=shard_size, allow_other_weights=allow_other_weights)
         state.wait_for_everyone()  # the manifest exists before any part writer opens
     summary = CollectSummary(out_dir=str(out_dir))
     if parallel:
@@ -305,7 +316,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                     on_too_long=on_too_long, on_batch=bar.update,
                 )
             bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
-            records, means, logprobs = [], [], []
+            records, kept = [], []
             for ex, prompt, gen in zip(part, prompts, gens):
                 if gen is None:
                     summary.skipped_too_long += 1
@@ -313,9 +324,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                 rec = example_record(task, ex, prompt, gen)
                 summary.unparseable += rec["parse_error"]
                 records.append(rec)
-                means.append(gen.layer_means)
-                logprobs.append(gen.token_logprobs)
-            return records, means, logprobs
+                kept.append(gen)
+            return records, kept
 
         _fill(writer, mine, run_chunk, batch_size=batch_size, summary=summary)
         bar.close()
@@ -569,7 +579,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
             records = [_record(rows[i].id, None if task is None else task.name, prompts[i], gen,
                                text=rows[i].response, **labels[i]) for i, gen in zip(part, gens)]
             summary.unparseable += sum(r["parse_error"] for r in records)
-            return records, [g.layer_means for g in gens], [g.token_logprobs for g in gens]
+            return records, gens
 
         _fill(writer, todo, run_chunk, batch_size=batch_size, summary=summary)
         bar.close()
@@ -642,12 +652,13 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     re-tokenized (the first stop string re-appended when the generation stopped at one, the most
     likely EOS when it ended with EOS) and records whose tokens came back different are counted
     in ``summary.retokenized`` (with a warning). The manifest is the source's with
-    ``generation.pool`` set and ``"rerecorded_from": {"store", "pool"}``. The model must be the
+    ``generation.pool`` set, ``"rerecorded_from": {"store", "pool"}`` and every pooling kept
+    (``"poolings"``: an older store gains its last-prompt and last-answer states). The model must be the
     store's (fingerprint, and weights unless ``allow_other_weights``): else
     :class:`ModelMismatchError` naming both. Resumable like :func:`collect`.
     """
     from .extraction import record_responses
-    from .store import StoreWriter, open_store
+    from .store import POOLINGS, StoreWriter, open_store
 
     store_dir, out_dir = Path(store_dir), Path(out_dir)
     batch_size = check_count(batch_size, "batch_size")
@@ -665,6 +676,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     manifest.update(_check_same_model(old, model, store_dir, allow_other_weights))
     manifest["generation"] = {**generation, "pool": pool}
     manifest["rerecorded_from"] = {"store": str(store_dir.resolve()), "pool": old_pool}
+    manifest["poolings"] = list(POOLINGS)  # re-recording adds what an older store lacks
     stop_strings = tuple(generation.get("stop_strings") or ())
     records = source.records
     stored_lp = source.token_logprobs
@@ -683,7 +695,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
                                     [r for r, _ in inputs], append_eos=[a for _, a in inputs],
                                     pool=pool, batch_size=batch_size, stop_strings=stop_strings,
                                     on_batch=bar.update)
-            out, means, logprobs = [], [], []
+            out, kept = [], []
             for i, gen in zip(part, gens):
                 if gen is None:
                     summary.skipped_too_long += 1
@@ -692,9 +704,8 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
                 out.append({**records[i], "n_tokens": int(len(gen.token_ids)),
                             "raw_confidence": float(gen.raw_confidence),
                             "token_ids": [int(t) for t in gen.token_ids]})
-                means.append(gen.layer_means)
-                logprobs.append(gen.token_logprobs)
-            return out, means, logprobs
+                kept.append(gen)
+            return out, kept
 
         _fill(writer, todo, run_chunk, batch_size=batch_size, summary=summary)
         bar.close()

@@ -1369,6 +1369,12 @@ class StoreWriter:
         return frozenset(self._tally.ids)
 
     @property
+    def poolings(self) -> tuple[str, ...] | None:
+        """The poolings the store keeps for every record: ``("mean",)``, :data:`POOLINGS`, or
+        None while undecided (no record yet and none declared)."""
+        return self._poolings
+
+    @property
     def num_buffered(self) -> int:
         return len(self._buffer)
 

@@ -47,8 +47,10 @@ def _ids(tok, text):
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-def reference(model, tok, prompt, token_ids, pool="decoding"):
-    """Mean hidden states and token log-probs from one unpadded forward over prompt + generation."""
+def reference_states(model, tok, prompt, token_ids, pool="decoding"):
+    """``(means, last_prompt, last_answer, logprobs)`` from one unpadded forward over prompt +
+    generation: the mean over the pooled positions, the states at the prompt's last position
+    and at the last pooled one (each [L+1, d]), and the tokens' log-probs."""
     p_ids = _ids(tok, prompt)
     full = torch.tensor([p_ids + list(token_ids)])
     with torch.no_grad():
@@ -56,9 +58,15 @@ def reference(model, tok, prompt, token_ids, pool="decoding"):
     states = torch.stack(out.hidden_states)[:, 0].double()  # [L+1, S, d]
     P, T = len(p_ids), len(token_ids)
     span = slice(P - 1, P + T - 1) if pool == "decoding" else slice(P, P + T)
-    means = states[:, span].mean(1).numpy()
+    pooled = states[:, span]
     logprobs = torch.log_softmax(out.logits[0, P - 1: P + T - 1].double(), -1)
     lp = logprobs.gather(1, torch.tensor(list(token_ids))[:, None]).squeeze(1).numpy()
+    return pooled.mean(1).numpy(), states[:, P - 1].numpy(), pooled[:, -1].numpy(), lp
+
+
+def reference(model, tok, prompt, token_ids, pool="decoding"):
+    """Mean hidden states and token log-probs from one unpadded forward over prompt + generation."""
+    means, _, _, lp = reference_states(model, tok, prompt, token_ids, pool)
     return means, lp
 
 
@@ -76,10 +84,11 @@ def assert_close_scaled(actual, desired, tol=ATOL):
 
 def assert_matches_reference(model, tok, prompts, gens, pool):
     for prompt, gen in zip(prompts, gens):
-        means, lp = reference(model, tok, prompt, gen.token_ids, pool)
-        assert gen.layer_means.shape == means.shape
-        assert gen.layer_means.dtype == np.float32
-        assert_close_scaled(gen.layer_means, means)
+        means, last_prompt, last_answer, lp = reference_states(model, tok, prompt, gen.token_ids, pool)
+        for got, want in ((gen.layer_means, means), (gen.last_prompt, last_prompt),
+                          (gen.last_answer, last_answer)):
+            assert got.shape == want.shape and got.dtype == np.float32
+            assert_close_scaled(got, want)
         # log-softmax of large float32 logits (the test models' large init): error relative too
         np.testing.assert_allclose(gen.token_logprobs, lp, rtol=ATOL, atol=ATOL)
         assert gen.prompt_tokens == len(_ids(tok, prompt))
@@ -558,7 +567,8 @@ def test_smollm2_matches_output_hidden_states():
         gens = generate_and_record(model, tokenizer, prompts, max_new_tokens=12, batch_size=3,
                                    pool=pool)
         for prompt, gen in zip(prompts, gens):
-            means, lp = reference(model, tokenizer, prompt, gen.token_ids, pool)
-            scale = np.abs(means).max(axis=1, keepdims=True)
-            np.testing.assert_allclose(gen.layer_means / scale, means / scale, atol=1e-5)
+            *states, lp = reference_states(model, tokenizer, prompt, gen.token_ids, pool)
+            for got, want in zip((gen.layer_means, gen.last_prompt, gen.last_answer), states):
+                scale = np.abs(want).max(axis=1, keepdims=True)
+                np.testing.assert_allclose(got / scale, want / scale, atol=1e-5)
             np.testing.assert_allclose(gen.token_logprobs, lp, atol=1e-4)

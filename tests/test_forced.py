@@ -72,14 +72,18 @@ def clean(arch, tok):
 
 
 def assert_same_record(forced, generated):
-    """Equal tokens, finish reason and text; layer means within TOL relative to each layer's
-    scale; log-probs within TOL; raw confidence within TOL relative."""
+    """Equal tokens, finish reason and text; layer means, last-prompt and last-answer states
+    within TOL relative to each layer's scale; log-probs within TOL; raw confidence within TOL
+    relative."""
     np.testing.assert_array_equal(forced.token_ids, generated.token_ids)
     assert forced.finish_reason == generated.finish_reason
     assert forced.text == generated.text and forced.prompt_tokens == generated.prompt_tokens
-    scale = np.maximum(1.0, np.abs(generated.layer_means).max(axis=-1, keepdims=True))
-    err = np.abs(forced.layer_means - generated.layer_means) / scale
-    assert err.max() <= TOL, f"max scaled error {err.max():.3g} > {TOL}"
+    for name in ("layer_means", "last_prompt", "last_answer"):
+        got, want = getattr(forced, name), getattr(generated, name)
+        assert got.shape == want.shape and got.dtype == np.float32
+        scale = np.maximum(1.0, np.abs(want).max(axis=-1, keepdims=True))
+        err = np.abs(got - want) / scale
+        assert err.max() <= TOL, f"{name}: max scaled error {err.max():.3g} > {TOL}"
     np.testing.assert_allclose(forced.token_logprobs, generated.token_logprobs, atol=TOL)
     assert forced.raw_confidence == pytest.approx(generated.raw_confidence, rel=TOL, abs=1e-12)
 

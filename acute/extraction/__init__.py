@@ -24,6 +24,21 @@ Pooling modes (``pool``):
     discarded. This costs one extra forward step per batch and gives the same states as feeding
     the last token with the returned KV cache.
 
+Besides the mean over these pooled positions (``layer_means``) the recorder keeps, per layer, two
+single states (``Generation.last_prompt`` and ``Generation.last_answer``, float32 ``[L+1, d]``,
+same indexing):
+
+``last_prompt``
+    the state at the prompt's last token (position ``P - 1`` of ``prompt + answer``, ``P`` the
+    prompt's length), the one that decodes the first answer token; in both modes (``"generated"``
+    does not pool it but records it). With a shared prefix it is the last position of the first
+    forward over the row's own prompt tokens.
+``last_answer``
+    the state at the last pooled position: ``"decoding"``: position ``P + T - 2`` (``T`` answer
+    tokens), the one that decoded the final token (for an answer ending in EOS the position of the
+    token before the EOS, where the model decided to stop; for a one-token answer it is
+    ``last_prompt``); ``"generated"``: position ``P + T - 1``, the final token's own.
+
 Devices and dtypes: each layer's running sum is allocated on the device where that layer's hidden
 states appear, so a model split over several devices (``device_map="auto"``, accelerate's
 dispatch hooks) is recorded without moving any hidden state between devices; per step only the

@@ -59,6 +59,7 @@ from .batching import (
 )
 from .generate import Generation
 from .layers import _POOLS, PoolMode, _forward_accepts, _model_device, context_window, find_layers
+from .recorder import _stack_layers
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +67,17 @@ __all__ = ["ForcedPooler", "record_responses", "response_token_ids"]
 
 
 class ForcedPooler:
-    """Context manager that sums every layer's hidden states over chosen positions of a forward.
+    """Context manager that pools every layer's hidden states over chosen positions of a forward.
 
     Hooks the modules :class:`~acute.extraction.HiddenStateRecorder` hooks (the first decoder
     layer's input = index 0, layer ``i``'s output = ``i + 1``, the final norm's output = ``L``),
     so the indexing is the recorder's. Before each forward, :meth:`set_weights` says which
-    positions of each row to pool (``[b, s]`` of 0/1 over the fed positions; ``rows``: the
-    batch rows a forward over a subset holds). Sums (``dtype``, float32 by default) live on each
-    layer's device; hooks do nothing while no weights are set and are removed on exit.
+    positions of each row to pool: ``weights`` (``[b, s]`` of 0/1 over the fed positions) are
+    summed into :attr:`sums`; each of ``picks`` (a name and int64[b]: one fed position per row)
+    keeps that position's state in :attr:`picked` under its name, replacing what an earlier
+    forward kept for the row; ``rows``: the batch rows a forward over a subset holds. States
+    (``dtype``, float32 by default) live on each layer's device; hooks do nothing while no
+    weights are set and are removed on exit.
     """
 
     def __init__(self, model: nn.Module, batch_size: int, dtype: torch.dtype = torch.float32):
@@ -81,18 +85,23 @@ class ForcedPooler:
         self.batch_size = batch_size
         self.dtype = dtype
         self.sums: list[torch.Tensor | None] = []
+        self.picked: dict[str, list[torch.Tensor | None]] = {}
         self._weights: torch.Tensor | None = None
+        self._picks: dict[str, torch.Tensor] = {}
         self._rows: torch.Tensor | None = None
         self._copies: dict[tuple[str, torch.device], torch.Tensor] = {}
         self._handles: list[Any] = []
 
     def reset(self, batch_size: int) -> None:
-        """Start the sums of a new batch of ``batch_size`` rows."""
+        """Start the sums and picked states of a new batch of ``batch_size`` rows."""
         self.batch_size = batch_size
         self.sums = [None] * len(self.sums)
+        self.picked = {}
 
-    def set_weights(self, weights: torch.Tensor | None, rows: torch.Tensor | None = None) -> None:
+    def set_weights(self, weights: torch.Tensor | None, rows: torch.Tensor | None = None,
+                    picks: dict[str, torch.Tensor] | None = None) -> None:
         self._weights = None if weights is None else weights.to(self.dtype)
+        self._picks = dict(picks or {})
         self._rows = rows
         self._copies = {}
 
@@ -102,19 +111,34 @@ class ForcedPooler:
             self._copies[key] = tensor.to(device)
         return self._copies[key]
 
+    def _slot(self, states: list[torch.Tensor | None], index: int, like: torch.Tensor) -> torch.Tensor:
+        """``states[index]``, first allocated as zeros [batch_size, d] on ``like``'s device."""
+        if states[index] is None:
+            states[index] = torch.zeros((self.batch_size, like.shape[-1]), dtype=self.dtype,
+                                        device=like.device)
+        return states[index]
+
     def _add(self, index: int, hidden: torch.Tensor) -> None:
         if self._weights is None:
             return
-        w = self._on("w", self._weights, hidden.device)  # [b, s]
-        pooled = torch.bmm(w.unsqueeze(1), hidden.to(self.dtype)).squeeze(1)  # [b, d]
-        total = self.sums[index]
-        if total is None:
-            total = self.sums[index] = torch.zeros((self.batch_size, hidden.shape[-1]),
-                                                   dtype=self.dtype, device=hidden.device)
-        if self._rows is None:
+        device = hidden.device
+        hidden = hidden.to(self.dtype)
+        rows = None if self._rows is None else self._on("rows", self._rows, device)
+        w = self._on("w", self._weights, device)  # [b, s]
+        pooled = torch.bmm(w.unsqueeze(1), hidden).squeeze(1)  # [b, d]
+        total = self._slot(self.sums, index, hidden)
+        if rows is None:
             total += pooled
         else:
-            total.index_add_(0, self._on("rows", self._rows, hidden.device), pooled)
+            total.index_add_(0, rows, pooled)
+        for name, positions in self._picks.items():
+            at = self._on(name, positions, device)[:, None, None].expand(-1, 1, hidden.shape[-1])
+            state = hidden.gather(1, at).squeeze(1)  # [b, d]
+            kept = self._slot(self.picked.setdefault(name, [None] * len(self.sums)), index, hidden)
+            if rows is None:
+                kept.copy_(state)
+            else:
+                kept.index_copy_(0, rows, state)
 
     def _output_hook(self, index: int):
         def hook(module, args, output):
@@ -158,9 +182,12 @@ class ForcedPooler:
         """float32 [b, L+1, d]: the sums divided by each row's number of pooled positions."""
         if any(s is None for s in self.sums):
             raise RuntimeError("some layers were never reached by a forward pass")
-        stacked = torch.stack([s.to("cpu", torch.float64) for s in self.sums], dim=1)
         count = torch.tensor(list(counts), dtype=torch.float64)[:, None, None]
-        return (stacked / count).numpy().astype(np.float32)
+        return (_stack_layers(self.sums) / count).numpy().astype(np.float32)
+
+    def states(self, name: str) -> np.ndarray:
+        """float32 [b, L+1, d]: the states picked under ``name``."""
+        return _stack_layers(self.picked[name]).numpy().astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,32 +322,38 @@ class _Prefix:
         return cache
 
 
-def _batch_weights(known: Sequence[int], pending: Sequence[bool], width: int, past: int,
-                   pool: str) -> torch.Tensor:
-    """[b, width - past] 0/1: the fed positions pooled for each right-aligned row.
+def _batch_positions(known: Sequence[int], pending: Sequence[bool], width: int, past: int,
+                     pool: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``(weights, picks)`` over the fed columns (``width - past``) of right-aligned rows.
 
-    Row ``r`` feeds ``prompt + known[r]`` tokens ending at column ``width - 1``. ``"decoding"``
-    pools the states that decode each token: the last prompt position and every response
-    position before the final token (the final known token's own position when an EOS follows
-    it). ``"generated"`` pools the known tokens' own positions (a pending EOS is fed and pooled
-    in one more step).
+    Row ``r`` feeds ``prompt + known[r]`` tokens ending at column ``width - 1``. ``weights``
+    [b, width - past] of 0/1: ``"decoding"`` pools the states that decode each token: the last
+    prompt position and every response position before the final token (the final known
+    token's own position when an EOS follows it). ``"generated"`` pools the known tokens' own
+    positions (a pending EOS is fed and pooled in one more step). ``picks``: int64[b] columns of
+    ``"last_prompt"`` (the prompt's last token) and ``"last_answer"`` (the row's last pooled
+    column; for a pending EOS in ``"generated"`` the step feeding it replaces it).
     """
     w = torch.zeros((len(known), width - past))
+    last = []
     for r, (n, p) in enumerate(zip(known, pending)):
         if pool == "decoding":
             start, stop = width - n - 1, width - 1 + int(p)
         else:
             start, stop = width - n, width
         w[r, start - past: stop - past] = 1.0
-    return w
+        last.append(stop - 1 - past)
+    prompt = [width - n - 1 - past for n in known]
+    return w, {"last_prompt": torch.tensor(prompt), "last_answer": torch.tensor(last)}
 
 
 def _forced_batch(model: nn.Module, pooler: ForcedPooler, seqs: Sequence[tuple[list[int], list[int], bool]],
                   prefix: list[int] | None, prefixes: _Prefix, pad_id: int, eos_ids: Sequence[int],
-                  pool: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                  pool: str) -> list[tuple[np.ndarray, ...]]:
     """Record one batch of ``(prompt ids, known response ids, pending EOS)`` rows.
 
-    Returns, per row, ``(token_ids int64[T], token_logprobs float32[T], layer_means float32[L+1, d])``.
+    Returns, per row, ``(token_ids int64[T], token_logprobs float32[T], layer_means,
+    last_prompt, last_answer)`` (the last three float32[L+1, d]).
     One forward pass over ``prompt + known`` (from a copy of the prefix's KV cache when
     ``prefix``), plus, for ``pool="generated"`` rows whose EOS is appended, one step feeding it.
     """
@@ -351,7 +384,8 @@ def _forced_batch(model: nn.Module, pooler: ForcedPooler, seqs: Sequence[tuple[l
     if _forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = keep
     pooler.reset(rows)
-    pooler.set_weights(_batch_weights(known, pending, width, past, pool).to(device))
+    weights, picks = _batch_positions(known, pending, width, past, pool)
+    pooler.set_weights(weights.to(device), picks={k: v.to(device) for k, v in picks.items()})
     with torch.no_grad():
         out = model(**kwargs)
         pooler.set_weights(None)
@@ -371,15 +405,15 @@ def _forced_batch(model: nn.Module, pooler: ForcedPooler, seqs: Sequence[tuple[l
             logprobs.append(lp.cpu().numpy().astype(np.float32))
         if extra_step:
             _feed_eos(model, pooler, out, key, mask, positions, tokens, pending)
-    counts = [len(t) for t in tokens]
-    means = pooler.means(counts)
-    return [(tokens[r], logprobs[r], means[r]) for r in range(rows)]
+    means = pooler.means([len(t) for t in tokens])
+    last_prompt, last_answer = pooler.states("last_prompt"), pooler.states("last_answer")
+    return [(tokens[r], logprobs[r], means[r], last_prompt[r], last_answer[r]) for r in range(rows)]
 
 
 def _feed_eos(model: nn.Module, pooler: ForcedPooler, out: Any, key: str, mask: torch.Tensor,
               positions: torch.Tensor, tokens: Sequence[np.ndarray], pending: Sequence[bool]) -> None:
     """``pool="generated"``: feed the appended EOS of the ``pending`` rows with the KV cache and
-    pool its states (the recorder's extra decoding step)."""
+    pool its states, also these rows' last pooled ones (the recorder's extra decoding step)."""
     device = mask.device
     cache = out.cache if key == "cache" else out.past_key_values
     sel = torch.tensor([r for r, p in enumerate(pending) if p], dtype=torch.long, device=device)
@@ -392,7 +426,8 @@ def _feed_eos(model: nn.Module, pooler: ForcedPooler, out: Any, key: str, mask: 
         kwargs["position_ids"] = positions[sel, -1:] + 1
     if _forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = 1
-    pooler.set_weights(torch.ones((len(sel), 1), device=device), rows=sel)
+    pooler.set_weights(torch.ones((len(sel), 1), device=device), rows=sel,
+                       picks={"last_answer": torch.zeros(len(sel), dtype=torch.long, device=device)})
     try:
         model(**kwargs)
     finally:
@@ -436,7 +471,9 @@ def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], r
     ``token_ids`` (the response's tokens, the appended EOS included), ``token_logprobs`` (raw
     ``log_softmax`` of the model's logits at each token), ``layer_means`` pooled over exactly
     the recorder's positions for ``pool`` (``"decoding"`` or ``"generated"``; index 0 = the
-    embedding output, ``L`` = the final norm's output), ``raw_confidence``, ``prompt_tokens``,
+    embedding output, ``L`` = the final norm's output), ``last_prompt`` and ``last_answer`` (the
+    states at the prompt's last token and at the last pooled position, as the recorder keeps
+    them), ``raw_confidence``, ``prompt_tokens``,
     ``finish_reason`` (``"eos"`` when the tokens end with an EOS id, ``"stop"`` when their text
     holds a stop string, else ``"length"``) and ``text`` (decoded with special tokens skipped).
 
@@ -496,10 +533,11 @@ def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], r
                           and _window_allows_prefix_cache(model, max(total[i] for i in batch)))
             recorded = _forced_batch(model, pooler, [(p_ids[i], r_ids[i], pending[i]) for i in batch],
                                      prefix if use_prefix else None, prefixes, pad_id, eos_ids, pool)
-            for i, (tokens, logprobs, means) in zip(batch, recorded):
+            for i, (tokens, logprobs, means, last_prompt, last_answer) in zip(batch, recorded):
                 text, reason = _finish(tokenizer, tokens, eos, stop_strings)
                 results[i] = Generation(text=text, token_ids=tokens, token_logprobs=logprobs,
-                                        layer_means=means, prompt_tokens=len(p_ids[i]),
+                                        layer_means=means, last_prompt=last_prompt,
+                                        last_answer=last_answer, prompt_tokens=len(p_ids[i]),
                                         finish_reason=reason)
             if on_batch is not None:
                 on_batch(len(batch))

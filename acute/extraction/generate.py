@@ -45,14 +45,22 @@ class Generation:
     ``text``: generated text decoded with special tokens skipped, cut before the first stop string
     when ``finish_reason == "stop"``; ``token_ids`` int64[T] and ``token_logprobs`` float32[T]: the
     generated tokens (EOS / stop-completing token included) and their log-probabilities under the
-    model's raw distribution; ``layer_means`` float32[L+1, d]; ``prompt_tokens``: prompt length in
-    tokens; ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``.
+    model's raw distribution; ``layer_means`` float32[L+1, d]: per layer the mean of the states at
+    the pooled positions; ``last_prompt`` float32[L+1, d]: the states at the prompt's last token
+    (the position that decodes the first generated token, whatever the pool mode);
+    ``last_answer`` float32[L+1, d]: the states at the last pooled position (``"decoding"``: the
+    one that decoded the final token, i.e. ``last_prompt`` for a one-token answer;
+    ``"generated"``: the final token's own); ``prompt_tokens``: prompt length in tokens;
+    ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``. Layer index 0 is the embedding
+    output, ``L`` the final norm's output (see :mod:`acute.extraction`).
     """
 
     text: str
     token_ids: np.ndarray
     token_logprobs: np.ndarray
     layer_means: np.ndarray
+    last_prompt: np.ndarray
+    last_answer: np.ndarray
     prompt_tokens: int
     finish_reason: str
 
@@ -174,6 +182,8 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                     token_ids=recorded.token_ids[r],
                     token_logprobs=recorded.token_logprobs[r],
                     layer_means=recorded.layer_means[r],
+                    last_prompt=recorded.last_prompt[r],
+                    last_answer=recorded.last_answer[r],
                     prompt_tokens=len(encoded[i]),
                     finish_reason=reason,
                 )

@@ -32,20 +32,30 @@ class RecordedBatch:
     """What :meth:`HiddenStateRecorder.generate` recorded for one batch (rows in input order).
 
     ``token_ids[r]`` (int64[T_r]) and ``token_logprobs[r]`` (float32[T_r]) are row ``r``'s
-    generated tokens up to and including the one that finished it; ``layer_means`` is
-    float32[B, L+1, d]; ``counts`` int64[B] the number of pooled states per row (== T_r);
-    ``finish_reasons[r]`` is ``"eos"``, ``"stop"`` or ``"length"``.
+    generated tokens up to and including the one that finished it; ``layer_means``,
+    ``last_prompt`` and ``last_answer`` are float32[B, L+1, d]: the mean over the pooled
+    positions, the state at the prompt's last token and the state at the last pooled position
+    (see the module docstring of :mod:`acute.extraction`); ``counts`` int64[B] the number of
+    pooled states per row (== T_r); ``finish_reasons[r]`` is ``"eos"``, ``"stop"`` or
+    ``"length"``.
     """
 
     token_ids: list[np.ndarray]
     token_logprobs: list[np.ndarray]
     layer_means: np.ndarray
+    last_prompt: np.ndarray
+    last_answer: np.ndarray
     counts: np.ndarray
     finish_reasons: list[str]
 
 
 _REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
 _REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
+
+
+def _stack_layers(states: Sequence[torch.Tensor]) -> torch.Tensor:
+    """float64 [B, L+1, d] on the CPU from one [B, d] tensor per layer, wherever each lives."""
+    return torch.stack([s.to("cpu", torch.float64) for s in states], dim=1)
 
 
 def _copy_on(tensor: torch.Tensor, device: torch.device,
@@ -73,7 +83,11 @@ class _Run:
         self.stop_strings = tuple(stop_strings)
         self.tokenizer = tokenizer
         self.eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
+        # Per layer [B, d] (accumulation dtype, on the layer's device): the running sums, the
+        # prefill's last position and each row's latest pooled state.
         self.sums: list[torch.Tensor | None] = [None] * num_states
+        self.last_prompt: list[torch.Tensor | None] = [None] * num_states
+        self.last_answer: list[torch.Tensor | None] = [None] * num_states
         self.counts = torch.zeros(batch_size, dtype=torch.long, device=device)
         # Weight of each row in the *next* forward pass ([B, 1], 1.0 = pool this row).
         # decoding: every row is pooled in the prefill; generated: nothing in the prefill.
@@ -205,9 +219,10 @@ class _RecorderStoppingCriteria(StoppingCriteria):
 class HiddenStateRecorder:
     """Context manager that pools every layer's hidden states inside ``model.generate``.
 
-    ``pool`` is ``"decoding"`` or ``"generated"`` (see the module docstring); ``dtype`` is the
-    accumulation dtype of the running sums (float32 or float64, also for half-precision models);
-    each sum lives on the device of the layer it pools (models split with a ``device_map`` work).
+    ``pool`` is ``"decoding"`` or ``"generated"`` (see :mod:`acute.extraction`); ``dtype`` is the
+    accumulation dtype of the running sums and of the last-prompt and last-answer states (float32
+    or float64, also for half-precision models); each lives on the device of the layer it pools
+    (models split with a ``device_map`` work).
     On entering, forward hooks are attached to the first decoder layer (its input is index 0 and
     its output index 1), the other decoder layers but the last (indices 2..L-1), the final norm
     (index L) and the model itself (raw logits). They are removed on exit, also when an exception
@@ -231,19 +246,25 @@ class HiddenStateRecorder:
 
     def _accumulate(self, index: int, hidden: torch.Tensor) -> None:
         run = self._run
-        if run is None or not run.pool_this_forward:
+        if run is None:
             return
-        last = hidden[:, -1, :]
-        total = run.sums[index]
-        if total is None:  # on this layer's device, in the accumulation dtype
-            total = run.sums[index] = torch.zeros((run.batch_size, last.shape[-1]), dtype=run.dtype,
-                                                  device=last.device)
+        last = hidden[:, -1, :].to(run.dtype)  # on this layer's device, in the accumulation dtype
+        if run.forwards == 0:  # the prefill: every row, its last position the prompt's last token
+            run.last_prompt[index] = last.clone()
+        if not run.pool_this_forward:
+            return
+        total, answer = run.sums[index], run.last_answer[index]
+        if total is None:
+            total = run.sums[index] = torch.zeros_like(run.last_prompt[index])
+            answer = run.last_answer[index] = torch.zeros_like(total)
         weight = run.weight_on(last.device)
         if run.rows is None:
-            total.addcmul_(last.to(run.dtype), weight)
+            total.addcmul_(last, weight)
+            answer.copy_(torch.where(weight.bool(), last, answer))
         else:  # a forward over the unfinished rows only
             rows = run.rows_on(last.device)
-            total.index_add_(0, rows, last.to(run.dtype) * weight[rows])
+            total.index_add_(0, rows, last * weight[rows])
+            answer.index_copy_(0, rows, torch.where(weight[rows].bool(), last, answer[rows]))
 
     def _layer_hook(self, index: int):
         def hook(module, args, output):
@@ -419,28 +440,29 @@ class HiddenStateRecorder:
         logprobs = run.logprobs.cpu().numpy()
         if any(s is None for s in run.sums):
             raise RuntimeError("some layers were never reached by a forward pass")
-        # The only gather: each layer's sum, wherever it lives, to the CPU in float64.
-        stacked = torch.stack([s.to("cpu", torch.float64) for s in run.sums], dim=1)  # [B, L+1, d]
-        means = (stacked / torch.from_numpy(counts).to(torch.float64)[:, None, None]).numpy()
+        # The only gathers: each layer's states, wherever they live, to the CPU in float64.
+        means = _stack_layers(run.sums) / torch.from_numpy(counts).to(torch.float64)[:, None, None]
         reasons = run.reason.cpu().tolist()
         return RecordedBatch(
             token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
             token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
-            layer_means=means.astype(np.float32),
+            layer_means=means.numpy().astype(np.float32),
+            last_prompt=_stack_layers(run.last_prompt).numpy().astype(np.float32),
+            last_answer=_stack_layers(run.last_answer).numpy().astype(np.float32),
             counts=counts.astype(np.int64),
             finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
         )
 
     def state_nbytes(self) -> int:
-        """Bytes of the tensors the recorder holds for the current batch: running sums, counts,
-        masks, the latest log-normaliser and the preallocated [B, max_new_tokens + 1] token and
-        log-prob buffers (the logits it references belong to the model's output). Fixed for a
-        given batch and ``max_new_tokens``, i.e. it does not grow while tokens are generated;
-        0 outside a generate call."""
+        """Bytes of the tensors the recorder holds for the current batch: running sums, last
+        prompt and last pooled states, counts, masks, the latest log-normaliser and the
+        preallocated [B, max_new_tokens + 1] token and log-prob buffers (the logits it references
+        belong to the model's output). Fixed for a given batch and ``max_new_tokens``, i.e. it
+        does not grow while tokens are generated; 0 outside a generate call."""
         run = self._run
         if run is None:
             return 0
-        tensors = [s for s in run.sums if s is not None]
+        tensors = [s for s in run.sums + run.last_prompt + run.last_answer if s is not None]
         tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos,
                     run.tokens, run.logprobs]
         if run.logsumexp_next is not None:
