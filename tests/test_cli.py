@@ -20,6 +20,7 @@ from acute.cli import main
 from acute.extraction import generate_and_record
 from acute.models import load_model
 from acute.probes import load_probe
+from acute.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 
@@ -37,7 +38,8 @@ def relabel(src: Path, dst: Path) -> Path:
     st = open_store(src)
     records = [dict(r, correct=label(r["id"])) for r in st.records]
     with StoreWriter(dst, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
-        w.add(records, st.layer_means, st.token_logprobs)
+        w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
+              last_answer=st.states("last-answer"))
     return dst
 
 
@@ -158,6 +160,27 @@ def test_export_named_estimator(work, capsys, tmp_path):
     assert rc == 2 and "baseline cannot be exported" in err
 
 
+def test_a_probe_of_another_pooling_trains_evaluates_and_scores(work, capsys, tmp_path, tiny_model_dir):
+    store = open_store(work / "store")
+    assert store.poolings == ("mean", "last-prompt", "last-answer")  # a new collection keeps them all
+    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--estimators",
+                      "platt,acute-cosine-stacked,acute-cosine-stacked@last-answer,acute-pca10@mean+last-prompt",
+                      "--n-estimators", 5, "--n-bootstrap", 20, "--out", tmp_path / "ev", "--quiet"], capsys)
+    assert rc == 0 and "| acute-cosine-stacked@last-answer |" in out and "| acute-pca10@mean+last-prompt |" in out
+    rc, text, _ = run(["export", "--store", work / "mixed", "--estimator", "acute-cosine-stacked@last-answer",
+                       "--out", tmp_path / "p", "--n-estimators", 10], capsys)
+    assert rc == 0
+    probe = load_probe(tmp_path / "p")
+    assert probe.pooling == "last-answer" and probe.manifest["format_version"] == 3
+    q = "What is 3 plus 4?"
+    rc, out, _ = run(["score", q, "--probe", tmp_path / "p", "--model", tiny_model_dir], capsys)
+    conf = float(dict(line.split(":", 1) for line in out.strip().splitlines())["confidence"])
+    assert rc == 0 and conf == pytest.approx(_expected_confidences(tiny_model_dir, tmp_path / "p", [q])[0], abs=5e-4)
+    rc, _, err = run(["evaluate", "--store", work / "mixed", "--estimators", "platt,acute-cosine@median",
+                      "--out", tmp_path / "bad", "--quiet"], capsys)
+    assert rc == 2 and "median" in err
+
+
 def test_learning_curve(work, capsys, tmp_path):
     rc, out, _ = run(["learning-curve", "--store", work / "mixed", "--out", tmp_path, "--cv", 4,
                       "--repeats", 2, "--sizes", "20,36", "--n-estimators", 5, "--quiet"], capsys)
@@ -241,7 +264,7 @@ def _expected_confidences(tiny_model_dir, probe_dir, questions):
                for q in questions]
     gens = generate_and_record(model, tok, prompts, max_new_tokens=gen["max_new_tokens"],
                                stop_strings=gen["stop_strings"])
-    X = np.stack([g.layer_means for g in gens])
+    X = generation_states(gens, probe.pooling)
     raw = np.array([g.raw_confidence for g in gens])
     return probe.predict_proba(X, confidence=raw)[:, 1]
 
