@@ -450,6 +450,8 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
                             "n_bootstrap": cfg.protocol_n_bootstrap, "variant": cfg.protocol_variant},
                            config_hash(p_fields), pair / "protocol.done.json",
                            (pair / "protocol" / "protocol.json",))
+            if n > 0:  # a model's transfer covers all its tasks, whichever pairs --only names
+                collected.append((t, c_hash, collect.key))
             if not _matches(only, m.key, t.key):
                 continue
             if n > 0 and "collect" in stages:
@@ -458,8 +460,6 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
                 jobs.append(protocol)
             if n > 0 and "evaluate" in stages:
                 evals.append(evaluate)
-            if n > 0:
-                collected.append((t, c_hash, collect.key))
         jobs += evals
         if cfg.transfer and "transfer" in stages and len(collected) >= 2 and _matches(only, m.key, "transfer"):
             jobs.append(_transfer_job(cfg, work, m, collected))

@@ -492,3 +492,21 @@ def test_unknown_task_model_or_data_fail_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=r"run\.estimators: unknown"):
         run('estimators = ["acute-nope"]\n[tasks.a]\ntask = "jsonl"\ndata = "q.jsonl"\nrecords = 5\n')
     assert not (tmp_path / "work").exists()  # nothing was started
+
+
+def test_a_transfer_stage_covers_every_task_of_its_model_whatever_only_names(tmp_path):
+    (tmp_path / "x.jsonl").write_text("", encoding="utf-8")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('[run]\ntransfer = { repeats = 1 }\n'
+                        '[tasks.a]\ndata = "x.jsonl"\n[tasks.b]\ndata = "x.jsonl"\n'
+                        '[models.m]\nrecords = { a = 5, b = 5 }\n', encoding="utf-8")
+    cfg = rp.load_config(cfg_path, data_root=tmp_path)
+
+    def transfer_job(only):
+        (job,) = [j for j in rp.plan_jobs(cfg, tmp_path / "w", tmp_path / "o", only=only) if j.stage == "transfer"]
+        return job
+
+    full = transfer_job(None)
+    assert [t["key"] for t in full.payload["tasks"]] == ["a", "b"]
+    narrowed = transfer_job(["m/b", "m/transfer"])
+    assert narrowed.payload["tasks"] == full.payload["tasks"] and narrowed.hash == full.hash
