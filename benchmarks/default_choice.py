@@ -1,0 +1,62 @@
+"""Which stacked view should be the default? Paired comparison over finished evaluations.
+
+Usage:
+    python benchmarks/default_choice.py --work runs/evidence [--a acute-pca10-stacked]
+        [--b acute-cosine-stacked] [--n-bootstrap 1000]
+
+Reads every ``<work>/<model>/<task>/eval`` folder that ``acute run examples/evidence.toml``
+wrote (out-of-fold predictions of every repeat: ``predictions.csv``, ``predictions-repeat1.csv``,
+...) and prints, per model and task, auc-euro (all) and smECE of ``--a`` minus ``--b`` with 95%
+paired bootstrap intervals (the same resampled records for both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def read_predictions(eval_dir: Path, names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    files = [eval_dir / "predictions.csv"] + sorted(eval_dir.glob("predictions-repeat*.csv"))
+    ids, correct, preds = None, None, {n: [] for n in names}
+    for f in files:
+        with open(f, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        rows.sort(key=lambda r: r["id"])
+        if ids is None:
+            ids = [r["id"] for r in rows]
+            correct = np.array([int(r["correct"]) for r in rows])
+        elif [r["id"] for r in rows] != ids:
+            raise SystemExit(f"{f}: other records than {files[0]}")
+        for n in names:
+            preds[n].append([float(r[n]) for r in rows])
+    return correct, {n: np.array(v) for n, v in preds.items()}
+
+
+def main(argv=None) -> int:
+    from acute.evaluate import evaluate_predictions
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--a", default="acute-pca10-stacked")
+    ap.add_argument("--b", default="acute-cosine-stacked")
+    ap.add_argument("--n-bootstrap", type=int, default=1000)
+    args = ap.parse_args(argv)
+    print(f"| model | task | n | {args.a} minus {args.b}: auc-euro all [95% paired] | smECE [95% paired] |")
+    print("|---|---|---:|---:|---:|")
+    for eval_dir in sorted(Path(args.work).glob("*/*/eval")):
+        y, preds = read_predictions(eval_dir, [args.a, args.b])
+        rows = evaluate_predictions(preds, y, n_bootstrap=args.n_bootstrap, reference=args.b)
+        r = rows[0]
+        print(f"| {eval_dir.parts[-3]} | {eval_dir.parts[-2]} | {y.size} | "
+              f"{r['diff_auc_euro_all']:+.4f} [{r['diff_auc_euro_all_ci_low']:+.4f}, {r['diff_auc_euro_all_ci_high']:+.4f}] | "
+              f"{r['diff_smece']:+.4f} [{r['diff_smece_ci_low']:+.4f}, {r['diff_smece_ci_high']:+.4f}] |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
