@@ -945,13 +945,24 @@ def _plan_row(pair: Path, model: str, task: str, requested: int) -> dict:
     return row
 
 
+def planned_failures(cfg: Config, timings: dict) -> list[tuple[str, str]]:
+    """``(stage key, error)`` of the failed stages in ``timings`` that ``cfg`` still plans (a pair
+    whose records were set to 0 since, e.g. a task dropped from the plan, is not listed)."""
+    current = {f"{s}/{m.key}/{t.key}" for m in cfg.models for t in cfg.tasks
+               for s, n in (("collect", cfg.records(m, t)), ("evaluate", cfg.records(m, t)),
+                            ("protocol", cfg.protocol_rows(m, t))) if n > 0}
+    current |= {f"transfer/{m.key}/transfer" for m in cfg.models}
+    return [(key, str(e.get("detail"))) for key, e in timings.get("stages", {}).items()
+            if e.get("status") == "failed" and key in current]
+
+
 def _worker_report(p: dict) -> dict:
     from acute.report import ReportInputs, write_report
 
     cfg = load_config(p["config"], data_root=p["data_root"])
     work, out = Path(p["work"]), Path(p["out"])
     timings = load_timings(work / "timings.json")
-    evals, protos, records, failures, plan = [], [], {}, [], []
+    evals, protos, records, plan = [], [], {}, []
     for m in cfg.models:
         for t in cfg.tasks:
             pair = _pair_dir(work, m.key, t.key)
@@ -965,11 +976,7 @@ def _worker_report(p: dict) -> dict:
     transfers = [(m.key, work / m.key / "transfer" / "transfer.json") for m in cfg.models
                  if (work / m.key / "transfer" / "transfer.done.json").is_file()
                  and (work / m.key / "transfer" / "transfer.json").is_file()]
-    current = {f"{s}/{m.key}/{t.key}" for s in STAGES for m in cfg.models for t in cfg.tasks}
-    current |= {f"transfer/{m.key}/transfer" for m in cfg.models}
-    for key, e in timings.get("stages", {}).items():
-        if e.get("status") == "failed" and key in current:
-            failures.append((key, str(e.get("detail"))))
+    failures = planned_failures(cfg, timings)
     evaluation = (f"{cfg.cv}-fold cross-validation x {cfg.repeats}" if cfg.cv
                   else f"one split, test fraction {cfg.test_fraction}")
     settings = {"seed": cfg.seed, "evaluation": evaluation,

@@ -510,3 +510,15 @@ def test_a_transfer_stage_covers_every_task_of_its_model_whatever_only_names(tmp
     assert [t["key"] for t in full.payload["tasks"]] == ["a", "b"]
     narrowed = transfer_job(["m/b", "m/transfer"])
     assert narrowed.payload["tasks"] == full.payload["tasks"] and narrowed.hash == full.hash
+
+
+def test_the_report_lists_failures_of_planned_stages_only(tmp_path):
+    (tmp_path / "x.jsonl").write_text("", encoding="utf-8")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('[tasks.a]\ndata = "x.jsonl"\n[tasks.b]\ndata = "x.jsonl"\n'
+                        '[models.m]\nrecords = { a = 5, b = 0 }\n', encoding="utf-8")
+    cfg = rp.load_config(cfg_path, data_root=tmp_path)
+    stages = {"collect/m/a": {"status": "failed", "detail": "boom"},
+              "collect/m/b": {"status": "failed", "detail": "dropped from the plan since"},
+              "evaluate/m/a": {"status": "ran"}}
+    assert rp.planned_failures(cfg, {"stages": stages}) == [("collect/m/a", "boom")]
