@@ -606,18 +606,31 @@ def cmd_rerecord(args) -> int:
 
 # ---------------------------------------------------------------- protocol
 def cmd_protocol(args) -> int:
+    from .protocol import analyze_protocol, run_protocol
+
+    if args.analysis_only:
+        if not args.out:
+            raise InputError("--analysis-only needs --out: the folder of the protocol run to analyse")
+        result = analyze_protocol(args.out, n_bootstrap=args.n_bootstrap, seed=args.seed,
+                                  progress=not args.quiet)
+        print(f"protocol analysis of {len(result.records)} records written to {result.json_path} "
+              f"and {result.md_path}")
+        return 0
+    if not args.task:
+        raise InputError("--task is required (unless --analysis-only)")
     from .models import load_model
-    from .protocol import run_protocol
 
     task, examples = _load_task(args.task, args.data, args.split, args.limit,
                                 **_task_options(args.task_option))
     out = Path(args.out) if args.out else (
         DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
     model, tok = load_model(args.model, **load_options_from_args(args))
-    run_protocol(model, tok, task, examples, out, batch_size=args.batch_size,
-                 n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
-                 model_name=_model_name(args.model))
-    print(f"protocol study written to {out}")
+    result = run_protocol(model, tok, task, examples, out, store=args.store, batch_size=args.batch_size,
+                          n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
+                          model_name=_model_name(args.model), shard_size=args.shard_size,
+                          progress=not args.quiet)
+    print(f"protocol study written to {result.json_path} and {result.md_path}; answers in the store "
+          f"{result.store_dir}, per-record results in {out / 'records'}")
     return 0
 
 
@@ -836,7 +849,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol",
                         parents=[model_opts])
     pr.add_argument("--model", default=DEFAULT_MODEL)
-    pr.add_argument("--task", required=True)
+    pr.add_argument("--task", default=None, help="required unless --analysis-only")
     pr.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
     pr.add_argument("--data", default=None)
@@ -846,7 +859,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--n-bootstrap", type=int, default=1000)
     pr.add_argument("--seed", type=int, default=0)
     pr.add_argument("--variant", choices=["unit", "percent"], default="unit")
-    pr.add_argument("--out", default=None)
+    pr.add_argument("--out", default=None,
+                    help="run folder: protocol.json/.md, records/ (resumable) and store/ by default")
+    pr.add_argument("--store", default=None,
+                    help="store of the answers: reused when its model and settings match (only "
+                    "missing examples are generated), refused otherwise (default OUT/store)")
+    pr.add_argument("--shard-size", type=int, default=32,
+                    help="examples per committed shard of per-record results")
+    pr.add_argument("--analysis-only", action="store_true",
+                    help="rerun the analysis of the run in --out from its records (no model)")
+    pr.add_argument("--quiet", action="store_true", help="no progress bars")
     pr.set_defaults(func=cmd_protocol)
 
     sub.add_parser("run", help="the reproduction pipeline: models x tasks -> stores, evaluations, "

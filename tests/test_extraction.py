@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from acute.extraction import (
+    MIN_SHARED_PREFIX,
     Generation,
     HiddenStateRecorder,
     UnsupportedArchitectureError,
@@ -538,6 +539,26 @@ def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_s
         assert got.shape == ref.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, ref, rtol=0, atol=ATOL)
         np.testing.assert_allclose(got, ref_plain, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_score_continuations_prompts_sharing_demonstrations_reuse_their_prefix(arch, tok):
+    # Few-shot prompts: one long shared prefix, then each question; several answers each. The
+    # shared-prefix path (prefix run once, padding between it and each prompt's own tokens)
+    # equals one unpadded forward pass per pair.
+    model = make_tiny_model(arch, seed=4)
+    demos = "Q: Sky? A: blue. Q: Grass? A: green. "
+    prompts, conts = [], []
+    for q, answers in (("Sun?", [" yellow", " hot star"]), ("Snow at night?", [" white"]),
+                       ("Sea?", [" blue", " wet", " deep"])):
+        prompts += [demos + "Q: " + q + " A:"] * len(answers)
+        conts += answers
+    assert len(_ids(tok, demos)) >= MIN_SHARED_PREFIX
+    for batch_size, project in ((1, True), (2, True), (2, False)):
+        model._acute_projects_logits = project  # False: the model's own logits everywhere
+        got = score_continuations(model, tok, prompts, conts, batch_size=batch_size)
+        for p, c, lp in zip(prompts, conts, got):
+            np.testing.assert_allclose(lp, _unpadded_logprobs(model, tok, p, c), rtol=0, atol=ATOL)
 
 
 def test_score_continuations_rejects_empty_continuation(llama, tok):

@@ -397,8 +397,10 @@ def test_end_to_end_reports_parse_failures_as_na(na_run):
     assert rec["verbal"]["gold"]["status"] == "parse_failure"
     assert isinstance(rec["verbal"]["gold"]["raw"], str) and rec["verbal"]["gold"]["raw"]
     assert "probability that the answer above is correct" in rec["verbal"]["gold"]["prompt"]
-    # no temporary files are left behind
-    assert sorted(p.name for p in result.out_dir.iterdir()) == ["protocol.json", "protocol.md"]
+    # the answers are a store, the per-record results committed shards; no temporary files
+    assert sorted(p.name for p in result.out_dir.iterdir()) == ["protocol.json", "protocol.md", "records", "store"]
+    assert result.store_dir == result.out_dir / "store"
+    assert sorted(p.name for p in (result.out_dir / "records").iterdir()) == ["manifest.json", "shard-00000.jsonl"]
 
 
 def test_end_to_end_t1_under_bare_query_matches_direct_forward_pass(na_run, tiny_task):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any, Sequence
 
@@ -14,7 +15,19 @@ from torch import nn
 from ..errors import InputError
 
 from .layers import _forward_accepts, _model_device, context_window
-from .batching import _cache_keyword, _check_strings, _left_pad, _pad_id, _resolve_eos, _tokenize
+from .batching import (
+    MIN_SHARED_PREFIX,
+    _cache_keyword,
+    _check_strings,
+    _left_pad,
+    _pad_after_prefix,
+    _pad_id,
+    _prefill,
+    _prefix_batches,
+    _resolve_eos,
+    _tokenize,
+    _window_allows_prefix_cache,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +47,9 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     KV cache of that prompt: batches of ``batch_size`` distinct prompts run once with the cache
     on, each cache row is repeated for its continuations, and the continuations run on top of it
     (right-padded, positions continuing the prompt's). Several answers to one long prompt then
-    cost one prompt pass instead of one each. Models whose ``forward`` takes no ``position_ids``
+    cost one prompt pass instead of one each. Distinct prompts that share a prefix (system
+    prompt, few-shot demonstrations) are batched as :func:`generate_and_record` batches them:
+    the prefix runs once and each batch starts from a copy of its cache. Models whose ``forward`` takes no ``position_ids``
     use the plain path: pairs sorted by length, one left-padded forward pass per batch.
     """
     prompts = _check_strings(prompts, "prompts")
@@ -91,23 +106,73 @@ def _span_logprobs(logits: torch.Tensor, targets: Sequence[int]) -> np.ndarray:
     return logprobs.gather(1, index).squeeze(1).cpu().numpy().astype(np.float32)
 
 
+def project_states(model: nn.Module, states: torch.Tensor) -> torch.Tensor:
+    """The logits ``model`` computes from final-norm hidden states ``states`` [..., d]: its
+    output embedding, then the final-logit soft-capping where the config sets one (Gemma 2)."""
+    logits = model.get_output_embeddings()(states)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    cap = getattr(config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def projects_own_logits(model: nn.Module) -> bool:
+    """Whether :func:`project_states` of the last hidden state reproduces ``model``'s logits (a
+    model with another output transform, e.g. a logit scale, does not); checked once on three
+    tokens and remembered on the model. Where it does, only the positions that are scored pay for
+    the output layer (with a large vocabulary most of a teacher-forced pass otherwise)."""
+    known = getattr(model, "_acute_projects_logits", None)
+    if known is not None:
+        return known
+    ids = torch.tensor([[1, 2, 3]], dtype=torch.long, device=_model_device(model))
+    try:
+        with torch.inference_mode():
+            out = model(input_ids=ids, output_hidden_states=True, use_cache=False)
+            ok = bool(torch.allclose(project_states(model, out.hidden_states[-1]).float(), out.logits.float(),
+                                     rtol=1e-4, atol=1e-4))
+    except Exception:  # noqa: BLE001 - any surprise means: use the model's own logits
+        ok = False
+    try:
+        model._acute_projects_logits = ok
+    except Exception:  # noqa: BLE001 - e.g. a wrapped module that refuses attributes
+        pass
+    return ok
+
+
 def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: list[list[int]],
                              pad_id: int, batch_size: int, keep_logits: bool) -> list[np.ndarray]:
-    """:func:`score_continuations` with one KV-cache pass per distinct prompt (see there)."""
+    """:func:`score_continuations` with one KV-cache pass per distinct prompt and one per shared
+    prefix of distinct prompts (see there)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(p_ids):
         groups.setdefault(tuple(p), []).append(i)
-    prefixes = sorted(groups, key=len, reverse=True)
+    prompts = list(groups)
     device = _model_device(model)
     cache_kw = _cache_keyword(model)
     out: list[np.ndarray | None] = [None] * len(p_ids)
+    shared: list[int] = []
+    shared_cache = None
+    project = projects_own_logits(model)
     with torch.inference_mode():
-        for k in range(0, len(prefixes), batch_size):
-            batch = prefixes[k: k + batch_size]
-            ids, mask = _left_pad(batch, pad_id)
+        for members, common in _prefix_batches(prompts, range(len(prompts)), batch_size):
+            batch = [prompts[j] for j in members]
+            kwargs: dict[str, Any] = {"use_cache": True}
+            longest = max(len(p) for p in batch) + max(len(c_ids[i]) for p in batch for i in groups[p])
+            if len(common) >= MIN_SHARED_PREFIX and _window_allows_prefix_cache(model, longest):
+                if common != shared:  # consecutive batches of a group share its prefix
+                    shared, shared_cache = common, _prefill(model, common)
+                cache = copy.deepcopy(shared_cache)
+                cache.batch_repeat_interleave(len(batch))
+                ids, mask = _pad_after_prefix(batch, len(common), pad_id)
+                ids, kwargs[cache_kw] = ids[:, len(common):], cache
+            else:
+                ids, mask = _left_pad(batch, pad_id)
             ids, mask = ids.to(device), mask.to(device)
-            kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": True,
-                                      "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+            kwargs.update(input_ids=ids, attention_mask=mask,
+                          position_ids=(mask.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:])
             if keep_logits:
                 kwargs["logits_to_keep"] = 1
             res = model(**kwargs)
@@ -130,8 +195,17 @@ def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: li
             cont, cont_mask = cont.to(device), cont_mask.to(device)
             lengths = mask.sum(-1)[select]
             positions = lengths[:, None] + torch.arange(width, device=device)[None, :]
-            logits = model(input_ids=cont, attention_mask=torch.cat([mask[select], cont_mask], 1),
-                           position_ids=positions, use_cache=True, **{cache_kw: cache}).logits
+            kwargs = {"input_ids": cont, "attention_mask": torch.cat([mask[select], cont_mask], 1),
+                      "position_ids": positions, "use_cache": True, cache_kw: cache}
+            if project:  # the output layer only at the real continuation positions
+                res = model(**kwargs, output_hidden_states=True, **({"logits_to_keep": 1} if keep_logits else {}))
+                states = res.hidden_states[-1]
+                for j, (r, i) in enumerate(rows):
+                    n = len(c_ids[i])
+                    logits = project_states(model, states[j, : n - 1])
+                    out[i] = _span_logprobs(torch.cat([last[r: r + 1], logits]), c_ids[i])
+                continue
+            logits = model(**kwargs).logits
             for j, (r, i) in enumerate(rows):
                 n = len(c_ids[i])
                 out[i] = _span_logprobs(torch.cat([last[r: r + 1], logits[j, : n - 1]]), c_ids[i])

@@ -82,7 +82,8 @@ from .analysis import (
     shift_table,
 )
 from .render import load_protocol, render_combined_report, render_report, write_protocol_report
-from .runner import ProtocolResult, run_protocol
+from .records import RecordShards, protocol_key
+from .runner import ProtocolResult, analyze_protocol, run_protocol
 from .settings import (
     AXES,
     CONTEXTS,
@@ -115,11 +116,14 @@ __all__ = [
     "VERBAL_MAX_NEW_TOKENS",
     "CellData",
     "ProtocolResult",
+    "RecordShards",
+    "analyze_protocol",
     "analyze_records",
     "cell_data",
     "checklist",
     "gap_cells",
     "load_protocol",
+    "protocol_key",
     "provenance_table",
     "readout",
     "render_combined_report",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .._util import json_ready, progress as _progress, write_text_atomic
-from ..errors import InputError
+from ..errors import IncompatibleStoreError, InputError
 from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
 from ..verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
@@ -32,6 +32,7 @@ from .settings import (
     VERBAL_MAX_NEW_TOKENS,
 )
 from .analysis import analyze_records
+from .records import KEY, RecordShards, protocol_key
 from .render import render_report
 
 logger = logging.getLogger(__name__)
@@ -44,11 +45,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ProtocolResult:
-    """What :func:`run_protocol` wrote and computed.
+    """What :func:`run_protocol` (or :func:`analyze_protocol`) wrote and computed.
 
     ``cells`` (:func:`gap_cells`), ``shifts`` (:func:`shift_table`), ``provenance``
     (:func:`provenance_table`), ``checklist``, ``counts`` (exclusions), ``records`` (per-record
-    values as in ``protocol.json``), ``wall_time_s``, and the output paths.
+    values as in ``protocol.json``), ``wall_time_s``, and the output paths (``store_dir``: the
+    store holding the answers; None when only the analysis ran).
     """
 
     out_dir: Path
@@ -61,17 +63,13 @@ class ProtocolResult:
     counts: dict
     records: list[dict]
     wall_time_s: float
+    store_dir: Path | None = None
 
 
 def _context_limit(model) -> int | None:
-    try:
-        from ..extraction import context_window
-    except ImportError:  # pragma: no cover
-        context_window = None
-    if context_window is not None:
-        return context_window(model)
-    value = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    return int(value) if value else None
+    from ..extraction import context_window
+
+    return context_window(model)
 
 
 def _model_name(model, model_name: str | None) -> str:
@@ -79,14 +77,6 @@ def _model_name(model, model_name: str | None) -> str:
         return str(model_name)
     config = getattr(model, "config", None)
     return str(getattr(config, "_name_or_path", "") or type(model).__name__)
-
-
-def _fingerprint(model) -> dict | None:
-    try:
-        from ..models import model_fingerprint
-        return model_fingerprint(model)
-    except Exception:  # noqa: BLE001 - informative only
-        return None
 
 
 def _first_text(values) -> str | None:
@@ -113,65 +103,148 @@ def _count(statuses) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str | None = None,
-                 batch_size: int = 8, max_new_tokens: int | None = None, n_bootstrap: int = 1000,
-                 seed: int = 0, variant: str = "unit", progress: bool = True,
-                 chat: bool | None = None,
-                 verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS) -> ProtocolResult:
+# Long because of its docstring; the passes live in the functions below.
+def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path | None = None,
+                 model_name: str | None = None, batch_size: int = 8, max_new_tokens: int | None = None,
+                 n_bootstrap: int = 1000, seed: int = 0, variant: str = "unit", progress: bool = True,
+                 chat: bool | None = None, verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
+                 shard_size: int = 32) -> ProtocolResult:
     """Run the protocol grid on ``examples`` and write ``protocol.json`` and ``protocol.md``.
 
-    Passes (all batched): (1) greedy generation of an answer per example under the task prompt
-    (``generate_and_record``, ``max_new_tokens`` defaults to the task's); (2) greedy
-    verbalization (``verbal_max_new_tokens`` tokens) of the generated answer and of the provided
-    gold, plausible-wrong and wrong-type answers with template ``variant`` (``"unit"`` or
-    ``"percent"``, see :mod:`acute.verbalize`); (3) teacher-forced scoring
-    (``score_continuations``) of each of these answers under the bare query and under its
-    verbalization prefix. Then the cells, shift and provenance tables and the checklist are
-    computed (``n_bootstrap`` paired resamples, ``seed``) and written atomically to ``out_dir``.
-    ``chat=None`` uses the chat template when the tokenizer has one (instruct models), plain
-    prompts otherwise (base models).
+    1. **Answers, through a store.** The greedy answer to each example under the task prompt is
+       a collection (:func:`acute.collect.collect`) into ``store`` (default ``out_dir/store``):
+       an existing store of the same model, task and generation settings is reused and only the
+       missing examples are generated; a store whose model or settings differ is refused, naming
+       the key (``IncompatibleStoreError``). ``max_new_tokens`` defaults to the task's.
+    2. **Verbalizations and teacher-forced log-probs**, ``shard_size`` examples at a time,
+       committed per chunk to ``out_dir/records`` (:class:`RecordShards`): a killed run resumes
+       with the examples no shard holds; a rerun with other settings is refused, naming the key.
+       Each example's generated, gold, plausible-wrong and wrong-type answers are verbalized
+       (greedy, ``verbal_max_new_tokens`` tokens, template ``variant``: ``"unit"`` or
+       ``"percent"``, see :mod:`acute.verbalize`), and each answer is teacher-forced under the
+       bare query and under its verbalization prefix. One forward pass over a verbalization
+       prompt gives both its continuation and the answer's log-probs under that prefix, and the
+       four prompts of an example share their prefix
+       (:func:`acute.extraction.span_generate.generate_with_span_scores`); answers under the
+       query share the query's cache and prompts share their demonstrations
+       (:func:`acute.extraction.score_continuations`).
+    3. **Analysis** (:func:`analyze_records`: cells, shifts, provenance, checklist, with
+       ``n_bootstrap`` paired resamples and ``seed``), a pure function of the records, written
+       atomically to ``out_dir``; :func:`analyze_protocol` reruns it alone.
 
-    Bad input is counted, reported and excluded, never filled in: a query beyond the context
-    window (the example is skipped), an empty generated answer, a verbalization without a
-    parseable number, a verbalization prompt or scored pair beyond the context window. Raises
-    ``ValueError`` for bad arguments (no examples, unknown variant, non-positive sizes).
+    ``chat=None`` uses the chat template when the tokenizer has one (instruct models), plain
+    prompts otherwise (base models). Bad input is counted, reported and excluded, never filled
+    in: a query beyond the context window (the example is skipped), an empty generated answer, a
+    verbalization without a parseable number, a verbalization prompt or scored pair beyond the
+    context window. Raises ``ValueError`` for bad arguments (no examples, unknown variant,
+    non-positive sizes).
     """
+    from ..collect import collect, store_identity
+    from ..store import collection_key, open_store
+
     start = time.perf_counter()
     examples = list(examples)
-    _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens)
+    _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens,
+                     shard_size)
     use_chat = resolve_chat(tokenizer, chat)
     template = TEMPLATES[variant]
     out = Path(out_dir)
     gen_tokens = check_count(max_new_tokens, "max_new_tokens", default=getattr(task, "max_new_tokens", 32))
+    store_dir = Path(store) if store is not None else out / "store"
+    name = _model_name(model, model_name)
 
-    records = _answer_pass(model, tokenizer, task, examples, use_chat, gen_tokens, batch_size, progress)
-    vjobs, vprompts, sjobs, counts = _plan_jobs(tokenizer, task, examples, records, variant, use_chat)
-    _verbalize_pass(model, tokenizer, records, vjobs, vprompts, template, verbal_max_new_tokens,
-                    batch_size, progress)
-    _score_pass(model, tokenizer, records, sjobs, batch_size, progress)
+    collect(model, tokenizer, task, examples, store_dir, model_name=name, batch_size=batch_size,
+            max_new_tokens=gen_tokens, chat=use_chat, progress=progress)
+    answers = open_store(store_dir)
+    stored = {r["id"]: (r, lp) for r, lp in zip(answers.records, answers.token_logprobs)}
+    settings = {
+        "chat": use_chat, "variant": variant, "scale": template.scale, "batch_size": batch_size,
+        "max_new_tokens": gen_tokens, "verbal_max_new_tokens": verbal_max_new_tokens,
+        "decoding": "greedy", "alpha": ALPHA, "scored": list(SCORED), "readouts": list(READOUTS),
+        "contexts": list(CONTEXTS), "estimators": list(ESTIMATORS), "robustness": list(ROBUSTNESS),
+    }
+    task_settings = _task_settings(task)
+    shards = RecordShards(out / "records", {
+        KEY: protocol_key(model_identity=store_identity(answers.manifest),
+                          store_key=collection_key(answers.manifest), task=task.name,
+                          task_settings=task_settings, settings=settings),
+        "model": name, "model_fingerprint": answers.manifest.get("model_fingerprint"),
+        "task": str(task.name), "task_settings": task_settings, "settings": settings,
+        "templates": {"used": template.as_dict(), "all": {k: t.as_dict() for k, t in TEMPLATES.items()}},
+    })
+    todo = [ex for ex in examples if str(ex.id) not in shards.done]
+    chunks = [todo[k: k + shard_size] for k in range(0, len(todo), shard_size)]
+    for part in _progress(chunks, len(chunks), progress, "protocol"):
+        records = [_base_record(task, tokenizer, ex, stored.get(str(ex.id)), use_chat) for ex in part]
+        _elicit(model, tokenizer, task, part, records, variant, use_chat, template,
+                verbal_max_new_tokens, batch_size)
+        shards.commit(records)
+    records = [shards.done[str(ex.id)] for ex in examples]
+    n_too_long = sum(r["status"] == "too_long" for r in records)
+    if n_too_long:
+        warnings.warn(f"{n_too_long} of {len(records)} prompts exceed the context window and were "
+                      "skipped (counted in the report)", UserWarning, stacklevel=2)
+    return _write_results(out, shards.manifest, records, n_bootstrap=n_bootstrap, seed=seed,
+                          progress=progress, wall=time.perf_counter() - start, store_dir=store_dir)
 
+
+def analyze_protocol(out_dir, *, n_bootstrap: int = 1000, seed: int = 0,
+                     progress: bool = True) -> ProtocolResult:
+    """Rerun the analysis of the protocol run in ``out_dir`` from its committed records alone
+    (``out_dir/records``, every record in commit order), e.g. with another ``n_bootstrap`` or
+    ``seed``, and rewrite ``protocol.json`` and ``protocol.md``. No model is loaded.
+    Raises ``FileNotFoundError`` when ``out_dir`` holds no protocol records."""
+    start = time.perf_counter()
+    out = Path(out_dir)
+    shards = RecordShards(out / "records")
+    if not shards.records:
+        raise InputError(f"{out / 'records'} holds no committed records yet")
+    return _write_results(out, shards.manifest, shards.records, n_bootstrap=n_bootstrap, seed=seed,
+                          progress=progress, wall=time.perf_counter() - start, store_dir=None)
+
+
+def _task_settings(task) -> Any:
+    settings_fn = getattr(task, "settings", None)
+    try:
+        return settings_fn() if callable(settings_fn) else None
+    except Exception:  # noqa: BLE001 - informative only
+        return None
+
+
+def _write_results(out: Path, manifest: dict, records: list[dict], *, n_bootstrap: int, seed: int,
+                   progress: bool, wall: float, store_dir: Path | None) -> ProtocolResult:
+    """Counts and analysis of ``records``; ``protocol.json`` and ``protocol.md`` written atomically."""
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
+        raise InputError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
     ok_records = [r for r in records if r["status"] == "ok"]
+    compared = [r.get("context_identical") for r in ok_records if r.get("context_identical") is not None]
     counts = {
         "n_examples": len(records),
         "n_query_too_long": sum(r["status"] == "too_long" for r in records),
-        **counts,
+        "n_empty_generated": sum(r["verbal"]["generated"]["status"] == "empty_answer" for r in ok_records),
+        "n_context_compared": len(compared),
+        "n_context_identical": sum(bool(c) for c in compared),
         "verbal": {p: _count(r["verbal"][p]["status"] for r in ok_records) for p in PROVENANCES},
         "token": {p: {c: _count(r["token"][p][c]["status"] for r in ok_records) for c in CONTEXTS}
                   for p in PROVENANCES},
     }
-    analysis = analyze_records(records, template=variant, n_bootstrap=n_bootstrap, seed=seed,
+    settings = {**manifest["settings"], "n_examples": len(records), "n_bootstrap": n_bootstrap, "seed": seed}
+    analysis = analyze_records(records, template=settings["variant"], n_bootstrap=n_bootstrap, seed=seed,
                                progress=progress)
-    wall = time.perf_counter() - start
-    settings = {
-        "n_examples": len(records), "chat": use_chat, "variant": variant,
-        "scale": template.scale, "batch_size": batch_size, "max_new_tokens": gen_tokens,
-        "verbal_max_new_tokens": verbal_max_new_tokens, "n_bootstrap": n_bootstrap,
-        "seed": seed, "decoding": "greedy", "alpha": ALPHA,
-        "scored": list(SCORED), "readouts": list(READOUTS), "contexts": list(CONTEXTS),
-        "estimators": list(ESTIMATORS), "robustness": list(ROBUSTNESS),
-    }
-    doc = json_ready(_document(model, model_name, task, settings, template, wall, counts, analysis, records),
-                     nonfinite="clip")
+    doc = json_ready({
+        "format": FORMAT,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": manifest["model"],
+        "model_fingerprint": manifest.get("model_fingerprint"),
+        "task": manifest["task"],
+        "task_settings": manifest.get("task_settings"),
+        "settings": settings,
+        "templates": manifest["templates"],
+        "wall_time_s": wall,
+        "counts": counts,
+        **analysis,
+        "records": records,
+    }, nonfinite="clip")
     json_path, md_path = out / "protocol.json", out / "protocol.md"
     write_text_atomic(json_path, json.dumps(doc, indent=1, ensure_ascii=False))
     write_text_atomic(md_path, render_report(doc))
@@ -179,16 +252,17 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, model_name: str |
     return ProtocolResult(out_dir=out, json_path=json_path, md_path=md_path,
                           cells=doc["cells"], shifts=doc["shifts"], provenance=doc["provenance"],
                           checklist=doc["checklist"], counts=counts, records=doc["records"],
-                          wall_time_s=wall)
+                          wall_time_s=wall, store_dir=store_dir)
 
 
-def _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens) -> None:
+def _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens,
+                     shard_size) -> None:
     if not examples:
         raise InputError("examples is empty: nothing to run the protocol on")
     if variant not in TEMPLATES:
         raise InputError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
     for name, value in (("batch_size", batch_size), ("n_bootstrap", n_bootstrap),
-                        ("verbal_max_new_tokens", verbal_max_new_tokens)):
+                        ("verbal_max_new_tokens", verbal_max_new_tokens), ("shard_size", shard_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
     if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
@@ -201,7 +275,7 @@ def _empty_record(ex, query: str, status: str) -> dict[str, Any]:
         "query_prompt": query, "status": status,
         "generation": None, "extracted": None, "correct": None, "finish_reason": None,
         "gen_logprobs": None, "answers": {p: None for p in PROVENANCES},
-        "labels": {p: None for p in PROVENANCES},
+        "labels": {p: None for p in PROVENANCES}, "context_identical": None,
         "verbal": {p: {"status": "unavailable", "raw": None, "c_verb": None, "prompt": None}
                    for p in PROVENANCES},
         "token": {p: {c: {"status": "unavailable", "logprobs": None} for c in CONTEXTS}
@@ -209,44 +283,50 @@ def _empty_record(ex, query: str, status: str) -> dict[str, Any]:
     }
 
 
-def _answer_pass(model, tokenizer, task, examples, use_chat, gen_tokens, batch_size, progress) -> list[dict]:
-    """Pass 1: a greedy answer per example under the task prompt; one record per example."""
-    from ..extraction import generate_and_record
+def _base_record(task, tokenizer, ex, stored, use_chat) -> dict[str, Any]:
+    """An example's record with its answer from the store (``stored``: ``(store record,
+    token log-probs)``, None when the collection skipped the prompt as too long) and the provided
+    answers; verbalizations and token log-probs still unavailable."""
+    query = task.prompt(tokenizer, ex, chat=use_chat)
+    rec = _empty_record(ex, query, "ok" if stored is not None else "too_long")
+    if stored is None:
+        return rec
+    answer, logprobs = stored
+    if answer["prompt"] != query:
+        raise IncompatibleStoreError(
+            f"store record {answer['id']!r} was prompted with other text than this run's query "
+            "(another task option or chat setting?); use another --store")
+    text = answer["generation"]
+    rec.update(generation=text, extracted=task.extract(ex, text), correct=bool(answer["correct"]),
+               finish_reason=answer["finish_reason"],
+               gen_logprobs=[float(x) for x in np.asarray(logprobs)])
+    rec["answers"]["generated"] = text.strip()
+    rec["labels"]["generated"] = rec["correct"]
+    for prov, ans in _provided_answers(task, ex).items():
+        rec["answers"][prov] = ans
+        rec["labels"][prov] = PROVIDED_LABELS[prov] if ans is not None else None
+    return rec
 
-    queries = [task.prompt(tokenizer, ex, chat=use_chat) for ex in examples]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # too-long prompts: counted and reported below
-        gens = generate_and_record(model, tokenizer, queries, max_new_tokens=gen_tokens,
-                                   batch_size=batch_size,
-                                   stop_strings=tuple(getattr(task, "stop_strings", ()) or ()),
-                                   progress=progress)
-    records = []
-    for ex, query, gen in zip(examples, queries, gens):
-        rec = _empty_record(ex, query, "ok" if gen is not None else "too_long")
-        if gen is not None:
-            rec.update(generation=gen.text, extracted=task.extract(ex, gen.text),
-                       correct=bool(task.is_correct(ex, gen.text)), finish_reason=gen.finish_reason,
-                       gen_logprobs=[float(x) for x in np.asarray(gen.token_logprobs)])
-            rec["answers"]["generated"] = gen.text.strip()
-            rec["labels"]["generated"] = rec["correct"]
-            for prov, ans in _provided_answers(task, ex).items():
-                rec["answers"][prov] = ans
-                rec["labels"][prov] = PROVIDED_LABELS[prov] if ans is not None else None
-        records.append(rec)
-    n_too_long = sum(r["status"] == "too_long" for r in records)
-    if n_too_long:
-        warnings.warn(f"{n_too_long} of {len(records)} prompts exceed the context window and were "
-                      "skipped (counted in the report)", UserWarning, stacklevel=3)
-    return records
+
+def _elicit(model, tokenizer, task, examples, records, variant, use_chat, template, verbal_max_new_tokens,
+            batch_size) -> None:
+    """Passes 2 and 3 for a chunk of records (filled in place): verbalizations, and every
+    answer's teacher-forced log-probs under the query and under its verbalization prefix."""
+    vjobs, vprompts, sjobs = _plan_jobs(tokenizer, task, examples, records, variant, use_chat)
+    sjobs = _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
+                            verbal_max_new_tokens, batch_size)
+    _score_pass(model, tokenizer, records, sjobs, batch_size)
 
 
 def _plan_jobs(tokenizer, task, examples, records, variant, use_chat):
     """The verbalization prompts of every answer and the (prefix, continuation) pairs to score
-    under each context. Returns ``(vjobs, vprompts, sjobs, counts)``."""
+    under each context; sets each record's ``context_identical``. Returns ``(vjobs, vprompts,
+    sjobs)``: ``vjobs[k] = (record, provenance)`` of ``vprompts[k]``, ``sjobs`` tuples
+    ``(record, provenance, context, prefix, continuation)``."""
     vjobs: list[tuple[int, str]] = []
     vprompts: list[str] = []
-    sjobs: list[tuple[int, str, str, str, str]] = []  # (record, provenance, context, prefix, cont)
-    n_empty = n_compared = n_identical = 0
+    sjobs: list[tuple[int, str, str, str, str]] = []
+    n_empty = 0
     for i, (ex, rec) in enumerate(zip(examples, records)):
         if rec["status"] != "ok":
             continue
@@ -275,42 +355,78 @@ def _plan_jobs(tokenizer, task, examples, records, variant, use_chat):
             qprefix, qcont = split_answer(rec["query_prompt"], ans)
             sjobs.append((i, prov, "query", qprefix, qcont))
             if prov == "generated" and vp is not None:
-                n_compared += 1
-                n_identical += (qprefix + qcont) == (vp.prefix + vp.continuation)
+                rec["context_identical"] = (qprefix + qcont) == (vp.prefix + vp.continuation)
     if n_empty:
         warnings.warn(f"{n_empty} generated answers are empty (the answer span has no tokens); "
                       "excluded and counted", UserWarning, stacklevel=3)
-    counts = {"n_empty_generated": n_empty, "n_context_compared": n_compared,
-              "n_context_identical": n_identical}
-    return vjobs, vprompts, sjobs, counts
+    return vjobs, vprompts, sjobs
 
 
-def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, template, max_new_tokens, batch_size,
-                    progress) -> None:
-    """Pass 2: greedy verbalizations, parsed into ``c_verb`` (never filled in when unparseable)."""
+def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template, max_new_tokens,
+                    batch_size) -> list:
+    """Pass 2: greedy verbalizations, parsed into ``c_verb`` (never filled in when unparseable).
+
+    Where the model allows it, each verbalization prompt runs once for both its continuation and
+    the log-probs of its answer under the verbalization prefix (when the prefix and the answer,
+    tokenized separately as :func:`score_continuations` does, are the start of the prompt's own
+    tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
     from ..extraction import generate_and_record
+    from ..extraction.batching import _pad_id, _resolve_eos, _tokenize
+    from ..extraction.span_generate import generate_with_span_scores, supports_span_generation
 
     if not vprompts:
+        return sjobs
+    limit = _context_limit(model)
+    ids = _tokenize(tokenizer, vprompts)
+    fits = [limit is None or len(p) + max_new_tokens <= limit for p in ids]
+    if not supports_span_generation(model, max(len(p) for p in ids) + max_new_tokens):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            gens = generate_and_record(model, tokenizer, vprompts, max_new_tokens=max_new_tokens,
+                                       batch_size=batch_size)
+        for (i, prov), g in zip(vjobs, gens):
+            _set_verbal(records[i]["verbal"][prov], None if g is None else g.text, template)
+        return sjobs
+    where = {(i, prov): k for k, (i, prov, ctx, _, _) in enumerate(sjobs) if ctx == "verbal"}
+    spans: list[tuple[int, int] | None] = []
+    for (i, prov), p in zip(vjobs, ids):
+        _, _, _, prefix, cont = sjobs[where[(i, prov)]]
+        head, body = _tokenize(tokenizer, [prefix, cont])
+        aligned = head and body and p[: len(head) + len(body)] == head + body
+        spans.append((len(head), len(head) + len(body)) if aligned else None)
+    run = [k for k in range(len(vjobs)) if fits[k]]
+    eos = _resolve_eos(model, tokenizer)
+    results = generate_with_span_scores(
+        model, [ids[k] for k in run], [spans[k] for k in run], [vjobs[k][0] for k in run],
+        max_new_tokens=max_new_tokens, eos_token_ids=eos, pad_id=_pad_id(tokenizer, eos),
+        batch_size=batch_size)
+    scored = set()
+    for k, res in zip(run, results):
+        i, prov = vjobs[k]
+        _set_verbal(records[i]["verbal"][prov],
+                    tokenizer.decode(res.token_ids.tolist(), skip_special_tokens=True), template)
+        if res.span_logprobs is not None:
+            records[i]["token"][prov]["verbal"].update(
+                status="ok", logprobs=[float(x) for x in res.span_logprobs.astype(np.float64)])
+            scored.add(where[(i, prov)])
+    for k in range(len(vjobs)):
+        if not fits[k]:
+            _set_verbal(records[vjobs[k][0]]["verbal"][vjobs[k][1]], None, template)
+    return [job for k, job in enumerate(sjobs) if k not in scored]
+
+
+def _set_verbal(slot: dict, text: str | None, template) -> None:
+    """A verbalization's slot: ``too_long`` (no text: the prompt did not fit), or the raw text
+    and its parsed value (``parse_failure`` when none)."""
+    if text is None:
+        slot["status"] = "too_long"
         return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        vgens = generate_and_record(model, tokenizer, vprompts, max_new_tokens=max_new_tokens,
-                                    batch_size=batch_size, progress=progress)
-    for (i, prov), g in zip(vjobs, vgens):
-        slot = records[i]["verbal"][prov]
-        if g is None:
-            slot["status"] = "too_long"
-            continue
-        value = parse_confidence(g.text, template.scale)
-        slot.update(raw=g.text, c_verb=value, status="ok" if value is not None else "parse_failure")
-    n_vlong = sum(g is None for g in vgens)
-    if n_vlong:
-        warnings.warn(f"{n_vlong} verbalization prompts exceed the context window; skipped and "
-                      "counted (verbal status too_long)", UserWarning, stacklevel=3)
+    value = parse_confidence(text, template.scale)
+    slot.update(raw=text, c_verb=value, status="ok" if value is not None else "parse_failure")
 
 
-def _score_pass(model, tokenizer, records, sjobs, batch_size, progress) -> None:
-    """Pass 3: teacher-forced log-probs of every answer span under each context."""
+def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
+    """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
     from ..extraction import score_continuations
 
     limit = _context_limit(model)
@@ -326,12 +442,10 @@ def _score_pass(model, tokenizer, records, sjobs, batch_size, progress) -> None:
                 slot["status"] = "too_long" if p_ids[k] else "empty_context"
             else:
                 runnable.append(k)
-    chunk = max(1, batch_size * 16)
-    chunks = [runnable[s: s + chunk] for s in range(0, len(runnable), chunk)]
-    for part in _progress(chunks, len(chunks), progress, "score"):
-        scores = score_continuations(model, tokenizer, [sjobs[k][3] for k in part],
-                                     [sjobs[k][4] for k in part], batch_size=batch_size)
-        for k, lp in zip(part, scores):
+    if runnable:
+        scores = score_continuations(model, tokenizer, [sjobs[k][3] for k in runnable],
+                                     [sjobs[k][4] for k in runnable], batch_size=batch_size)
+        for k, lp in zip(runnable, scores):
             i, prov, ctx, _, _ = sjobs[k]
             records[i]["token"][prov][ctx].update(
                 status="ok", logprobs=[float(x) for x in np.asarray(lp, dtype=np.float64)])
@@ -339,26 +453,3 @@ def _score_pass(model, tokenizer, records, sjobs, batch_size, progress) -> None:
     if n_span_empty:
         warnings.warn(f"{n_span_empty} answer spans tokenize to nothing; excluded and counted",
                       UserWarning, stacklevel=3)
-
-
-def _document(model, model_name, task, settings, template, wall, counts, analysis, records) -> dict:
-    settings_fn = getattr(task, "settings", None)
-    try:
-        task_settings = settings_fn() if callable(settings_fn) else None
-    except Exception:  # noqa: BLE001 - informative only
-        task_settings = None
-    return {
-        "format": FORMAT,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": _model_name(model, model_name),
-        "model_fingerprint": _fingerprint(model),
-        "task": str(getattr(task, "name", type(task).__name__)),
-        "task_settings": task_settings,
-        "settings": settings,
-        "templates": {"used": template.as_dict(),
-                      "all": {k: t.as_dict() for k, t in TEMPLATES.items()}},
-        "wall_time_s": wall,
-        "counts": counts,
-        **analysis,
-        "records": records,
-    }
