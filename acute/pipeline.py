@@ -14,7 +14,8 @@ For every model and task of the TOML config (see ``examples/reproduce.toml``):
    baselines and six ACUTE variants, evaluate on test with bootstrap intervals
    (:func:`acute.evaluate.evaluate_store`).
 3. **protocol**: the verbalized-vs-token protocol study on the tasks that ask for it
-   (:func:`acute.protocol.run_protocol`, its own size).
+   (:func:`acute.protocol.run_protocol`, its own size; its answers come from the pair's store
+   when that holds every example, else from a store of its own; resumes record shard by shard).
 4. **report**: ``README.md`` in ``--out`` with every table, figures, protocol tables and the
    wall time and peak memory of each stage (:mod:`acute.report`).
 
@@ -906,6 +907,21 @@ def _worker_transfer(p: dict) -> dict:
     return {"work_s": round(time.perf_counter() - t0, 2), "tasks": list(stores)}
 
 
+def _answers_store(store_dir: Path, examples) -> Path | None:
+    """The pair's collected store when it already holds the answer to every protocol example (the
+    protocol study then generates nothing; a store of other settings is refused by
+    :func:`run_protocol`), else None: the study collects its own into ``protocol/store``."""
+    from acute.store import open_store
+
+    if not (store_dir / "manifest.json").is_file():
+        return None
+    try:
+        have = set(open_store(store_dir, verify=False).ids)
+    except Exception:  # noqa: BLE001 - an unreadable store: the study collects its own answers
+        return None
+    return store_dir if all(str(ex.id) in have for ex in examples) else None
+
+
 def _worker_protocol(p: dict) -> dict:
     from acute.protocol import run_protocol
 
@@ -914,6 +930,7 @@ def _worker_protocol(p: dict) -> dict:
     model, tok, load_s = _load_model(p["model_source"])
     t0 = time.perf_counter()
     res = run_protocol(model, tok, task, chosen, p["protocol_dir"], model_name=p["model"],
+                       store=_answers_store(Path(p["pair_dir"]) / "store", chosen),
                        batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
                        n_bootstrap=p["n_bootstrap"], seed=p["seed"], variant=p["variant"],
                        chat=p["task"].get("chat"), progress=True)

@@ -150,6 +150,12 @@ def test_collected_labels_and_recorded_split(driven):
     assert set(split["train"]).isdisjoint(split["test"])
     assert set(split["train"]) | set(split["test"]) == set(got)
     assert split["seed"] == 0 and split["test_fraction"] == 0.3
+    # the protocol study reused the collected answers instead of generating its own
+    assert not (pair / "protocol" / "store").exists()
+    generations = {r["id"]: r["generation"] for r in store.records}
+    protocol = json.loads((pair / "protocol" / "protocol.json").read_text(encoding="utf-8"))
+    assert len(protocol["records"]) == 4
+    assert all(r["generation"] == generations[r["id"]] for r in protocol["records"])
 
 
 def test_report_numbers_agree_with_the_evaluation(driven):
