@@ -186,9 +186,12 @@ def resample_indices(size: int, n: int, seed: int) -> np.ndarray:
 
 
 def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``metric`` on every resample (row of ``idx``), non-finite-metric warnings silenced."""
+    from ..metrics import metric_over_resamples
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.array([metric(conf[i], y[i]) for i in idx], dtype=np.float64)
+        return metric_over_resamples(metric, conf, y, idx)
 
 
 def _percentiles(stats: np.ndarray, alpha: float = ALPHA) -> tuple[float | None, float | None, int]:
