@@ -67,7 +67,10 @@ Outputs of :func:`run_protocol`: ``protocol.json`` (settings, templates, wall ti
 per-record value: ids, correctness, generated answer, raw verbalization text and ``c_verb`` per
 provenance, token log-probs per (answer, context); plus the computed cells) and ``protocol.md``
 (gap table with paired-bootstrap intervals, shift table, provenance table, reporting checklist,
-templates). :func:`write_protocol_report` combines several runs into the same tables.
+templates). The answers live in a store (``store/``, or one passed in and reused) and the
+per-record results in resumable, atomically committed shards (``records/``,
+:class:`RecordShards`); :func:`analyze_protocol` recomputes both files from the shards alone.
+:func:`write_protocol_report` combines several runs into the same tables.
 """
 
 from .analysis import (
