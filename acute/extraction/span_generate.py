@@ -9,8 +9,9 @@ their text up to the answer, so that prefix runs once per group:
 
 1. the groups' shared prefixes, left-padded, one forward pass (KV cache kept);
 2. the cache rows repeated for each group's prompts; the prompts' own tokens up to the end of the
-   span, left-padded after the prefix, one forward pass keeping the logits of the last
-   ``span + 1`` columns only (memory ``rows x span x vocab``, never ``rows x prompt x vocab``);
+   span, left-padded after the prefix, one forward pass; the output layer then runs only at the
+   span's positions (:func:`~acute.extraction.teacher_forcing.project_states`, where it
+   reproduces the model's logits; else the logits of the last ``span + 1`` columns are kept);
 3. the rest of each prompt, left-padded, one forward pass keeping the last column;
 4. greedy decoding that drops rows from the batch and the cache once they emit an EOS id.
 

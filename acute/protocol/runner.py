@@ -66,12 +66,6 @@ class ProtocolResult:
     store_dir: Path | None = None
 
 
-def _context_limit(model) -> int | None:
-    from ..extraction import context_window
-
-    return context_window(model)
-
-
 def _model_name(model, model_name: str | None) -> str:
     if model_name:
         return str(model_name)
@@ -370,13 +364,13 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
     the log-probs of its answer under the verbalization prefix (when the prefix and the answer,
     tokenized separately as :func:`score_continuations` does, are the start of the prompt's own
     tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
-    from ..extraction import generate_and_record
+    from ..extraction import context_window, generate_and_record
     from ..extraction.batching import _pad_id, _resolve_eos, _tokenize
     from ..extraction.span_generate import generate_with_span_scores, supports_span_generation
 
     if not vprompts:
         return sjobs
-    limit = _context_limit(model)
+    limit = context_window(model)
     ids = _tokenize(tokenizer, vprompts)
     fits = [limit is None or len(p) + max_new_tokens <= limit for p in ids]
     if not supports_span_generation(model, max(len(p) for p in ids) + max_new_tokens):
@@ -388,10 +382,11 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
             _set_verbal(records[i]["verbal"][prov], None if g is None else g.text, template)
         return sjobs
     where = {(i, prov): k for k, (i, prov, ctx, _, _) in enumerate(sjobs) if ctx == "verbal"}
+    jobs = [sjobs[where[v]] for v in vjobs]
+    heads = _tokenize(tokenizer, [job[3] for job in jobs])
+    bodies = _tokenize(tokenizer, [job[4] for job in jobs])
     spans: list[tuple[int, int] | None] = []
-    for (i, prov), p in zip(vjobs, ids):
-        _, _, _, prefix, cont = sjobs[where[(i, prov)]]
-        head, body = _tokenize(tokenizer, [prefix, cont])
+    for p, head, body in zip(ids, heads, bodies):
         aligned = head and body and p[: len(head) + len(body)] == head + body
         spans.append((len(head), len(head) + len(body)) if aligned else None)
     run = [k for k in range(len(vjobs)) if fits[k]]
@@ -427,9 +422,9 @@ def _set_verbal(slot: dict, text: str | None, template) -> None:
 
 def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
     """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
-    from ..extraction import score_continuations
+    from ..extraction import context_window, score_continuations
 
-    limit = _context_limit(model)
+    limit = context_window(model)
     runnable: list[int] = []
     if sjobs:
         p_ids = tokenizer([j[3] for j in sjobs], add_special_tokens=False)["input_ids"]
