@@ -14,6 +14,7 @@ so a difference between two estimators is a paired comparison on the same record
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -21,9 +22,10 @@ import numpy as np
 from .estimators import (PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, estimator_pooling,
                          make_estimator, probe_kwargs, split_pooling)
 from .errors import InputError
+from .metrics import metric_over_resamples
 from .pooling import DEFAULT_POOLING, store_states
 
-__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "fit_predict", "states_for", "take_rows"]
+__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict", "states_for", "take_rows"]
 
 
 def states_for(store: Any, names: Sequence[str]):
@@ -184,3 +186,23 @@ def cv_metric(metric: Callable[[np.ndarray, np.ndarray], float], predictions: np
     if metric.__name__ == "auroc" and y.min() == y.max():
         return math.nan
     return float(np.mean([metric(row, y) for row in p]))
+
+
+def cv_metric_draws(metric: Callable[[np.ndarray, np.ndarray], float], predictions: np.ndarray,
+                    correct: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """:func:`cv_metric` on every resample ``index[b]`` (rows of an integer array
+    ``[n_resamples, size]``, e.g. :func:`acute.metrics.bootstrap_indices`): float64
+    ``[n_resamples]``, NaN where the metric is undefined on a resample.
+
+    Each repeat's resamples run at once through :func:`acute.metrics.metric_over_resamples`
+    (vectorised for smECE, ECE, KDE-ECE, KS-Cal, Brier, NLL and AUROC; AUROC is NaN on
+    single-class resamples), so the values equal
+    ``[cv_metric(metric, predictions, correct, i) for i in index]`` up to floating-point
+    rounding (~1e-15), many times faster."""
+    p = np.atleast_2d(np.asarray(predictions, dtype=np.float64))
+    y = np.asarray(correct)
+    index = np.asarray(index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # undefined resamples are NaN, by design
+        per_repeat = np.stack([metric_over_resamples(metric, row, y, index) for row in p])
+    return per_repeat.mean(axis=0)

@@ -144,7 +144,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     no differences. Metrics undefined on the data (AUROC with one class) are NaN.
     """
     from . import metrics
-    from .crossval import cv_metric
+    from .crossval import cv_metric, cv_metric_draws
 
     if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
         raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
@@ -187,7 +187,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
             if not math.isfinite(row[key]):
                 draws[name][key] = np.full(int(n_bootstrap), np.nan)
                 continue
-            draws[name][key] = np.array([cv_metric(fns[key], preds[name], y, idx) for idx in index])
+            draws[name][key] = cv_metric_draws(fns[key], preds[name], y, index)
         for key in keys:
             row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
     if ref is not None:

@@ -1138,18 +1138,14 @@ def bootstrap_indices(size: int, n: int = 1000, seed: int = 0) -> np.ndarray:
 
 
 def _resample_stats(
-    statistic: Callable[[np.ndarray], float], size: int, n: int, seed: int
+    metric: Callable[[np.ndarray, np.ndarray], float], conf: np.ndarray, y: np.ndarray, n: int, seed: int
 ) -> np.ndarray:
-    """``statistic(indices)`` for each of the ``n`` resamples of :func:`bootstrap_indices`."""
-    out = np.empty(n)
-    done = 0
+    """``metric`` on each of the ``n`` resamples of :func:`bootstrap_indices` (drawn block by
+    block, evaluated by :func:`metric_over_resamples`); NaN where it is undefined."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for block in _index_blocks(size, n, seed):
-            for row in block:
-                out[done] = statistic(row)
-                done += 1
-    return out
+        return np.concatenate([metric_over_resamples(metric, conf, y, block)
+                               for block in _index_blocks(conf.shape[0], n, seed)])
 
 
 def percentile_interval(stats: ArrayLike, alpha: float = 0.05) -> tuple[float, float, int]:
@@ -1198,7 +1194,7 @@ def bootstrap(
     conf, y = validate_inputs(confidence, correct)
     _check_bootstrap_args(n, alpha)
     estimate = metric(conf, y)
-    stats = _resample_stats(lambda idx: metric(conf[idx], y[idx]), conf.shape[0], n, seed)
+    stats = _resample_stats(metric, conf, y, n, seed)
     return _interval(estimate, stats, alpha, "bootstrap")
 
 
@@ -1223,12 +1219,7 @@ def paired_bootstrap(
     conf_b, _ = validate_inputs(confidence_b, correct, "confidence_b")
     _check_bootstrap_args(n, alpha)
     estimate = metric(conf_a, y) - metric(conf_b, y)
-
-    def diff(idx: np.ndarray) -> float:
-        yi = y[idx]
-        return metric(conf_a[idx], yi) - metric(conf_b[idx], yi)
-
-    stats = _resample_stats(diff, conf_a.shape[0], n, seed)
+    stats = _resample_stats(metric, conf_a, y, n, seed) - _resample_stats(metric, conf_b, y, n, seed)
     return _interval(estimate, stats, alpha, "paired_bootstrap")
 
 

@@ -188,12 +188,15 @@ def metric_values(confidence: np.ndarray, correct: np.ndarray) -> dict[str, floa
 
     conf = np.asarray(confidence, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
+    return {"accuracy": float(y.mean()), "smece": float(metrics.smece(conf, y)), **_euro_bands(conf, y)}
+
+
+def _euro_bands(conf: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    from . import metrics
+
     curve = np.asarray(metrics.euro_curve(conf, y, metrics.EURO_GRID), dtype=np.float64)
-    out = {"accuracy": float(y.mean()), "smece": float(metrics.smece(conf, y))}
-    for band in ("low", "med", "high", "all"):
-        sl, _ = metrics.BANDS[band]
-        out[f"auc_euro_{band}"] = float(np.mean(curve[sl]))
-    return out
+    return {f"auc_euro_{band}": float(np.mean(curve[metrics.BANDS[band][0]]))
+            for band in ("low", "med", "high", "all")}
 
 
 def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
@@ -218,14 +221,14 @@ def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
     for name in names:
         conf = run.predictions[name]
         full = metric_values(conf, run.correct)
+        y = np.asarray(run.correct, dtype=bool)
         draws = {k: np.full(len(idx), np.nan) for k in _METRIC_KEYS}
+        if len(idx):  # smECE of every resample at once; the euro curves are cheap
+            draws["accuracy"] = y[idx].mean(axis=1)
+            draws["smece"] = metrics.metric_over_resamples(metrics.smece, conf, y, idx)
         for b, row in enumerate(idx):
-            try:
-                vals = metric_values(conf[row], run.correct[row])
-            except ValueError:  # a metric undefined on this resample
-                continue
-            for k in _METRIC_KEYS:
-                draws[k][b] = vals[k]
+            for k, v in _euro_bands(conf[row], y[row]).items():
+                draws[k][b] = v
         out[name] = {k: (full[k], draws[k]) for k in _METRIC_KEYS}
     return out
 

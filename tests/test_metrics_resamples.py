@@ -210,3 +210,84 @@ def test_gap_cells_equal_those_of_the_per_resample_loop(monkeypatch):
                 assert got[key] == pytest.approx(value, rel=0, abs=1e-12), key
             else:
                 assert got[key] == value, key
+
+
+# ------------------------------------------------------------------------------------------
+# Every bootstrap in acute goes through metric_over_resamples: the intervals equal the loop's
+# ------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_and_paired_bootstrap_equal_the_loop_over_published_indices():
+    rng = np.random.default_rng(11)
+    conf = rng.beta(2, 2, 90)
+    other = np.clip(conf + rng.normal(0, 0.1, conf.size), 0, 1)
+    correct = rng.random(conf.size) < conf
+    idx = M.bootstrap_indices(conf.size, n=120, seed=4)
+    for metric in (M.smece, M.kde_ece, M.ece):
+        stats = _loop(metric, conf, correct, idx)
+        iv = M.bootstrap(metric, conf, correct, n=120, seed=4)
+        assert (iv.low, iv.high) == pytest.approx(tuple(np.percentile(stats, [2.5, 97.5])), abs=1e-12)
+        diffs = stats - _loop(metric, other, correct, idx)
+        pv = M.paired_bootstrap(metric, conf, other, correct, n=120, seed=4)
+        assert pv.estimate == pytest.approx(metric(conf, correct) - metric(other, correct), abs=1e-15)
+        assert (pv.low, pv.high) == pytest.approx(tuple(np.percentile(diffs, [2.5, 97.5])), abs=1e-12)
+
+
+def test_cv_metric_draws_equal_cv_metric_on_each_resample():
+    from acute.crossval import cv_metric, cv_metric_draws
+
+    rng = np.random.default_rng(5)
+    y = rng.random(9) < 0.5  # 9 records: some resamples hold one class only
+    y[:2] = [True, False]
+    preds = rng.beta(2, 2, (3, 9))  # three repeats
+    idx = M.bootstrap_indices(9, 200, seed=1)
+    assert any(y[i].all() or not y[i].any() for i in idx)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for metric in (M.smece, M.brier, M.auroc, M.METRICS["auc_euro_all"].fn):
+            got = cv_metric_draws(metric, preds, y, idx)
+            want = np.array([cv_metric(metric, preds, y, i) for i in idx])
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-12, err_msg=metric.__name__)
+            assert np.isnan(got).sum() == (np.isnan(want).sum() if metric is M.auroc else 0)
+
+
+def test_evaluate_intervals_equal_those_of_the_per_resample_loop(monkeypatch):
+    import acute.crossval as crossval
+    from acute.evaluate import evaluate_predictions
+
+    rng = np.random.default_rng(8)
+    y = rng.random(150) < 0.6
+    confs = {"platt": rng.beta(3, 2, (2, 150)), "acute-cosine": np.clip(0.3 + 0.5 * y + rng.normal(0, 0.2, (2, 150)), 0, 1)}
+    rows = evaluate_predictions(confs, y, n_bootstrap=80, seed=2)
+
+    def loop(metric, predictions, correct, index):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.array([crossval.cv_metric(metric, predictions, correct, i) for i in index])
+
+    monkeypatch.setattr(crossval, "cv_metric_draws", loop)
+    reference = evaluate_predictions(confs, y, n_bootstrap=80, seed=2)
+    assert any(k.endswith("_ci_low") for k in rows[0]) and "diff_smece_ci_low" in rows[1]
+    for got, ref in zip(rows, reference):
+        assert got.keys() == ref.keys()
+        for key, value in ref.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, rel=0, abs=1e-12, nan_ok=True), key
+
+
+def test_report_draws_equal_metric_values_on_each_resample():
+    from pathlib import Path
+
+    from acute.report import EvalRun, metric_draws, metric_values
+
+    rng = np.random.default_rng(3)
+    y = rng.random(60) < 0.5
+    run = EvalRun(model="m", task="t", path=Path("x"), ids=[str(i) for i in range(60)], correct=y,
+                  predictions={"platt": rng.beta(2, 2, 60)})
+    draws = metric_draws(run, n_bootstrap=40, seed=6)["platt"]
+    idx = M.bootstrap_indices(60, 40, seed=6)
+    for b, i in enumerate(idx):
+        want = metric_values(run.predictions["platt"][i], y[i])
+        for key, (estimate, values) in draws.items():
+            assert values[b] == pytest.approx(want[key], rel=0, abs=1e-12), key
+    assert draws["smece"][0] == pytest.approx(metric_values(run.predictions["platt"], y)["smece"])
