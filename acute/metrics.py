@@ -987,6 +987,21 @@ def _euro_integral(conf: np.ndarray, y: np.ndarray, lo: float, hi: float) -> flo
     return float(np.sum(p / q * width + log_term))
 
 
+def _auc_euro_rows(conf: np.ndarray, y: np.ndarray, band: str) -> np.ndarray:
+    """Grid :func:`auc_euro` of ``band`` for every row of ``conf`` / ``y`` [rows, n]: the same
+    counts as :func:`euro_curve`, from one histogram of each row over the band's risk levels."""
+    u = EURO_GRID[BANDS[band][0]]
+    n, size = conf.shape[-1], u.shape[0] + 1
+    above = np.searchsorted(u, conf, side="left")  # levels below each confidence: trusted there
+    pos = _row_bincount(above, y.astype(np.float64), size)
+    neg = _row_bincount(above, (~y).astype(np.float64), size)
+    tp = np.cumsum(pos[..., ::-1], axis=-1)[..., ::-1][..., 1:] / n  # confidence > u
+    tn = np.cumsum(neg, axis=-1)[..., :-1] / n  # confidence <= u
+    acc = y.mean(axis=-1, keepdims=True)
+    curve = ((1.0 - u) * tp + u * tn) / ((1.0 - u) * acc + u * (1.0 - acc))
+    return curve.mean(axis=-1)
+
+
 def auc_euro(
     confidence: ArrayLike, correct: ArrayLike, band: str = "all", exact: bool = False
 ) -> float:
@@ -1062,10 +1077,11 @@ def metric_over_resamples(
 
     ``indices`` is an integer array [n_resamples, resample size] of row numbers (e.g.
     :func:`bootstrap_indices`). The inputs are validated once, as every metric does. For
-    :func:`ece`, :func:`kde_ece`, :func:`ks_cal`, :func:`smece`, :func:`brier`, :func:`nll`
-    and :func:`auroc` the resamples are evaluated in blocks with vectorised code: the
-    results equal the loop's up to floating-point rounding (~1e-15 for smece and kde_ece,
-    which smooth by FFTs of other lengths; identical for the others), and AUROC is ``nan`` on
+    :func:`ece`, :func:`kde_ece`, :func:`ks_cal`, :func:`smece`, :func:`brier`, :func:`nll`,
+    :func:`auroc` and the auc-euro columns of :data:`METRICS` (grid :func:`auc_euro` of a
+    band) the resamples are evaluated in blocks with vectorised code: the results equal the
+    loop's up to floating-point rounding (~1e-15 for smece and kde_ece, which smooth by FFTs
+    of other lengths, and for auc-euro's band means; identical for the others), and AUROC is ``nan`` on
     single-class resamples, with one ``RuntimeWarning`` for all of them. Any other callable
     (also ``functools.partial(ece, n_bins=15)``) is called once per resample.
     """
@@ -1267,3 +1283,5 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("auroc", "AUROC ↑", +1, auroc),
 )
 METRICS: dict[str, MetricSpec] = {m.name: m for m in METRIC_SPECS}
+for _name in BANDS:  # the table's auc-euro columns are batched too
+    _BATCHED[METRICS[f"auc_euro_{_name}"].fn] = functools.partial(_auc_euro_rows, band=_name)

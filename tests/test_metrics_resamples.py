@@ -21,6 +21,8 @@ FAST = {
     "brier": M.brier,
     "nll": M.nll,
     "auroc": M.auroc,
+    "auc_euro_low": M.METRICS["auc_euro_low"].fn,
+    "auc_euro_all": M.METRICS["auc_euro_all"].fn,
 }
 SIZES = (1, 2, 7, 40, 300)
 KINDS = ("plain", "ends_and_ties", "two_values", "constant", "all_correct", "all_wrong")
