@@ -516,12 +516,31 @@ def _unpadded_logprobs(model, tok, prompt, cont):
     return lp.gather(1, torch.tensor(c_ids)[:, None]).squeeze(1).numpy()
 
 
+def test_length_blocks_weigh_padding_against_a_pass():
+    from acute.extraction.teacher_forcing import length_blocks
+
+    # [10, 1, 1] with 5 per pass: one block 5 + 30 = 35; [10] [1, 1]: 15 + 7 = 22 (best);
+    # [10] [1] [1]: 27; [10, 1] [1]: 31. With 20 per pass one block (50) beats [10] [1, 1] (52).
+    assert length_blocks([10, 1, 1], overhead=5) == [[0], [1, 2]]
+    assert length_blocks([10, 1, 1], overhead=20) == [[0, 1, 2]]
+    assert length_blocks([4, 4, 4], overhead=0) == [[0, 1, 2]]  # no padding: one block
+    assert length_blocks([]) == []
+    with pytest.raises(ValueError, match="sorted"):
+        length_blocks([1, 3])
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
-def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_size, tok):
+@pytest.mark.parametrize("overhead", [None, 0])
+def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_size, overhead, tok, monkeypatch):
     # Several answers per prompt (the protocol's provenances), prompts of different lengths,
     # one-token and long continuations mixed: the cached path equals one unpadded forward pass
-    # per pair, and the plain path.
+    # per pair, and the plain path. overhead=0: every continuation length its own block.
+    import acute.extraction.teacher_forcing as tf
+
+    if overhead is not None:
+        real = tf.length_blocks
+        monkeypatch.setattr(tf, "length_blocks", lambda widths: real(widths, overhead=overhead))
     model = make_tiny_model(arch, seed=3)
     prompts, conts = [], []
     for p, answers in ((PROMPTS[0], [" Paris", " Lyon is nice", "ris", " a"]),

@@ -174,3 +174,28 @@ def _check_strings(values: Any, name: str) -> list[str]:
 def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
     cuts = [text.find(s) for s in stop_strings if s in text]
     return text[: min(cuts)] if cuts else text
+
+
+#: Largest share of padding in a batch's positions: a forced pass computes every position, so a
+#: batch is closed early rather than padding its rows beyond this (measured on SciTLDR with
+#: SmolLM2 on a CPU: 16 rows of 160-400 tokens in one batch took 1.7x as long as in batches
+#: within this bound).
+MAX_PADDING = 0.2
+
+
+def _split(order: Sequence[int], length: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Consecutive batches of ``order`` (longest first) of at most ``batch_size`` rows whose
+    padded positions exceed their tokens by at most :data:`MAX_PADDING` (a row longer than
+    that allows starts a new batch)."""
+    batches: list[list[int]] = []
+    tokens = 0
+    for i in order:
+        batch = batches[-1] if batches else None
+        if (batch is None or len(batch) == batch_size
+                or (len(batch) + 1) * length[batch[0]] > (1 + MAX_PADDING) * (tokens + length[i])):
+            batches.append([i])
+            tokens = length[i]
+        else:
+            batch.append(i)
+            tokens += length[i]
+    return batches

@@ -44,6 +44,7 @@ from torch import nn
 from .._util import progress as _progress
 from ..errors import InputError
 from .batching import (
+    MAX_PADDING,
     MIN_SHARED_PREFIX,
     _cache_keyword,
     _check_strings,
@@ -54,6 +55,7 @@ from .batching import (
     _prefill,
     _prefix_batches,
     _resolve_eos,
+    _split,
     _tokenize,
     _window_allows_prefix_cache,
 )
@@ -248,31 +250,6 @@ def _warn_lossy(tokenizer: Any, responses: Sequence[Any], ids: Sequence[Sequence
         logger.warning("%d response text(s) do not decode back from their tokens (first: "
                        "responses[%d]); the tokenizer cannot represent them exactly, so the record "
                        "is of the tokens it produced", len(lossy), lossy[0])
-
-
-#: Largest share of padding in a batch's positions: a forced pass computes every position, so a
-#: batch is closed early rather than padding its rows beyond this (measured on SciTLDR with
-#: SmolLM2 on a CPU: 16 rows of 160-400 tokens in one batch took 1.7x as long as in batches
-#: within this bound).
-MAX_PADDING = 0.2
-
-
-def _split(order: Sequence[int], length: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Consecutive batches of ``order`` (longest first) of at most ``batch_size`` rows whose
-    padded positions exceed their tokens by at most :data:`MAX_PADDING` (a row longer than
-    that allows starts a new batch)."""
-    batches: list[list[int]] = []
-    tokens = 0
-    for i in order:
-        batch = batches[-1] if batches else None
-        if (batch is None or len(batch) == batch_size
-                or (len(batch) + 1) * length[batch[0]] > (1 + MAX_PADDING) * (tokens + length[i])):
-            batches.append([i])
-            tokens = length[i]
-        else:
-            batch.append(i)
-            tokens += length[i]
-    return batches
 
 
 def _plan(p_ids: Sequence[Sequence[int]], total: Sequence[int], keep: Sequence[int],
