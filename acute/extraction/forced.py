@@ -60,7 +60,8 @@ from .batching import (
     _window_allows_prefix_cache,
 )
 from .generate import Generation
-from .layers import _POOLS, PoolMode, _forward_accepts, _model_device, context_window, find_layers
+from .layers import (_POOLS, PoolMode, _forward_accepts, _model_device, context_window, find_layers,
+                     hook_layer_outputs)
 from .recorder import _stack_layers
 
 logger = logging.getLogger(__name__)
@@ -121,8 +122,6 @@ class ForcedPooler:
         return states[index]
 
     def _add(self, index: int, hidden: torch.Tensor) -> None:
-        if self._weights is None:
-            return
         device = hidden.device
         hidden = hidden.to(self.dtype)
         rows = None if self._rows is None else self._on("rows", self._rows, device)
@@ -142,36 +141,10 @@ class ForcedPooler:
             else:
                 kept.index_copy_(0, rows, state)
 
-    def _output_hook(self, index: int):
-        def hook(module, args, output):
-            self._add(index, output[0] if isinstance(output, (tuple, list)) else output)
-        return hook
-
-    def _first_layer_hook(self, record_output: bool):
-        def hook(module, args, kwargs, output):
-            if self._weights is None:
-                return
-            hidden_in = args[0] if args else kwargs.get("hidden_states")
-            if hidden_in is None:
-                raise RuntimeError(f"cannot find the hidden-state input of {type(module).__name__}")
-            self._add(0, hidden_in)
-            if record_output:
-                self._add(1, output[0] if isinstance(output, (tuple, list)) else output)
-        return hook
-
     def __enter__(self) -> "ForcedPooler":
         lm = find_layers(self.model)
-        n = lm.num_layers
-        self.sums = [None] * (n + 1)
-        try:
-            self._handles.append(lm.layers[0].register_forward_hook(
-                self._first_layer_hook(record_output=n > 1), with_kwargs=True))
-            for i in range(1, n - 1):
-                self._handles.append(lm.layers[i].register_forward_hook(self._output_hook(i + 1)))
-            self._handles.append(lm.final_norm.register_forward_hook(self._output_hook(n)))
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
+        self.sums = [None] * (lm.num_layers + 1)
+        self._handles = hook_layer_outputs(lm, self._add, lambda: self._weights is not None)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

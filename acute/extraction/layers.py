@@ -5,15 +5,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import torch
 from torch import nn
 
-
-
 from ..errors import UnsupportedArchitectureError
-
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +125,54 @@ def find_layers(model: nn.Module) -> LayerMap:
         f"{', '.join(_LAYER_PATHS)} with a final norm named one of {', '.join(_NORM_NAMES)}. "
         "Supported: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, GPT-2 and similar decoder-only LMs."
     )
+
+
+def _output_tensor(output) -> torch.Tensor:
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def hook_layer_outputs(lm: LayerMap, add: Callable[[int, torch.Tensor], None], active: Callable[[], bool],
+                       after_final: Callable[[], None] | None = None) -> list[Any]:
+    """Forward hooks that pass every recorded hidden state to ``add(index, hidden)`` while
+    ``active()``: index 0 the first decoder layer's input (the embedding output), ``i`` the
+    output of layer ``i - 1`` for ``i < L``, and ``L`` the final norm's output (which replaces
+    the last layer's raw output); ``after_final()`` runs after the final norm's. These are
+    the ``L + 1`` rows every recorder stores. Returns the hook handles (none left registered
+    when registering fails)."""
+    n = lm.num_layers
+
+    def first(module, args, kwargs, output):
+        if not active():
+            return
+        hidden_in = args[0] if args else kwargs.get("hidden_states")
+        if hidden_in is None:
+            raise RuntimeError(f"cannot find the hidden-state input of {type(module).__name__}")
+        add(0, hidden_in)
+        if n > 1:
+            add(1, _output_tensor(output))
+
+    def layer(index: int):
+        def hook(module, args, output):
+            if active():
+                add(index, _output_tensor(output))
+        return hook
+
+    def final(module, args, output):
+        if active():
+            add(n, _output_tensor(output))
+            if after_final is not None:
+                after_final()
+
+    handles: list[Any] = []
+    try:
+        handles.append(lm.layers[0].register_forward_hook(first, with_kwargs=True))
+        handles += [lm.layers[i].register_forward_hook(layer(i + 1)) for i in range(1, n - 1)]
+        handles.append(lm.final_norm.register_forward_hook(final))
+    except BaseException:
+        for handle in handles:
+            handle.remove()
+        raise
+    return handles
 
 
 def context_window(model: nn.Module) -> int | None:

@@ -17,7 +17,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from ..errors import InputError
 from .decoding import _plain_greedy, greedy_decode
-from .layers import _POOLS, LayerMap, PoolMode, _model_device, find_layers
+from .layers import _POOLS, LayerMap, PoolMode, _model_device, find_layers, hook_layer_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -246,8 +246,6 @@ class HiddenStateRecorder:
 
     def _accumulate(self, index: int, hidden: torch.Tensor) -> None:
         run = self._run
-        if run is None:
-            return
         last = hidden[:, -1, :].to(run.dtype)  # on this layer's device, in the accumulation dtype
         if run.forwards == 0:  # the prefill: every row, its last position the prompt's last token
             run.last_prompt[index] = last.clone()
@@ -266,36 +264,12 @@ class HiddenStateRecorder:
             total.index_add_(0, rows, last * weight[rows])
             answer.index_copy_(0, rows, torch.where(weight[rows].bool(), last, answer[rows]))
 
-    def _layer_hook(self, index: int):
-        def hook(module, args, output):
-            hidden = output[0] if isinstance(output, (tuple, list)) else output
-            self._accumulate(index, hidden)
-        return hook
-
-    def _first_layer_hook(self, record_output: bool):
-        def hook(module, args, kwargs, output):
-            if self._run is None:
-                return
-            hidden_in = args[0] if args else kwargs.get("hidden_states")
-            if hidden_in is None:
-                raise RuntimeError(f"cannot find the hidden-state input of {type(module).__name__}")
-            self._accumulate(0, hidden_in)
-            if record_output:
-                hidden = output[0] if isinstance(output, (tuple, list)) else output
-                self._accumulate(1, hidden)
-        return hook
-
-    def _norm_hook(self, index: int):
-        def hook(module, args, output):
-            run = self._run
-            if run is None:
-                return
-            hidden = output[0] if isinstance(output, (tuple, list)) else output
-            self._accumulate(index, hidden)
-            run.forwards += 1
-            if run.pool_this_forward:
-                run.counts += run.weight.squeeze(1).to(run.counts.device, torch.long)
-        return hook
+    def _count_forward(self) -> None:
+        """After the final norm: one more forward pass, and the rows it pooled."""
+        run = self._run
+        run.forwards += 1
+        if run.pool_this_forward:
+            run.counts += run.weight.squeeze(1).to(run.counts.device, torch.long)
 
     def _logits_hook(self, module, args, output):
         run = self._run
@@ -321,13 +295,9 @@ class HiddenStateRecorder:
             raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
         lm = find_layers(self.model)
         self.layer_map = lm
-        n = lm.num_layers
+        self._handles = hook_layer_outputs(lm, self._accumulate, lambda: self._run is not None,
+                                           after_final=self._count_forward)
         try:
-            self._handles.append(lm.layers[0].register_forward_hook(
-                self._first_layer_hook(record_output=n > 1), with_kwargs=True))
-            for i in range(1, n - 1):
-                self._handles.append(lm.layers[i].register_forward_hook(self._layer_hook(i + 1)))
-            self._handles.append(lm.final_norm.register_forward_hook(self._norm_hook(n)))
             self._handles.append(self.model.register_forward_hook(self._logits_hook))
         except BaseException:
             self._remove()
