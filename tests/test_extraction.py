@@ -580,6 +580,21 @@ def test_score_continuations_prompts_sharing_demonstrations_reuse_their_prefix(a
             np.testing.assert_allclose(lp, _unpadded_logprobs(model, tok, p, c), rtol=0, atol=ATOL)
 
 
+def test_score_token_continuations_take_the_ids_score_continuations_would_use(llama, tok):
+    from acute.extraction import score_token_continuations
+
+    prompts, conts = [PROMPTS[0], PROMPTS[3]], [" Paris", " is a planet"]
+    by_text = score_continuations(llama, tok, prompts, conts, batch_size=2)
+    by_ids = score_token_continuations(llama, [_ids(tok, p) for p in prompts], [_ids(tok, c) for c in conts],
+                                       pad_id=tok.pad_token_id, batch_size=2)
+    for a, b in zip(by_text, by_ids):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"prompts \(2\) and continuations \(1\)"):
+        score_token_continuations(llama, [[1], [2]], [[3]], pad_id=0)
+    with pytest.raises(ValueError, match=r"continuations\[0\] is empty"):
+        score_token_continuations(llama, [[1]], [[]], pad_id=0)
+
+
 def test_score_continuations_rejects_empty_continuation(llama, tok):
     with pytest.raises(ValueError, match=r"continuations\[1\]"):
         score_continuations(llama, tok, PROMPTS[:2], [" Paris", ""])

@@ -69,7 +69,7 @@ from .forced import ForcedPooler, record_responses, response_token_ids
 from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
 from .recorder import HiddenStateRecorder, RecordedBatch
-from .teacher_forcing import score_continuations
+from .teacher_forcing import score_continuations, score_token_continuations
 
 __all__ = [
     "ForcedPooler",
@@ -87,4 +87,5 @@ __all__ = [
     "record_responses",
     "response_token_ids",
     "score_continuations",
+    "score_token_continuations",
 ]

@@ -51,12 +51,23 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     """
     prompts = _check_strings(prompts, "prompts")
     continuations = _check_strings(continuations, "continuations")
-    if len(prompts) != len(continuations):
-        raise InputError(f"prompts ({len(prompts)}) and continuations ({len(continuations)}) differ in length")
+    return score_token_continuations(model, _tokenize(tokenizer, prompts), _tokenize(tokenizer, continuations),
+                                     pad_id=_pad_id(tokenizer, _resolve_eos(model, tokenizer)),
+                                     batch_size=batch_size, reuse_prefix=reuse_prefix)
+
+
+def score_token_continuations(model: nn.Module, prompt_ids: Sequence[Sequence[int]],
+                              continuation_ids: Sequence[Sequence[int]], *, pad_id: int, batch_size: int = 8,
+                              reuse_prefix: bool = True) -> list[np.ndarray]:
+    """:func:`score_continuations` on token ids (``prompt_ids[i]`` then ``continuation_ids[i]``;
+    ``pad_id`` fills padded positions), for callers that tokenized already. Same results and
+    errors."""
+    p_ids = [list(p) for p in prompt_ids]
+    c_ids = [list(c) for c in continuation_ids]
+    if len(p_ids) != len(c_ids):
+        raise InputError(f"prompts ({len(p_ids)}) and continuations ({len(c_ids)}) differ in length")
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    p_ids = _tokenize(tokenizer, prompts)
-    c_ids = _tokenize(tokenizer, continuations)
     limit = context_window(model)
     for i, (p, c) in enumerate(zip(p_ids, c_ids)):
         if not c:
@@ -66,14 +77,13 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
         if limit is not None and len(p) + len(c) > limit:
             raise InputError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
                              f"more than the context window of {limit}")
-    pad_id = _pad_id(tokenizer, _resolve_eos(model, tokenizer))
     keep_logits = _forward_accepts(model, "logits_to_keep")
     pass_positions = _forward_accepts(model, "position_ids")
     if reuse_prefix and pass_positions:
         return _score_from_prefix_cache(model, p_ids, c_ids, pad_id, batch_size, keep_logits)
     device = _model_device(model)
-    order = sorted(range(len(prompts)), key=lambda i: -(len(p_ids[i]) + len(c_ids[i])))
-    out: list[np.ndarray | None] = [None] * len(prompts)
+    order = sorted(range(len(p_ids)), key=lambda i: -(len(p_ids[i]) + len(c_ids[i])))
+    out: list[np.ndarray | None] = [None] * len(p_ids)
     with torch.inference_mode():
         for k in range(0, len(order), batch_size):
             batch = order[k: k + batch_size]

@@ -422,13 +422,14 @@ def _set_verbal(slot: dict, text: str | None, template) -> None:
 
 def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
     """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
-    from ..extraction import context_window, score_continuations
+    from ..extraction import context_window, score_token_continuations
+    from ..extraction.batching import _pad_id, _resolve_eos, _tokenize
 
     limit = context_window(model)
     runnable: list[int] = []
     if sjobs:
-        p_ids = tokenizer([j[3] for j in sjobs], add_special_tokens=False)["input_ids"]
-        c_ids = tokenizer([j[4] for j in sjobs], add_special_tokens=False)["input_ids"]
+        p_ids = _tokenize(tokenizer, [j[3] for j in sjobs])
+        c_ids = _tokenize(tokenizer, [j[4] for j in sjobs])
         for k, (i, prov, ctx, _, _) in enumerate(sjobs):
             slot = records[i]["token"][prov][ctx]
             if not c_ids[k]:
@@ -438,8 +439,9 @@ def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
             else:
                 runnable.append(k)
     if runnable:
-        scores = score_continuations(model, tokenizer, [sjobs[k][3] for k in runnable],
-                                     [sjobs[k][4] for k in runnable], batch_size=batch_size)
+        scores = score_token_continuations(model, [p_ids[k] for k in runnable], [c_ids[k] for k in runnable],
+                                           pad_id=_pad_id(tokenizer, _resolve_eos(model, tokenizer)),
+                                           batch_size=batch_size)
         for k, lp in zip(runnable, scores):
             i, prov, ctx, _, _ = sjobs[k]
             records[i]["token"][prov][ctx].update(
