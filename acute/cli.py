@@ -681,11 +681,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="the whole pipeline on the default model and built-in questions",
                        parents=[model_opts])
-    d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"))
+    d.add_argument("--out", default=str(DEFAULT_RUNS / "demo"), help="run folder (default %(default)s)")
     d.add_argument("--limit", type=int, default=300,
                    help="built-in questions to collect, sampled across categories (default 300; 0 = all)")
-    d.add_argument("--model", default=DEFAULT_MODEL)
-    d.add_argument("--n-bootstrap", type=int, default=200)
+    d.add_argument("--model", default=DEFAULT_MODEL, help="card name (see `acute models`), hub id, folder or .gguf (default %(default)s)")
+    d.add_argument("--n-bootstrap", type=int, default=200,
+                   help="bootstrap resamples of the intervals (default %(default)s)")
     d.set_defaults(func=cmd_demo)
 
     c = sub.add_parser("collect", help="generate, record activations, label, write a store",
@@ -699,15 +700,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
     c.add_argument("--data", default=None, help="benchmark file or folder")
-    c.add_argument("--split", default=None)
-    c.add_argument("--limit", type=int, default=None)
-    c.add_argument("--batch-size", type=int, default=8)
-    c.add_argument("--max-new-tokens", type=int, default=None)
+    c.add_argument("--split", default=None, help="the benchmark's split (default: the task's)")
+    c.add_argument("--limit", type=int, default=None, help="the first N examples only")
+    c.add_argument("--batch-size", type=int, default=8, help="prompts run together (default %(default)s)")
+    c.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default: the task's)")
     c.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="storage dtype of layer means")
     c.add_argument("--num-processes", type=int, default=1,
                    help="data-parallel processes: relaunches this command with accelerate launch")
-    c.add_argument("--pool", choices=["decoding", "generated"], default="decoding")
-    c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto")
+    c.add_argument("--pool", choices=["decoding", "generated"], default="decoding",
+                   help="positions pooled per layer: those each answer token was decoded from (the last prompt "
+                        "token onwards; default) or the generated tokens' own")
+    c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto",
+                   help="chat template or plain prompt (auto: the chat template when the tokenizer has one)")
     c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the "
                    "context window (with --responses: also empty responses), naming the id")
     c.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
@@ -719,14 +723,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("tasks", help="list tasks and their data").set_defaults(func=cmd_tasks)
     v = sub.add_parser("verify", help="check a store: every shard's structure and checksums, its status, orphans")
-    v.add_argument("store")
+    v.add_argument("store", help="store folder")
     v.set_defaults(func=cmd_verify)
     sub.add_parser("models", help="list model cards").set_defaults(func=cmd_models)
 
     for name, fn, hlp in (("train", cmd_train, "fit a probe on a store's training split and export it"),
                           ("export", cmd_export, "fit a probe on all records of a store and export it")):
         t = sub.add_parser(name, help=hlp)
-        t.add_argument("--store", required=True)
+        t.add_argument("--store", required=True, help="store folder of labelled records")
         t.add_argument("--allow-partial", action="store_true",
                        help="use the committed records of a store whose collection did not finish")
         t.add_argument("--estimator", default=None,
@@ -736,29 +740,32 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
-        t.add_argument("--out", required=True)
-        t.add_argument("--n-estimators", type=int, default=None)
-        t.add_argument("--n-jobs", type=int, default=None)
-        t.add_argument("--seed", type=int, default=0)
-        t.add_argument("--test-fraction", type=float, default=0.3)
+        t.add_argument("--out", required=True, help="probe folder (probe.json + safetensors)")
+        t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
+        t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+        t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
+        if name == "train":
+            t.add_argument("--test-fraction", type=float, default=0.3,
+                           help="share of records held out, by id, for the printed test metrics (default %(default)s)")
         t.set_defaults(func=fn)
 
     e = sub.add_parser("evaluate", help="every baseline and ACUTE variant in one table")
-    e.add_argument("--store", required=True)
+    e.add_argument("--store", required=True, help="store folder of labelled records")
     e.add_argument("--allow-partial", action="store_true",
                    help="use the committed records of a store whose collection did not finish")
     e.add_argument("--test-store", default=None, help="a second store as the test set")
     e.add_argument("--allow-overlap", action="store_true",
                    help="allow record ids that occur in both --store and --test-store")
-    e.add_argument("--out", default=None)
+    e.add_argument("--out", default=None, help="results folder (default: STORE/evaluation)")
     e.add_argument("--cv", type=int, default=5,
                    help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
     e.add_argument("--repeats", type=int, default=2, help="repeats of the cross-validation (default 2)")
     e.add_argument("--test-fraction", type=float, default=None,
                    help="evaluate on one split by id with this test share instead of cross-validation")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--n-bootstrap", type=int, default=1000)
-    e.add_argument("--n-jobs", type=int, default=None)
+    e.add_argument("--seed", type=int, default=0, help="seed of the folds, forests and resamples (default %(default)s)")
+    e.add_argument("--n-bootstrap", type=int, default=1000,
+                   help="bootstrap resamples of the intervals (default %(default)s; 0: none)")
+    e.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
     e.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
     e.add_argument("--search-n-estimators", type=int, default=None,
                    help="trees of the forests that pick the early/mid/late layer")
@@ -771,7 +778,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate)
 
     lc = sub.add_parser("learning-curve", help="auc-euro and smECE against the number of training records")
-    lc.add_argument("--store", required=True)
+    lc.add_argument("--store", required=True, help="store folder of labelled records")
     lc.add_argument("--allow-partial", action="store_true",
                     help="use the committed records of a store whose collection did not finish")
     lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
@@ -779,30 +786,31 @@ def build_parser() -> argparse.ArgumentParser:
                     help="probes to show next to the best baseline (default: acute-cosine,acute-cosine-stacked)")
     lc.add_argument("--sizes", default=None,
                     help="comma-separated training-set sizes (default: 50,100,200,... and all of a fold)")
-    lc.add_argument("--cv", type=int, default=5)
-    lc.add_argument("--repeats", type=int, default=3)
-    lc.add_argument("--seed", type=int, default=0)
+    lc.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
+    lc.add_argument("--repeats", type=int, default=3, help="repeats of the cross-validation (default %(default)s)")
+    lc.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
     lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
-    lc.add_argument("--n-jobs", type=int, default=None)
+    lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
     lc.add_argument("--quiet", action="store_true", help="no progress bar")
     lc.set_defaults(func=cmd_learning_curve)
 
     pl = sub.add_parser("plot", help="euro curves and reliability diagrams from predictions.csv")
-    pl.add_argument("--predictions", required=True)
-    pl.add_argument("--out", required=True)
+    pl.add_argument("--predictions", required=True, help="predictions.csv written by `acute evaluate`")
+    pl.add_argument("--out", required=True, help="folder for the PNG plots")
     pl.set_defaults(func=cmd_plot)
 
     s = sub.add_parser("score", help="generate and decide trust / abstain with a probe", parents=[model_opts])
-    s.add_argument("question", nargs="?")
+    s.add_argument("question", nargs="?", help="the question to answer and score (or --jsonl)")
     s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
     s.add_argument("--model", default=None, help="default: the model named in the probe")
-    s.add_argument("--risk", type=float, default=0.5)
+    s.add_argument("--risk", type=float, default=0.5,
+                   help="risk level u: trust iff confidence > u (default %(default)s)")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",
                    help="score this answer (from another engine) to the question instead of generating one")
-    s.add_argument("--max-new-tokens", type=int, default=None)
-    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--max-new-tokens", type=int, default=None, help="longest answer (default: the probe's training setting)")
+    s.add_argument("--batch-size", type=int, default=8, help="prompts run together (default %(default)s)")
     s.add_argument("--allow-other-weights", action="store_true",
                    help="score with a probe trained on other weights of the same architecture")
     s.add_argument("--task", default=None,
@@ -833,11 +841,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rr = sub.add_parser("rerecord", help="teacher-force a store's generations again (e.g. another pooling) "
                         "into a new store, without regenerating", parents=[model_opts])
-    rr.add_argument("store")
-    rr.add_argument("--out", required=True)
+    rr.add_argument("store", help="store folder whose generations are teacher-forced again")
+    rr.add_argument("--out", required=True, help="new store folder")
     rr.add_argument("--pool", choices=["decoding", "generated"], default=None, help="default: the store's")
     rr.add_argument("--model", default=None, help="default: the model named in the store")
-    rr.add_argument("--batch-size", type=int, default=8)
+    rr.add_argument("--batch-size", type=int, default=8, help="records run together (default %(default)s)")
     rr.add_argument("--dtype", choices=["float16", "float32"], default=None,
                     help="storage dtype of layer means (default: the store's)")
     rr.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
@@ -848,17 +856,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("protocol", help="verbalized vs token confidence under each protocol",
                         parents=[model_opts])
-    pr.add_argument("--model", default=DEFAULT_MODEL)
+    pr.add_argument("--model", default=DEFAULT_MODEL, help="card name (see `acute models`), hub id, folder or .gguf (default %(default)s)")
     pr.add_argument("--task", default=None, help="required unless --analysis-only")
     pr.add_argument("--task-option", "-O", action="append", metavar="KEY=VALUE",
                    help="task option, repeatable (e.g. shots=0, context=true); see the task classes")
-    pr.add_argument("--data", default=None)
-    pr.add_argument("--split", default=None)
-    pr.add_argument("--limit", type=int, default=None)
-    pr.add_argument("--batch-size", type=int, default=8)
-    pr.add_argument("--n-bootstrap", type=int, default=1000)
-    pr.add_argument("--seed", type=int, default=0)
-    pr.add_argument("--variant", choices=["unit", "percent"], default="unit")
+    pr.add_argument("--data", default=None, help="benchmark file or folder")
+    pr.add_argument("--split", default=None, help="the benchmark's split (default: the task's)")
+    pr.add_argument("--limit", type=int, default=None, help="the first N examples only")
+    pr.add_argument("--batch-size", type=int, default=8,
+                    help="questions run together (their four rating prompts share a cache; default %(default)s)")
+    pr.add_argument("--n-bootstrap", type=int, default=1000,
+                    help="paired bootstrap resamples of the gaps' intervals (default %(default)s)")
+    pr.add_argument("--seed", type=int, default=0, help="seed of the resamples (default %(default)s)")
+    pr.add_argument("--variant", choices=["unit", "percent"], default="unit",
+                    help="elicitation template: a probability from 0.0 to 1.0, or 0 to 100 (default %(default)s)")
     pr.add_argument("--out", default=None,
                     help="run folder: protocol.json/.md, records/ (resumable) and store/ by default")
     pr.add_argument("--store", default=None,
@@ -875,8 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "protocol studies, docs/results (see `acute run --help`)", add_help=False)
 
     rp = sub.add_parser("protocol-report", help="combine protocol runs into one shift table")
-    rp.add_argument("runs", nargs="+")
-    rp.add_argument("--out", required=True)
+    rp.add_argument("runs", nargs="+", help="protocol run folders (each with protocol.json)")
+    rp.add_argument("--out", required=True, help="folder of the combined report")
     rp.set_defaults(func=cmd_protocol_report)
     return p
 

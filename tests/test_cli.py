@@ -520,3 +520,16 @@ def test_a_test_store_sharing_ids_with_the_training_store_is_an_error(work, tmp_
     assert rc == 2 and "48 of the test store's 48 record ids also occur in the training store" in err
     rc, _, _ = run(base + ["--allow-overlap"], capsys)
     assert rc == 0
+
+
+def test_every_argument_of_every_command_says_what_it_is():
+    import argparse
+
+    from acute.cli import build_parser
+
+    commands = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+    missing = {name: [a.option_strings[0] if a.option_strings else a.dest
+                      for a in sp._actions if a.dest != "help" and not a.help]
+               for name, sp in commands.items()}
+    assert {k: v for k, v in missing.items() if v} == {}
+    assert "--test-fraction" not in commands["export"].format_help()  # export fits on every record
