@@ -180,3 +180,11 @@ def progress(iterable: Iterable, total: int, enabled: bool, desc: str):
     from tqdm.auto import tqdm
 
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr)
+
+
+def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rec", position: int = 0):
+    """A tqdm bar on stderr counting ``total`` items of ``unit`` (``update(n)`` as they are
+    done); a disabled one when not ``enabled``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, position=position)

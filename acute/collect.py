@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
+from ._util import progress_bar
 from .errors import InputError, ModelMismatchError
 from .validation import check_count
 
@@ -175,13 +175,6 @@ def _record(record_id, task_name: str | None, prompt: str, generation, *, answer
 # --------------------------------------------------------------------------------------------
 
 
-def _progress_bar(total: int, desc: str, progress: bool, rank: int = 0):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="rec", disable=not progress, file=sys.stderr,
-                position=rank)
-
-
 def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: CollectSummary) -> None:
     """Commit the records of ``todo`` chunk by chunk: ``run_chunk(part)`` returns
     ``(records, generations)`` for a chunk (lists; skipped items left out).
@@ -302,8 +295,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         todo = [ex for ex in examples if ex.id not in done]
         summary.resumed = len(examples) - len(todo)
         mine = todo[rank::world]
-        bar = _progress_bar(len(mine), f"collect {Path(task.name).name}"
-                            + (f" [{rank + 1}/{world}]" if parallel else ""), progress, rank)
+        bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
+                           + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
 
         def run_chunk(part):
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
@@ -570,7 +563,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
         done = writer.done_ids
         todo = [i for i, row in enumerate(rows) if row.id not in done and i not in bad]
         summary.resumed = sum(row.id in done for row in rows)
-        bar = _progress_bar(len(todo), f"record {path.name}", progress)
+        bar = progress_bar(len(todo), f"record {path.name}", progress)
 
         def run_chunk(part):
             gens = record_responses(model, tokenizer, [prompts[i] for i in part],
@@ -687,7 +680,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
         done = writer.done_ids
         todo = [i for i, rec in enumerate(records) if rec["id"] not in done]
         summary.resumed = len(records) - len(todo)
-        bar = _progress_bar(len(todo), f"rerecord {store_dir.name}", progress)
+        bar = progress_bar(len(todo), f"rerecord {store_dir.name}", progress)
 
         def run_chunk(part):
             inputs = [_rerecord_input(records[i], stop_strings) for i in part]

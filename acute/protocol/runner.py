@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._util import json_ready, progress as _progress, write_text_atomic
+from .._util import json_ready, progress_bar, write_text_atomic
 from ..errors import IncompatibleStoreError, InputError
 from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
@@ -167,12 +167,14 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
         "templates": {"used": template.as_dict(), "all": {k: t.as_dict() for k, t in TEMPLATES.items()}},
     })
     todo = [ex for ex in examples if str(ex.id) not in shards.done]
-    chunks = [todo[k: k + shard_size] for k in range(0, len(todo), shard_size)]
-    for part in _progress(chunks, len(chunks), progress, "protocol"):
-        records = [_base_record(task, tokenizer, ex, stored.get(str(ex.id)), use_chat) for ex in part]
-        _elicit(model, tokenizer, task, part, records, variant, use_chat, template,
-                verbal_max_new_tokens, batch_size)
-        shards.commit(records)
+    with progress_bar(len(todo), "verbalize + score", progress, unit="ex") as bar:
+        for k in range(0, len(todo), shard_size):
+            part = todo[k: k + shard_size]
+            records = [_base_record(task, tokenizer, ex, stored.get(str(ex.id)), use_chat) for ex in part]
+            _elicit(model, tokenizer, task, part, records, variant, use_chat, template,
+                    verbal_max_new_tokens, batch_size)
+            shards.commit(records)
+            bar.update(len(part))
     records = [shards.done[str(ex.id)] for ex in examples]
     n_too_long = sum(r["status"] == "too_long" for r in records)
     if n_too_long:
