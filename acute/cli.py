@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._util import BATCH_SIZE
 from .errors import InputError
 
 logger = logging.getLogger(__name__)
@@ -702,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--data", default=None, help="benchmark file or folder")
     c.add_argument("--split", default=None, help="the benchmark's split (default: the task's)")
     c.add_argument("--limit", type=int, default=None, help="the first N examples only")
-    c.add_argument("--batch-size", type=int, default=8, help="prompts run together (default %(default)s)")
+    c.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts run together (default %(default)s)")
     c.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default: the task's)")
     c.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="storage dtype of layer means")
     c.add_argument("--num-processes", type=int, default=1,
@@ -810,7 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--response", default=None, metavar="TEXT",
                    help="score this answer (from another engine) to the question instead of generating one")
     s.add_argument("--max-new-tokens", type=int, default=None, help="longest answer (default: the probe's training setting)")
-    s.add_argument("--batch-size", type=int, default=8, help="prompts run together (default %(default)s)")
+    s.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts run together (default %(default)s)")
     s.add_argument("--allow-other-weights", action="store_true",
                    help="score with a probe trained on other weights of the same architecture")
     s.add_argument("--task", default=None,
@@ -845,7 +846,7 @@ def build_parser() -> argparse.ArgumentParser:
     rr.add_argument("--out", required=True, help="new store folder")
     rr.add_argument("--pool", choices=["decoding", "generated"], default=None, help="default: the store's")
     rr.add_argument("--model", default=None, help="default: the model named in the store")
-    rr.add_argument("--batch-size", type=int, default=8, help="records run together (default %(default)s)")
+    rr.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="records run together (default %(default)s)")
     rr.add_argument("--dtype", choices=["float16", "float32"], default=None,
                     help="storage dtype of layer means (default: the store's)")
     rr.add_argument("--shard-size", type=int, default=256, help="records per committed shard")

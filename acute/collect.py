@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from ._util import progress_bar
+from ._util import BATCH_SIZE, progress_bar
 from .errors import InputError, ModelMismatchError
 from .validation import check_count
 
@@ -222,7 +222,7 @@ def _summarize(summary: CollectSummary, out_dir: Path, elapsed: float) -> Collec
 # Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
 # work itself is generate_and_record and StoreWriter.
 def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
-            batch_size: int = 8, max_new_tokens: int | None = None, dtype: str = "float16",
+            batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = "float16",
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
             shard_size: int = 256, progress: bool = True, state=None,
             allow_other_weights: bool = False) -> CollectSummary:
@@ -512,7 +512,7 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
 # Long because of its docstring; reading, checking and labelling are the helpers above and the
 # commit loop is _fill, shared with collect.
 def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *, model_name: str,
-                      task=None, batch_size: int = 8, dtype: str = "float16", pool: str = "decoding",
+                      task=None, batch_size: int = BATCH_SIZE, dtype: str = "float16", pool: str = "decoding",
                       chat: bool | None = None, on_bad_response: str = "skip", shard_size: int = 256,
                       progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
     """Record the responses of a JSONL file (:func:`read_responses`) by teacher forcing and
@@ -632,7 +632,7 @@ def _retokenized(record: dict, logprobs: np.ndarray, stored: np.ndarray) -> bool
 # Long because of its docstring; the pass is record_responses and the loop _fill, shared with
 # collect.
 def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path, *,
-                   pool: str | None = None, batch_size: int = 8, dtype: str | None = None,
+                   pool: str | None = None, batch_size: int = BATCH_SIZE, dtype: str | None = None,
                    shard_size: int = 256, progress: bool = True,
                    allow_other_weights: bool = False) -> CollectSummary:
     """Teacher-force the generations of the store ``store_dir`` again and write a new store.

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._util import BATCH_SIZE
 from .errors import InputError
 from .validation import check_count
 
@@ -106,7 +107,7 @@ class Scorer:
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
-                 chat: bool | None = None, batch_size: int = 8,
+                 chat: bool | None = None, batch_size: int = BATCH_SIZE,
                  stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False):
         from .models import model_identity
 

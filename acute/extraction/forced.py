@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._util import progress as _progress
+from .._util import BATCH_SIZE, progress as _progress
 from ..errors import InputError
 from .batching import (
     MAX_PADDING,
@@ -401,7 +401,7 @@ def _finish(tokenizer: Any, tokens: np.ndarray, eos: set, stop_strings: Sequence
 
 # Long because of its docstring and argument checks; the pass itself is _forced_batch.
 def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], responses: Sequence[Any], *,
-                     pool: PoolMode = "decoding", batch_size: int = 8,
+                     pool: PoolMode = "decoding", batch_size: int = BATCH_SIZE,
                      append_eos: bool | Sequence[bool] | None = None,
                      eos_token_ids: Sequence[int] | None = None, stop_strings: Sequence[str] = (),
                      on_too_long: Literal["skip", "error"] = "skip", reuse_prefix: bool = True,

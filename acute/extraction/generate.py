@@ -13,7 +13,7 @@ import numpy as np
 from torch import nn
 
 
-from .._util import progress as _progress
+from .._util import BATCH_SIZE, progress as _progress
 
 from ..errors import InputError
 
@@ -73,7 +73,7 @@ class Generation:
 # Long because of its docstring and argument checks; the batching, decoding and recording it
 # drives live in acute.extraction.batching and acute.extraction.recorder.
 def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
-                        max_new_tokens: int = 64, batch_size: int = 8,
+                        max_new_tokens: int = 64, batch_size: int = BATCH_SIZE,
                         stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
                         do_sample: bool = False, progress: bool = False,
                         on_too_long: Literal["skip", "error"] = "skip",
