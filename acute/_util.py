@@ -23,10 +23,9 @@ from .errors import DataError, InputError
 NONFINITE_POLICIES = ("null", "clip", "error")
 CLIP_INFINITY = 1e30  # what ``nonfinite="clip"`` writes for +/-inf (keeps the sign)
 
-#: Default rows per batch of generation and teacher-forced recording (collect, rerecord, score).
-#: Generating with SmolLM2 on one CPU thread (64 built-in questions; 32 SciTLDR prompts), two
-#: runs each: batch 8 took 21.5-22.4 s and 70.7-73.5 s, batch 16 14.7-15.5 s and 61.5-62.8 s,
-#: batch 32 14.8-14.9 s and 73.6-75.3 s (more padding of the long prompts).
+#: Default rows per batch of generation and teacher-forced recording (collect, rerecord, score):
+#: faster than 8 on short and long answers, where 32 loses on long unique prompts
+#: (SmolLM2, one CPU thread; benchmarks/batch_default.md).
 BATCH_SIZE = 16
 
 

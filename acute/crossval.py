@@ -195,8 +195,8 @@ def cv_metric_draws(metric: Callable[[np.ndarray, np.ndarray], float], predictio
     ``[n_resamples]``, NaN where the metric is undefined on a resample.
 
     Each repeat's resamples run at once through :func:`acute.metrics.metric_over_resamples`
-    (vectorised for smECE, ECE, KDE-ECE, KS-Cal, Brier, NLL and AUROC; AUROC is NaN on
-    single-class resamples), so the values equal
+    (vectorised for smECE, ECE, KDE-ECE, KS-Cal, Brier, NLL, AUROC and the auc-euro bands;
+    AUROC is NaN on single-class resamples), so the values equal
     ``[cv_metric(metric, predictions, correct, i) for i in index]`` up to floating-point
     rounding (~1e-15), many times faster."""
     p = np.atleast_2d(np.asarray(predictions, dtype=np.float64))

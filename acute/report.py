@@ -66,6 +66,7 @@ logger = logging.getLogger(__name__)
 #: (key, column header, direction): the paper-style columns of ``acute.evaluate`` up to auc-euro all
 REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6]
 _METRIC_KEYS = tuple(k for k, _, _ in REPORT_METRICS)
+_BANDS = ("low", "med", "high", "all")
 
 #: ACUTE variants (evaluation names) -> the view they ablate
 ACUTE_VIEWS: dict[str, str] = {
@@ -188,15 +189,9 @@ def metric_values(confidence: np.ndarray, correct: np.ndarray) -> dict[str, floa
 
     conf = np.asarray(confidence, dtype=np.float64)
     y = np.asarray(correct, dtype=bool)
-    return {"accuracy": float(y.mean()), "smece": float(metrics.smece(conf, y)), **_euro_bands(conf, y)}
-
-
-def _euro_bands(conf: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    from . import metrics
-
     curve = np.asarray(metrics.euro_curve(conf, y, metrics.EURO_GRID), dtype=np.float64)
-    return {f"auc_euro_{band}": float(np.mean(curve[metrics.BANDS[band][0]]))
-            for band in ("low", "med", "high", "all")}
+    return {"accuracy": float(y.mean()), "smece": float(metrics.smece(conf, y)),
+            **{f"auc_euro_{band}": float(np.mean(curve[metrics.BANDS[band][0]])) for band in _BANDS}}
 
 
 def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
@@ -218,17 +213,14 @@ def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
         raise InputError(f"{run.path}: no predictions for estimator(s) {missing}")
     idx = metrics.bootstrap_indices(run.n, int(n_bootstrap), seed) if n_bootstrap else np.empty((0, run.n), int)
     out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
+    y = np.asarray(run.correct, dtype=bool)
+    fns = {"smece": metrics.smece, **{f"auc_euro_{b}": metrics.METRICS[f"auc_euro_{b}"].fn for b in _BANDS}}
     for name in names:
         conf = run.predictions[name]
-        full = metric_values(conf, run.correct)
-        y = np.asarray(run.correct, dtype=bool)
-        draws = {k: np.full(len(idx), np.nan) for k in _METRIC_KEYS}
-        if len(idx):  # smECE of every resample at once; the euro curves are cheap
-            draws["accuracy"] = y[idx].mean(axis=1)
-            draws["smece"] = metrics.metric_over_resamples(metrics.smece, conf, y, idx)
-        for b, row in enumerate(idx):
-            for k, v in _euro_bands(conf[row], y[row]).items():
-                draws[k][b] = v
+        draws = {"accuracy": y[idx].mean(axis=1)}
+        for key, fn in fns.items():  # every resample at once
+            draws[key] = metrics.metric_over_resamples(fn, conf, y, idx)
+        full = metric_values(conf, y)
         out[name] = {k: (full[k], draws[k]) for k in _METRIC_KEYS}
     return out
 
