@@ -202,9 +202,9 @@ def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: li
     return out  # type: ignore[return-value]
 
 
-#: What one more forward pass costs beyond its positions, in positions (a CPU reads every weight
-#: once per pass: about 40 positions of SmolLM2 on one thread, measured as a decoding step's
-#: time minus its rows' share); :func:`length_blocks` weighs padding against it.
+#: What one more forward pass costs beyond its positions, in positions: a CPU reads every weight
+#: once per pass, 30-40 positions' worth for SmolLM2 on one thread (a decoding step's time minus
+#: its rows' share). :func:`length_blocks` weighs padding against it.
 PASS_OVERHEAD = 32
 
 
