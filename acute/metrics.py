@@ -935,10 +935,13 @@ def euro_curve(
     conf, y = validate_inputs(confidence, correct)
     u = EURO_GRID if grid is None else _check_grid(grid)
     tp, tn = _euro_counts(conf, y, u)
-    acc = float(np.mean(y))
-    num = (1.0 - u) * tp + u * tn
-    den = (1.0 - u) * acc + u * (1.0 - acc)
-    return num / den
+    return _euro_from_counts(tp, tn, float(np.mean(y)), u)
+
+
+def _euro_from_counts(tp: np.ndarray, tn: np.ndarray, acc, u: np.ndarray) -> np.ndarray:
+    """euro at risk levels ``u`` from the fractions of true positives and true negatives and the
+    accuracy ``acc``: ((1-u) tp + u tn) / ((1-u) acc + u (1-acc))."""
+    return ((1.0 - u) * tp + u * tn) / ((1.0 - u) * acc + u * (1.0 - acc))
 
 
 def euro(confidence: ArrayLike, correct: ArrayLike, u_ca: float) -> float:
@@ -997,9 +1000,7 @@ def _auc_euro_rows(conf: np.ndarray, y: np.ndarray, band: str) -> np.ndarray:
     neg = _row_bincount(above, (~y).astype(np.float64), size)
     tp = np.cumsum(pos[..., ::-1], axis=-1)[..., ::-1][..., 1:] / n  # confidence > u
     tn = np.cumsum(neg, axis=-1)[..., :-1] / n  # confidence <= u
-    acc = y.mean(axis=-1, keepdims=True)
-    curve = ((1.0 - u) * tp + u * tn) / ((1.0 - u) * acc + u * (1.0 - acc))
-    return curve.mean(axis=-1)
+    return _euro_from_counts(tp, tn, y.mean(axis=-1, keepdims=True), u).mean(axis=-1)
 
 
 def auc_euro(

@@ -517,7 +517,7 @@ def _unpadded_logprobs(model, tok, prompt, cont):
 
 
 def test_length_blocks_weigh_padding_against_a_pass():
-    from acute.extraction.teacher_forcing import length_blocks
+    from acute.extraction.batching import length_blocks
 
     # [10, 1, 1] with 5 per pass: one block 5 + 30 = 35; [10] [1, 1]: 15 + 7 = 22 (best);
     # [10] [1] [1]: 27; [10, 1] [1]: 31. With 20 per pass one block (50) beats [10] [1, 1] (52).

@@ -24,6 +24,7 @@ from .batching import (
     _resolve_eos,
     _tokenize,
     _window_allows_prefix_cache,
+    length_blocks,
 )
 
 logger = logging.getLogger(__name__)
@@ -200,34 +201,6 @@ def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: li
                 _score_block(model, block_cache, mask, last, [longer[j] for j in block], c_ids, out,
                              pad_id=pad_id, cache_kw=cache_kw, project=project, keep_logits=keep_logits)
     return out  # type: ignore[return-value]
-
-
-#: What one more forward pass costs beyond its positions, in positions: a CPU reads every weight
-#: once per pass, 30-40 positions' worth for SmolLM2 on one thread (a decoding step's time minus
-#: its rows' share). :func:`length_blocks` weighs padding against it.
-PASS_OVERHEAD = 32
-
-
-def length_blocks(widths: Sequence[int], overhead: int = PASS_OVERHEAD) -> list[list[int]]:
-    """Split rows of ``widths`` (sorted longest first) into consecutive blocks, each padded to
-    its first row's width, minimising the positions computed plus ``overhead`` per block
-    (dynamic programming over the cut points). Returns lists of row indices, in order."""
-    n = len(widths)
-    if any(widths[j] < widths[j + 1] for j in range(n - 1)):
-        raise InputError("length_blocks: widths must be sorted longest first")
-    best = [0] + [float("inf")] * n
-    cut = [0] * (n + 1)
-    for k in range(1, n + 1):
-        for j in range(k):
-            cost = best[j] + overhead + (k - j) * widths[j]
-            if cost < best[k]:
-                best[k], cut[k] = cost, j
-    blocks: list[list[int]] = []
-    k = n
-    while k > 0:
-        blocks.append(list(range(cut[k], k)))
-        k = cut[k]
-    return blocks[::-1]
 
 
 def _score_block(model: nn.Module, cache, mask: torch.Tensor, last: torch.Tensor, rows: list[tuple[int, int]],

@@ -157,7 +157,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
         "decoding": "greedy", "alpha": ALPHA, "scored": list(SCORED), "readouts": list(READOUTS),
         "contexts": list(CONTEXTS), "estimators": list(ESTIMATORS), "robustness": list(ROBUSTNESS),
     }
-    task_settings = _task_settings(task)
+    task_settings = answers.manifest.get("task_settings")  # as the collection recorded them
     shards = RecordShards(out / "records", {
         KEY: protocol_key(model_identity=store_identity(answers.manifest),
                           store_key=collection_key(answers.manifest), task=task.name,
@@ -197,14 +197,6 @@ def analyze_protocol(out_dir, *, n_bootstrap: int = 1000, seed: int = 0,
         raise InputError(f"{out / 'records'} holds no committed records yet")
     return _write_results(out, shards.manifest, shards.records, n_bootstrap=n_bootstrap, seed=seed,
                           progress=progress, wall=time.perf_counter() - start, store_dir=None)
-
-
-def _task_settings(task) -> Any:
-    settings_fn = getattr(task, "settings", None)
-    try:
-        return settings_fn() if callable(settings_fn) else None
-    except Exception:  # noqa: BLE001 - informative only
-        return None
 
 
 def _write_results(out: Path, manifest: dict, records: list[dict], *, n_bootstrap: int, seed: int,
