@@ -101,7 +101,7 @@ def check_correct(correct: Any, n: int | None = None, name: str = "correct", *,
     return y
 
 
-def _first_nonfinite_row(arr: np.ndarray, chunk: int = 256) -> int | None:
+def first_nonfinite_row(arr: np.ndarray, chunk: int = 256) -> int | None:
     """Index of the first row of ``arr`` with a NaN/inf (checked in row chunks), else None."""
     for start in range(0, arr.shape[0], chunk):
         block = np.asarray(arr[start : start + chunk])
@@ -124,7 +124,7 @@ def check_layer_means(layer_means: Any, name: str = "layer_means") -> np.ndarray
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise InputError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
     if np.issubdtype(arr.dtype, np.floating):
-        bad_row = _first_nonfinite_row(arr)
+        bad_row = first_nonfinite_row(arr)
         if bad_row is not None:
             raise InputError(f"{name} has a non-finite value (NaN or inf) in row {bad_row}")
     return arr

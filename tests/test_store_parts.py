@@ -332,11 +332,11 @@ def test_locks_released_when_a_part_writer_raises(tmp_path):
 def test_part_lock_won_on_a_deleted_lock_file_is_retried(tmp_path, monkeypatch):
     """The holder of a part deletes its lock file on release; a claimant that opened the old file
     just before and locks it just after must not believe it holds the part."""
-    import acute.store as store_module
+    import acute.store.locks as locks
 
     path = tmp_path / "s"
     prepare_store(path, make_manifest())
-    real = store_module._try_flock
+    real = locks._try_flock
     calls = []
 
     def racing_flock(fd, exclusive):
@@ -345,9 +345,9 @@ def test_part_lock_won_on_a_deleted_lock_file_is_retried(tmp_path, monkeypatch):
             (path / ".part-000.lock").unlink()
         return real(fd, exclusive)
 
-    monkeypatch.setattr(store_module, "_try_flock", racing_flock)
+    monkeypatch.setattr(locks, "_try_flock", racing_flock)
     w = StoreWriter(path, make_manifest(), part=0)
-    monkeypatch.setattr(store_module, "_try_flock", real)
+    monkeypatch.setattr(locks, "_try_flock", real)
     assert calls == [False, True, True]  # store lock (shared), part lock, retried part lock
     assert (path / ".part-000.lock").exists()
     with pytest.raises(StoreError, match="part 0 is already being written"):

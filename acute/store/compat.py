@@ -1,0 +1,67 @@
+"""Whether a writer may add to a store: the manifest keys that must agree on resume, the weights
+digest, and the poolings a store keeps for all of its records or for none."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import IncompatibleStoreError, InputError
+from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
+
+logger = logging.getLogger(__name__)
+
+
+def check_poolings(path: Path, stored: Sequence[str] | None, given: Sequence[str] | None,
+                   error: type = InputError) -> None:
+    """``error`` naming the store and both choices when records with the poolings ``given`` would
+    go into a store that holds ``stored`` (None on either side: not decided yet)."""
+    if stored is None or given is None or tuple(stored) == tuple(given):
+        return
+    hint = f"; or {REMEDY}, then add to the new store" if tuple(stored) == MEAN_ONLY else ""
+    raise error(
+        f"{path}: the store holds the poolings {list(stored)} for all of its records, these records "
+        f"come with {list(given)}; a store keeps last_prompt/last_answer for all of its records or "
+        f"for none: write them to another store{hint}")
+
+
+def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:
+    """IncompatibleStoreError naming the first key on which the stored manifest ``old`` and a
+    writer's ``new`` one disagree: :data:`COMPAT_KEYS` (``num_layers``/``hidden_size`` only when
+    both know them), when the stored manifest records them, ``generation``/``task_settings``, and
+    the weights digest (``model_weights``) when both record one, unless ``allow_other_weights``."""
+    ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
+    if ow is not None and nw is not None and ow != nw and not allow_other_weights:
+        raise IncompatibleStoreError(
+            f"{mpath}: cannot resume with other weights: the store was collected from a model whose "
+            f"weights have sha256 {ow.get('sha256')!r}, this model's have {nw.get('sha256')!r} (same "
+            "architecture, another checkpoint or dtype?). Use another folder, or allow_other_weights=True "
+            "(--allow-other-weights) to add this model's records to the store anyway")
+    for key in COMPAT_KEYS + RUN_KEYS:
+        stored, given = old.get(key), new.get(key)
+        if key in ("num_layers", "hidden_size") and (stored is None or given is None):
+            continue  # unknown on one side: adopt the known value
+        if key in RUN_KEYS and key not in old:
+            continue  # a store from before these were recorded
+        if stored != given:
+            raise IncompatibleStoreError(
+                f"{mpath}: cannot resume, manifest key {key!r} differs: "
+                f"stored {stored!r}, new {given!r}"
+            )
+
+
+def merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:
+    """The resumed manifest's weights: the stored digest stays; a different one (allowed by the
+    caller) is added to ``model_weights_also``; a store without one adopts the new one."""
+    ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
+    if ow is None:
+        if nw is not None and old.get("num_records"):
+            logger.warning("%s records no weights digest (written by an older acute): its %s records "
+                           "cannot be checked against this model; recording this model's digest",
+                           path, old.get("num_records"))
+        return
+    merged[WEIGHTS_KEY] = ow
+    if nw is not None and nw != ow:
+        also = [w for w in old.get("model_weights_also", []) if w != nw]
+        merged["model_weights_also"] = also + [nw]

@@ -1,0 +1,60 @@
+"""Checking a store without loading its hidden states: :func:`verify_store`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .files import orphans
+from .format import MEAN_ONLY
+from .manifest import load_manifest
+from .shard import load_shards
+
+
+def verify_store(path: str | os.PathLike) -> dict:
+    """Check a store's consistency without loading its hidden states.
+
+    Checks that the manifest is readable; for every committed shard, that the safetensors header
+    parses and fits the file (each tensor spans exactly its shape times its dtype's size, inside
+    the file), the tensors have the right dtypes/shapes (``layer_means`` matches the manifest's
+    ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known; ``last_prompt`` and
+    ``last_answer`` are present exactly when the manifest's ``poolings`` has them, and shaped like
+    ``layer_means``), the ``.jsonl`` line count equals the number of rows, ``token_offsets`` start
+    at 0, are non-decreasing and end at the number of log-probs, ``n_tokens`` agrees with the
+    offsets, the shard's ``collection_key`` (when it has one) matches the manifest, and its sha256
+    (of its records and of its tensors, recorded when it was committed) matches; and that ids are
+    unique.
+    Orphan ``.jsonl`` and temporary files are listed, not deleted.
+
+    Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records", "checksummed"}],
+    "orphans": [...], "status", "poolings": [...], "problems": [...]}``; ``problems`` names what
+    makes the store unfit for use as is without being corrupt: an unfinished collection (status other than
+    "complete"), a manifest count that disagrees with the shards, orphans, shards without
+    checksums (written by an older acute). Raises ``FileNotFoundError`` (missing directory or
+    manifest), :class:`CorruptStoreError` or :class:`IncompatibleStoreError` naming the
+    offending file.
+    """
+    path = Path(path)
+    manifest = load_manifest(path)
+    shards = load_shards(path, manifest)
+    n = sum(s.n for s in shards)
+    leftovers = orphans(path)
+    problems = []
+    if manifest.get("status") != "complete":
+        problems.append(f"status is {manifest.get('status')!r}: the collection did not finish")
+    if manifest.get("num_records") is not None and manifest["num_records"] != n:
+        problems.append(f"the manifest counts {manifest['num_records']} records, the shards hold {n}")
+    if leftovers:
+        problems.append(f"{len(leftovers)} uncommitted file(s), removed by the next resume: {', '.join(leftovers)}")
+    unchecked = [s.path.name for s in shards if not s.has_checksums]
+    if unchecked:
+        problems.append(f"{len(unchecked)} shard(s) without checksums (written by an older acute)")
+    return {
+        "num_records": n,
+        "num_shards": len(shards),
+        "shards": [{"file": s.path.name, "num_records": s.n, "checksummed": s.has_checksums} for s in shards],
+        "orphans": leftovers,
+        "status": manifest.get("status"),
+        "poolings": list(manifest.get("poolings", MEAN_ONLY)),
+        "problems": problems,
+    }
