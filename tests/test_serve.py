@@ -467,7 +467,7 @@ def test_client_that_disconnects_does_not_block_the_batch(loaded, probe):
 
 # ------------------------------------------------------------------ API key, binding
 def test_api_key(loaded, probe, monkeypatch):
-    import acute.serve as serve_mod
+    import acute.serving.app as serve_mod
 
     calls = []
     real = serve_mod.hmac.compare_digest

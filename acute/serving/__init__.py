@@ -1,0 +1,55 @@
+"""The trust-gate service behind ``acute serve``: live scoring over HTTP.
+
+Endpoints (built by :func:`create_app` around one :class:`acute.scoring.Scorer`):
+
+* ``POST /v1/score``: ``{"prompt" | "messages", "risk", "max_new_tokens"?}`` -> the answer, its raw
+  and probe confidence and the decision at that risk; a JSON list of requests is scored together
+  and answered as a list.
+* ``POST /v1/chat/completions``: OpenAI-compatible (greedy decoding only), streaming or not, with
+  an ``acute`` object (confidence, raw confidence, decision, risk) on each choice.
+* ``GET /v1/models``, ``GET /healthz``.
+
+Concurrent requests are grouped by a :class:`Batcher` (up to ``max_batch`` requests, waiting at
+most ``max_wait_ms`` for more) and generated together by its one worker thread: the scorer (model,
+recorder hooks, tokenizer) is used from that thread only. Requests of one batch with different
+generation settings (``max_new_tokens``, stop strings) are generated in separate groups, so every
+result equals scoring that request alone (:func:`score_jobs`).
+
+Modules, one concept each: :mod:`.errors`, :mod:`.settings`, :mod:`.jobs` (scoring a batch),
+:mod:`.batcher`, :mod:`.schemas` (request bodies), :mod:`.openai_bodies` (response bodies),
+:mod:`.app` (the routes) and :mod:`.server` (the socket and uvicorn).
+
+FastAPI, pydantic and uvicorn are imported inside functions: ``import acute.serving`` works
+without the ``serve`` extra, and :func:`require_serve_extra` says what to install.
+"""
+
+from __future__ import annotations
+
+from .app import create_app
+from .batcher import Batcher, BatchStats
+from .errors import MissingExtraError, RequestError, ServerBusyError, require_serve_extra
+from .jobs import Job, JobResult, score_jobs
+from .openai_bodies import estimator_name
+from .server import GRACEFUL_SHUTDOWN_S, bind_socket, run_server
+from .settings import API_KEY_ENV, ServeSettings, check_bind, resolve_api_key
+
+__all__ = [
+    "API_KEY_ENV",
+    "Batcher",
+    "BatchStats",
+    "GRACEFUL_SHUTDOWN_S",
+    "Job",
+    "JobResult",
+    "MissingExtraError",
+    "RequestError",
+    "ServerBusyError",
+    "ServeSettings",
+    "bind_socket",
+    "check_bind",
+    "create_app",
+    "estimator_name",
+    "require_serve_extra",
+    "resolve_api_key",
+    "run_server",
+    "score_jobs",
+]

@@ -1,0 +1,95 @@
+"""Response bodies: ``/v1/score`` answers, OpenAI chat completions and chunks, the model list."""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from .jobs import JobResult
+from .settings import ServeSettings
+
+__all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models_body", "score_body", "sse_events"]
+
+
+def estimator_name(probe) -> str:
+    """The probe's estimator name (e.g. ``acute-cosine-stacked``): as its selection recorded it,
+    else built from its view and calibration."""
+    selection = getattr(probe, "selection", None) or getattr(probe, "selection_", None)
+    if isinstance(selection, dict) and selection.get("chosen"):
+        return str(selection["chosen"])
+    calibration = getattr(probe, "calibration", None)
+    suffix = "" if not calibration else ("-stacked" if calibration == "stacked" else f"-{calibration}")
+    return f"acute-{getattr(probe, 'view', 'probe')}{suffix}"
+
+
+def _finish_reason(reason: str) -> str:
+    return "length" if reason == "length" else "stop"
+
+
+def score_body(result: JobResult, *, model: str, estimator: str, latency_ms: float) -> dict:
+    """The ``/v1/score`` answer for one scored job."""
+    s = result.scored
+    return {"answer": s.answer, "raw_confidence": s.raw_confidence, "confidence": s.confidence,
+            "decision": s.decision, "risk": s.risk, "estimator": estimator, "model": model,
+            "latency_ms": round(latency_ms, 3), "n_tokens": s.n_tokens,
+            "finish_reason": _finish_reason(s.finish_reason)}
+
+
+def acute_object(result: JobResult, estimator: str) -> dict:
+    """The ``acute`` object added to a chat choice."""
+    s = result.scored
+    return {"confidence": s.confidence, "raw_confidence": s.raw_confidence, "decision": s.decision,
+            "risk": s.risk, "estimator": estimator}
+
+
+def _usage(result: JobResult) -> dict:
+    n = result.scored.n_tokens
+    return {"prompt_tokens": result.prompt_tokens, "completion_tokens": n,
+            "total_tokens": result.prompt_tokens + n}
+
+
+def chat_body(result: JobResult, *, model: str, estimator: str, id: str, created: int) -> dict:
+    """An OpenAI ``chat.completion`` with the ``acute`` object on its choice."""
+    s = result.scored
+    choice = {"index": 0, "message": {"role": "assistant", "content": s.answer, "refusal": None},
+              "logprobs": None, "finish_reason": _finish_reason(s.finish_reason),
+              "acute": acute_object(result, estimator)}
+    return {"id": id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [choice], "usage": _usage(result), "system_fingerprint": None}
+
+
+def chat_chunks(result: JobResult, *, model: str, estimator: str, id: str, created: int,
+                include_usage: bool = False) -> list[dict]:
+    """The ``chat.completion.chunk`` objects of a streamed answer: the role, the text, then the
+    finish reason with the ``acute`` object (and a usage chunk when ``include_usage``)."""
+    s = result.scored
+    head = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "system_fingerprint": None}
+
+    def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
+        return {**head, "choices": [choice], **({"usage": None} if include_usage else {})}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    if s.answer:
+        chunks.append(chunk({"content": s.answer}))
+    chunks.append(chunk({}, _finish_reason(s.finish_reason), acute=acute_object(result, estimator)))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": _usage(result)})
+    return chunks
+
+
+def sse_events(chunks: Sequence[dict]) -> list[bytes]:
+    """Server-sent events of ``chunks``, ending with ``data: [DONE]``."""
+    events = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n".encode() for c in chunks]
+    return events + [b"data: [DONE]\n\n"]
+
+
+def models_body(settings: ServeSettings, probe, created: int) -> dict:
+    """``GET /v1/models``: the served model with its probe's estimator, fingerprint and summary."""
+    fingerprint = getattr(probe, "model_fingerprint", None)
+    summary = getattr(probe, "training_summary", None) or getattr(probe, "training_summary_", None)
+    return {"object": "list", "data": [{
+        "id": settings.model_name, "object": "model", "created": created, "owned_by": "acute",
+        "estimator": estimator_name(probe), "fingerprint": fingerprint, "training_summary": summary,
+    }]}

@@ -1,0 +1,222 @@
+"""Request bodies: the pydantic schemas of ``/v1/score`` and ``/v1/chat/completions`` and the
+:class:`~acute.serving.jobs.Job` each becomes (every error a :class:`RequestError` naming its field)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from types import SimpleNamespace
+from typing import Any, Sequence
+
+from .errors import RequestError
+from .jobs import Job
+from .settings import ServeSettings
+
+__all__ = ["chat_job", "score_job"]
+
+#: OpenAI's limit on stop sequences
+_MAX_STOP = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _schemas() -> SimpleNamespace:
+    """The pydantic request models (built on first use: pydantic comes with the serve extra)."""
+    from typing import Annotated, Literal, Optional
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    Risk = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    Count = Annotated[int, Field(ge=1)]
+    Number = Annotated[float, Field(allow_inf_nan=False)]
+
+    class Strict(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+
+    class Message(Strict):
+        role: Literal["system", "developer", "user", "assistant"]
+        content: Any = None  # a string or a list of text parts, checked by _message_text
+        name: Optional[str] = None
+        # in OpenAI's schema but not supported here (refused by _messages):
+        tool_calls: Any = None
+        function_call: Any = None
+        refusal: Any = None
+        audio: Any = None
+
+    class ScoreRequest(Strict):
+        prompt: Optional[str] = None
+        messages: Optional[list[Message]] = None
+        response: Optional[str] = None  # an answer produced elsewhere: scored as given, not generated
+        risk: Risk
+        max_new_tokens: Optional[Count] = None
+
+    class StreamOptions(Strict):
+        include_usage: Optional[bool] = None
+        include_obfuscation: Optional[bool] = None
+
+    class ChatRequest(Strict):
+        messages: list[Message]
+        model: Optional[str] = None
+        risk: Optional[Risk] = None  # acute's own field
+        stream: Optional[bool] = None
+        stream_options: Optional[StreamOptions] = None
+        max_tokens: Optional[Count] = None
+        max_completion_tokens: Optional[Count] = None
+        stop: Any = None  # a string or up to 4 strings, checked by _stop_strings
+        # accepted, they do not change a greedy answer
+        user: Optional[str] = None
+        seed: Optional[int] = None
+        metadata: Optional[dict[str, str]] = None
+        store: Optional[bool] = None
+        service_tier: Optional[str] = None
+        parallel_tool_calls: Optional[bool] = None
+        prompt_cache_key: Optional[str] = None
+        prompt_cache_retention: Optional[str] = None
+        prompt_cache_options: Any = None
+        safety_identifier: Optional[str] = None
+        # accepted only at their greedy / neutral values (see _UNSUPPORTED)
+        n: Optional[int] = None
+        temperature: Optional[Annotated[float, Field(ge=0, le=2, allow_inf_nan=False)]] = None
+        top_p: Optional[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]] = None
+        presence_penalty: Optional[Number] = None
+        frequency_penalty: Optional[Number] = None
+        logprobs: Optional[bool] = None
+        top_logprobs: Optional[int] = None
+        logit_bias: Optional[dict[str, Number]] = None
+        tools: Optional[list] = None
+        tool_choice: Any = None
+        functions: Optional[list] = None
+        function_call: Any = None
+        response_format: Any = None
+        modalities: Optional[list[str]] = None
+        audio: Any = None
+        prediction: Any = None
+        web_search_options: Any = None
+        reasoning_effort: Any = None
+        verbosity: Any = None
+        moderation: Any = None
+
+    return SimpleNamespace(Message=Message, ScoreRequest=ScoreRequest, ChatRequest=ChatRequest)
+
+
+#: chat request fields that would change decoding, with the values that do not
+_UNSUPPORTED: dict[str, tuple] = {
+    "n": (None, 1), "temperature": (None, 0), "top_p": (None, 1),
+    "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+    "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
+    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
+    "modalities": (None, ["text"]), "audio": (None,), "prediction": (None,),
+    "web_search_options": (None,), "reasoning_effort": (None,), "verbosity": (None,),
+    "moderation": (None,),
+}
+
+
+def _param_name(loc: Sequence) -> str | None:
+    """``("messages", 0, "content")`` -> ``"messages[0].content"``; ``()`` -> ``None``."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return name or None
+
+
+def _validate(model, obj: Any, what: str, prefix: tuple = ()):
+    """``model.model_validate(obj)``; the first error becomes a :class:`RequestError` naming its field."""
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(obj)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        param = _param_name((*prefix, *err["loc"]))
+        if err["type"] == "extra_forbidden":
+            message = f"unknown field {param!r}: it is not part of the {what} request"
+        elif err["type"] == "missing":
+            message = f"{param} is required"
+        elif err["type"] == "model_type":
+            message = f"{param or 'the request body'} must be a JSON object"
+        else:
+            message = f"{param}: {err['msg']}"
+        raise RequestError(message, param=param) from None
+
+
+def _message_text(content: Any, param: str) -> str:
+    """A message's text: a string, or the concatenated text of a list of ``{"type": "text"}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for j, part in enumerate(content):
+            if not (isinstance(part, dict) and set(part) == {"type", "text"}
+                    and part["type"] == "text" and isinstance(part["text"], str)):
+                raise RequestError(f"{param}[{j}]: only text parts {{\"type\": \"text\", \"text\": ...}} are "
+                                   "supported", param=f"{param}[{j}]")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise RequestError(f"{param} must be a string or a list of text parts", param=param)
+
+
+def _messages(messages: Sequence, param: str = "messages") -> list[dict[str, str]]:
+    """Validated chat messages as ``[{"role", "content"}]`` ("developer" becomes "system")."""
+    if not messages:
+        raise RequestError(f"{param} must be a non-empty list of messages", param=param)
+    out = []
+    for i, m in enumerate(messages):
+        for field in ("tool_calls", "function_call", "refusal", "audio"):
+            if getattr(m, field) is not None:
+                raise RequestError(f"{param}[{i}].{field} is not supported (text messages only)",
+                                   param=f"{param}[{i}].{field}")
+        text = _message_text(m.content, f"{param}[{i}].content")
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
+    if not any(m["content"].strip() for m in out):
+        raise RequestError(f"{param} has no text", param=param)
+    return out
+
+
+def _stop_strings(stop: Any) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    values = [stop] if isinstance(stop, str) else stop
+    if not isinstance(values, list) or not all(isinstance(s, str) and s for s in values) \
+            or len(values) > _MAX_STOP:
+        raise RequestError(f"stop must be a non-empty string or a list of at most {_MAX_STOP} of them",
+                           param="stop")
+    return tuple(values)
+
+
+def score_job(obj: Any, prefix: tuple = ()) -> Job:
+    """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field)."""
+    req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
+    where = _param_name(prefix)
+    name = (lambda field: f"{where}.{field}" if where else field)
+    if (req.prompt is None) == (req.messages is None):
+        raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
+    if req.response is not None and not req.response.strip():
+        raise RequestError(f"{name('response')} is empty", param=name("response"))
+    if req.prompt is not None:
+        if not req.prompt.strip():
+            raise RequestError(f"{name('prompt')} is empty", param=name("prompt"))
+        return Job(item=req.prompt, risk=req.risk, max_new_tokens=req.max_new_tokens, param=name("prompt"),
+                   response=req.response)
+    return Job(item=_messages(req.messages, name("messages")), risk=req.risk,
+               max_new_tokens=req.max_new_tokens, param=name("messages"), response=req.response)
+
+
+def chat_job(obj: Any, settings: ServeSettings):
+    """``(job, request)`` from a ``/v1/chat/completions`` body; ``RequestError`` (400, or 404 for
+    another model) naming the field for anything not in OpenAI's schema, of the wrong type, or
+    that would change greedy decoding."""
+    req = _validate(_schemas().ChatRequest, obj, "chat completion")
+    for field, neutral in _UNSUPPORTED.items():
+        value = getattr(req, field)
+        if value is not None and not any(value == v for v in neutral if v is not None):
+            raise RequestError(f"{field}={json.dumps(value)} is not supported: acute serves greedy "
+                               "decoding only (the confidence is for the greedy answer)", param=field,
+                               code="unsupported_parameter")
+    if req.model is not None and req.model != settings.model_name:
+        raise RequestError(f"model {req.model!r} is not served here; this server serves "
+                           f"{settings.model_name!r}", param="model", status=404, code="model_not_found")
+    limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
+    job = Job(item=_messages(req.messages), risk=settings.default_risk if req.risk is None else req.risk,
+              max_new_tokens=min(limits) if limits else None, stop=_stop_strings(req.stop),
+              param="messages")
+    return job, req
