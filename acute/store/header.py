@@ -36,8 +36,8 @@ def read_safetensors_header(path: str | os.PathLike) -> tuple[dict, int]:
     "shape": tuple, "offset": absolute byte offset, "nbytes": int}`` (``__metadata__`` is returned
     under that key as a dict of strings); ``data_start`` is the absolute offset of the byte buffer.
     Raises :class:`CorruptStoreError` naming the file if it is truncated, the header length is
-    impossible, the header is not JSON, or a tensor's extent disagrees with its dtype and shape
-    or lies outside the file.
+    impossible, the header is not JSON, or a tensor's byte span is not exactly its shape times
+    its dtype's size (computed exactly: no int64 wrap-around) or lies outside the file.
     """
     path = Path(path)
     size = path.stat().st_size
@@ -70,7 +70,7 @@ def read_safetensors_header(path: str | os.PathLike) -> tuple[dict, int]:
             begin, end = (int(x) for x in info["data_offsets"])
         except (KeyError, TypeError, ValueError) as err:
             raise CorruptStoreError(f"{path}: bad header entry for tensor {name!r} ({err!r})") from None
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # Python ints: a crafted shape cannot wrap to a small size
         if any(s < 0 for s in shape) or begin < 0 or end - begin != nbytes:
             raise CorruptStoreError(
                 f"{path}: tensor {name!r} has data_offsets {[begin, end]} inconsistent with "

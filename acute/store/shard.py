@@ -44,7 +44,7 @@ def _check_states_tensor(st_path: Path, name: str, info: dict, manifest: dict,
                          like: dict | None = None) -> None:
     """CorruptStoreError naming the shard when its pooled-state tensor ``name`` is not a 3-D
     [n, L+1, d] tensor of the manifest's storage ``dtype``, ``num_layers + 1`` and ``hidden_size``
-    (when known) or, given ``like`` (``layer_means``' header entry), not of its dtype and shape."""
+    (when known; never 0), or, given ``like`` (``layer_means``' header entry), not of its dtype and shape."""
     dtype, shape = info["dtype"], info["shape"]
     want_dtype = manifest.get("dtype")
     if want_dtype is not None and dtype != np.dtype(STORAGE_DTYPES.get(want_dtype, dtype)):
@@ -59,6 +59,8 @@ def _check_states_tensor(st_path: Path, name: str, info: dict, manifest: dict,
             f"{st_path}: {name} has {shape[1]} layers, manifest num_layers+1 = {num_layers + 1}")
     if hidden is not None and shape[2] != hidden:
         raise CorruptStoreError(f"{st_path}: {name} hidden size {shape[2]} != manifest hidden_size {hidden}")
+    if shape[1] < 1 or shape[2] < 1:  # spans 0 bytes whatever the other sizes: the writer never makes one
+        raise CorruptStoreError(f"{st_path}: {name} has an empty dimension: {list(shape)}")
     if like is not None and (dtype, shape) != (like["dtype"], like["shape"]):
         raise CorruptStoreError(f"{st_path}: {name} is {dtype.name} {list(shape)} but layer_means is "
                                 f"{like['dtype'].name} {list(like['shape'])}")
@@ -101,8 +103,8 @@ class Shard:
                 f"{st_path}: token_offsets must be int64 of shape [{n + 1}], "
                 f"got {off['dtype'].name} {list(off['shape'])}"
             )
-        offsets = read_small(st_path, off)
-        if offsets[0] != 0 or offsets[-1] != lp["shape"][0] or np.any(np.diff(offsets) < 0):
+        offsets = read_small(st_path, off)  # checked by comparison: int64 differences of crafted offsets wrap
+        if offsets[0] != 0 or offsets[-1] != lp["shape"][0] or np.any(offsets[1:] < offsets[:-1]):
             raise CorruptStoreError(
                 f"{st_path}: token_offsets must start at 0, be non-decreasing and end at "
                 f"len(token_logprobs) = {lp['shape'][0]}"
