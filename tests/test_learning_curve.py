@@ -8,7 +8,8 @@ import pytest
 from acute import metrics
 from acute.baselines import BASELINES, make_baseline
 from acute.crossval import cv_folds
-from acute.learning_curve import _subset, learning_curve, resolve_sizes, write_learning_curve
+from acute.learning_curve import (DEFAULT_REPEATS, INTERVAL_METHOD, _subset, learning_curve, resolve_sizes,
+                                  write_learning_curve)
 
 
 def data(n=150, seed=0):
@@ -67,7 +68,7 @@ def test_values_are_out_of_fold_metrics_recomputed_by_hand(tmp_path):
     # the planted direction pays off with more records
     probe = lc.values["acute-pca10-stacked"]["auc_euro_all"].mean(axis=1)
     assert probe[-1] > lc.values[lc.best_baseline]["auc_euro_all"][-1].mean()
-    files = write_learning_curve(lc, tmp_path, params={"seed": 0})
+    files = write_learning_curve(lc, tmp_path, params={"seed": 0}, model="SmolLM2-135M-Instruct", task="sciq")
     assert {p.name for p in files.values()} == {"learning_curve.md", "learning_curve.csv",
                                                 "learning_curve.json", "learning_curve.png"}
     md = (tmp_path / "learning_curve.md").read_text()
@@ -83,3 +84,77 @@ def test_bad_input():
         learning_curve(X, y, c, ids, sizes=[100])
     with pytest.raises(ValueError, match="at least 5 of each class"):
         learning_curve(X, np.arange(60) < 3, c, ids)
+
+
+def test_default_repeats_are_at_least_five():
+    import inspect
+
+    assert DEFAULT_REPEATS >= 5
+    assert inspect.signature(learning_curve).parameters["repeats"].default == DEFAULT_REPEATS
+
+
+def _hand_oof(name, X, y, c, ids, size, seed):
+    """Out-of-fold predictions of baseline ``name`` with one repeat, rebuilt by hand."""
+    yi = y.astype(int)
+    (rep,) = cv_folds(ids, yi, n_splits=3, n_repeats=1, seed=seed)
+    oof = np.empty(len(y))
+    for k, (tr, te) in enumerate(rep):
+        sub = _subset(np.sort(tr), yi, size, seed * 1_000_003 + k)
+        p = make_baseline(name).fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
+        oof[np.sort(te)] = np.clip(p, 0, 1)
+    return oof
+
+
+def test_interval_with_one_repeat_is_the_bias_shifted_record_bootstrap():
+    X, y, c, ids = data(n=150, seed=3)
+    lc = learning_curve(X, y, c, ids, estimators=[], sizes=[40, 80], n_splits=3, repeats=1,
+                        seed=0, n_bootstrap=300)
+    assert lc.shown == [lc.best_baseline] and lc.interval["n_bootstrap"] == 300
+    yi = y.astype(int)
+    for metric, fn in (("auc_euro_all", metrics.METRICS["auc_euro_all"].fn), ("smece", metrics.smece)):
+        for i, size in enumerate(lc.sizes):
+            oof = _hand_oof(lc.best_baseline, X, y, c, ids, size, 0)
+            est = fn(oof, yi)
+            s = lc.summary(lc.best_baseline, metric)[i]
+            assert s["mean"] == pytest.approx(est)
+            ref = metrics.bootstrap(fn, oof, yi, n=300, seed=0)  # the same record resamples
+            draws = metrics.metric_over_resamples(fn, oof, yi, metrics.bootstrap_indices(yi.size, 300, 0))
+            bias = draws.mean() - est
+            assert s["ci_low"] == pytest.approx(max(0.0, ref.low - bias))
+            assert s["ci_high"] == pytest.approx(min(1.0, ref.high - bias))
+            assert 0.0 <= s["ci_low"] <= est <= s["ci_high"] <= 1.0
+
+
+def test_intervals_hold_the_estimate_stay_in_range_and_are_recorded(tmp_path, monkeypatch):
+    import json
+
+    from acute import plots
+
+    X, y, c, ids = data(n=200, seed=5)
+    y_cal = np.random.default_rng(5).random(200) < c  # calibrated raw confidences: smECE near 0
+    lc = learning_curve(X, y_cal, c, ids, estimators=[], sizes=[40, 120], n_splits=3, seed=1,
+                        n_bootstrap=100)
+    assert lc.repeats == DEFAULT_REPEATS and lc.values["raw"]["smece"].shape == (2, DEFAULT_REPEATS)
+    for name in lc.shown:
+        for metric in ("auc_euro_all", "smece"):
+            for s in lc.summary(name, metric):
+                assert 0.0 <= s["ci_low"] <= s["mean"] <= s["ci_high"] <= 1.0
+                assert s["ci_high"] - s["ci_low"] > 0
+    drawn = []
+    save = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, out: drawn.append(fig) or save(fig, out))
+    write_learning_curve(lc, tmp_path, model="SmolLM2-135M-Instruct", task="sciq")
+    doc = json.loads((tmp_path / "learning_curve.json").read_text())
+    assert doc["interval"] == {"method": INTERVAL_METHOD, "level": 0.95, "n_bootstrap": 100, "seed": 1}
+    assert "bootstrap" in doc["interval"]["method"] and "clipped" in doc["interval"]["method"]
+    assert doc["model"] == "SmolLM2-135M-Instruct" and doc["task"] == "sciq" and doc["repeats"] == DEFAULT_REPEATS
+    for row in doc["rows"]:
+        assert 0.0 <= row["smece_ci_low"] <= row["smece_mean"] <= row["smece_ci_high"] <= 1.0
+    heading = drawn[-1]._suptitle.get_text()
+    assert "SmolLM2-135M-Instruct" in heading and "sciq" in heading and "5 repeats" in heading
+    assert "bootstrap" in (tmp_path / "learning_curve.md").read_text()
+    # the plot's bands are the rows' intervals
+    (auc_ax, _) = drawn[-1].axes
+    assert auc_ax.get_ylim()[0] <= min(r["auc_euro_all_ci_low"] for r in doc["rows"])
+    with pytest.raises(ValueError, match="n_bootstrap must be >= 1"):
+        learning_curve(X, y, c, ids, estimators=[], n_bootstrap=0)
