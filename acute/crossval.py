@@ -19,8 +19,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .estimators import (PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_group, estimator_pooling,
-                         make_estimator, probe_kwargs, split_pooling)
+from .controls import META_INPUT, TEXT_INPUT, metadata_matrix
+from .estimators import (PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_input, make_estimator, probe_kwargs,
+                         split_pooling)
 from .errors import InputError
 from .metrics import metric_over_resamples
 from .pooling import DEFAULT_POOLING, store_states
@@ -28,40 +29,55 @@ from .pooling import DEFAULT_POOLING, store_states
 __all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict", "states_for", "take_rows"]
 
 
-def states_for(store: Any, names: Sequence[str]):
-    """The hidden states the estimators ``names`` read from ``store`` (float32, in memory):
-    None when only baselines are named, the ``layer_means`` array when every probe reads the
-    mean, else ``{pooling spec: array}`` (:mod:`acute.pooling`; the store names a pooling it
-    lacks)."""
-    specs = list(dict.fromkeys(s for s in map(estimator_pooling, names) if s is not None))
+def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None):
+    """What the estimators ``names`` read from ``store`` beside the raw confidence
+    (:func:`acute.estimators.estimator_input`): None when only baselines are named, the
+    ``layer_means`` array (float32, in memory) when every reader reads the mean, else
+    ``{input: array}``: hidden states per pooling spec (:mod:`acute.pooling`; the store names a
+    pooling it lacks), the ``[n, fields]`` metadata strings of ``metadata_fields``
+    (:func:`acute.controls.metadata_matrix`) and the prompt texts (object arrays)."""
+    specs = list(dict.fromkeys(s for s in map(estimator_input, names) if s is not None))
     if not specs:
         return None
     if specs == [DEFAULT_POOLING]:
         return np.asarray(store.layer_means, dtype=np.float32)
-    return {s: np.asarray(store_states(store, s), dtype=np.float32) for s in specs}
+    out = {}
+    for s in specs:
+        if s == META_INPUT:
+            out[s] = metadata_matrix(store.records, list(metadata_fields or ()), where=str(getattr(store, "path", "the store")))
+        elif s == TEXT_INPUT:
+            out[s] = np.asarray([r.get("prompt") for r in store.records], dtype=object)
+        else:
+            out[s] = np.asarray(store_states(store, s), dtype=np.float32)
+    return out
+
+
+def _rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
+    v = np.asarray(values)
+    return v[index] if v.dtype == object else np.asarray(v[index], dtype=np.float32)
 
 
 def take_rows(states: Any, index: np.ndarray):
-    """Rows ``index`` of ``states`` (an array or ``{spec: array}``; None stays None), float32."""
+    """Rows ``index`` of ``states`` (an array or ``{input: array}``; None stays None): hidden
+    states as float32, metadata and texts as they are."""
     if states is None:
         return None
     if isinstance(states, Mapping):
-        return {k: np.asarray(v[index], dtype=np.float32) for k, v in states.items()}
-    return np.asarray(states[index], dtype=np.float32)
+        return {k: _rows(v, index) for k, v in states.items()}
+    return _rows(states, index)
 
 
 def _input_of(states: Any, name: str):
-    """What estimator ``name`` reads from ``states``: the array of its pooling."""
+    """What estimator ``name`` reads from ``states``: the array of its input."""
+    spec = estimator_input(name)
     if not isinstance(states, Mapping):
-        spec = estimator_pooling(name)
         if spec not in (None, DEFAULT_POOLING):
-            raise InputError(f"{name} reads the {spec!r} states: pass states as {{pooling: array}}")
+            raise InputError(f"{name} reads the {spec!r} input: pass states as {{input: array}}")
         return states
-    spec = estimator_pooling(name)
     if spec is None:
         return None
     if spec not in states:
-        raise InputError(f"no {spec!r} states were given for {name} (given: {', '.join(states)})")
+        raise InputError(f"no {spec!r} input was given for {name} (given: {', '.join(states)})")
     return states[spec]
 
 
@@ -81,20 +97,26 @@ def check_folds(correct: np.ndarray, n_splits: int, what: str = "the store") -> 
 
 
 def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repeats: int = 1,
-             seed: int = 0) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+             seed: int = 0, groups: Sequence[Any] | None = None,
+             group_name: str = "record ids") -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """``n_repeats`` lists of ``n_splits`` ``(train_index, test_index)`` pairs over the records.
 
     Stratified by ``correct`` and grouped by ``ids`` (``StratifiedGroupKFold(shuffle=True,
-    random_state=seed + repeat)``). Every record is in exactly one test fold per repeat.
+    random_state=seed + repeat)``), or by ``groups`` when given (one value per record, e.g. a
+    metadata field: leave-category-out folds keep each value on one side of every split).
+    Every record is in exactly one test fold per repeat.
     """
     from sklearn.model_selection import StratifiedGroupKFold
 
     check_folds(correct, n_splits)
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
         raise InputError(f"the number of repeats must be an int >= 1, got {n_repeats!r}")
-    groups = np.unique(np.asarray([str(i) for i in ids]), return_inverse=True)[1]
+    keys = ids if groups is None else groups
+    if len(keys) != len(ids):
+        raise InputError(f"groups has {len(keys)} values but there are {len(ids)} records")
+    groups = np.unique(np.asarray([str(i) for i in keys]), return_inverse=True)[1]
     if np.unique(groups).size < n_splits:
-        raise InputError(f"{np.unique(groups).size} distinct record ids are fewer than {n_splits} folds")
+        raise InputError(f"{np.unique(groups).size} distinct {group_name} are fewer than {n_splits} folds")
     y = np.asarray(correct).astype(np.int64)
     out = []
     for r in range(int(n_repeats)):
@@ -157,7 +179,7 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(confidence, dtype=np.float64)
     n = y.size
-    needs_states = any(estimator_group(nm) != "baseline" for nm in names)
+    needs_states = any(estimator_input(nm) is not None for nm in names)
     out = {nm: np.full((len(folds), n), np.nan) for nm in names}
     pairs = [(r, tr, te) for r, rep in enumerate(folds) for tr, te in rep]
     it: Iterable = pairs if progress is None else progress(pairs)

@@ -88,10 +88,13 @@ def binned_reliability(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 
     n = count.astype(np.float64)
     mean_conf = np.bincount(which, weights=conf, minlength=k) / n
     hits = np.bincount(which, weights=y.astype(np.float64), minlength=k)
+    acc = hits / n
     low, high = _wilson(hits, n, alpha)
+    # the Wilson interval contains the proportion; rounding at 0 and 1 may not (|error| ~1e-17)
+    low, high = np.minimum(low, acc), np.maximum(high, acc)
     starts = np.concatenate([[0], np.flatnonzero(np.diff(value_bin)) + 1])
     edges = np.append(values[starts], values[-1])
-    return BinnedReliability(edges=edges, mean_confidence=mean_conf, accuracy=hits / n,
+    return BinnedReliability(edges=edges, mean_confidence=mean_conf, accuracy=acc,
                              count=count.astype(np.int64), low=low, high=high)
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
+from .controls import CONTROLS, META_INPUT, TEXT_INPUT, ConstantEstimator, MetadataPlatt, TextPlatt
 from .errors import InputError, UnknownEstimatorError
 from .pooling import DEFAULT_POOLING, parse_pooling
 
@@ -45,6 +46,7 @@ __all__ = [
     "AUTO_CANDIDATES",
     "AutoEstimator",
     "BASELINES",
+    "CONTROLS",
     "ConfidenceEstimator",
     "AUTO",
     "DEFAULT_ESTIMATOR",
@@ -53,6 +55,7 @@ __all__ = [
     "STACKED_VARIANTS",
     "UnknownEstimatorError",
     "estimator_group",
+    "estimator_input",
     "estimator_pooling",
     "is_estimator",
     "make_estimator",
@@ -78,6 +81,10 @@ _STACKED: dict[str, dict[str, Any]] = {
     f"{name}-stacked": {**kw, "calibration": "stacked", "cv": STACK_CV} for name, kw in _VIEWS.items()
 }
 _PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
+# The question-only control (acute.controls): a probe over the prompt's last-token states, with no
+# raw confidence (none exists before the answer), Platt-calibrated on its out-of-fold forest.
+_QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
+                                  "cv": STACK_CV, "pooling": "last-prompt"}
 
 ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
 STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
@@ -99,6 +106,9 @@ def split_pooling(name: Any) -> tuple[Any, str | None]:
     if not isinstance(name, str) or "@" not in name:
         return name, None
     base, spec = name.split("@", 1)
+    if base == "question-only":
+        raise UnknownEstimatorError(f"{name!r}: question-only reads the last-prompt states by definition; "
+                                    "it takes no '@POOLING'")
     if base not in _PROBES:
         raise UnknownEstimatorError(f"{name!r}: only the probes read pooled states, so only they take "
                                     f"'@POOLING'; choose from {', '.join(PROBE_ESTIMATORS)}")
@@ -110,9 +120,24 @@ def estimator_pooling(name: str) -> str | None:
     """The pooling spec an estimator reads: None for the baselines, ``"mean"`` for ``auto``
     and probes without a suffix."""
     base, spec = split_pooling(name)
-    if estimator_group(base) == "baseline":
+    if base == "question-only":
+        return _QUESTION_ONLY["pooling"]
+    if estimator_group(base) in ("baseline", "control"):
         return None
     return spec or DEFAULT_POOLING
+
+
+def estimator_input(name: str) -> str | None:
+    """What an estimator reads beside the raw confidence: None (the baselines and ``constant``),
+    a pooling spec of hidden states (the probes, ``auto``, ``question-only``), or
+    :data:`acute.controls.META_INPUT` / :data:`acute.controls.TEXT_INPUT` (the metadata and
+    text controls)."""
+    base = split_pooling(name)[0]
+    if base == "platt+meta":
+        return META_INPUT
+    if base == "tfidf+platt":
+        return TEXT_INPUT
+    return estimator_pooling(name)
 
 
 def is_estimator(name: Any) -> bool:
@@ -125,11 +150,13 @@ def is_estimator(name: Any) -> bool:
 
 
 def estimator_group(name: str) -> str:
-    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"`` or ``"auto"``
-    (a ``@POOLING`` suffix does not change the group)."""
+    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"``, ``"auto"`` or
+    ``"control"`` (:mod:`acute.controls`; a ``@POOLING`` suffix does not change the group)."""
     name = split_pooling(name)[0]
     if name in BASELINES:
         return "baseline"
+    if name in CONTROLS:
+        return "control"
     if name in _VIEWS:
         return "acute"
     if name in _STACKED:
@@ -140,7 +167,7 @@ def estimator_group(name: str) -> str:
 
 
 def _unknown(name: Any) -> UnknownEstimatorError:
-    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS)} "
+    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS + CONTROLS)} "
                                  "(a probe name may end in @POOLING, e.g. @last-answer)")
 
 
@@ -155,7 +182,7 @@ def probe_kwargs(name: str) -> dict[str, Any]:
 
 def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None):
-    """An unfitted estimator by name (one of :data:`ESTIMATORS`).
+    """An unfitted estimator by name (one of :data:`ESTIMATORS` or :data:`CONTROLS`).
 
     Probes (and ``auto``'s candidates) get ``random_state``, ``n_jobs`` and ``probe_params``
     (``ActivationProbe`` keywords such as ``n_estimators``; ``None`` values mean "probe
@@ -167,17 +194,23 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
     split_pooling(name)  # a bad suffix is named as such
     if name in BASELINES:
         return ConfidenceEstimator(name)
+    if name == "constant":
+        return ConstantEstimator()
+    if name == "platt+meta":
+        return MetadataPlatt(random_state=random_state)
+    if name == "tfidf+platt":
+        return TextPlatt(random_state=random_state)
     if name == AUTO:
         return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
                              probe_params=dict(probe_params or {}) or None)
     from .probes import ActivationProbe
 
-    kw = probe_kwargs(name)
+    kw = dict(_QUESTION_ONLY) if name == "question-only" else probe_kwargs(name)
     kw["random_state"] = random_state
     if n_jobs is not None:
         kw["n_jobs"] = n_jobs
     for k, v in (probe_params or {}).items():
-        if k in ("view", "layer", "calibration", "pooling"):
+        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name == "question-only"):
             raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
         if v is not None:
             kw[k] = v

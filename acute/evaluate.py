@@ -47,8 +47,11 @@ from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
 from .metrics import METRIC_SPECS, METRICS
-from .estimators import ACUTE_VARIANTS, ESTIMATORS, estimator_group, is_estimator, make_estimator
+from .controls import CONTROLS, within_group_auroc
+from .estimators import (ACUTE_VARIANTS, ESTIMATORS, estimator_input, estimator_pooling,
+                         is_estimator, make_estimator)
 from .errors import InputError
+from .intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 
 __all__ = [
     "ACUTE_VARIANTS",
@@ -71,6 +74,8 @@ DEFAULT_REPEATS = 2
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
 # from the one list of metric specs (acute.metrics.METRIC_SPECS)
 TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.direction) for m in METRIC_SPECS)
+# the controls that calibrate the confidence with more knowledge: the strongest honest references
+CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
 # metrics with bootstrap intervals
 _INTERVAL_KEYS: tuple[str, ...] = ("smece", "auc_euro_all", "brier", "auroc")
 
@@ -114,34 +119,49 @@ def _metric_fns() -> dict:
     return {m.name: m.fn for m in METRIC_SPECS if m.fn is not None}
 
 
-def _best_baseline(rows: Sequence[dict]) -> str | None:
-    cand = [r for r in rows if r["estimator"] in BASELINES and math.isfinite(r.get("auc_euro_all", math.nan))]
+def _best_baseline(rows: Sequence[dict], extra: Sequence[str] = ()) -> str | None:
+    """The best row among the baselines (and ``extra`` names): highest auc-euro all, then lowest
+    smECE (the order of :data:`acute.metrics.METRIC_SPECS`' directions)."""
+    cand = [r for r in rows if (r["estimator"] in BASELINES or r["estimator"] in extra)
+            and math.isfinite(r.get("auc_euro_all", math.nan))]
     if not cand:
         return None
     return max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))["estimator"]
 
 
 def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
-                         seed: int = 0, reference: str | None = None) -> list[dict]:
+                         seed: int = 0, reference: str | None = None,
+                         folds: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None,
+                         groups: Sequence[Any] | None = None) -> list[dict]:
     """Metric rows for already-computed confidences on one labelled set (pure: no fitting, no files).
 
     Each value of ``confidences`` is ``[n]`` (one prediction per record) or ``[repeats, n]``
     (out-of-fold predictions of repeated cross-validation); a metric is then the mean over
     repeats of the metric on each repeat (:func:`acute.crossval.cv_metric`).
 
-    Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``n``,
-    ``repeats``, ``accuracy`` (of ``correct``; the same for every row), ``smece``,
-    ``auc_euro_low``, ``auc_euro_med``, ``auc_euro_high``, ``auc_euro_all``, ``brier``,
-    ``auroc``, and, when ``n_bootstrap > 0``, 95% percentile-bootstrap intervals
-    ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``, ``brier`` and
-    ``auroc``. Every estimator (and every repeat) sees the same resampled records
-    (:func:`acute.metrics.bootstrap_indices` with ``seed``).
+    Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``uses``
+    (what the row may use), ``n``, ``repeats``, ``accuracy`` (of ``correct``; the same for
+    every row), ``smece``, ``auc_euro_low``, ``auc_euro_med``, ``auc_euro_high``,
+    ``auc_euro_all``, ``brier``, ``auroc``, and, when ``n_bootstrap > 0``, 95% bootstrap
+    intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``,
+    ``brier`` and ``auroc`` (percentile intervals; smECE's shifted by the bootstrap's bias so it
+    contains its estimate: :func:`acute.intervals.bias_shifted_interval`). Every estimator (and
+    every repeat) sees the same resampled records (:func:`acute.metrics.bootstrap_indices` with
+    ``seed``). With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
+    (1 - constant's). With ``groups`` (one value per record) every row has
+    ``within_group_auroc`` (:func:`acute.controls.within_group_auroc`).
 
-    Paired comparison: ``reference`` (default: the best baseline among the rows, highest
+    Paired comparisons: ``reference`` (default: the best baseline among the rows, highest
     ``auc_euro_all``) is subtracted from every row: ``diff_auc_euro_all`` and ``diff_smece``
-    with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, and
-    ``reference`` names it. Without a baseline among the rows (and no ``reference``) there are
-    no differences. Metrics undefined on the data (AUROC with one class) are NaN.
+    with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, the bootstrap
+    p-value ``diff_<metric>_boot_p``, and ``reference`` names it. With ``folds`` (the
+    cross-validation's, one list per repeat) each difference also gets the corrected resampled
+    t-interval over the fold x repeat differences (Nadeau and Bengio 2003):
+    ``diff_<metric>_t_low/_high`` and ``diff_<metric>_t_p``. When the rows include the
+    metadata or text controls, the same columns compare every row with the best of the
+    baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...). Without
+    a baseline among the rows (and no ``reference``) there are no differences. Metrics
+    undefined on the data (AUROC with one class) are NaN.
     """
     from . import metrics
     from .crossval import cv_metric, cv_metric_draws
@@ -166,15 +186,26 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
         preds[str(name)] = c
     if reference is not None and reference not in preds:
         raise InputError(f"reference {reference!r} is not among the evaluated estimators {list(preds)}")
+    if folds is not None and len(folds) != next(iter(preds.values())).shape[0]:
+        raise InputError(f"folds has {len(folds)} repeats but the predictions have "
+                         f"{next(iter(preds.values())).shape[0]}")
     fns = _metric_fns()
     rows = []
     for name, c in preds.items():
-        row: dict[str, Any] = {"estimator": name, "n": int(y.size), "repeats": int(c.shape[0]),
-                               "accuracy": float(y.mean())}
+        row: dict[str, Any] = {"estimator": name, "uses": estimator_uses(name), "n": int(y.size),
+                               "repeats": int(c.shape[0]), "accuracy": float(y.mean())}
         for key, fn in fns.items():
             row[key] = cv_metric(fn, c, y)
+        if groups is not None:
+            row["within_group_auroc"] = float(np.mean([within_group_auroc(r, y, groups)[0] for r in c]))
         rows.append(row)
+    by_name = {r["estimator"]: r for r in rows}
+    if "constant" in by_name:
+        base = by_name["constant"]["auc_euro_all"]
+        for row in rows:
+            row["skill"] = (row["auc_euro_all"] - base) / (1 - base) if base < 1 else math.nan
     ref = reference if reference is not None else _best_baseline(rows)
+    meta_ref = _best_baseline(rows, CONFIDENCE_CONTROLS) if any(n in preds for n in CONFIDENCE_CONTROLS) else None
     if n_bootstrap == 0 and ref is None:
         return rows
     index = metrics.bootstrap_indices(y.size, int(n_bootstrap), seed) if n_bootstrap > 0 else None
@@ -189,17 +220,50 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
                 continue
             draws[name][key] = cv_metric_draws(fns[key], preds[name], y, index)
         for key in keys:
-            row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
-    if ref is not None:
-        by_name = {r["estimator"]: r for r in rows}
+            if key == "smece":
+                row[f"{key}_ci_low"], row[f"{key}_ci_high"] = bias_shifted_interval(row[key], draws[name][key])
+            else:
+                row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
+    ratio = None
+    if folds is not None:
+        n_te = np.mean([len(te) for rep in folds for _, te in rep])
+        ratio = float(n_te / (y.size - n_te))
+    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref)):
+        if r_name is None:
+            continue
         for row in rows:
-            row["reference"] = ref
+            row["reference" if prefix == "diff" else "meta_reference"] = r_name
             for key in ("auc_euro_all", "smece"):
-                row[f"diff_{key}"] = row[key] - by_name[ref][key]
+                if prefix == "diff_meta" and key == "smece":
+                    continue
+                col = f"{prefix}_{key}"
+                row[col] = row[key] - by_name[r_name][key]
                 if n_bootstrap > 0:
-                    d = draws[row["estimator"]][key] - draws[ref][key]
-                    row[f"diff_{key}_ci_low"], row[f"diff_{key}_ci_high"] = _percentiles(d)
+                    d = draws[row["estimator"]][key] - draws[r_name][key]
+                    row[f"{col}_ci_low"], row[f"{col}_ci_high"] = _percentiles(d)
+                    row[f"{col}_boot_p"] = bootstrap_p_value(d) if row["estimator"] != r_name else math.nan
+                if ratio is not None and row["estimator"] != r_name:
+                    t = corrected_t_test(fold_differences(fns[key], preds[row["estimator"]], preds[r_name], y, folds),
+                                         ratio)
+                    row[f"{col}_t_low"], row[f"{col}_t_high"], row[f"{col}_t_p"] = t.low, t.high, t.p_value
     return rows
+
+
+def estimator_uses(name: str) -> str:
+    """What an evaluation row may use, in words (the table's "uses" column)."""
+    from .controls import CONTROL_USES
+
+    base = name.split("@", 1)[0]
+    if base in CONTROL_USES:
+        return CONTROL_USES[base]
+    if base == "raw":
+        return "confidence"
+    if base in BASELINES:
+        return "confidence (fitted)"
+    if not is_estimator(name):
+        return "given"
+    spec = estimator_pooling(name) or "mean"
+    return f"answer states ({spec}) + confidence"
 
 
 def _percentiles(stats: np.ndarray) -> tuple[float, float]:
@@ -228,6 +292,7 @@ class EvaluationResult:
     out_dir: Path
     files: dict[str, Path] = field(default_factory=dict)
     cv_predictions: dict[str, np.ndarray] | None = None
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def row(self, estimator: str) -> dict:
         """The metrics row of one estimator (``KeyError`` if it was not evaluated)."""
@@ -251,31 +316,46 @@ def _fmt(row: dict, key: str) -> str:
     return spec.format(v)
 
 
-def _fmt_diff(row: dict) -> str:
-    v = row.get("diff_auc_euro_all")
+def _fmt_diff(row: dict, prefix: str = "diff", ref_key: str = "reference") -> str:
+    v = row.get(f"{prefix}_auc_euro_all")
     if v is None or not math.isfinite(v):
         return "n/a"
-    if row["estimator"] == row.get("reference"):
+    if row["estimator"] == row.get(ref_key):
         return "(reference)"
-    lo, hi = row.get("diff_auc_euro_all_ci_low"), row.get("diff_auc_euro_all_ci_high")
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{v:+.3f}"
-    text = f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-    return f"**{text}**" if lo > 0 else text
+
+    def interval(kind: str) -> tuple[float, float] | None:
+        lo, hi = row.get(f"{prefix}_auc_euro_all_{kind}low"), row.get(f"{prefix}_auc_euro_all_{kind}high")
+        return (lo, hi) if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi) else None
+
+    boot, t = interval("ci_"), interval("t_")
+    text = f"{v:+.3f}"
+    for iv in (boot, t):
+        if iv is not None:
+            text += f" [{iv[0]:+.3f}, {iv[1]:+.3f}]"
+    above = [iv for iv in (boot, t) if iv is not None]
+    return f"**{text}**" if above and all(iv[0] > 0 for iv in above) else text
 
 
 def results_markdown(rows: Sequence[dict]) -> str:
     """The paper-style Markdown table of metric rows (best value per column in bold; ties bold too).
 
     Intervals are 95% bootstrap intervals, shown as ``estimate [low, high]``. ACUTE rows with a
-    chosen layer show it after the name, e.g. ``acute-late (layer 5)``, and ``auto`` its pick.
-    When the rows carry paired differences (:func:`evaluate_predictions`), a last column gives
-    each estimator's auc-euro (all) minus the reference's with its paired interval, in bold
-    when the interval lies above zero."""
+    chosen layer show it after the name, e.g. ``acute-late (layer 5)``, and ``auto`` its pick;
+    the second column says what each row may use. With a ``constant`` row a skill column
+    follows; with groups, the within-group AUROC. When the rows carry paired differences
+    (:func:`evaluate_predictions`), a column gives each estimator's auc-euro (all) minus the
+    reference's with its paired bootstrap interval and, after cross-validation, the corrected
+    t-interval over folds x repeats; bold when every interval lies above zero. A last column
+    does the same against the best of the baselines and the metadata / text controls."""
     ref = next((r.get("reference") for r in rows if r.get("reference")), None)
-    extra = [f"Δ auc-euro all vs {ref}"] if ref else []
-    header = "| Estimator | " + " | ".join([h for _, h, _ in TABLE_COLUMNS] + extra) + " |"
-    sep = "|---|" + "|".join("---:" for _ in list(TABLE_COLUMNS) + extra) + "|"
+    meta_ref = next((r.get("meta_reference") for r in rows if r.get("meta_reference")), None)
+    has_skill = any("skill" in r for r in rows)
+    has_wg = any("within_group_auroc" in r for r in rows)
+    extra = (["skill"] if has_skill else []) + (["within-group AUROC"] if has_wg else []) \
+        + ([f"Δ auc-euro all vs {ref}"] if ref else []) + ([f"Δ vs {meta_ref} (best with metadata/text)"]
+                                                        if meta_ref and meta_ref != ref else [])
+    header = "| Estimator | uses | " + " | ".join([h for _, h, _ in TABLE_COLUMNS] + extra) + " |"
+    sep = "|---|---|" + "|".join("---:" for _ in list(TABLE_COLUMNS) + extra) + "|"
     best: dict[str, float] = {}
     for key, _, direction in TABLE_COLUMNS:
         vals = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])]
@@ -286,26 +366,35 @@ def results_markdown(rows: Sequence[dict]) -> str:
         name = r["estimator"] + (f" (layer {r['layer']})" if r.get("layer") is not None else "")
         if r.get("chosen"):
             name += f" ({r['chosen']})"
-        cells = []
+        cells = [r.get("uses", "")]
         for key, _, _ in TABLE_COLUMNS:
             s = _fmt(r, key)
             if key in best and r.get(key) is not None and round(r[key], 3) == round(best[key], 3):
                 s = f"**{s}**"
             cells.append(s)
+        if has_skill:
+            v = r.get("skill")
+            cells.append("n/a" if v is None or not math.isfinite(v) else f"{v:+.3f}")
+        if has_wg:
+            v = r.get("within_group_auroc")
+            cells.append("n/a" if v is None or not math.isfinite(v) else f"{v:.3f}")
         if ref:
             cells.append(_fmt_diff(r))
+        if meta_ref and meta_ref != ref:
+            cells.append(_fmt_diff(r, "diff_meta", "meta_reference"))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
     """The best baseline and the best activation-based estimator (a plain or stacked probe, or
-    ``auto``) among metric rows: highest ``auc_euro_all``, ties broken by lower ``smece``.
+    ``auto``; never a control) among metric rows: highest ``auc_euro_all``, ties broken by lower ``smece``.
     Returns ``{"baseline": name, "acute": name}`` with only the groups that have rows with a
     finite ``auc_euro_all``."""
     out = {}
     for group in ("baseline", "acute"):
-        cand = [r for r in rows if (r["estimator"] in BASELINES) == (group == "baseline")
+        cand = [r for r in rows if r["estimator"] not in CONTROLS
+                and (r["estimator"] in BASELINES) == (group == "baseline")
                 and math.isfinite(r.get("auc_euro_all", math.nan))]
         if cand:
             best = max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))
@@ -354,7 +443,7 @@ def _check_probe_inputs(names: Sequence[str], shape: tuple[int, ...], n_train: i
     """Fail before any fitting when a probe cannot run on training sets of ``n_train`` records
     whose smaller class has ``n_minority``: too few records for the folds the probes run inside
     their own fit, or more PCA components than the hidden size or the records allow."""
-    probes = [n for n in names if estimator_group(n) != "baseline"]
+    probes = [n for n in names if estimator_pooling(n) is not None]
     if not probes:
         return
     inner = {n: _inner_folds(n, probe_params) for n in probes}
@@ -425,7 +514,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                    repeats: int = DEFAULT_REPEATS, test_fraction: float | None = None, seed: int = 0,
                    n_bootstrap: int = 1000, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None, progress: bool = True,
-                   reliability: str | Sequence[str] = "all", allow_overlap: bool = False) -> EvaluationResult:
+                   reliability: str | Sequence[str] = "all", allow_overlap: bool = False,
+                   controls: bool | Sequence[str] = True, group_by: str | None = None,
+                   metadata_fields: Sequence[str] | None = None) -> EvaluationResult:
     """Fit every estimator on training records, predict held-out records, report and write.
 
     ``store`` (and ``test_store``) need ``.ids``, ``.correct``, ``.raw_confidence``,
@@ -444,6 +535,14 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
     Every row carries its paired difference to the best baseline (``diff_auc_euro_all``,
     ``diff_smece``, with paired bootstrap intervals; see :func:`evaluate_predictions`).
+    ``controls`` (default: all of :data:`acute.controls.CONTROLS`, or a list, or False) are
+    added as rows; a control the store cannot feed (no metadata, no prompt texts, no
+    last-prompt states) is left out and the reason recorded in ``results.json``'s
+    ``skipped``, never filled in. ``metadata_fields`` (default: the store's task's
+    ``metadata_fields``) are the record ``meta`` keys the ``platt+meta`` control one-hots and
+    whose first field groups the within-group AUROC. ``group_by`` (a metadata field) makes the
+    cross-validation folds keep each value of that field on one side of every split
+    (leave-category-out); every record must have it.
     ``out_dir`` (alias ``out``) receives the files listed in the module docstring;
     ``reliability`` says which estimators get a ``reliability_<name>.png``: ``"all"`` (default),
     ``"best"`` (raw, the best baseline and the best activation-based estimator) or a list.
@@ -463,25 +562,45 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     out_dir = Path(out_dir)
     names = _check_names(estimators)
     reliability = _check_reliability(reliability, names)
+    fields = _metadata_fields(store, metadata_fields)
+    wanted = _check_controls(controls, names)
+    usable, skipped = usable_controls(store, wanted, fields)
+    if test_store is not None and usable:
+        usable, more = usable_controls(test_store, usable, fields, "the test store")
+        skipped.update(more)
+    for name, why in skipped.items():
+        logger.warning("control %s left out: %s", name, why)
+    names = names + usable
+    cv_mode = test_store is None and test_fraction is None and cv
+    if group_by is not None and not cv_mode:
+        raise InputError("group_by needs cross-validation (no test_fraction, no test store)")
     log = _FitLog()
-    fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log)
-    if test_store is None and test_fraction is None and cv:
-        pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw)
+    fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
+                  metadata_fields=fields)
+    if cv_mode:
+        pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by)
     else:
         pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
                          seed, fit_kw, allow_overlap)
-
+    group_field = group_by or (fields[0] if fields else None)
+    groups, group_note = _groups_of(test_store if test_store is not None else store, group_field, pred.ids)
     rows = evaluate_predictions(pred.cv_predictions if pred.cv_predictions is not None else pred.predictions,
-                                pred.correct, n_bootstrap=n_bootstrap, seed=seed)
+                                pred.correct, n_bootstrap=n_bootstrap, seed=seed, folds=pred.folds,
+                                groups=groups)
     for r in rows:
         r.update(log.row_extra(r["estimator"]))
     result = EvaluationResult(rows=rows, predictions=pred.predictions, test_ids=list(pred.ids),
                               test_correct=pred.correct.astype(bool), split=pred.split, out_dir=out_dir,
-                              cv_predictions=pred.cv_predictions)
+                              cv_predictions=pred.cv_predictions, skipped=skipped)
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
               "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
+              "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
+              "group_by": group_by, "within_group": group_note,
               "interval": "95% percentile bootstrap over records (paired: the same resamples for every "
-                          "estimator and repeat)"}
+                          "estimator and repeat); smECE's interval is shifted by the bootstrap bias "
+                          "(draws - (mean(draws) - estimate)) so it is centred on its estimate",
+              "t_interval": "corrected resampled t (Nadeau and Bengio 2003) over the fold x repeat "
+                            "differences, variance (1/J + n_test/n_train) s^2, t with J - 1 df"}
     manifest = getattr(store, "manifest", None)
     test_manifest = getattr(test_store, "manifest", None) if test_store is not None else None
     if reliability == "all":
@@ -511,6 +630,101 @@ def _check_reliability(reliability, names: Sequence[str]):
     return reliability
 
 
+def _metadata_fields(store, given: Sequence[str] | None) -> tuple[str, ...]:
+    """``given``, else the metadata fields the store's task declares (none when unknown)."""
+    if given is not None:
+        if isinstance(given, str):
+            raise InputError(f"metadata_fields must be a list of field names, got the string {given!r}")
+        return tuple(given)
+    from .tasks import TASKS
+
+    task = (getattr(store, "manifest", None) or {}).get("task")
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    return tuple(getattr(cls, "metadata_fields", ())) if cls is not None else ()
+
+
+def _check_controls(controls, names: Sequence[str]) -> list[str]:
+    if controls is True:
+        wanted = list(CONTROLS)
+    elif controls is False or controls is None:
+        wanted = []
+    else:
+        wanted = list(controls)
+        unknown = [c for c in wanted if c not in CONTROLS]
+        if unknown:
+            raise InputError(f"unknown control(s) {unknown}; choose from {', '.join(CONTROLS)}")
+    return [c for c in wanted if c not in names]
+
+
+def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
+                    label: str = "the store") -> tuple[list[str], dict[str, str]]:
+    """The controls of ``wanted`` that ``store`` can feed, and ``{control: reason}`` for the
+    others: ``platt+meta`` needs the metadata ``fields`` on every record, ``tfidf+platt`` the
+    records' prompts, ``question-only`` the last-prompt states."""
+    from .controls import metadata_matrix
+
+    usable, skipped = [], {}
+    records = getattr(store, "records", None)
+    for name in wanted:
+        why = None
+        if name == "platt+meta":
+            if not fields:
+                why = (f"{label}'s task declares no metadata fields (name them with metadata_fields / "
+                       "--meta-fields)")
+            elif records is None:
+                why = f"{label} has no records to read metadata from"
+            else:
+                try:
+                    metadata_matrix(records, fields, where=label)
+                except InputError as e:
+                    why = str(e)
+        elif name == "tfidf+platt":
+            if records is None:
+                why = f"{label} has no records to read prompts from"
+            else:
+                bad = next((r.get("id") for r in records if not isinstance(r.get("prompt"), str)), None)
+                if bad is not None or not records:
+                    why = f"{label}: record {bad!r} has no prompt text"
+        elif name == "question-only":
+            if "last-prompt" not in tuple(getattr(store, "poolings", ("mean",))):
+                why = (f"{label} has no last-prompt states (collected before acute kept them): "
+                       "`acute rerecord STORE --out NEW_STORE` adds them")
+        if why is None:
+            usable.append(name)
+        else:
+            skipped[name] = why
+    return usable, skipped
+
+
+def _record_field(store, field: str, ids: Sequence[Any], label: str = "the store") -> list[str]:
+    """``meta[field]`` of the records ``ids`` (in that order); an error names the first record
+    without it."""
+    records = getattr(store, "records", None)
+    if records is None:
+        raise InputError(f"{label} has no records: cannot read the metadata field {field!r}")
+    by_id = {str(r.get("id")): r for r in records}
+    out = []
+    for rid in ids:
+        meta = (by_id.get(str(rid)) or {}).get("meta") or {}
+        if meta.get(field) is None:
+            raise InputError(f"{label}: record {rid!r} has no metadata field {field!r}")
+        out.append(str(meta[field]))
+    return out
+
+
+def _groups_of(store, field: str | None, ids: Sequence[Any]) -> tuple[list[str] | None, dict | None]:
+    """The groups of the within-group AUROC (``field`` of every evaluated record) and a note of
+    them (field, number of groups, the groups with one class, which have no AUROC); ``(None,
+    note)`` with the reason when some record lacks the field."""
+    if field is None:
+        return None, None
+    try:
+        groups = _record_field(store, field, ids)
+    except InputError as e:
+        return None, {"field": field, "left_out": str(e)}
+    return groups, {"field": field, "n_groups": len(set(groups))}
+
+
 @dataclass
 class _Predictions:
     """What a mode of :func:`evaluate_store` predicted: confidences on ``ids`` (``correct``),
@@ -524,25 +738,29 @@ class _Predictions:
     seconds: float
     cv_predictions: dict[str, np.ndarray] | None = None
     fold_of: list | None = None
+    folds: list | None = None
 
 
-def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Predictions:
-    """Every record scored out of fold by repeated stratified k-fold grouped by id."""
+def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by=None) -> _Predictions:
+    """Every record scored out of fold by repeated stratified k-fold grouped by id (or by the
+    metadata field ``group_by``)."""
     from tqdm.auto import tqdm
 
     from .crossval import check_folds, cross_val_predictions, cv_folds, states_for
 
+    fit_kw = dict(fit_kw)
+    fields = fit_kw.pop("metadata_fields", ())
     ids, correct, conf = _store_arrays(store, "store")
     check_folds(correct, cv, "the store")
-    folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed)
-    uses_probes = any(estimator_group(n) != "baseline" for n in names)
-    lm = None
-    if uses_probes:
+    groups = None if group_by is None else _record_field(store, group_by, ids)
+    folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed, groups=groups,
+                     group_name="record ids" if group_by is None else f"values of {group_by!r}")
+    if any(estimator_pooling(n) is not None for n in names):
         shape = _check_layer_means(store, len(ids), "store")
         n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
         n_tr = min(tr.size for rep in folds for tr, _ in rep)
         _check_probe_inputs(names, shape, n_tr, n_min, fit_kw["probe_params"], "a training fold")
-        lm = states_for(store, names)
+    lm = states_for(store, names, fields) if any(estimator_input(n) is not None for n in names) else None
 
     def bar(it):
         return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
@@ -550,16 +768,18 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw) -> _Pred
     t0 = time.perf_counter()
     cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, **fit_kw)
     split = {"mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
-             "n_records": len(ids), "accuracy": float(correct.mean()),
+             "n_records": len(ids), "accuracy": float(correct.mean()), "group_by": group_by,
              "ids_sha256": _ids_digest(ids), "folds_file": "folds.json"}
     return _Predictions(ids, correct, {n: p[0] for n, p in cv_preds.items()}, split, ids,
-                        time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds])
+                        time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds], folds)
 
 
 def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overlap=False) -> _Predictions:
     """Fit on the training records (a split by id, or all of ``store``), score the test ones."""
     from .crossval import fit_predict, states_for, take_rows
 
+    fit_kw = dict(fit_kw)
+    fields = fit_kw.pop("metadata_fields", ())
     ids, correct, conf = _store_arrays(store, "store")
     if test_store is not None:
         mode = "test_store"
@@ -582,7 +802,7 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
         raise InputError(f"the training split has a single class (all {len(train_ids)} records "
                          f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
     lm_tr = lm_te = None
-    if any(estimator_group(n) != "baseline" for n in names):
+    if any(estimator_pooling(n) is not None for n in names):
         shape = _check_layer_means(store, len(ids), "store")
         if test_store is not None:
             t_shape = _check_layer_means(test_store, len(eval_ids), "test_store")
@@ -591,8 +811,9 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
                                  f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
         _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
                             fit_kw["probe_params"], "the training split")
-        lm_tr = take_rows(states_for(store, names), i_tr)
-        lm_te = take_rows(states_for(te_store, names), i_te)
+    if any(estimator_input(n) is not None for n in names):
+        lm_tr = take_rows(states_for(store, names, fields), i_tr)
+        lm_te = take_rows(states_for(te_store, names, fields), i_te)
     overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
     if overlap and test_store is not None and not allow_overlap:
         raise InputError(f"{overlap} of the test store's {len(eval_ids)} record ids also occur in the training "
@@ -631,8 +852,12 @@ def _intro(res: EvaluationResult) -> str:
     else:
         head = (f"Held-out evaluation: {sp['n_train']} training / {sp['n_test']} test records "
                 f"(test accuracy {sp['accuracy_test']:.3f}).")
-    return (f"{head} 95% percentile-bootstrap intervals in brackets (resampling inflates smECE, so its "
-            f"interval can lie above the estimate).{paired}\n\n")
+    skipped = res.skipped or {}
+    left = "".join(f"\n- `{n}` left out: {why}" for n, why in skipped.items())
+    return (f"{head} 95% percentile-bootstrap intervals in brackets (smECE's shifted by the bootstrap "
+            f"bias, so it is centred on its estimate); differences also show the corrected resampled "
+            f"t-interval over folds x repeats (Nadeau and Bengio 2003).{paired}"
+            f"{' Controls left out:' if left else ''}{left}\n\n")
 
 
 def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[str, np.ndarray]) -> None:
@@ -689,6 +914,7 @@ def _write_outputs(res: EvaluationResult, train_ids: list, params: dict, manifes
             "best": best_estimators(res.rows),
             "reference": next((r.get("reference") for r in res.rows if r.get("reference")), None),
             "results": res.rows,
+            "skipped": res.skipped,
             "files": files + ["results.json"],
         }
         (stage / "results.json").write_text(json.dumps(json_ready(payload), indent=2), encoding="utf-8")

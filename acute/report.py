@@ -558,15 +558,26 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
 
 SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "best_baseline_auc_euro",
                    "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
-                   "best_baseline_smece")
+                   "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
+                   "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
+                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default")
 
 
-def summary_rows(runs: Sequence[EvalRun], default: str) -> list[dict[str, Any]]:
+def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> list[dict[str, Any]]:
     """One row per evaluation (:data:`SUMMARY_COLUMNS`): the ``default`` estimator against the
     evaluation's best baseline (its ``reference``: highest auc-euro all among the baselines), with
-    the paired difference in auc-euro (all) and its 95% bootstrap interval, as the evaluation
-    computed them (means over cross-validation repeats). Evaluations without ``default`` or
-    without a reference are skipped."""
+    the paired difference in auc-euro (all), its 95% bootstrap interval (``ci_*``) and its
+    corrected resampled t-interval over folds x repeats (``t_ci_*``), as the evaluation computed
+    them (means over cross-validation repeats); the constant control's auc-euro and the default's
+    skill over it; the difference to the best of the baselines and the metadata / text controls
+    (``best_meta_baseline``, ``meta_*``); the question-only probe's auc-euro; the within-group
+    AUROC of raw confidence and of the default. ``holm_significant``: the difference to the best
+    baseline survives Holm's correction across the rows at ``alpha`` with both tests, i.e. Holm
+    over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). Values an
+    evaluation did not compute are None. Evaluations without ``default`` or without a reference
+    are skipped."""
+    from .intervals import holm
+
     out = []
     for run in runs:
         rows = {r["estimator"]: r for r in run.results.get("results", [])}
@@ -581,26 +592,63 @@ def summary_rows(runs: Sequence[EvalRun], default: str) -> list[dict[str, Any]]:
                     "default_estimator": default, "default_auc_euro": d["auc_euro_all"],
                     "diff": d.get("diff_auc_euro_all"), "ci_low": d.get("diff_auc_euro_all_ci_low"),
                     "ci_high": d.get("diff_auc_euro_all_ci_high"), "default_smece": d["smece"],
-                    "best_baseline_smece": b["smece"]})
+                    "best_baseline_smece": b["smece"],
+                    "constant_auc_euro": rows.get("constant", {}).get("auc_euro_all"), "skill": d.get("skill"),
+                    "best_meta_baseline": d.get("meta_reference"), "meta_diff": d.get("diff_meta_auc_euro_all"),
+                    "meta_ci_low": d.get("diff_meta_auc_euro_all_ci_low"),
+                    "meta_ci_high": d.get("diff_meta_auc_euro_all_ci_high"),
+                    "t_ci_low": d.get("diff_auc_euro_all_t_low"), "t_ci_high": d.get("diff_auc_euro_all_t_high"),
+                    "holm_significant": None,
+                    "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
+                    "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
+                    "within_group_auroc_default": d.get("within_group_auroc"),
+                    "_p": _joint_p(d)})
+    tested = [r for r in out if r["_p"] is not None]
+    for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
+        r["holm_significant"] = bool(significant)
+    for r in out:
+        del r["_p"]
     return out
 
 
+def _joint_p(row: Mapping[str, Any]) -> float | None:
+    """``max(p_t, p_bootstrap)`` of a row's difference to the best baseline: rejected only when
+    both tests reject. None without the t-test (an evaluation of an older acute, or one split)."""
+    pt, pb = row.get("diff_auc_euro_all_t_p"), row.get("diff_auc_euro_all_boot_p")
+    if pt is None or pb is None or not (math.isfinite(pt) and math.isfinite(pb)):
+        return None
+    return max(float(pt), float(pb))
+
+
 def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The summary rows as a table; a difference whose interval excludes 0 is bold."""
+    """The summary rows as a table: the difference to the best baseline with its bootstrap and
+    t-intervals (bold when it survives Holm's correction with both), the skill over the constant,
+    the difference to the best control with metadata / text, the question-only probe and the
+    within-group AUROC of raw confidence and of the default."""
     def f(v, fmt="{:.3f}"):
-        return "n/a" if v is None or not math.isfinite(v) else fmt.format(v)
+        return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
 
     body = []
     for r in rows:
         diff = f"{f(r['diff'], '{:+.4f}')} [{f(r['ci_low'], '{:+.4f}')}, {f(r['ci_high'], '{:+.4f}')}]"
-        if r["ci_low"] is not None and r["ci_high"] is not None and (r["ci_low"] > 0 or r["ci_high"] < 0):
+        if r.get("t_ci_low") is not None:
+            diff += f" t[{f(r['t_ci_low'], '{:+.4f}')}, {f(r['t_ci_high'], '{:+.4f}')}]"
+        if r.get("holm_significant"):
             diff = f"**{diff}**"
+        meta = (f"{r['best_meta_baseline']}: {f(r['meta_diff'], '{:+.4f}')} "
+                f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
+                if r.get("best_meta_baseline") else "n/a")
         body.append([r["model"], r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
                      f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
+                     f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
+                     f(r.get("question_only_auc_euro"), "{:.4f}"),
+                     f"{f(r.get('within_group_auroc_raw'))} / {f(r.get('within_group_auroc_default'))}",
                      f(r["default_smece"]), f(r["best_baseline_smece"])])
     return "\n".join(_table(["model", "task", "records", "accuracy", "best baseline", "its auc-euro",
                               f"{rows[0]['default_estimator'] if rows else 'default'} auc-euro",
-                              "difference [95% CI]", "smECE (default)", "smECE (baseline)"], body)) + "\n"
+                              "difference [bootstrap] t[corrected t]", "constant", "skill",
+                              "vs best with metadata/text", "question-only", "within-group AUROC raw / default",
+                              "smECE (default)", "smECE (baseline)"], body)) + "\n"
 
 
 def _summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -610,7 +658,7 @@ def _summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
     w = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if r[k] is None else round(r[k], 6) if isinstance(r[k], float) else r[k])
+        w.writerow({k: ("" if r.get(k) is None else round(r[k], 6) if isinstance(r[k], float) else r[k])
                     for k in SUMMARY_COLUMNS})
     return buf.getvalue()
 
@@ -714,12 +762,20 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
     data["summary"] = summary
     if summary:
-        lines += ["## Summary: the default estimator against the best baseline", "",
+        lines += ["## Summary: the default estimator against the best baseline and the controls", "",
                   f"Per model and task: `{DEFAULT_ESTIMATOR}` (acute's default) minus the best of the six "
-                  "baselines (highest auc-euro all in the same evaluation), auc-euro over all risk levels "
-                  "with a 95% paired bootstrap interval (the evaluation's own resamples; means over "
-                  "cross-validation repeats). Bold: the interval excludes 0. Machine-readable: "
-                  "[summary.csv](summary.csv).", "", summary_markdown(summary)]
+                  "baselines (highest auc-euro all in the same evaluation), auc-euro over all risk levels, "
+                  "means over cross-validation repeats, with a 95% paired bootstrap interval over records "
+                  "and the corrected resampled t-interval over the fold x repeat differences (Nadeau and "
+                  "Bengio 2003), which also carries the training variance. Bold: the difference survives "
+                  "Holm's correction across the rows with both tests. `constant` is the training fold's base "
+                  "rate and skill = (auc-euro - constant) / (1 - constant). The next column is the default "
+                  "minus the best of the baselines and the controls that know the metadata (`platt+meta`) "
+                  "or the question text (`tfidf+platt`); `question-only` reads the prompt's last-token states "
+                  "before any answer; within-group AUROC ranks answers inside each category or subject. "
+                  "n/a: the evaluation did not compute it (older evaluations, or a store without metadata "
+                  "or last-prompt states). Machine-readable: [summary.csv](summary.csv).", "",
+                  summary_markdown(summary)]
 
     avg_by_task: dict[str, dict] = {}
     fig_dir = out_dir / "figures"

@@ -120,3 +120,11 @@ def test_euro_difference_of_one_estimator_is_zero_and_grid(data):
         euro_difference(a, a[:-1], y)
     with pytest.raises(ValueError, match="n_bootstrap must be >= 1"):
         euro_difference(a, a, y, n_bootstrap=0)
+
+
+def test_binned_intervals_contain_a_proportion_of_exactly_one_or_zero():
+    from acute.curves import binned_reliability
+
+    for y in (np.ones(50, bool), np.zeros(50, bool)):
+        b = binned_reliability(np.random.default_rng(0).uniform(size=50), y)
+        assert np.all(b.low <= b.accuracy) and np.all(b.accuracy <= b.high)

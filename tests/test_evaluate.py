@@ -138,8 +138,14 @@ def test_evaluate_predictions_matches_metrics():
         assert r["auroc"] == pytest.approx(metrics.auroc(c, y))
         for band in ("low", "med", "high", "all"):
             assert r[f"auc_euro_{band}"] == pytest.approx(metrics.auc_euro(c, y, band=band))
-        iv = metrics.bootstrap(metrics.smece, c, y, n=30, seed=4)
-        assert (r["smece_ci_low"], r["smece_ci_high"]) == pytest.approx((iv.low, iv.high))
+        # smECE: the percentile interval of the resampled values shifted by their bias (mean -
+        # estimate), computed here by a plain loop over the same resamples
+        draws = np.array([metrics.smece(c[i], y[i]) for i in metrics.bootstrap_indices(200, 30, 4)])
+        shifted = draws - (draws.mean() - metrics.smece(c, y))
+        assert (r["smece_ci_low"], r["smece_ci_high"]) == pytest.approx(tuple(np.percentile(shifted, [2.5, 97.5])))
+        assert r["smece_ci_low"] <= r["smece"] <= r["smece_ci_high"]
+        iv = metrics.bootstrap(metrics.auroc, c, y, n=30, seed=4)
+        assert (r["auroc_ci_low"], r["auroc_ci_high"]) == pytest.approx((iv.low, iv.high))
         for key in ("smece", "auc_euro_all", "brier", "auroc"):
             assert r[f"{key}_ci_low"] <= r[f"{key}_ci_high"]
     assert rows[0]["auroc"] > 0.9 > rows[1]["auroc"]
@@ -171,17 +177,18 @@ def test_evaluate_store_writes_every_output(evaluated):
     assert not list(out.glob(".partial-*"))
     md = (out / "results.md").read_text()
     table = [ln for ln in md.splitlines() if ln.startswith("| ")]
-    assert len(table) == 1 + 12  # header + one row per estimator
+    assert len(table) == 1 + 12 + 1  # header + one row per estimator + the constant control
     assert "smECE" in table[0] and "AUROC" in table[0]
     assert any(ln.startswith("| raw |") for ln in table)
     assert "[" in table[1]  # intervals shown
     with open(out / "results.csv", newline="") as f:
-        assert [r["estimator"] for r in csv.DictReader(f)] == PAPER_ROWS
+        assert [r["estimator"] for r in csv.DictReader(f)] == PAPER_ROWS + ["constant"]
 
 
 def test_evaluate_store_values_in_range(evaluated):
     _, _, res = evaluated
-    assert [r["estimator"] for r in res.rows] == PAPER_ROWS
+    # the controls this store can feed follow (no metadata, prompts or last-prompt states: constant)
+    assert [r["estimator"] for r in res.rows] == PAPER_ROWS + ["constant"]
     acc = {r["accuracy"] for r in res.rows}
     assert len(acc) == 1 and acc.pop() == pytest.approx(res.test_correct.mean())
     for r in res.rows:
@@ -225,8 +232,8 @@ def test_results_json_equals_recomputation_from_predictions(evaluated):
     y = np.array([int(r["correct"]) for r in rows])
     np.testing.assert_array_equal(y, store.correct[test_mask])
     by_name = {r["estimator"]: r for r in doc["results"]}
-    assert list(by_name) == PAPER_ROWS
-    for name in PAPER_ROWS:
+    assert list(by_name) == PAPER_ROWS + ["constant"]
+    for name in PAPER_ROWS + ["constant"]:
         c = np.array([float(r[name]) for r in rows])
         got = by_name[name]
         assert got["smece"] == pytest.approx(metrics.smece(c, y), abs=1e-12)
@@ -253,10 +260,10 @@ def test_test_store_mode_and_subset(tmp_path, caplog):
     assert res.split["mode"] == "test_store"
     assert (res.split["n_train"], res.split["n_test"]) == (120, 60)
     assert res.test_ids == test.ids
-    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic"]
+    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic", "constant"]
     assert str(tmp_path.resolve()) in caplog.text
     assert {p.name for p in tmp_path.glob("reliability_*.png")} == {
-        "reliability_raw.png", "reliability_platt.png", "reliability_isotonic.png"}
+        "reliability_raw.png", "reliability_platt.png", "reliability_isotonic.png", "reliability_constant.png"}
     md = (tmp_path / "results.md").read_text()
     assert "[" not in md.split("\n\n", 1)[1]  # no intervals without bootstrap
 

@@ -167,7 +167,11 @@ def test_report_numbers_agree_with_the_evaluation(driven):
     average = report["tasks"]["qa"]["average"]
     from acute.estimators import ESTIMATORS
 
-    assert [r["estimator"] for r in results["results"]] == list(ESTIMATORS)
+    from acute.controls import CONTROLS
+
+    # every estimator, then the controls this store feeds (the rest are named in "skipped")
+    assert [r["estimator"] for r in results["results"]] == list(ESTIMATORS) + results["params"]["controls"]
+    assert set(results["params"]["controls"]) | set(results["skipped"]) == set(CONTROLS)
     for row in results["results"]:
         est = row["estimator"]
         for key in ("accuracy", "smece", "auc_euro_low", "auc_euro_med", "auc_euro_high", "auc_euro_all"):
@@ -443,7 +447,8 @@ model = "{model_dir.as_posix()}"
     results = json.loads((work / "tiny" / "qa" / "eval" / "results.json").read_text(encoding="utf-8"))
     assert results["split"]["mode"] == "cv" and results["split"]["n_splits"] == 3
     assert results["split"]["n_records"] == N_ROWS
-    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "isotonic", "acute-cosine-stacked"]
+    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "isotonic", "acute-cosine-stacked"]
+                                                            + results["params"]["controls"])
     lc = json.loads((work / "tiny" / "qa" / "eval" / "learning-curve" / "learning_curve.json").read_text())
     assert lc["complete"] and lc["shown"][1:] == ["acute-cosine-stacked"]
     transfer = json.loads((work / "tiny" / "transfer" / "transfer.json").read_text(encoding="utf-8"))

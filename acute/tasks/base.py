@@ -215,6 +215,9 @@ class Task:
     split_aliases: dict[str, str] = {}
     #: folder name of the benchmark under ``$ACUTE_DATA``
     data_folder: str = ""
+    #: record metadata a calibrator may know (``meta`` keys describing the question, never the
+    #: labelling): the one-hots of the ``platt+meta`` control and the groups of within-group AUROC
+    metadata_fields: tuple[str, ...] = ()
     #: constructor options with their defaults (subclasses extend)
     options: dict[str, Any] = {"seed": 0, "on_error": "raise"}
 

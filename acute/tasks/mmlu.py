@@ -81,6 +81,7 @@ class MMLUTask(MultipleChoiceTask):
     """
 
     name = "mmlu"
+    metadata_fields = ("subject",)
     description = "MMLU 4-option multiple choice, 5-shot from the subject's dev split, letter answer"
     data_hint = ("the MMLU data folder (data/{dev,val,test}/<subject>_<split>.csv, headerless) or "
                  "normalised <split>.jsonl, or one subject CSV / one JSONL file")

@@ -186,6 +186,8 @@ class DefaultTask(JsonlQATask):
     """The built-in question set (``acute/data/questions.jsonl``)."""
 
     name = "default"
+    #: the built-in questions' scalar fields (every row has both)
+    metadata_fields = ("category", "difficulty")
     description = ("built-in short-answer question set (facts, arithmetic, ...): open QA, exact "
                    "match against aliases or equal numbers")
     data_hint = ("nothing (built-in questions); or a .jsonl of {id, question, answers, "

@@ -87,6 +87,7 @@ class TruthfulQAMCTask(MultipleChoiceTask):
     """TruthfulQA MC1: the best answer among the incorrect answers, one letter answer."""
 
     name = "truthfulqa"
+    metadata_fields = ("category",)
     description = ("TruthfulQA MC1-style: best answer vs the incorrect answers (fixed per-row "
                    "shuffle), letter answer")
     data_hint = "TruthfulQA.csv or the normalised validation.jsonl (or their folder)"
@@ -112,6 +113,7 @@ class TruthfulQAGenTask(Task):
     answers exceeds the best to the incorrect answers (ties are wrong)."""
 
     name = "truthfulqa-gen"
+    metadata_fields = ("category",)
     description = ("TruthfulQA free-form answer; correct iff max ROUGE-L F1 to the correct answers "
                    "> max to the incorrect answers")
     data_hint = "TruthfulQA.csv or the normalised validation.jsonl (or their folder)"
