@@ -377,7 +377,9 @@ def cmd_evaluate(args) -> int:
                                  "search_n_estimators": args.search_n_estimators},
                    progress=not args.quiet,
                    estimators=_estimator_list(args.estimators), reliability=args.reliability,
-                   allow_overlap=args.allow_overlap)
+                   allow_overlap=args.allow_overlap,
+                   controls=False if args.no_controls else True, group_by=args.group_by,
+                   metadata_fields=_estimator_list(args.meta_fields))
     print((out / "results.md").read_text(encoding="utf-8"))
     print(f"evaluation written to {out.resolve()}")
     return 0
@@ -404,7 +406,8 @@ def cmd_learning_curve(args) -> int:
                         n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
                         probe_params={"n_estimators": args.n_estimators},
                         progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr))
-    files = write_learning_curve(lc, out, params={"store": str(Path(args.store).resolve()),
+    files = write_learning_curve(lc, out, model=store.manifest.get("model"), task=store.manifest.get("task"),
+                                 params={"store": str(Path(args.store).resolve()),
                                                   "estimators": estimators, "seed": args.seed,
                                                   "n_estimators": args.n_estimators})
     print(lc.to_markdown())
@@ -775,6 +778,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: all)")
     e.add_argument("--reliability", choices=["all", "best"], default="all",
                    help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
+    e.add_argument("--group-by", default=None, metavar="FIELD",
+                   help="folds that keep each value of this record metadata field on one side "
+                        "(leave-category-out, leave-subject-out); every record must have it")
+    e.add_argument("--meta-fields", default=None,
+                   help="comma-separated metadata fields the platt+meta control one-hots and the "
+                        "within-group AUROC groups by (default: the store's task's, e.g. subject for MMLU)")
+    e.add_argument("--no-controls", action="store_true",
+                   help="leave out the control rows (constant, platt+meta, tfidf+platt, question-only)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
 
@@ -788,7 +799,7 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--sizes", default=None,
                     help="comma-separated training-set sizes (default: 50,100,200,... and all of a fold)")
     lc.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
-    lc.add_argument("--repeats", type=int, default=3, help="repeats of the cross-validation (default %(default)s)")
+    lc.add_argument("--repeats", type=int, default=5, help="repeats of the cross-validation (default %(default)s)")
     lc.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
     lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
     lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")

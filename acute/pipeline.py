@@ -66,7 +66,7 @@ _RUN_KEYS = {
     "cv": int, "repeats": int, "estimators": list, "learning_curve": dict, "transfer": dict,
 }
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
-              "description"}
+              "description", "group_by"}
 _MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
 
 
@@ -89,6 +89,7 @@ class TaskSpec:
     records: int = 0
     protocol: int = 0
     description: str = ""
+    group_by: str | None = None  #: metadata field whose values the evaluation's folds keep apart
 
     def identity(self) -> dict:
         """Everything that determines prompts, labels and the example pool (for the built-in
@@ -275,6 +276,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             records=_count(t.get("records", 0), f"{where}.records"),
             protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
             description=_check_type(t.get("description", ""), str, f"{where}.description"),
+            group_by=_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t else None,
         ))
     batch_default = run.get("batch_size", 8)
     models = []
@@ -431,13 +433,15 @@ def plan_jobs(cfg: Config, work: Path, out: Path, stages: Sequence[str] = STAGES
             if cfg.cv or cfg.estimators or cfg.learning_curve:  # keeps older runs' hashes
                 e_fields.update(cv=cfg.cv, repeats=cfg.repeats, estimators=cfg.estimators,
                                 learning_curve=cfg.learning_curve)
+            # evaluations with the control rows and the t-intervals supersede the earlier ones
+            e_fields.update(evaluation=2, group_by=t.group_by)
             e_hash = config_hash(e_fields)
             evaluate = Job("evaluate", m.key, t.key,
                            {**base, "eval_dir": str(pair / "eval"), "store_dir": str(pair / "store"),
                             "collect_done": str(pair / "collect.done.json"),
                             "test_fraction": cfg.test_fraction, "n_bootstrap": cfg.n_bootstrap,
                             "n_jobs": cfg.n_jobs, "probe_params": cfg.probe_params, "cv": cfg.cv,
-                            "repeats": cfg.repeats, "estimators": cfg.estimators,
+                            "repeats": cfg.repeats, "estimators": cfg.estimators, "group_by": t.group_by,
                             "learning_curve": cfg.learning_curve},
                            e_hash, pair / "evaluate.done.json",
                            (pair / "eval" / "results.json",)
@@ -846,20 +850,22 @@ def _worker_evaluate(p: dict) -> dict:
     res = evaluate_store(sub, out_dir=p["eval_dir"], cv=cv, repeats=p.get("repeats") or 1,
                          test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
                          estimators=p.get("estimators"), n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
-                         probe_params=p.get("probe_params") or None, progress=True, reliability="best")
+                         probe_params=p.get("probe_params") or None, progress=True, reliability="best",
+                         group_by=p.get("group_by"))
     best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
     lc = p.get("learning_curve") or {}
     if lc:
         from tqdm.auto import tqdm
 
-        from acute.learning_curve import learning_curve, write_learning_curve
+        from acute.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
 
         curve = learning_curve(sub.layer_means, sub.correct, sub.raw_confidence, sub.ids,
                                estimators=lc.get("estimators") or ("acute-cosine-stacked",),
-                               n_splits=cv or 5, repeats=lc.get("repeats", 2), seed=p["seed"],
+                               n_splits=cv or 5, repeats=lc.get("repeats", LC_REPEATS), seed=p["seed"],
                                n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
                                progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr))
-        write_learning_curve(curve, Path(p["eval_dir"]) / "learning-curve", params=lc)
+        write_learning_curve(curve, Path(p["eval_dir"]) / "learning-curve", params=lc,
+                             model=p["model"], task=p["task_key"])
     return {"work_s": round(time.perf_counter() - t0, 2), "records": len(sub), **res.split,
             "auc_euro_all": best}
 

@@ -527,11 +527,13 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
     """Draw the figures of one task from ``run``'s test predictions: euro curves of raw
     confidence, the best baseline and the default estimator (when evaluated; else the best ACUTE
     variant, highest auc-euro all, see :func:`acute.evaluate.best_estimators`), and the
-    reliability diagrams of raw confidence and of that estimator. Returns ``(caption, path
+    reliability diagram of that estimator against the best baseline (on the data's support), and the
+    euro difference of the two over the risk level with its paired bootstrap band. Returns ``(caption, path
     relative to the report)`` pairs."""
     from .estimators import DEFAULT_ESTIMATOR
     from .evaluate import best_estimators
-    from .plots import euro_curves, reliability_diagram
+    from .curves import euro_difference
+    from .plots import euro_curves, euro_difference_curve, reliability_diagram
 
     best = best_estimators(run.results.get("results", []))
     if DEFAULT_ESTIMATOR in run.predictions:  # the estimator acute ships is the one to show
@@ -545,13 +547,21 @@ def _task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str
     out = []
     path = fig_dir / f"{task}-euro-curves.png"
     euro_curves({n: run.predictions[n] for n in names}, y, path,
-                title=f"{task}: euro curves ({run.model}, {run.n} test records)")
+                title=f"{task}: euro curves ({run.model}, {run.n} out-of-fold records, repeat 0)")
     out.append((f"euro curves, {task}, {run.model}", f"figures/{path.name}"))
-    for n in dict.fromkeys(["raw", best.get("acute", "raw")]):
-        if n in run.predictions:
-            path = fig_dir / f"{task}-reliability-{n}.png"
-            reliability_diagram(run.predictions[n], y, path, title=f"{task}: {n} ({run.model})")
-            out.append((f"reliability, {task}, {n}, {run.model}", f"figures/{path.name}"))
+    shown, base = best.get("acute"), best.get("baseline")
+    pair = [n for n in dict.fromkeys([shown, base]) if n is not None and n in run.predictions]
+    if pair:
+        path = fig_dir / f"{task}-reliability.png"
+        reliability_diagram({n: run.predictions[n] for n in pair}, y, path,
+                            title=f"{task}: reliability of {' vs '.join(pair)} ({run.model})")
+        out.append((f"reliability, {task}, {' vs '.join(pair)}, {run.model}", f"figures/{path.name}"))
+    if shown in run.predictions and base in run.predictions and shown != base:
+        d = euro_difference(run.predictions[shown], run.predictions[base], y, n_bootstrap=300, seed=0)
+        path = fig_dir / f"{task}-euro-difference.png"
+        euro_difference_curve(*d[:4], path, names=(shown, base),
+                              title=f"{task}: euro of {shown} minus {base} ({run.model})")
+        out.append((f"euro difference, {task}, {shown} - {base}, {run.model}", f"figures/{path.name}"))
     return out
 
 
