@@ -104,7 +104,8 @@ def test_evaluate(work, capsys):
     res = json.loads((ev / "results.json").read_text())
     from acute.estimators import ESTIMATORS
 
-    assert res["complete"] and [r["estimator"] for r in res["results"]] == list(ESTIMATORS)
+    # every estimator, then the control rows the store can feed (acute.controls)
+    assert res["complete"] and [r["estimator"] for r in res["results"]] == list(ESTIMATORS) + res["params"]["controls"]
     assert res["params"]["probe_params"] == {"n_estimators": 10, "search_n_estimators": 10}
     assert res["split"]["mode"] == "cv" and (res["split"]["n_splits"], res["split"]["n_repeats"]) == (5, 2)
     assert "| acute-pca10 |" in out and "| platt |" in out and "| acute-pca10-stacked |" in out
@@ -200,9 +201,9 @@ def test_learning_curve(work, capsys, tmp_path):
 
 def test_evaluate_subset_and_plot(work, capsys, tmp_path):
     out_dir = tmp_path / "ev"
-    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,acute-pca10",
+    rc, out, _ = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,acute-pca10", "--no-controls",
                       "--n-estimators", 10, "--n-bootstrap", 20, "--out", out_dir, "--quiet"], capsys)
-    assert rc == 0 and "| platt |" not in out and "| acute-pca10 |" in out
+    assert rc == 0 and "| platt |" not in out and "| acute-pca10 |" in out and "| constant |" not in out
     rc, out, _ = run(["plot", "--predictions", out_dir / "predictions.csv", "--out", tmp_path / "pl"],
                      capsys)
     assert rc == 0
@@ -470,7 +471,8 @@ def test_probe_vs_baselines_benchmark(work, tmp_path, capsys):
     doc = json.loads((tmp_path / "vs-platt.json").read_text())
     rows = {r["estimator"]: r for r in doc["rows"]}
     assert rows["platt"]["diff_auc_euro_all"] == 0.0 and rows["raw"]["reference"] == "platt"
-    assert set(rows) == {"raw", "platt", "acute-cosine-stacked"} and doc["n_records"] == N
+    assert set(rows) - {"constant", "platt+meta", "tfidf+platt", "question-only"} == {
+        "raw", "platt", "acute-cosine-stacked"} and doc["n_records"] == N
     with pytest.raises(SystemExit):
         mod["main"](["--store", str(work / "mixed"), "--estimators", "raw"])  # platt is required
 

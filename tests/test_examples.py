@@ -52,7 +52,7 @@ def test_train_probe(trained, long_context_dir):
     assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
     results = json.loads((trained / "evaluation" / "results.json").read_text())
     assert [r["estimator"] for r in results["results"]] == [
-        "raw", "platt", "isotonic", "acute-cosine", "acute-cosine-stacked", "auto"]
+        "raw", "platt", "isotonic", "acute-cosine", "acute-cosine-stacked", "auto"] + results["params"]["controls"]
     assert results["split"]["mode"] == "cv"
     probe = load_probe(trained / "probe")
     assert probe.selection["chosen"] == "acute-cosine-stacked" and probe.calibration == "stacked"
@@ -104,7 +104,8 @@ def test_train_from_logs(from_logs):
     assert [r["generation"] for r in store.records] == [r["response"] for r in rows]
     assert store.manifest["responses"]["labels"] == "label field"
     results = json.loads((from_logs / "evaluation" / "results.json").read_text())
-    assert [r["estimator"] for r in results["results"]] == ["raw", "platt", "acute-cosine-stacked"]
+    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "acute-cosine-stacked"]
+                                                            + results["params"]["controls"])
     probe = load_probe(from_logs / "probe")
     assert probe.training_summary["responses"]["prompt_format"] == "prompt"
 
