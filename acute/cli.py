@@ -565,8 +565,13 @@ def cmd_serve(args) -> int:
     api_key = serve.resolve_api_key(args.api_key)
     serve.check_bind(args.host, api_key, args.allow_remote)
     settings = dict(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_request_bytes=args.max_request_bytes, api_key=api_key, default_risk=args.risk)
+                    max_request_bytes=args.max_request_bytes, api_key=api_key, default_risk=args.risk,
+                    max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
+                    read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
+                    allowed_hosts=tuple(args.allowed_host or ()),
+                    allow_control_tokens=args.allow_control_tokens)
     serve.ServeSettings(**settings)  # bad flags fail before the model is loaded
+    from .errors import AcuteError
     from .models import load_model
     from .probes import load_probe
     from .scoring import Scorer
@@ -575,8 +580,15 @@ def cmd_serve(args) -> int:
     probe = load_probe(probe_dir)
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
-    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
-                    allow_other_weights=args.allow_other_weights)
+    try:
+        scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
+                        allow_other_weights=args.allow_other_weights)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
+            raise
+        # a malformed probe.json (e.g. training settings of the wrong type): one line, not a traceback
+        raise InputError(f"{probe_dir / 'probe.json'}: cannot serve with this probe's training "
+                         f"settings: {e}") from None
     served = Path(model_name).name if Path(model_name).exists() else model_name
     app = serve.create_app(scorer, model_name=served, **settings)
     sock = serve.bind_socket(args.host, args.port)
@@ -584,6 +596,9 @@ def cmd_serve(args) -> int:
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
           f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+    if api_key is None and args.allow_remote and not args.allowed_host:
+        print("note: without an API key only requests to a loopback Host name are served; name the "
+              "others with --allowed-host NAME", flush=True)
     serve.run_server(app, sock)
     print("stopped", flush=True)
     return 0
@@ -842,11 +857,23 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-queue", type=int, default=256, help="most waiting requests; more get 503")
     sv.add_argument("--max-request-bytes", type=int, default=1_000_000, help="largest request body; more get 413")
     sv.add_argument("--max-new-tokens", type=int, default=None, help="default: the probe's training setting")
+    sv.add_argument("--max-new-tokens-limit", type=int, default=None,
+                    help="most new tokens a request may ask for; more get 400 (default: 4x --max-new-tokens)")
+    sv.add_argument("--max-connections", type=int, default=512,
+                    help="open connections or running requests before new requests get 503")
+    sv.add_argument("--read-timeout", type=float, default=10.0,
+                    help="seconds a request's head, then its body, may take to arrive; slower gets 408")
+    sv.add_argument("--shutdown-timeout", type=float, default=30.0,
+                    help="seconds in-flight requests get to finish on SIGTERM; the rest get 503")
     sv.add_argument("--risk", type=float, default=0.5, help="risk level of chat requests that give none")
     sv.add_argument("--api-key", default=None,
                     help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
     sv.add_argument("--allow-remote", action="store_true",
                     help="allow a non-loopback --host without an API key")
+    sv.add_argument("--allowed-host", action="append", metavar="NAME",
+                    help="without an API key, also serve requests whose Host is NAME (repeatable; '*': any)")
+    sv.add_argument("--allow-control-tokens", action="store_true",
+                    help="let text in requests become the tokenizer's control tokens (default: kept as text)")
     sv.add_argument("--allow-other-weights", action="store_true",
                     help="serve a probe trained on other weights of the same architecture")
     sv.set_defaults(func=cmd_serve)

@@ -144,6 +144,9 @@ def client(server):
 
 
 def post(url, path, body=None, content=None, **kwargs):
+    """POST ``body`` as JSON, or the bytes ``content`` (as ``application/json`` unless ``headers`` say)."""
+    if content is not None:
+        kwargs.setdefault("headers", {"Content-Type": "application/json"})
     return httpx.post(url + path, json=body, content=content, timeout=TIMEOUT, **kwargs)
 
 
@@ -190,9 +193,9 @@ def test_score_a_response_produced_elsewhere(server, loaded, probe):
     assert r.status_code == 400 and r.json()["error"]["param"] == "response"
 
 
-def test_list_body_is_one_batch_equal_to_alone(server, loaded, probe):
-    """A list of requests (mixed max_new_tokens and risks) is taken as one batch, grouped by
-    generation settings, and each answer equals scoring that prompt alone."""
+def test_list_body_is_batched_by_settings_equal_to_alone(server, loaded, probe):
+    """A list of requests (mixed max_new_tokens and risks) is taken as one batch per generation
+    setting (3 + 2), and each answer equals scoring that prompt alone."""
     app, url = server
     stats = app.state.batcher.stats
     before = dict(stats.sizes)
@@ -206,7 +209,7 @@ def test_list_body_is_one_batch_equal_to_alone(server, loaded, probe):
     for req, got in zip(body, out):
         extra = {"max_new_tokens": req["max_new_tokens"]} if "max_new_tokens" in req else {}
         assert_same(got, alone(loaded, probe, req["prompt"], req["risk"], **extra))
-    assert stats.sizes[5] == before.get(5, 0) + 1
+    assert stats.sizes[3] == before.get(3, 0) + 1 and stats.sizes[2] == before.get(2, 0) + 1
 
 
 def test_concurrent_requests_are_batched_and_equal_alone(loaded, probe):
@@ -453,7 +456,7 @@ def test_client_that_disconnects_does_not_block_the_batch(loaded, probe):
         port = int(url.rsplit(":", 1)[1])
         body = json.dumps({"prompt": "Name a planet.", "risk": 0.5}).encode()
         with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
-            s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
             wait_until(lambda: batcher.depth == 1, "the request of the leaving client")
         wait_until(lambda: batcher.depth == 0, "the leaving client's request to be dropped")
@@ -467,7 +470,7 @@ def test_client_that_disconnects_does_not_block_the_batch(loaded, probe):
 
 # ------------------------------------------------------------------ API key, binding
 def test_api_key(loaded, probe, monkeypatch):
-    import acute.serving.app as serve_mod
+    import acute.serving.security as serve_mod
 
     calls = []
     real = serve_mod.hmac.compare_digest
@@ -572,8 +575,8 @@ def test_cli_serve_answers_and_sigterm_exits_0(tiny_model_dir, probe_dir, loaded
         r = post(url, "/v1/score", {"prompt": QUESTIONS[0], "risk": 0.5})
         assert_same(r.json(), alone(loaded, probe, QUESTIONS[0], 0.5))
         # a request in flight when SIGTERM arrives is still answered
-        many = [{"prompt": f"{q} Answer {i}.", "risk": 0.5, "max_new_tokens": 30}
-                for i, q in enumerate(QUESTIONS * 3)]
+        many = [{"prompt": f"{q} Answer {i}.", "risk": 0.5, "max_new_tokens": 24}  # the limit: 4 x 6
+                for i, q in enumerate((QUESTIONS * 3)[:16])]  # --max-batch items at most
         with ThreadPoolExecutor(1) as pool:
             inflight = pool.submit(post, url, "/v1/score", many)
             health = lambda: httpx.get(url + "/healthz", timeout=TIMEOUT).json()  # noqa: E731

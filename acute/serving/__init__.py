@@ -15,9 +15,11 @@ recorder hooks, tokenizer) is used from that thread only. Requests of one batch 
 generation settings (``max_new_tokens``, stop strings) are generated in separate groups, so every
 result equals scoring that request alone (:func:`score_jobs`).
 
-Modules, one concept each: :mod:`.errors`, :mod:`.settings`, :mod:`.jobs` (scoring a batch),
-:mod:`.batcher`, :mod:`.schemas` (request bodies), :mod:`.openai_bodies` (response bodies),
-:mod:`.app` (the routes) and :mod:`.server` (the socket and uvicorn).
+Modules, one concept each: :mod:`.errors`, :mod:`.settings`, :mod:`.jobs` (scoring a batch,
+one job's failure its own), :mod:`.batcher`, :mod:`.user_text` (request text stays text),
+:mod:`.request_body` (reading and parsing a body), :mod:`.schemas` (validating it),
+:mod:`.security` (API key, Host, Origin, Content-Type), :mod:`.openai_bodies` (response bodies),
+:mod:`.app` (the routes) and :mod:`.server` (the socket and uvicorn's limits).
 
 FastAPI, pydantic and uvicorn are imported inside functions: ``import acute.serving`` works
 without the ``serve`` extra, and :func:`require_serve_extra` says what to install.
@@ -30,24 +32,27 @@ from .batcher import Batcher, BatchStats
 from .errors import MissingExtraError, RequestError, ServerBusyError, require_serve_extra
 from .jobs import Job, JobResult, score_jobs
 from .openai_bodies import estimator_name
-from .server import GRACEFUL_SHUTDOWN_S, bind_socket, run_server
+from .server import MAX_HEADER_BYTES, bind_socket, make_server, run_server
 from .settings import API_KEY_ENV, ServeSettings, check_bind, resolve_api_key
+from .user_text import UserTextGuard
 
 __all__ = [
     "API_KEY_ENV",
     "Batcher",
     "BatchStats",
-    "GRACEFUL_SHUTDOWN_S",
+    "MAX_HEADER_BYTES",
     "Job",
     "JobResult",
     "MissingExtraError",
     "RequestError",
     "ServerBusyError",
     "ServeSettings",
+    "UserTextGuard",
     "bind_socket",
     "check_bind",
     "create_app",
     "estimator_name",
+    "make_server",
     "require_serve_extra",
     "resolve_api_key",
     "run_server",

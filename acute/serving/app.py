@@ -1,99 +1,104 @@
-"""The FastAPI app (:func:`create_app`): routes, request reading, waiting for results, errors."""
+"""The FastAPI app (:func:`create_app`): routes, waiting for results, errors, shutdown."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import hmac
-import json
 import logging
+import threading
 import time
 import uuid
-from typing import Any
 
-from ..errors import AcuteError
+from ..errors import AcuteError, InputError
 from .batcher import Batcher
 from .errors import RequestError, ServerBusyError, require_serve_extra
-from .jobs import Job, JobResult, score_jobs
+from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
 from .openai_bodies import chat_body, chat_chunks, estimator_name, models_body, score_body, sse_events
+from .request_body import ClientGone, read_json
 from .schemas import chat_job, score_job
-from .settings import ServeSettings
+from .security import HostGuard, authorize, check_json_content_type
+from .settings import NEW_TOKENS_LIMIT_FACTOR, ServeSettings
 
 __all__ = ["create_app"]
 
 logger = logging.getLogger(__name__)
 
-#: how often a waiting request checks whether its client went away
-_DISCONNECT_POLL_S = 0.25
+
+class _FailureLog:
+    """Logs an unexpected scoring error with its traceback the first time its type occurs and as
+    one line after that, so that a client repeating a failing request cannot flood the log."""
+
+    def __init__(self):
+        self._seen: set[type] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, error: BaseException) -> None:
+        with self._lock:
+            first = type(error) not in self._seen
+            self._seen.add(type(error))
+        if first:
+            logger.error("scoring failed: %s: %s", type(error).__name__, str(error)[:200], exc_info=error)
+        else:
+            logger.error("scoring failed: %s: %s (traceback logged before)", type(error).__name__,
+                         str(error)[:200])
 
 
-async def _read_json(request, max_bytes: int) -> Any:
-    """The request body parsed as JSON; 413 beyond ``max_bytes``, 400 when it is not JSON."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise RequestError(f"the request body has {declared} bytes, more than the server's limit of "
-                           f"{max_bytes} (--max-request-bytes)", status=413, code="request_too_large")
-    body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > max_bytes:
-            raise RequestError(f"the request body exceeds the server's limit of {max_bytes} bytes "
-                               "(--max-request-bytes)", status=413, code="request_too_large")
-    if not body:
-        raise RequestError("the request body is empty; send a JSON object")
-
-    def no_constant(name):
-        raise ValueError(f"{name} is not valid JSON")
-
-    try:
-        return json.loads(bytes(body), parse_constant=no_constant)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise RequestError(f"the request body is not valid JSON: {e}") from None
+def _request_error(job: Job, error: BaseException, retry_after_s: int, log: _FailureLog) -> RequestError:
+    """The HTTP error a job's exception becomes: its own for a refused request, 503 for a busy or
+    stopping server, 400 naming the job's field for a domain error, else 500 (logged)."""
+    if isinstance(error, RequestError):
+        return error
+    if isinstance(error, ServerBusyError):
+        return RequestError(str(error), status=503, type="server_error", code="server_overloaded",
+                            headers={"Retry-After": str(retry_after_s)})
+    if isinstance(error, (AcuteError, ValueError)):
+        return RequestError(str(error), param=job.param)
+    log(error)
+    return RequestError(f"internal error while scoring: {type(error).__name__}", status=500,
+                        type="server_error")
 
 
-def _authorize(request, api_key: str | None) -> None:
-    if api_key is None:
-        return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), api_key.encode())
-    if not ok:
-        raise RequestError("missing or wrong API key: send 'Authorization: Bearer KEY'", status=401,
-                           code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+async def _client_left(request) -> None:
+    """Return when the client disconnects: after its body was read, the next ASGI message of the
+    request is ``http.disconnect`` (what Starlette's streaming responses listen for)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        await asyncio.sleep(0.05)  # a stray message (none is expected): never a busy loop
 
 
-async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: int) -> list[JobResult]:
-    """Queue ``jobs`` and wait for them; cancels the waiting ones if the client goes away (the
-    batch is never held up). Job errors become :class:`RequestError` (500 for unexpected ones)."""
+async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: int,
+                   log: _FailureLog) -> list[JobResult]:
+    """Queue ``jobs`` and wait for them. If the client goes away, or the handler is cancelled
+    (uvicorn past its shutdown timeout), the jobs are abandoned at once: dropped if waiting,
+    stopped between decoding steps if running. Job errors become :class:`RequestError`."""
     try:
         batcher.submit(jobs)
     except ServerBusyError as e:
-        raise RequestError(str(e), status=503, type="server_error", code="server_overloaded",
-                           headers={"Retry-After": str(retry_after_s)}) from None
+        raise _request_error(jobs[0], e, retry_after_s, log) from None
     waiting = [asyncio.wrap_future(j.future) for j in jobs]
+    left = asyncio.ensure_future(_client_left(request))
     pending = set(waiting)
-    while pending:
-        _, pending = await asyncio.wait(pending, timeout=_DISCONNECT_POLL_S)
-        if pending and await request.is_disconnected():
-            for f in waiting:
-                f.cancel()  # a job the worker has not taken is dropped; a running one finishes
-            raise _ClientGone()
-    out = []
-    for job, f in zip(jobs, waiting):
-        error = f.exception()
-        if isinstance(error, RequestError):
-            raise error
-        if isinstance(error, (AcuteError, ValueError)):
-            raise RequestError(str(error), param=job.param) from None
+    try:
+        while pending:
+            done, _ = await asyncio.wait({left, *pending}, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+            if left in done and pending:
+                raise ClientGone()
+    except (ClientGone, asyncio.CancelledError):
+        for job, f in zip(jobs, waiting):
+            job.cancel()
+            f.cancel()  # its outcome, arriving later, is then dropped (not an unretrieved exception)
+        raise
+    finally:
+        left.cancel()
+        if left.done() and not left.cancelled():
+            left.exception()  # retrieved: a receive that failed means the client is gone anyway
+    # every outcome is looked at (an exception left unretrieved would be logged by asyncio)
+    errors = [JobCancelled("the request was cancelled") if f.cancelled() else f.exception() for f in waiting]
+    for job, error in zip(jobs, errors):
         if error is not None:
-            logger.error("scoring failed", exc_info=error)
-            raise RequestError(f"internal error while scoring: {type(error).__name__}", status=500,
-                               type="server_error")
-        out.append(f.result())
-    return out
-
-
-class _ClientGone(Exception):
-    """The client disconnected while its request waited."""
+            raise _request_error(job, error, retry_after_s, log) from None
+    return [f.result() for f in waiting]
 
 
 def _add_error_handlers(app) -> None:
@@ -113,13 +118,33 @@ def _add_error_handlers(app) -> None:
     app.add_exception_handler(HTTPException, http_error)
 
 
+def _resolve(settings: ServeSettings, scorer) -> ServeSettings:
+    """``settings`` with the new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times the
+    scorer's default); ``InputError`` when a set limit is below that default."""
+    limit = settings.max_new_tokens_limit
+    if limit is None:
+        return dataclasses.replace(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * scorer.max_new_tokens)
+    if limit < scorer.max_new_tokens:
+        raise InputError(f"max_new_tokens_limit ({limit}, --max-new-tokens-limit) is below the "
+                         f"{scorer.max_new_tokens} new tokens requests get by default (--max-new-tokens)")
+    return settings
+
+
+def _close_in_background(batcher: Batcher, timeout_s: float) -> None:
+    """Start closing the batcher (see :meth:`Batcher.close`) without waiting for it."""
+    threading.Thread(target=batcher.close, args=(timeout_s,), name="acute-batcher-close", daemon=True).start()
+
+
 def create_app(scorer, settings: ServeSettings | None = None, **options):
     """The FastAPI app serving ``scorer`` (an :class:`acute.scoring.Scorer`).
 
     ``settings`` (or its fields as keyword arguments, e.g. ``max_batch=8``) configure batching,
     limits and the API key. ``app.state.batcher`` is the :class:`Batcher` (its ``stats`` count
-    batches and their sizes), ``app.state.settings`` the settings. The batcher's worker starts
-    with the app (or on the first request) and is drained when the app shuts down.
+    batches and their sizes), ``app.state.settings`` the settings (with the new-token limit
+    resolved), ``app.state.begin_shutdown()`` starts the graceful stop
+    (:func:`acute.serving.server.make_server` calls it when the server is told to stop). The
+    batcher's worker starts with the app (or on the first request) and is drained when the app
+    shuts down, within ``settings.shutdown_timeout_s``.
     """
     require_serve_extra()
     from contextlib import asynccontextmanager
@@ -127,23 +152,37 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-    settings = settings or ServeSettings(**options)
+    settings = _resolve(settings or ServeSettings(**options), scorer)
     estimator = estimator_name(scorer.probe)
-    batcher = Batcher(functools.partial(score_jobs, scorer, batch_size=settings.max_batch),
+    log = _FailureLog()
+    batcher = Batcher(functools.partial(score_jobs, scorer, batch_size=settings.max_batch,
+                                        protect_text=not settings.allow_control_tokens),
                       max_batch=settings.max_batch, max_wait_s=settings.max_wait_ms / 1000.0,
-                      max_queue=settings.max_queue)
+                      max_queue=settings.max_queue, key=functools.partial(group_key, scorer))
     started = int(time.time())
+    grace = settings.shutdown_timeout_s
 
     @asynccontextmanager
     async def lifespan(app):
         batcher.start()
         yield
-        await asyncio.to_thread(batcher.close)  # in-flight and queued requests finish first
+        await asyncio.to_thread(batcher.close, grace)  # in-flight and queued requests finish first
 
     app = FastAPI(title="acute trust gate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.batcher, app.state.settings, app.state.scorer = batcher, settings, scorer
+    app.state.begin_shutdown = functools.partial(_close_in_background, batcher, grace)
     _add_error_handlers(app)
+    if settings.api_key is None:
+        app.add_middleware(HostGuard, allowed_hosts=settings.allowed_hosts)
+
+    async def body_of(request):
+        authorize(request, settings.api_key)
+        check_json_content_type(request)
+        return await read_json(request, settings.max_request_bytes, settings.read_timeout_s)
+
+    async def wait_for(request, jobs):
+        return await _results(request, batcher, jobs, settings.retry_after_s, log)
 
     # Plain Starlette routes (the endpoint gets the request): bodies are parsed and validated
     # here, so that every error names its field in OpenAI's error format.
@@ -152,33 +191,32 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                              "running": batcher.running, "batches": batcher.stats.to_dict()})
 
     async def models(request):
-        _authorize(request, settings.api_key)
+        authorize(request, settings.api_key)
         return JSONResponse(models_body(settings, scorer.probe, started))
 
     async def score(request):
-        _authorize(request, settings.api_key)
         t0 = time.perf_counter()
-        body = await _read_json(request, settings.max_request_bytes)
-        single = not isinstance(body, list)
-        items = [body] if single else body
-        if not items or len(items) > settings.max_queue:
-            raise RequestError(f"a list of requests must hold 1 to {settings.max_queue} of them, "
-                               f"got {len(items)}")
-        jobs = [score_job(obj, () if single else (i,)) for i, obj in enumerate(items)]
         try:
-            results = await _results(request, batcher, jobs, settings.retry_after_s)
-        except _ClientGone:
+            body = await body_of(request)
+            single = not isinstance(body, list)
+            items = [body] if single else body
+            if not items or len(items) > settings.max_batch:
+                raise RequestError(f"a list of requests must hold 1 to {settings.max_batch} of them "
+                                   f"(--max-batch), got {len(items)}")
+            jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit)
+                    for i, obj in enumerate(items)]
+            results = await wait_for(request, jobs)
+        except ClientGone:
             return Response(status_code=499)
         ms = (time.perf_counter() - t0) * 1000.0
         out = [score_body(r, model=settings.model_name, estimator=estimator, latency_ms=ms) for r in results]
         return JSONResponse(out[0] if single else out)
 
     async def chat(request):
-        _authorize(request, settings.api_key)
-        job, req = chat_job(await _read_json(request, settings.max_request_bytes), settings)
         try:
-            [result] = await _results(request, batcher, [job], settings.retry_after_s)
-        except _ClientGone:
+            job, req = chat_job(await body_of(request), settings)
+            [result] = await wait_for(request, [job])
+        except ClientGone:
             return Response(status_code=499)
         meta = {"model": settings.model_name, "estimator": estimator,
                 "id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time())}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..errors import AcuteError, InputError
 
-__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "require_serve_extra"]
+__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "param_name", "require_serve_extra"]
 
 
 class MissingExtraError(InputError):
@@ -40,3 +42,13 @@ def require_serve_extra() -> None:
     except ImportError as e:
         raise MissingExtraError(f"acute serve needs FastAPI and uvicorn ({e.name} is missing): "
                                 "pip install 'acute[serve]'") from None
+
+
+def param_name(loc: Sequence) -> str | None:
+    """The request field at a location: ``("messages", 0, "content")`` -> ``"messages[0].content"``,
+    ``(1, "prompt")`` -> ``"[1].prompt"``; ``()`` -> ``None``. Names longer than 80 characters
+    are cut (a client chooses unknown keys)."""
+    name = ""
+    for part in loc:
+        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
+    return (name if len(name) <= 80 else name[:80] + "...") or None

@@ -1,20 +1,32 @@
-"""Jobs (one prompt to score each) and :func:`score_jobs`, which runs a batch of them on the scorer."""
+"""Jobs (one prompt to score each) and :func:`score_jobs`, which runs a batch of them on the scorer.
+
+A job's failure, of any exception type, is that job's result: the other jobs of its batch are
+scored as if alone. A job can be abandoned (:meth:`Job.cancel`: its client left, or the server
+stopped); a group whose jobs are all abandoned stops before the model's next forward pass, i.e.
+between decoding steps.
+"""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import dataclasses
 import logging
-from concurrent.futures import Future
+import threading
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Sequence
 
-from ..errors import AcuteError
-from .errors import RequestError
+from .errors import RequestError, param_name
+from .user_text import UserTextGuard, check_text
 
-__all__ = ["Job", "JobResult", "score_jobs"]
+__all__ = ["Job", "JobCancelled", "JobResult", "group_key", "score_jobs", "settle"]
 
 logger = logging.getLogger(__name__)
+
+
+class JobCancelled(Exception):
+    """Every job of a group was abandoned: generation stopped before the next forward pass."""
 
 
 @dataclasses.dataclass
@@ -30,6 +42,18 @@ class Job:
     param: str = "prompt"
     response: str | None = None  #: an answer to score as given (teacher-forced), not generated
     future: Future = dataclasses.field(default_factory=Future, repr=False)
+    abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
+    queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
+
+    def cancel(self, error: BaseException | None = None) -> None:
+        """Abandon the job: dropped if not started, stopped between decoding steps once every job
+        of its group is abandoned. ``error`` (e.g. the server is stopping) becomes its result for
+        whoever waits on it; without one a waiting future is cancelled."""
+        self.abandoned.set()
+        if error is not None:
+            settle(self, error)
+        else:
+            self.future.cancel()
 
 
 @dataclasses.dataclass
@@ -40,11 +64,28 @@ class JobResult:
     prompt_tokens: int
 
 
+def settle(job: Job, outcome: Any) -> None:
+    """Give ``job`` its result or exception, unless it already has one (or was cancelled)."""
+    if job.future.done():
+        return
+    with contextlib.suppress(InvalidStateError):  # settled by another thread meanwhile
+        if isinstance(outcome, BaseException):
+            job.future.set_exception(outcome)
+        else:
+            job.future.set_result(outcome)
+
+
 def _generation_key(scorer, job: Job) -> tuple[int, tuple[str, ...]]:
     """(max new tokens, stop strings) a job is generated with: its own, else the scorer's; its
     stop strings are added to the scorer's (those the probe was trained with)."""
     n = job.max_new_tokens or scorer.max_new_tokens
     return n, tuple(dict.fromkeys((*scorer.stop_strings, *job.stop)))
+
+
+def group_key(scorer, job: Job) -> tuple:
+    """The group a job is scored in, with the others of the same key in one call: its generation
+    settings, and whether it generates or scores a given response."""
+    return _generation_key(scorer, job), job.response is not None
 
 
 def _scorer_for(scorer, key: tuple[int, tuple[str, ...]], batch_size: int):
@@ -73,42 +114,104 @@ def _prompt_tokens(scorer, item, max_new_tokens: int, param: str) -> int:
     return n
 
 
+def _is_template_error(error: Exception) -> bool:
+    try:
+        from jinja2 import TemplateError
+    except ImportError:  # pragma: no cover - jinja2 comes with transformers' chat templates
+        return False
+    return isinstance(error, TemplateError)
+
+
+def _refused(error: Exception, job: Job) -> Exception:
+    """What preparing ``job`` raised, as that job's result: the client's fault (a
+    :class:`RequestError` naming its field) where it is one, else the error itself (a 500)."""
+    if _is_template_error(error):  # e.g. two user turns in a row, where the template refuses them
+        return RequestError(f"{job.param}: the model's chat template refused these messages: "
+                            f"{str(error)[:200]}", param=job.param)
+    return error
+
+
+def _prepare(scorer, guard: UserTextGuard | None, job: Job, max_new_tokens: int) -> int:
+    """The job's prompt token count, checked (``RequestError`` naming the field) before anything
+    is generated: text that cannot be encoded, control-token text that cannot be kept as text,
+    a prompt that is empty or does not fit the context window."""
+    check_text(job.item, lambda loc: param_name((job.param, *loc)))
+    if job.response is not None:
+        where, _, _ = job.param.rpartition(".")
+        check_text(job.response, lambda loc: f"{where}.response" if where else "response")
+    if guard is not None:
+        guard.add(job.item, job.response, job.param)
+        scorer = guard.scorer
+    return _prompt_tokens(scorer, job.item, max_new_tokens, job.param)
+
+
+@contextlib.contextmanager
+def _stop_when_abandoned(model, jobs: Sequence[Job]):
+    """Raise :class:`JobCancelled` before the model's next forward pass (decoding step) once every
+    job in ``jobs`` is abandoned; the recorder detaches its hooks on the way out."""
+    def check(module, args):
+        if all(j.abandoned.is_set() for j in jobs):
+            raise JobCancelled(f"all {len(jobs)} requests of this group were abandoned")
+
+    handle = model.register_forward_pre_hook(check)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     """Generate and score the jobs, or (when they carry responses) score the given responses."""
     items = [job.item for job in jobs]
-    if jobs[0].response is None:
-        return scorer.generate(items, risk=0.5)
-    return scorer.score_responses(items, [job.response for job in jobs], risk=0.5)
+    with _stop_when_abandoned(scorer.model, jobs):
+        if jobs[0].response is None:
+            return scorer.generate(items, risk=0.5)
+        return scorer.score_responses(items, [job.response for job in jobs], risk=0.5)
 
 
-def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int) -> list:
-    """Score jobs that share generation settings in one call; a failed batch is retried one job
-    at a time so that one bad prompt fails only its own request."""
+def _run_isolated(scorer, jobs: Sequence[Job]) -> list:
+    """``_run_jobs`` on all of ``jobs``; when that fails, on each job alone, so that one bad
+    prompt fails only its own request. Returns one scored generation or exception per job."""
+    try:
+        return list(_run_jobs(scorer, jobs))
+    except JobCancelled as e:
+        return [e] * len(jobs)
+    except Exception as e:  # noqa: BLE001 - isolate the failing prompt(s)
+        if len(jobs) == 1:
+            return [e]
+        logger.warning("a batch of %d failed (%s: %s); scoring its requests one by one", len(jobs),
+                       type(e).__name__, str(e)[:200])
+    out: list = []
+    for job in jobs:
+        try:
+            out.append(_run_jobs(scorer, [job])[0])
+        except Exception as e:  # noqa: BLE001 - handed to that request
+            out.append(e)
+    return out
+
+
+def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int, protect_text: bool) -> list:
+    """Score jobs that share generation settings in one call; every job gets its own result or
+    exception (never raises)."""
     from ..scoring import decide
 
     variant = _scorer_for(scorer, key, batch_size)
+    guard = UserTextGuard(variant) if protect_text else None
     out: list = [None] * len(jobs)
     ready = []
     for i, job in enumerate(jobs):
         try:
-            ready.append((i, _prompt_tokens(variant, job.item, key[0], job.param)))
-        except (AcuteError, ValueError) as e:
-            out[i] = e
-    if not ready:
+            ready.append((i, _prepare(variant, guard, job, key[0])))
+        except Exception as e:  # noqa: BLE001 - that job's answer
+            out[i] = _refused(e, job)
+    live = [(i, n) for i, n in ready if not jobs[i].abandoned.is_set()]
+    for i, _ in ready:
+        if jobs[i].abandoned.is_set():
+            out[i] = JobCancelled("the request was abandoned before it was scored")
+    if not live:
         return out
-    try:
-        scored = _run_jobs(variant, [jobs[i] for i, _ in ready])
-    except Exception:  # isolate the failing prompt(s)
-        if len(ready) == 1:
-            raise
-        logger.warning("a batch of %d failed; scoring its requests one by one", len(ready), exc_info=True)
-        scored = []
-        for i, _ in ready:
-            try:
-                scored.append(_run_jobs(variant, [jobs[i]])[0])
-            except Exception as e:  # noqa: BLE001 - handed to that request
-                scored.append(e)
-    for (i, n_prompt), s in zip(ready, scored):
+    scored = _run_isolated(guard.scorer if guard is not None else variant, [jobs[i] for i, _ in live])
+    for (i, n_prompt), s in zip(live, scored):
         if isinstance(s, BaseException):
             out[i] = s
             continue
@@ -118,21 +221,27 @@ def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int) -> list:
     return out
 
 
-def score_jobs(scorer, jobs: Sequence[Job], batch_size: int = 16) -> list:
+def score_jobs(scorer, jobs: Sequence[Job], batch_size: int = 16, *, protect_text: bool = True) -> list:
     """Score ``jobs`` with ``scorer``: one ``Scorer.generate`` call per group of jobs with the
     same generation settings (one ``Scorer.score_responses`` call for the jobs that carry a
-    response). Returns, in order, a :class:`JobResult` or the exception of each job. Each result
-    equals scoring the job alone with the job's settings."""
+    response), the group most jobs share first. Each job's future is settled as soon as its group
+    is done; returns, in order, a :class:`JobResult` or the exception of each job. Each result
+    equals scoring the job alone with the job's settings. ``protect_text``: text in a job's
+    fields is tokenized as text, never as control tokens (:mod:`acute.serving.user_text`)."""
     groups: dict[tuple, list[int]] = collections.defaultdict(list)
     for i, job in enumerate(jobs):  # a group either generates or scores given responses
-        groups[(_generation_key(scorer, job), job.response is not None)].append(i)
+        groups[group_key(scorer, job)].append(i)
     out: list = [None] * len(jobs)
-    for (key, _), idx in groups.items():
+    # the group most jobs share first, then the one with the fewest new tokens
+    order = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0][0]))
+    for (key, _), idx in order:
+        group = [jobs[i] for i in idx]
         try:
-            results = _score_group(scorer, [jobs[i] for i in idx], key, batch_size)
-        except Exception as e:  # noqa: BLE001 - handed to the group's requests
+            results = _score_group(scorer, group, key, batch_size, protect_text)
+        except Exception as e:  # noqa: BLE001 - a bug in this module: still answer the group
             logger.exception("scoring a group of %d requests failed", len(idx))
             results = [e] * len(idx)
-        for i, r in zip(idx, results):
+        for i, job, r in zip(idx, group, results):
             out[i] = r
+            settle(job, r)
     return out

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Any, Sequence
 
 from .jobs import JobResult
 from .settings import ServeSettings
 
-__all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models_body", "score_body", "sse_events"]
+__all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models_body", "public_summary", "score_body",
+           "sse_events"]
 
 
 def estimator_name(probe) -> str:
@@ -85,11 +86,44 @@ def sse_events(chunks: Sequence[dict]) -> list[bytes]:
     return events + [b"data: [DONE]\n\n"]
 
 
+#: training-summary entries ``/v1/models`` shows (``store`` and anything unknown stay private)
+_SHOWN_SUMMARY = ("n_records", "n_correct", "accuracy", "mean_raw_confidence", "n_train",
+                  "accuracy_train", "split", "task", "task_settings", "generation", "responses")
+#: keys whose values are file locations, left out wherever they occur
+_PATH_KEYS = frozenset({"store", "path", "file", "dir", "directory", "root", "out"})
+_HIDDEN = object()  # a value left out
+
+
+def _public(value: Any, key: str | None = None) -> Any:
+    """``value`` without file locations: no :data:`_PATH_KEYS` entries and no string holding a
+    path separator (``/`` or ``\\``), except stop strings, which are text the model generates."""
+    if isinstance(value, dict):
+        kept = {k: _public(v, k) for k, v in value.items() if k not in _PATH_KEYS}
+        return {k: v for k, v in kept.items() if v is not _HIDDEN}
+    if isinstance(value, list):
+        kept = [_public(v, key) for v in value]
+        return [v for v in kept if v is not _HIDDEN]
+    if isinstance(value, str) and key != "stop_strings" and ("/" in value or "\\" in value):
+        return _HIDDEN
+    return value
+
+
+
+def public_summary(summary: Any) -> dict | None:
+    """The part of a probe's ``training_summary`` a client may see: what it was trained on and
+    how it generates, never where its files were (store, responses file, task file)."""
+    if not isinstance(summary, dict):
+        return None
+    return _public({k: summary[k] for k in _SHOWN_SUMMARY if k in summary})
+
+
 def models_body(settings: ServeSettings, probe, created: int) -> dict:
-    """``GET /v1/models``: the served model with its probe's estimator, fingerprint and summary."""
+    """``GET /v1/models``: the served model with its probe's estimator, fingerprint and public
+    training summary (:func:`public_summary`)."""
     fingerprint = getattr(probe, "model_fingerprint", None)
     summary = getattr(probe, "training_summary", None) or getattr(probe, "training_summary_", None)
     return {"object": "list", "data": [{
         "id": settings.model_name, "object": "model", "created": created, "owned_by": "acute",
-        "estimator": estimator_name(probe), "fingerprint": fingerprint, "training_summary": summary,
+        "estimator": estimator_name(probe), "fingerprint": fingerprint,
+        "training_summary": public_summary(summary),
     }]}

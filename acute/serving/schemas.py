@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 from typing import Any, Sequence
 
-from .errors import RequestError
+from .errors import RequestError, param_name
 from .jobs import Job
 from .settings import ServeSettings
 
@@ -111,14 +111,6 @@ _UNSUPPORTED: dict[str, tuple] = {
 }
 
 
-def _param_name(loc: Sequence) -> str | None:
-    """``("messages", 0, "content")`` -> ``"messages[0].content"``; ``()`` -> ``None``."""
-    name = ""
-    for part in loc:
-        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
-    return name or None
-
-
 def _validate(model, obj: Any, what: str, prefix: tuple = ()):
     """``model.model_validate(obj)``; the first error becomes a :class:`RequestError` naming its field."""
     from pydantic import ValidationError
@@ -127,7 +119,7 @@ def _validate(model, obj: Any, what: str, prefix: tuple = ()):
         return model.model_validate(obj)
     except ValidationError as e:
         err = e.errors(include_url=False)[0]
-        param = _param_name((*prefix, *err["loc"]))
+        param = param_name((*prefix, *err["loc"]))
         if err["type"] == "extra_forbidden":
             message = f"unknown field {param!r}: it is not part of the {what} request"
         elif err["type"] == "missing":
@@ -183,15 +175,30 @@ def _stop_strings(stop: Any) -> tuple[str, ...]:
     return tuple(values)
 
 
-def score_job(obj: Any, prefix: tuple = ()) -> Job:
-    """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field)."""
+def _check_new_tokens(n: int | None, limit: int | None, param: str) -> None:
+    """``RequestError`` naming ``param`` when ``n`` new tokens are more than the server allows."""
+    if n is not None and limit is not None and n > limit:
+        raise RequestError(f"{param}={n} is more new tokens than this server allows ({limit}, "
+                           "--max-new-tokens-limit)", param=param, code="max_tokens_exceeded")
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """``value`` as JSON for an error message, cut to ``width`` characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[:width] + "..."
+
+
+def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None) -> Job:
+    """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field,
+    also for more new tokens than ``max_new_tokens_limit``)."""
     req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
-    where = _param_name(prefix)
+    where = param_name(prefix)
     name = (lambda field: f"{where}.{field}" if where else field)
     if (req.prompt is None) == (req.messages is None):
         raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
     if req.response is not None and not req.response.strip():
         raise RequestError(f"{name('response')} is empty", param=name("response"))
+    _check_new_tokens(req.max_new_tokens, max_new_tokens_limit, name("max_new_tokens"))
     if req.prompt is not None:
         if not req.prompt.strip():
             raise RequestError(f"{name('prompt')} is empty", param=name("prompt"))
@@ -203,18 +210,21 @@ def score_job(obj: Any, prefix: tuple = ()) -> Job:
 
 def chat_job(obj: Any, settings: ServeSettings):
     """``(job, request)`` from a ``/v1/chat/completions`` body; ``RequestError`` (400, or 404 for
-    another model) naming the field for anything not in OpenAI's schema, of the wrong type, or
-    that would change greedy decoding."""
+    another model) naming the field for anything not in OpenAI's schema, of the wrong type, that
+    would change greedy decoding, or that asks for more than ``settings.max_new_tokens_limit``
+    new tokens."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
         value = getattr(req, field)
         if value is not None and not any(value == v for v in neutral if v is not None):
-            raise RequestError(f"{field}={json.dumps(value)} is not supported: acute serves greedy "
+            raise RequestError(f"{field}={_shown(value)} is not supported: acute serves greedy "
                                "decoding only (the confidence is for the greedy answer)", param=field,
                                code="unsupported_parameter")
     if req.model is not None and req.model != settings.model_name:
-        raise RequestError(f"model {req.model!r} is not served here; this server serves "
+        raise RequestError(f"model {_shown(req.model)} is not served here; this server serves "
                            f"{settings.model_name!r}", param="model", status=404, code="model_not_found")
+    for field in ("max_tokens", "max_completion_tokens"):
+        _check_new_tokens(getattr(req, field), settings.max_new_tokens_limit, field)
     limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
     job = Job(item=_messages(req.messages), risk=settings.default_risk if req.risk is None else req.risk,
               max_new_tokens=min(limits) if limits else None, stop=_stop_strings(req.stop),

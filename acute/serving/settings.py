@@ -8,21 +8,37 @@ import os
 
 from ..errors import InputError
 
-__all__ = ["API_KEY_ENV", "ServeSettings", "check_bind", "resolve_api_key"]
+__all__ = ["API_KEY_ENV", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings", "check_bind", "is_loopback",
+           "resolve_api_key"]
 
 #: environment variable holding the API key when ``--api-key`` is not given
 API_KEY_ENV = "ACUTE_API_KEY"
+#: without ``--max-new-tokens-limit`` a request may ask for this many times the new tokens the
+#: probe was trained with (the scorer's default ``max_new_tokens``), no more
+NEW_TOKENS_LIMIT_FACTOR = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class ServeSettings:
     """What :func:`create_app` serves with; checked on construction (``InputError``).
 
-    ``max_batch`` requests at most per batch, ``max_wait_ms`` the longest a batch waits for more
-    requests after its first, ``max_queue`` the most requests waiting (more get 503),
-    ``max_request_bytes`` the largest request body (more get 413), ``api_key`` the bearer key
-    every ``/v1`` request must carry (``None``: none needed), ``default_risk`` the risk of a chat
-    request without one, ``model_name`` the model id clients see and send.
+    ``max_batch`` requests at most per batch (and items in a ``/v1/score`` list), ``max_wait_ms``
+    the longest a batch waits for more requests after its first, ``max_queue`` the most requests
+    waiting (more get 503), ``max_request_bytes`` the largest request body (more get 413),
+    ``max_new_tokens_limit`` the most new tokens a request may ask for (``None``:
+    :data:`NEW_TOKENS_LIMIT_FACTOR` times the scorer's default), ``api_key`` the bearer key every
+    ``/v1`` request must carry (``None``: none needed, and then only loopback ``Host`` values,
+    or those in ``allowed_hosts``, are served), ``default_risk`` the risk of a chat request
+    without one, ``model_name`` the model id clients see and send.
+
+    Connections (uvicorn's settings where it has one, see :func:`acute.serving.server.make_server`):
+    ``max_connections`` open connections or running requests before new requests get 503,
+    ``read_timeout_s`` the longest a request's head may take to arrive (from the connection's
+    opening or its previous answer) and then its body, ``keep_alive_s`` how long an idle
+    connection stays open, ``shutdown_timeout_s`` how long a stopping server lets in-flight
+    requests finish before it answers them with a 503 error. ``allow_control_tokens``: text in
+    request fields may become the tokenizer's special (control) tokens, as in a plain
+    ``tokenizer(text)`` call; by default it is tokenized as text (:mod:`acute.serving.user_text`).
     """
 
     model_name: str = "model"
@@ -30,23 +46,44 @@ class ServeSettings:
     max_wait_ms: float = 10.0
     max_queue: int = 256
     max_request_bytes: int = 1_000_000
+    max_new_tokens_limit: int | None = None
     api_key: str | None = None
+    allowed_hosts: tuple[str, ...] = ()
     default_risk: float = 0.5
     retry_after_s: int = 1
+    max_connections: int = 512
+    read_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    shutdown_timeout_s: float = 30.0
+    allow_control_tokens: bool = False
 
     def __post_init__(self):
-        for name in ("max_batch", "max_queue", "max_request_bytes", "retry_after_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("max_batch", "max_queue", "max_request_bytes", "retry_after_s", "max_connections"):
+            _check_count(name, getattr(self, name))
+        if self.max_new_tokens_limit is not None:
+            _check_count("max_new_tokens_limit", self.max_new_tokens_limit)
         if not 0 <= float(self.max_wait_ms) <= 60_000:
             raise InputError(f"max_wait_ms must be in [0, 60000], got {self.max_wait_ms!r}")
+        for name in ("read_timeout_s", "keep_alive_s"):
+            if not 0 < float(getattr(self, name)) <= 3600:
+                raise InputError(f"{name} must be in (0, 3600] seconds, got {getattr(self, name)!r}")
+        if not 0 <= float(self.shutdown_timeout_s) <= 3600:
+            raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
         if not 0.0 < float(self.default_risk) < 1.0:
             raise InputError(f"default risk must be in (0, 1), got {self.default_risk!r}")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("the API key is empty; give a non-empty key or none")
         if not self.model_name:
             raise InputError("model_name must be a non-empty string")
+        if isinstance(self.allowed_hosts, str) or not all(isinstance(h, str) and h.strip()
+                                                          for h in self.allowed_hosts):
+            raise InputError(f"allowed_hosts must be a list of host names, got {self.allowed_hosts!r}")
+        object.__setattr__(self, "allowed_hosts", tuple(h.strip().lower() for h in self.allowed_hosts))
+
+
+def _check_count(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def resolve_api_key(given: str | None) -> str | None:
@@ -55,7 +92,9 @@ def resolve_api_key(given: str | None) -> str | None:
     return key or None
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address, IPv6 with or without brackets) is this machine:
+    ``localhost`` or a loopback address."""
     if host.lower() == "localhost":
         return True
     try:
@@ -67,6 +106,6 @@ def _is_loopback(host: str) -> bool:
 def check_bind(host: str, api_key: str | None, allow_remote: bool) -> None:
     """Refuse (``InputError``) to serve a non-loopback host without an API key unless
     ``allow_remote``: anyone who can reach the port could otherwise use the model."""
-    if not _is_loopback(host) and api_key is None and not allow_remote:
+    if not is_loopback(host) and api_key is None and not allow_remote:
         raise InputError(f"refusing to listen on non-loopback host {host!r} without an API key: set "
                          f"--api-key or ${API_KEY_ENV}, or pass --allow-remote to serve without one")
