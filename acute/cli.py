@@ -392,7 +392,7 @@ def cmd_learning_curve(args) -> int:
 
     store = _open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
-    estimators = _estimator_list(args.estimators) or ["acute-cosine", "acute-cosine-stacked"]
+    estimators = _estimator_list(args.estimators) or ["acute-pca10", "acute-pca10-stacked"]
     sizes = None
     if args.sizes:
         try:
@@ -755,7 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
         t.add_argument("--estimator", default=None,
                        help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
                             "by 5-fold cross-validation on the training records); default: "
-                            "acute-cosine-stacked, with the cross-validated comparison recorded in probe.json")
+                            "acute-pca10-stacked, with the cross-validated comparison recorded in probe.json")
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
@@ -810,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="use the committed records of a store whose collection did not finish")
     lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
     lc.add_argument("--estimators", default=None,
-                    help="probes to show next to the best baseline (default: acute-cosine,acute-cosine-stacked)")
+                    help="probes to show next to the best baseline (default: acute-pca10,acute-pca10-stacked)")
     lc.add_argument("--sizes", default=None,
                     help="comma-separated training-set sizes (default: 50,100,200,... and all of a fold)")
     lc.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")

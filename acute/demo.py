@@ -46,7 +46,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
     (six baselines, six ACUTE probes, their stacked variants and ``auto``) by 5-fold
     cross-validation with paired bootstrap intervals (``n_bootstrap`` resamples) of each
     estimator's difference to the best baseline, exports the default estimator
-    (``acute-cosine-stacked``, fitted on all records, with the cross-validated comparison of the
+    (``acute-pca10-stacked``, fitted on all records, with the cross-validated comparison of the
     candidates recorded in ``probe.json``) and scores ``questions`` live at risk level
     ``risk``. Prints the collection summary, the results table and one line per scored question
     to stdout, progress to stderr. ``load_options`` go to :func:`acute.models.load_model`

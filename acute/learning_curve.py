@@ -177,7 +177,7 @@ class LearningCurve:
 
 
 def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
-                   estimators: Sequence[str] = ("acute-cosine", "acute-cosine-stacked"),
+                   estimators: Sequence[str] = ("acute-pca10", "acute-pca10-stacked"),
                    sizes: Sequence[int] | None = None, n_splits: int = 5, repeats: int = DEFAULT_REPEATS,
                    seed: int = 0, n_jobs: int | None = None, n_bootstrap: int = DEFAULT_BOOTSTRAP,
                    probe_params: Mapping[str, Any] | None = None,

@@ -857,10 +857,11 @@ def _worker_evaluate(p: dict) -> dict:
     if lc:
         from tqdm.auto import tqdm
 
+        from acute.estimators import DEFAULT_ESTIMATOR
         from acute.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
 
         curve = learning_curve(sub.layer_means, sub.correct, sub.raw_confidence, sub.ids,
-                               estimators=lc.get("estimators") or ("acute-cosine-stacked",),
+                               estimators=lc.get("estimators") or (DEFAULT_ESTIMATOR,),
                                n_splits=cv or 5, repeats=lc.get("repeats", LC_REPEATS), seed=p["seed"],
                                n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
                                progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr))
@@ -889,11 +890,12 @@ def _worker_transfer(p: dict) -> dict:
     from tqdm.auto import tqdm
 
     from acute._util import json_ready
+    from acute.estimators import DEFAULT_ESTIMATOR
     from acute.transfer import leave_subjects_out, transfer_table
 
     t0 = time.perf_counter()
     tr = p.get("transfer") or {}
-    estimators = tr.get("estimators") or ("acute-cosine-stacked",)
+    estimators = tr.get("estimators") or (DEFAULT_ESTIMATOR,)
     kw = dict(seed=p["seed"], n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
               probe_params=p.get("probe_params") or None)
     stores = {t["key"]: _selected_store(t) for t in p["tasks"]}

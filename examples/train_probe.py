@@ -16,7 +16,7 @@ built-in questions, made with the command line (the same fit, without the evalua
 2. evaluate: the raw confidence, two classic calibrators, the plain and stacked probe of one
    view and ``auto`` by 5-fold x 2 cross-validation, with each one's paired difference to the
    best baseline (``acute evaluate`` runs every estimator).
-3. fit the default probe (``acute-cosine-stacked``) on every record and save it:
+3. fit the default probe (``acute-pca10-stacked``) on every record and save it:
    ``probe.safetensors`` + ``probe.json`` (with the cross-validated scores of every candidate
    probe and baseline, and a warning if a baseline scored above it).
 """
@@ -37,7 +37,7 @@ from acute.tasks import get_task
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="smollm2-135m-instruct", help="card name, folder or .gguf")
 parser.add_argument("--limit", type=int, default=200, help="built-in questions to collect")
-parser.add_argument("--view", default="cosine", help="view shown plain and stacked in the table: "
+parser.add_argument("--view", default="pca10", help="view shown plain and stacked in the table: "
                     "pca10, pca20, cosine, early, mid or late")
 parser.add_argument("--trees", type=int, default=500, help="random-forest size")
 parser.add_argument("--out", default="runs/train-probe")

@@ -125,7 +125,7 @@ def test_evaluate_single_split(work, capsys, tmp_path):
     assert res["split"]["mode"] == "split" and res["split"]["test_fraction"] == 0.3
     rc, _, err = run(["evaluate", "--store", work / "mixed", "--estimators", "raw,nonsense",
                       "--out", tmp_path / "x", "--quiet"], capsys)
-    assert rc == 2 and "nonsense" in err and "acute-cosine-stacked" in err
+    assert rc == 2 and "nonsense" in err and "acute-pca10-stacked" in err
 
 
 def test_train_without_view_chooses_by_cross_validation(work, capsys, tmp_path):
@@ -133,15 +133,15 @@ def test_train_without_view_chooses_by_cross_validation(work, capsys, tmp_path):
 
     out = tmp_path / "auto"
     rc, text, _ = run(["train", "--store", work / "mixed", "--out", out, "--n-estimators", 10], capsys)
-    assert rc == 0 and "acute-cosine-stacked: the default" in text and "platt" in text.splitlines()[-4]
+    assert rc == 0 and "acute-pca10-stacked: the default" in text and "platt" in text.splitlines()[-4]
     probe = load_probe(out)
     sel = probe.selection
-    assert sel["chosen"] == "acute-cosine-stacked" and sel["best_by_cv"] in AUTO_CANDIDATES
+    assert sel["chosen"] == "acute-pca10-stacked" and sel["best_by_cv"] in AUTO_CANDIDATES
     assert sel["cv"]["n_splits"] == 5
     scored = [r["estimator"] for r in sel["scores"]]
     assert set(scored) == set(AUTO_CANDIDATES) | set(BASELINES)
     assert sel["best_baseline"] in BASELINES
-    assert probe.view == "cosine" and probe.calibration == "stacked"
+    assert probe.view == "pca10" and probe.calibration == "stacked"
     assert "platt_auc_euro" in probe.metrics
     # --estimator auto ships whatever the cross-validation picked
     rc, text, _ = run(["train", "--store", work / "mixed", "--out", tmp_path / "a", "--estimator", "auto",
@@ -188,7 +188,7 @@ def test_learning_curve(work, capsys, tmp_path):
     assert rc == 0 and "| 20 |" in out and "| 36 |" in out
     doc = json.loads((tmp_path / "learning_curve.json").read_text())
     assert doc["complete"] and doc["sizes"] == [20, 36]
-    assert doc["shown"] == [doc["best_baseline"], "acute-cosine", "acute-cosine-stacked"]
+    assert doc["shown"] == [doc["best_baseline"], "acute-pca10", "acute-pca10-stacked"]
     assert (tmp_path / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert len(doc["rows"]) == 3 * 2
     rc, _, err = run(["learning-curve", "--store", work / "mixed", "--out", tmp_path / "big",

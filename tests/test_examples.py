@@ -52,10 +52,10 @@ def test_train_probe(trained, long_context_dir):
     assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
     results = json.loads((trained / "evaluation" / "results.json").read_text())
     assert [r["estimator"] for r in results["results"]] == [
-        "raw", "platt", "isotonic", "acute-cosine", "acute-cosine-stacked", "auto"] + results["params"]["controls"]
+        "raw", "platt", "isotonic", "acute-pca10", "acute-pca10-stacked", "auto"] + results["params"]["controls"]
     assert results["split"]["mode"] == "cv"
     probe = load_probe(trained / "probe")
-    assert probe.selection["chosen"] == "acute-cosine-stacked" and probe.calibration == "stacked"
+    assert probe.selection["chosen"] == "acute-pca10-stacked" and probe.calibration == "stacked"
     assert probe.selection["best_by_cv"] in ("acute-cosine", "acute-pca10", "acute-cosine-stacked",
                                              "acute-pca10-stacked")
     assert probe.training_summary["n_records"] == 40
@@ -104,7 +104,7 @@ def test_train_from_logs(from_logs):
     assert [r["generation"] for r in store.records] == [r["response"] for r in rows]
     assert store.manifest["responses"]["labels"] == "label field"
     results = json.loads((from_logs / "evaluation" / "results.json").read_text())
-    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "acute-cosine-stacked"]
+    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "acute-pca10-stacked"]
                                                             + results["params"]["controls"])
     probe = load_probe(from_logs / "probe")
     assert probe.training_summary["responses"]["prompt_format"] == "prompt"

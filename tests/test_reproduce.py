@@ -422,7 +422,7 @@ n_bootstrap = 20
 report_n_bootstrap = 20
 batch_size = 4
 probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
-estimators = ["raw", "platt", "isotonic", "acute-cosine-stacked"]
+estimators = ["raw", "platt", "isotonic", "acute-pca10-stacked"]
 learning_curve = {{ repeats = 1 }}
 transfer = {{ repeats = 1 }}
 
@@ -448,10 +448,10 @@ model = "{model_dir.as_posix()}"
     results = json.loads((work / "tiny" / "qa" / "eval" / "results.json").read_text(encoding="utf-8"))
     assert results["split"]["mode"] == "cv" and results["split"]["n_splits"] == 3
     assert results["split"]["n_records"] == N_ROWS
-    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "isotonic", "acute-cosine-stacked"]
+    assert [r["estimator"] for r in results["results"]] == (["raw", "platt", "isotonic", "acute-pca10-stacked"]
                                                             + results["params"]["controls"])
     lc = json.loads((work / "tiny" / "qa" / "eval" / "learning-curve" / "learning_curve.json").read_text())
-    assert lc["complete"] and lc["shown"][1:] == ["acute-cosine-stacked"]
+    assert lc["complete"] and lc["shown"][1:] == ["acute-pca10-stacked"]
     transfer = json.loads((work / "tiny" / "transfer" / "transfer.json").read_text(encoding="utf-8"))
     assert {(c["train"], c["test"]) for c in transfer["table"]["cells"]} == {
         ("qa", "qa"), ("qa", "qa2"), ("qa2", "qa"), ("qa2", "qa2")}
@@ -463,10 +463,15 @@ model = "{model_dir.as_posix()}"
     by = {r["estimator"]: r for r in results["results"]}
     ref = results["reference"]
     assert rows[0]["best_baseline"] == ref and ref in ("raw", "platt", "isotonic")
-    assert float(rows[0]["default_auc_euro"]) == pytest.approx(by["acute-cosine-stacked"]["auc_euro_all"], abs=1e-6)
+    assert float(rows[0]["default_auc_euro"]) == pytest.approx(by["acute-pca10-stacked"]["auc_euro_all"], abs=1e-6)
     assert float(rows[0]["diff"]) == pytest.approx(
-        by["acute-cosine-stacked"]["auc_euro_all"] - by[ref]["auc_euro_all"], abs=1e-6)
+        by["acute-pca10-stacked"]["auc_euro_all"] - by[ref]["auc_euro_all"], abs=1e-6)
     assert int(rows[0]["n_records"]) == N_ROWS
+    # the controls' columns: the constant's auc-euro and the skill over it, the corrected t-interval
+    # around the difference, Holm's verdict across the two rows
+    assert float(rows[0]["constant_auc_euro"]) == pytest.approx(by["constant"]["auc_euro_all"], abs=1e-6)
+    assert float(rows[0]["t_ci_low"]) <= float(rows[0]["diff"]) <= float(rows[0]["t_ci_high"])
+    assert rows[0]["holm_significant"] in ("True", "False")
     readme = (out / "README.md").read_text(encoding="utf-8")
     for title in ("## Summary: the default estimator against the best baseline", "## Learning curves",
                   "## Transfer between tasks", "### tiny"):
@@ -479,8 +484,8 @@ def test_comparison_falls_back_to_the_default_for_views_not_evaluated():
     from acute.report import comparison_markdown
 
     cell = {f"auc_euro_{b}": {"estimate": 0.5, "low": 0.4, "high": 0.6} for b in ("all", "low", "med", "high")}
-    md = comparison_markdown({"mmlu": {"raw": cell, "acute-cosine-stacked": cell}}, None)
-    assert "| mmlu | acute-late -> acute-cosine-stacked | 0.83 |" in md
+    md = comparison_markdown({"mmlu": {"raw": cell, "acute-pca10-stacked": cell}}, None)
+    assert "| mmlu | acute-late -> acute-pca10-stacked | 0.83 |" in md
     assert "| apigen | acute-pca20 | 0.88 | not run |" in md
 
 
