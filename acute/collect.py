@@ -379,7 +379,7 @@ def _string_list(value, where: str, what: str) -> list[str]:
 def _response_row(obj: dict, where: str, lineno: int, task) -> ResponseRow:
     """Validate one JSON object of a responses file (``where`` = "file:line")."""
     from .errors import TaskDataError
-    from .models import _normalize_messages
+    from .models import normalize_messages
 
     rid = obj.get("id")
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
@@ -393,7 +393,7 @@ def _response_row(obj: dict, where: str, lineno: int, task) -> ResponseRow:
             raise TaskDataError(f"{where}: id {rid!r}: 'prompt' must be a non-empty string")
     else:
         try:
-            prompt = _normalize_messages(obj["messages"])
+            prompt = normalize_messages(obj["messages"])
         except InputError as e:
             raise TaskDataError(f"{where}: id {rid!r}: 'messages': "
                                 f"{str(e).replace('messages_or_text', 'messages')}") from None

@@ -41,6 +41,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from .baselines import BASELINES, make_baseline
 from .controls import CONTROLS, META_INPUT, TEXT_INPUT, ConstantEstimator, MetadataPlatt, TextPlatt
 from .errors import InputError, UnknownEstimatorError
+from .metrics.specs import ranked
 from .pooling import DEFAULT_POOLING, parse_pooling
 
 __all__ = [
@@ -254,11 +255,6 @@ def _score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
             "auroc": float(metrics.auroc(p, y)) if 0 < y.sum() < y.size else math.nan}
 
 
-def _rank_key(scores: Mapping[str, float]) -> tuple[float, float]:
-    """Higher auc-euro first; ties (to 1e-9) broken by lower smECE."""
-    return (-round(scores["auc_euro_all"], 9), scores["smece"])
-
-
 class AutoEstimator(ClassifierMixin, BaseEstimator):
     """Choose a probe by cross-validation on the training records only, then refit it on all.
 
@@ -348,7 +344,8 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                     p[te] = apply_calibration(forest_oof[view][te], "stacked", {"w": w, "v": v, "b": b}, conf[te])
                 oof[name] = p
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}
-        self.ranking_ = sorted(self.scores_, key=lambda n: _rank_key(self.scores_[n]))
+        # acute.metrics.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
+        self.ranking_ = ranked(list(self.scores_), self.scores_.__getitem__, digits=9)
         self.best_ = next(n for n in self.ranking_ if n in cands)
         self.chosen_ = self.best_ if self.refit == "best" else self.refit
         self.best_baseline_ = next((n for n in self.ranking_ if n in refs), None)

@@ -46,12 +46,13 @@ import numpy as np
 from ._util import fsync_dir, json_ready
 from .baselines import BASELINES, check_confidence, check_correct
 from .features import NAMED_LAYERS
-from .metrics import METRIC_SPECS, METRICS
+from .metrics import METRIC_SPECS, METRICS, best_of, best_value
 from .controls import CONTROLS, within_group_auroc
 from .estimators import (ACUTE_VARIANTS, ESTIMATORS, estimator_input, estimator_pooling,
                          is_estimator, make_estimator)
 from .errors import InputError
-from .intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
+from .validation import check_count
+from .metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 
 __all__ = [
     "ACUTE_VARIANTS",
@@ -126,7 +127,7 @@ def _best_baseline(rows: Sequence[dict], extra: Sequence[str] = ()) -> str | Non
             and math.isfinite(r.get("auc_euro_all", math.nan))]
     if not cand:
         return None
-    return max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))["estimator"]
+    return best_of([r["estimator"] for r in cand], {r["estimator"]: r for r in cand}.__getitem__)
 
 
 def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
@@ -145,7 +146,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     ``auc_euro_all``, ``brier``, ``auroc``, and, when ``n_bootstrap > 0``, 95% bootstrap
     intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``,
     ``brier`` and ``auroc`` (percentile intervals; smECE's shifted by the bootstrap's bias so it
-    contains its estimate: :func:`acute.intervals.bias_shifted_interval`). Every estimator (and
+    contains its estimate: :func:`acute.metrics.bias_shifted_interval`). Every estimator (and
     every repeat) sees the same resampled records (:func:`acute.metrics.bootstrap_indices` with
     ``seed``). With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
     (1 - constant's). With ``groups`` (one value per record) every row has
@@ -166,8 +167,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     from . import metrics
     from .crossval import cv_metric, cv_metric_draws
 
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
     if not confidences:
         raise InputError("confidences is empty: nothing to evaluate")
     y = np.asarray(correct)
@@ -358,9 +358,9 @@ def results_markdown(rows: Sequence[dict]) -> str:
     sep = "|---|---|" + "|".join("---:" for _ in list(TABLE_COLUMNS) + extra) + "|"
     best: dict[str, float] = {}
     for key, _, direction in TABLE_COLUMNS:
-        vals = [r[key] for r in rows if r.get(key) is not None and math.isfinite(r[key])]
-        if direction and vals:
-            best[key] = max(vals) if direction > 0 else min(vals)
+        value = best_value([r.get(key) for r in rows], direction)
+        if value is not None:
+            best[key] = value
     lines = [header, sep]
     for r in rows:
         name = r["estimator"] + (f" (layer {r['layer']})" if r.get("layer") is not None else "")
@@ -397,8 +397,7 @@ def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
                 and (r["estimator"] in BASELINES) == (group == "baseline")
                 and math.isfinite(r.get("auc_euro_all", math.nan))]
         if cand:
-            best = max(cand, key=lambda r: (r["auc_euro_all"], -r.get("smece", 0.0)))
-            out[group] = best["estimator"]
+            out[group] = best_of([r["estimator"] for r in cand], {r["estimator"]: r for r in cand}.__getitem__)
     return out
 
 
@@ -557,8 +556,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         raise InputError(f"give out_dir or out, not two different paths ({out_dir!s}, {out!s})")
     if out_dir is None:
         raise InputError("out_dir is required: where results.md/.csv/.json and plots go")
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
     out_dir = Path(out_dir)
     names = _check_names(estimators)
     reliability = _check_reliability(reliability, names)

@@ -38,6 +38,7 @@ import numpy as np
 from .baselines import BASELINES
 from .estimators import ESTIMATORS, estimator_group, is_estimator
 from .errors import InputError
+from .metrics.specs import best_of
 
 __all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_REPEATS", "DEFAULT_SIZES", "INTERVAL_METHOD", "LearningCurve",
            "learning_curve", "resolve_sizes", "write_learning_curve"]
@@ -226,7 +227,7 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
                   "smece": np.array([[metrics.smece(o[i, r], y) for r in range(repeats)]
                                      for i in range(len(sizes))])}
               for n, o in oof.items()}
-    best = max(BASELINES, key=lambda n: (values[n]["auc_euro_all"][-1].mean(), -values[n]["smece"][-1].mean()))
+    best = best_of(BASELINES, lambda n: {k: v[-1].mean() for k, v in values[n].items()})
     boot = _bootstrap_means({n: oof[n] for n in [best] + probes}, y, n_bootstrap, seed)
     return LearningCurve(sizes, values, best, [best] + probes, int(y.size), float(y.mean()), n_splits, repeats,
                          boot=boot, n_bootstrap=n_bootstrap, seed=seed)

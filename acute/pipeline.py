@@ -331,7 +331,7 @@ def check_inputs(cfg: Config) -> None:
     """Fail before any work starts when the config names an unknown task (or task option), a
     data path that does not exist, or a model that is neither a model card, a folder nor a file.
     ``InputError`` / ``FileNotFoundError`` name the config table and the value."""
-    from .models import _card_names
+    from .models import card_names
     from .tasks import TASKS, get_task
 
     for t in cfg.tasks:
@@ -346,7 +346,7 @@ def check_inputs(cfg: Config) -> None:
                 get_task(t.task, **t.options)
             except (TypeError, ValueError) as exc:
                 raise InputError(f"{where}.options: {exc}") from None
-    cards = _card_names()
+    cards = card_names()
     for m in cfg.models:
         if m.source not in cards and not Path(m.source).expanduser().exists():
             raise InputError(f"{cfg.path}: models.{m.key}.model: {m.source!r} is neither a model card "

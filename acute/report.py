@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from ._util import json_ready, read_json, write_text_atomic
-from .metrics import percentile_interval
+from .metrics import best_value, percentile_interval
 from .evaluate import TABLE_COLUMNS
 from .protocol import PAPER_SHIFTS
 from .errors import InputError
+from .validation import check_count
 
 __all__ = [
     "ACUTE_VIEWS",
@@ -205,8 +206,7 @@ def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
     """
     from . import metrics
 
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 0:
-        raise InputError(f"n_bootstrap must be a non-negative int, got {n_bootstrap!r}")
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
     names = list(run.predictions) if estimators is None else list(estimators)
     missing = [n for n in names if n not in run.predictions]
     if missing:
@@ -295,9 +295,9 @@ def estimator_markdown(summary: Mapping[str, Mapping[str, Mapping[str, float | N
     names = [e for e in (estimators or list(summary)) if e in summary]
     best: dict[str, float] = {}
     for key, _, direction in REPORT_METRICS:
-        vals = [summary[e][key]["estimate"] for e in names if summary[e][key]["estimate"] is not None]
-        if direction and vals:
-            best[key] = max(vals) if direction > 0 else min(vals)
+        value = best_value([summary[e][key]["estimate"] for e in names], direction)
+        if value is not None:
+            best[key] = value
     rows = []
     for e in names:
         cells = [(labels or {}).get(e, e)]
@@ -320,10 +320,10 @@ def ablation_markdown(by_task: Mapping[str, Mapping[str, Mapping[str, Mapping[st
     direction = {k: d for k, _, d in REPORT_METRICS}[metric]
     best: dict[str, float] = {}
     for t in tasks:
-        vals = [by_task[t][v][metric]["estimate"] for v in ACUTE_VIEWS
-                if v in by_task[t] and by_task[t][v][metric]["estimate"] is not None]
-        if vals:
-            best[t] = max(vals) if direction >= 0 else min(vals)
+        value = best_value([by_task[t][v][metric]["estimate"] for v in ACUTE_VIEWS if v in by_task[t]],
+                           direction or 1)
+        if value is not None:
+            best[t] = value
     rows = []
     for name in list(reference) + list(ACUTE_VIEWS):
         desc = ACUTE_VIEWS.get(name, "baseline, for reference")
@@ -586,7 +586,7 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). Values an
     evaluation did not compute are None. Evaluations without ``default`` or without a reference
     are skipped."""
-    from .intervals import holm
+    from .metrics.intervals import holm
 
     out = []
     for run in runs:

@@ -1,4 +1,4 @@
-"""The control rows (acute.controls), the comparison statistics (acute.intervals) and how
+"""The control rows (acute.controls), the comparison statistics (acute.metrics.intervals) and how
 evaluate_store adds, skips and groups them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from acute.controls import (ConstantEstimator, MetadataPlatt, TextPlatt, metadat
 from acute.crossval import cv_folds
 from acute.errors import InputError
 from acute.evaluate import evaluate_predictions, evaluate_store
-from acute.intervals import (bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences,
+from acute.metrics.intervals import (bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences,
                              holm)
 
 

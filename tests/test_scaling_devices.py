@@ -53,7 +53,7 @@ def _twin_models():
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])
 def test_cuda_device_without_cuda_fails_before_loading(monkeypatch, tiny_model_dir, device):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(am, "_load_folder", lambda *a, **k: pytest.fail("loaded before checking"))
+    monkeypatch.setattr(am.loading, "_load_folder", lambda *a, **k: pytest.fail("loaded before checking"))
     with pytest.raises(ValueError, match=r"needs a CUDA GPU.*is_available\(\) is False"):
         am.load_model(tiny_model_dir, device=device)
 
@@ -61,16 +61,16 @@ def test_cuda_device_without_cuda_fails_before_loading(monkeypatch, tiny_model_d
 def test_cuda_index_is_checked_against_the_device_count(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    am._check_device("cuda")
-    am._check_device("cuda:0")
+    am.loading._check_device("cuda")
+    am.loading._check_device("cuda:0")
     with pytest.raises(ValueError, match=r"1 CUDA device"):
-        am._check_device("cuda:1")
+        am.loading._check_device("cuda:1")
 
 
 @pytest.mark.parametrize("device_map", [{"": "cuda:0"}, {"": 0}, "cuda"])
 def test_device_map_naming_cuda_without_cuda(monkeypatch, tiny_model_dir, device_map):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(am, "_load_folder", lambda *a, **k: pytest.fail("loaded before checking"))
+    monkeypatch.setattr(am.loading, "_load_folder", lambda *a, **k: pytest.fail("loaded before checking"))
     with pytest.raises(ValueError, match="device_map.*needs a CUDA GPU"):
         am.load_model(tiny_model_dir, device_map=device_map)
 
@@ -99,7 +99,7 @@ def test_gguf_without_cache_rejects_device_map(tmp_path):
     (torch.bfloat16, torch.bfloat16),
 ])
 def test_half_precision_dtype_names(name, expected):
-    assert am._parse_dtype(name) is expected
+    assert am.loading._parse_dtype(name) is expected
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the accelerator-free fallback")

@@ -16,6 +16,7 @@ import numpy as np
 
 from .._util import progress as _progress
 from ..errors import InputError
+from ..validation import check_count
 from .settings import (
     ALPHA,
     AXES,
@@ -220,8 +221,7 @@ def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int 
     an n/a cell and where the metric is undefined (AUROC with one class).
     """
     estimators = dict(estimators) if estimators is not None else {**ESTIMATORS, **ROBUSTNESS}
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, (int, np.integer)) or n_bootstrap < 1:
-        raise InputError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=1)
     cells: list[dict[str, Any]] = []
     jobs = [(s, e) for s in SCORED for e in estimators]
     data = {s: cell_data(records, s) for s in SCORED}

@@ -202,8 +202,7 @@ def analyze_protocol(out_dir, *, n_bootstrap: int = 1000, seed: int = 0,
 def _write_results(out: Path, manifest: dict, records: list[dict], *, n_bootstrap: int, seed: int,
                    progress: bool, wall: float, store_dir: Path | None) -> ProtocolResult:
     """Counts and analysis of ``records``; ``protocol.json`` and ``protocol.md`` written atomically."""
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 1:
-        raise InputError(f"n_bootstrap must be a positive integer, got {n_bootstrap!r}")
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=1)
     ok_records = [r for r in records if r["status"] == "ok"]
     compared = [r.get("context_identical") for r in ok_records if r.get("context_identical") is not None]
     counts = {

@@ -25,8 +25,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .errors import InputError
-from .metrics import percentile_interval
+from ..errors import InputError
+from .resampling import percentile_interval
 
 __all__ = ["TTest", "bias_shifted_interval", "bootstrap_p_value", "corrected_t_test", "fold_differences",
            "holm"]

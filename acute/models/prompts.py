@@ -1,0 +1,140 @@
+"""Prompt formatting and the tokens around it: every prompt is fully formatted text (chat
+template applied, BOS text included where the model needs it), always tokenized with
+``add_special_tokens=False``; the tokens that end a turn; a pad token for batches."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..errors import InputError, ModelLoadError
+
+__all__ = ["END_OF_TURN_TOKENS", "ensure_pad_token", "eos_token_ids", "format_prompt", "normalize_messages",
+           "tokenizer_adds_bos"]
+
+
+#: Special tokens that end an assistant turn in common chat formats; added to ``eos_token_ids``
+#: when the tokenizer has them as single tokens.
+END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>")
+
+
+def ensure_pad_token(tokenizer) -> None:
+    """Give ``tokenizer`` a pad token (its EOS, else UNK) and left padding; in place."""
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        fallback = tokenizer.eos_token or tokenizer.unk_token
+        if fallback is None:
+            raise ModelLoadError(
+                "tokenizer has no pad, eos or unk token to pad batches with; add a pad token"
+            )
+        tokenizer.pad_token = fallback
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """True when ``tokenizer(text)`` with default special tokens starts with its BOS token."""
+    bos_id = tokenizer.bos_token_id
+    if bos_id is None:
+        return False
+    with_special = tokenizer("a", add_special_tokens=True)["input_ids"]
+    without = tokenizer("a", add_special_tokens=False)["input_ids"]
+    return len(with_special) > len(without) and with_special[0] == bos_id
+
+
+def normalize_messages(messages_or_text) -> list[dict[str, str]]:
+    """A string as one user message, or checked ``{"role", "content"}`` messages (roles system,
+    user, assistant; string contents), as a new list of plain dicts."""
+    if isinstance(messages_or_text, str):
+        return [{"role": "user", "content": messages_or_text}]
+    if not isinstance(messages_or_text, Sequence) or not messages_or_text:
+        raise InputError("messages_or_text must be a string or a non-empty list of "
+                         f"{{'role', 'content'}} dicts, got {type(messages_or_text).__name__}")
+    out = []
+    for i, msg in enumerate(messages_or_text):
+        if not isinstance(msg, Mapping) or "role" not in msg or "content" not in msg:
+            raise InputError(f"messages_or_text[{i}] must be a dict with 'role' and 'content'")
+        role, content = msg["role"], msg["content"]
+        if role not in ("system", "user", "assistant"):
+            raise InputError(f"messages_or_text[{i}]['role'] must be system, user or assistant, "
+                             f"got {role!r}")
+        if not isinstance(content, str):
+            raise InputError(f"messages_or_text[{i}]['content'] must be a string")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def _plain_transcript(messages: list[dict[str, str]]) -> str:
+    """Render messages for a model without a chat template as a Question/Answer transcript."""
+    lines: list[str] = []
+    for msg in messages:
+        if msg["role"] == "system":
+            lines.append(msg["content"].strip() + "\n\n")
+        elif msg["role"] == "user":
+            lines.append(f"Question: {msg['content'].strip()}\n")
+        else:
+            lines.append(f"Answer: {msg['content'].strip()}\n\n")
+    if messages[-1]["role"] == "user":
+        lines.append("Answer:")
+    else:  # the reply continues the last answer
+        lines[-1] = lines[-1].rstrip("\n")
+    return "".join(lines)
+
+
+def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
+    """Return the fully formatted prompt text, to be tokenized with ``add_special_tokens=False``.
+
+    ``messages_or_text`` is a string (one user message when a chat template is used, the literal
+    prompt otherwise) or a list of ``{"role", "content"}`` dicts. ``chat=None`` uses the chat
+    template when the tokenizer has one; ``chat=True`` without a template raises ``ValueError``.
+
+    With a chat template the generation prompt is appended; if the last message is the assistant's
+    the rendering stops inside it, so generation continues that reply. Without a template a string
+    is used as is, and a message list becomes a plain transcript: system text, then
+    ``Question: <user>\\n`` / ``Answer: <assistant>\\n\\n`` pairs, ending in ``Answer:`` after a user
+    message (or the unfinished last answer). In both cases the BOS token text is prepended when
+    the tokenizer adds a BOS by default and the text does not already start with it.
+    """
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    use_chat = has_template if chat is None else bool(chat)
+    if use_chat and not has_template:
+        raise InputError("chat=True but the tokenizer has no chat template; use chat=False for a "
+                         "plain prompt")
+    if use_chat:
+        messages = normalize_messages(messages_or_text)
+        continue_reply = messages[-1]["role"] == "assistant"
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=not continue_reply,
+            continue_final_message=continue_reply,
+        )
+    elif isinstance(messages_or_text, str):
+        text = messages_or_text
+    else:
+        text = _plain_transcript(normalize_messages(messages_or_text))
+    bos = tokenizer.bos_token
+    if bos and tokenizer_adds_bos(tokenizer) and not text.startswith(bos):
+        text = bos + text
+    return text
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    """Return the sorted-by-first-appearance union of ids that should stop generation.
+
+    Union of ``model.generation_config.eos_token_id`` (int or list), ``tokenizer.eos_token_id``
+    and the end-of-turn tokens in :data:`END_OF_TURN_TOKENS` that the tokenizer has as single
+    special tokens (e.g. Gemma's ``<end_of_turn>``). Empty list when none are known.
+    """
+    ids: list[int] = []
+
+    def add(value):
+        if value is None:
+            return
+        for v in (value if isinstance(value, (list, tuple)) else [value]):
+            if v is not None and int(v) >= 0 and int(v) not in ids:
+                ids.append(int(v))
+
+    gen = getattr(model, "generation_config", None)
+    add(getattr(gen, "eos_token_id", None))
+    add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    for token in END_OF_TURN_TOKENS:
+        if token in vocab and vocab[token] != tokenizer.unk_token_id:
+            add(vocab[token])
+    return ids
