@@ -4,7 +4,7 @@ Public entry points are imported lazily so that ``import acute`` stays fast:
 ``load_model``, ``format_prompt``, ``model_fingerprint``, ``model_identity``, ``weights_digest``
 (models), ``generate_and_record``, ``HiddenStateRecorder`` (extraction), ``open_store``,
 ``verify_store`` (store), ``get_task`` (tasks),
-``ActivationProbe``, ``load_probe`` (probes), ``Scorer`` (scoring), ``metrics``.
+``ActivationProbe``, ``load_probe`` (estimators), ``Scorer`` (scoring), ``metrics``.
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ _LAZY = {
     "open_store": "store",
     "StoreWriter": "store",
     "get_task": "tasks",
-    "ActivationProbe": "probes",
-    "load_probe": "probes",
+    "ActivationProbe": "estimators",
+    "load_probe": "estimators",
     "Scorer": "scoring",
 }
-_SUBMODULES = {"metrics", "plots", "features", "baselines", "evaluate", "protocol", "verbalize", "transfer"}
+#: attribute -> module, e.g. ``acute.metrics``, ``acute.plots`` (= ``acute.evaluation.plots``)
+_SUBMODULES = {"metrics": "metrics", "plots": "evaluation.plots", "features": "estimators.features",
+               "baselines": "estimators.baselines", "evaluate": "evaluation.evaluate", "protocol": "protocol",
+               "verbalize": "protocol.verbalize", "transfer": "evaluation.transfer"}
 
 __all__ = sorted(_LAZY) + sorted(_SUBMODULES)
 
@@ -38,5 +41,5 @@ def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(f".{_SUBMODULES[name]}", __name__)
     raise AttributeError(f"module 'acute' has no attribute {name!r}")

@@ -3,7 +3,7 @@ starts in every process)."""
 
 import sys
 
-from .cli import main
+from .cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import __version__
-from ._util import BATCH_SIZE, progress_bar
+from .extraction.batching import BATCH_SIZE
+from .fileio import progress_bar
 from .errors import InputError, ModelMismatchError
 from .validation import check_count
 
@@ -121,7 +122,7 @@ def store_identity(manifest: dict) -> dict | None:
 def collection_settings(manifest: dict) -> dict:
     """``{"task", "task_settings", "generation"}`` (and ``"responses"`` for a store of given
     responses) of a store manifest: what a probe trained on the store should carry in its
-    ``training_summary`` so that :class:`acute.scoring.Scorer` generates live answers, or
+    ``training_summary`` so that :class:`acute.scoring.scorer.Scorer` generates live answers, or
     formats the prompts of given responses, the same way (prompt, max new tokens, stop strings,
     pooling)."""
     keys = ("task", "task_settings", "generation") + (("responses",) if "responses" in manifest else ())
@@ -179,7 +180,7 @@ def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: Collec
     """Commit the records of ``todo`` chunk by chunk: ``run_chunk(part)`` returns
     ``(records, generations)`` for a chunk (lists; skipped items left out).
 
-    Every pooling is kept (:mod:`acute.pooling`), except when resuming a store an older acute
+    Every pooling is kept (:mod:`acute.store.pooling`), except when resuming a store an older acute
     began with the mean only: it stays mean-only (``acute rerecord`` adds the others later).
 
     Chunks bound memory (~L*d*4 bytes per record) and let a progress bar move; inside a chunk
@@ -434,7 +435,7 @@ def read_responses(path: str | Path, task=None) -> list[ResponseRow]:
     naming the file and line for invalid JSON, a missing or duplicate id, a label that is not a
     boolean, a row with no label source, or an empty file.
     """
-    from ._util import iter_jsonl
+    from .fileio import iter_jsonl
     from .errors import TaskDataError
 
     path = Path(path)
@@ -493,11 +494,11 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
     """``{index: (kind, message)}`` of the rows that cannot be recorded: an empty response
     (``"empty"``) or prompt + response + EOS longer than the context window (``"too_long"``)."""
     from .extraction import context_window
-    from .extraction.batching import _tokenize
+    from .extraction.batching import tokenize
 
     limit = context_window(model)
-    p_len = [len(ids) for ids in _tokenize(tokenizer, list(prompts))]
-    r_len = [len(ids) for ids in _tokenize(tokenizer, [r.response for r in rows])]
+    p_len = [len(ids) for ids in tokenize(tokenizer, list(prompts))]
+    r_len = [len(ids) for ids in tokenize(tokenizer, [r.response for r in rows])]
     bad: dict[int, tuple[str, str]] = {}
     for i, row in enumerate(rows):
         where = f"{path}:{row.line}: id {row.id!r}"

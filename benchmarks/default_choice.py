@@ -38,7 +38,7 @@ def read_predictions(eval_dir: Path, names: list[str]) -> tuple[np.ndarray, dict
 
 
 def main(argv=None) -> int:
-    from acute.evaluate import evaluate_predictions
+    from acute.evaluation import evaluate_predictions
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True)

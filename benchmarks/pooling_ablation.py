@@ -6,10 +6,10 @@ Usage:
         [--n-bootstrap 1000] [--n-estimators N] [--out DIR]
 
 The store must hold the last-prompt / last-answer states (collected by this acute, or
-re-recorded: ``acute rerecord OLD --out NEW``). Runs ``acute.evaluate.evaluate_store`` in its
+re-recorded: ``acute rerecord OLD --out NEW``). Runs ``acute.evaluation.evaluate_store`` in its
 default mode (stratified k-fold x repeats, every record scored out of fold, grouped by id, the
 same folds for every row) on the six baselines and the estimator once per pooling
-(``ESTIMATOR@POOLING``, :mod:`acute.pooling`), writes the evaluation folder (default
+(``ESTIMATOR@POOLING``, :mod:`acute.store.pooling`), writes the evaluation folder (default
 ``DIR/pooling-ablation``) and prints one row per pooling: auc-euro (all), smECE and the paired
 differences (95% bootstrap intervals, the same resampled records for every row) to the best
 baseline and to the mean pooling. ``benchmarks/pooling_ablation.md`` quotes its output.
@@ -44,11 +44,11 @@ def ablation_table(poolings: list[str], vs_baseline: dict, vs_mean: dict, baseli
 
 
 def main(argv=None) -> int:
-    from acute._util import json_ready
-    from acute.baselines import BASELINES
+    from acute.fileio import json_ready
+    from acute.estimators.baselines import BASELINES
     from acute.estimators import split_pooling
-    from acute.evaluate import evaluate_predictions, evaluate_store
-    from acute.pooling import parse_pooling
+    from acute.evaluation import evaluate_predictions, evaluate_store
+    from acute.store.pooling import parse_pooling
     from acute.store import open_store
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

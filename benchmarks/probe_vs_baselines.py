@@ -4,7 +4,7 @@ Usage:
     python benchmarks/probe_vs_baselines.py --store DIR [--cv 5] [--repeats 2] [--out DIR]
         [--estimators raw,platt,...] [--n-bootstrap 1000]
 
-Runs ``acute.evaluate.evaluate_store`` in its default mode (stratified k-fold x repeats, every
+Runs ``acute.evaluation.evaluate_store`` in its default mode (stratified k-fold x repeats, every
 record scored out of fold, grouped by record id) over every estimator (the six baselines, the
 paper's six forest probes, their stacked variants and ``auto``, the default estimator), writes
 the usual evaluation folder (default ``DIR/probe-vs-baselines``) and prints:
@@ -47,8 +47,8 @@ def platt_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     from acute.estimators import ESTIMATORS
-    from acute._util import json_ready
-    from acute.evaluate import evaluate_predictions, evaluate_store
+    from acute.fileio import json_ready
+    from acute.evaluation import evaluate_predictions, evaluate_store
     from acute.store import open_store
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

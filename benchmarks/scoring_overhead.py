@@ -47,7 +47,7 @@ class _TimedProbe:
 def _fit_synthetic_probe(model, tok, task, examples, trees: int):
     from acute.extraction import generate_and_record
     from acute.models import model_fingerprint
-    from acute.probes import ActivationProbe
+    from acute.estimators import ActivationProbe
 
     prompts = [task.prompt(tok, ex) for ex in examples]
     gens = generate_and_record(model, tok, prompts, max_new_tokens=task.max_new_tokens,
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
 
     import acute.extraction
     from acute.models import load_model
-    from acute.probes import load_probe
+    from acute.estimators import load_probe
     from acute.scoring import Scorer
     from acute.tasks import get_task
 

@@ -67,7 +67,7 @@ def build_model(folder: Path, max_new_tokens: int, hidden: int, layers: int) -> 
 
     import acute
     from acute.extraction import generate_and_record
-    from acute.probes import ActivationProbe
+    from acute.estimators import ActivationProbe
     from acute.testing import save_tiny_model
 
     model_dir = save_tiny_model(folder / "model", hidden_size=hidden, intermediate_size=2 * hidden,

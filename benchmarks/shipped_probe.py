@@ -35,10 +35,10 @@ def builtin_ids(n: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from acute.baselines import make_baseline
-    from acute.evaluate import evaluate_predictions
-    from acute.pooling import store_states
-    from acute.probe_format import load_probe
+    from acute.estimators.baselines import make_baseline
+    from acute.evaluation import evaluate_predictions
+    from acute.store.pooling import store_states
+    from acute.estimators.probe_file import load_probe
     from acute.store import open_store
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
         fitted_on = set(builtin_ids(n_fit))
         in_train = np.array([str(i) in fitted_on for i in store.ids])
     else:
-        from acute.evaluate import split_ids
+        from acute.evaluation import split_ids
 
         split = probe.training_summary.get("split") or {}
         if not split.get("test_fraction"):

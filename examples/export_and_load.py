@@ -21,7 +21,7 @@ import numpy as np
 
 import acute
 from acute.collect import collect
-from acute.probes import ActivationProbe
+from acute.estimators import ActivationProbe
 from acute.tasks import get_task
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

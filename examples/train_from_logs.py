@@ -35,7 +35,7 @@ import numpy as np
 import acute
 from acute.collect import collect_responses, collection_settings
 from acute.estimators import DEFAULT_ESTIMATOR, AutoEstimator
-from acute.evaluate import evaluate_store
+from acute.evaluation import evaluate_store
 from acute.models import format_prompt
 from acute.tasks import get_task
 

@@ -31,7 +31,7 @@ import numpy as np
 import acute
 from acute.collect import collect, collection_settings
 from acute.estimators import AUTO, DEFAULT_ESTIMATOR, AutoEstimator
-from acute.evaluate import evaluate_store
+from acute.evaluation import evaluate_store
 from acute.tasks import get_task
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -8,7 +8,7 @@ from scipy.optimize import minimize
 from sklearn.base import clone
 from sklearn.isotonic import IsotonicRegression
 
-from acute.baselines import BASELINES, make_baseline
+from acute.estimators.baselines import BASELINES, make_baseline
 
 
 def _sigmoid(z):

@@ -19,8 +19,8 @@ import pytest
 from acute.cli import main
 from acute.extraction import generate_and_record
 from acute.models import load_model
-from acute.probes import load_probe
-from acute.pooling import generation_states
+from acute.estimators import load_probe
+from acute.store.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 
@@ -104,7 +104,7 @@ def test_evaluate(work, capsys):
     res = json.loads((ev / "results.json").read_text())
     from acute.estimators import ESTIMATORS
 
-    # every estimator, then the control rows the store can feed (acute.controls)
+    # every estimator, then the control rows the store can feed (acute.estimators.controls)
     assert res["complete"] and [r["estimator"] for r in res["results"]] == list(ESTIMATORS) + res["params"]["controls"]
     assert res["params"]["probe_params"] == {"n_estimators": 10, "search_n_estimators": 10}
     assert res["split"]["mode"] == "cv" and (res["split"]["n_splits"], res["split"]["n_repeats"]) == (5, 2)
@@ -224,7 +224,7 @@ def test_train(work, capsys, tmp_path, view):
         assert probe.layers[0] in (3, 4)  # the late third of 5 layer outputs
     summary = probe.training_summary
     assert summary["generation"]["max_new_tokens"] == 4
-    from acute.evaluate import split_ids
+    from acute.evaluation import split_ids
 
     store = open_store(work / "mixed")
     train, test = split_ids(store.ids, test_fraction=0.3, seed=0)

@@ -1,4 +1,4 @@
-"""The control rows (acute.controls), the comparison statistics (acute.metrics.intervals) and how
+"""The control rows (acute.estimators.controls), the comparison statistics (acute.metrics.intervals) and how
 evaluate_store adds, skips and groups them."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from scipy import stats
 
 from acute import metrics
-from acute.controls import (ConstantEstimator, MetadataPlatt, TextPlatt, metadata_matrix,
+from acute.estimators.controls import (ConstantEstimator, MetadataPlatt, TextPlatt, metadata_matrix,
                             within_group_auroc)
-from acute.crossval import cv_folds
+from acute.evaluation.crossval import cv_folds
 from acute.errors import InputError
-from acute.evaluate import evaluate_predictions, evaluate_store
+from acute.evaluation import evaluate_predictions, evaluate_store
 from acute.metrics.intervals import (bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences,
                              holm)
 

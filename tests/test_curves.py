@@ -1,4 +1,4 @@
-"""Tests for acute.curves: binned reliability, the constant predictor's euro and the paired euro
+"""Tests for acute.evaluation.curves: binned reliability, the constant predictor's euro and the paired euro
 difference, each against values computed by hand or by another function of acute.metrics."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import binomtest
 
 from acute import metrics
-from acute.curves import binned_reliability, constant_euro_curve, euro_difference
+from acute.evaluation.curves import binned_reliability, constant_euro_curve, euro_difference
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_euro_difference_of_one_estimator_is_zero_and_grid(data):
 
 
 def test_binned_intervals_contain_a_proportion_of_exactly_one_or_zero():
-    from acute.curves import binned_reliability
+    from acute.evaluation.curves import binned_reliability
 
     for y in (np.ones(50, bool), np.zeros(50, bool)):
         b = binned_reliability(np.random.default_rng(0).uniform(size=50), y)

@@ -7,7 +7,7 @@ import pytest
 from sklearn.model_selection import StratifiedKFold
 
 from acute import metrics
-from acute.baselines import BASELINES, make_baseline
+from acute.estimators.baselines import BASELINES, make_baseline
 from acute.estimators import (
     AUTO_CANDIDATES,
     DEFAULT_ESTIMATOR,
@@ -16,7 +16,7 @@ from acute.estimators import (
     UnknownEstimatorError,
     make_estimator,
 )
-from acute.probes import ActivationProbe, apply_calibration, fit_stacker
+from acute.estimators import ActivationProbe, apply_calibration, fit_stacker
 
 SMALL = {"n_estimators": 12, "search_n_estimators": 8}
 
@@ -72,7 +72,7 @@ def test_unknown_name_lists_the_known_ones():
 
 
 def test_probes_module_exposes_the_registry():
-    import acute.probes as probes
+    import acute.estimators as probes
 
     assert probes.make_estimator is make_estimator and probes.DEFAULT_ESTIMATOR == DEFAULT_ESTIMATOR
     with pytest.raises(AttributeError):

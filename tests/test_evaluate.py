@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from acute import metrics
-from acute.baselines import BASELINES
-from acute.evaluate import (
-    ACUTE_VARIANTS,
-    ESTIMATORS,
+from acute.estimators.baselines import BASELINES
+from acute.estimators import ACUTE_VARIANTS, ESTIMATORS
+from acute.evaluation import (
     evaluate_predictions,
     evaluate_store,
     results_markdown,
@@ -295,7 +294,7 @@ def test_bad_stores_raise_clear_errors(tmp_path):
 
 
 def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
-    import acute.plots
+    import acute.evaluation.plots
 
     def boom(*a, **k):
         raise RuntimeError("disk full")
@@ -328,8 +327,8 @@ def _read_predictions(path):
 
 
 def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
-    from acute.baselines import make_baseline
-    from acute.probes import ActivationProbe
+    from acute.estimators.baselines import make_baseline
+    from acute.estimators import ActivationProbe
 
     store, out, res = cross_validated
     assert res.split["mode"] == "cv" and (res.split["n_splits"], res.split["n_repeats"]) == (3, 2)
@@ -387,7 +386,7 @@ def test_cv_rows_are_means_over_repeats_with_paired_differences(cross_validated)
 
 
 def test_cv_folds_group_duplicate_ids():
-    from acute.crossval import cv_folds
+    from acute.evaluation.crossval import cv_folds
 
     rng = np.random.default_rng(0)
     ids = [f"q{i // 2}" for i in range(80)]  # every id twice
@@ -438,7 +437,7 @@ def test_evaluate_predictions_paired_difference_by_hand():
 def test_plain_rows_equal_their_own_fit_when_read_off_the_stacked_probe():
     """cosine: the plain row is the stacked probe's forest; mid: fitted on its own (its layer search
     uses 3 folds, the stacked probe's 5)."""
-    from acute.crossval import fit_predict
+    from acute.evaluation.crossval import fit_predict
     from acute.estimators import make_estimator
 
     s = planted_store(n=90, seed=5)

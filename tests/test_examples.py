@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from acute.probes import load_probe
+from acute.estimators import load_probe
 from acute.store import open_store
 from acute.tasks import OpenQATask
 

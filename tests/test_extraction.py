@@ -241,17 +241,17 @@ def test_finished_rows_leave_the_batch(arch, pool, reuse_prefix, tok):
 def test_greedy_loop_only_for_plain_greedy(llama, tok, monkeypatch):
     import acute.extraction as ex
 
-    assert ex.decoding._plain_greedy(llama, {"do_sample": False, "pad_token_id": 0, "temperature": None})
-    assert not ex.decoding._plain_greedy(llama, {"do_sample": True})
-    assert not ex.decoding._plain_greedy(llama, {"min_new_tokens": 3})
-    assert not ex.decoding._plain_greedy(llama, {"temperature": 0.7})
+    assert ex.decoding.plain_greedy(llama, {"do_sample": False, "pad_token_id": 0, "temperature": None})
+    assert not ex.decoding.plain_greedy(llama, {"do_sample": True})
+    assert not ex.decoding.plain_greedy(llama, {"min_new_tokens": 3})
+    assert not ex.decoding.plain_greedy(llama, {"temperature": 0.7})
     plain = generate_and_record(llama, tok, PROMPTS, max_new_tokens=6, batch_size=4,
                                 eos_token_ids=[])
     # a generation_config that changes greedy decoding (a suppressed token; or e.g. a shipped
     # repetition penalty) sends the batch through model.generate, which applies it
     first = int(plain[0].token_ids[0])
     monkeypatch.setattr(llama.generation_config, "suppress_tokens", [first])
-    assert not ex.decoding._plain_greedy(llama, {"do_sample": False})
+    assert not ex.decoding.plain_greedy(llama, {"do_sample": False})
     handle, sizes = _count_forward_rows(llama)
     try:
         gens = generate_and_record(llama, tok, PROMPTS, max_new_tokens=6, batch_size=4,
@@ -295,7 +295,7 @@ SHARED = "Answer briefly. Question: What is the capital of France? Answer: Paris
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gpt2"])
 @pytest.mark.parametrize("pool", ["decoding", "generated"])
 def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, monkeypatch):
-    # Few-shot prompts share a long prefix: it runs once (one _prefill), every batch continues
+    # Few-shot prompts share a long prefix: it runs once (one prefill), every batch continues
     # from a copy of its cache, and the recorded states equal the unpadded reference and the
     # plain path. One prompt is the prefix plus a single token, one is the prefix of another.
     import acute.extraction as ex
@@ -304,11 +304,11 @@ def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, mon
     model = make_tiny_model(arch, **({"sliding_window": 128} if arch == "gemma3" else {}))
     prompts = [SHARED + " Water is", SHARED + " How many legs does a spider have? Answer:",
                SHARED + " Mars", SHARED + " Mars is a"]
-    shared = ex.batching._shared_prefix([_ids(tok, p) for p in prompts])
+    shared = ex.batching.shared_prefix([_ids(tok, p) for p in prompts])
     assert len(shared) >= ex.MIN_SHARED_PREFIX
     calls = []
-    real = ex.batching._prefill
-    monkeypatch.setattr(ex.generate, "_prefill", lambda m, prefix: calls.append(len(prefix)) or real(m, prefix))
+    real = ex.batching.prefill
+    monkeypatch.setattr(ex.generate, "prefill", lambda m, prefix: calls.append(len(prefix)) or real(m, prefix))
     gens = generate_and_record(model, tok, prompts, max_new_tokens=5, batch_size=4,
                                eos_token_ids=[], pool=pool)
     assert calls == [len(shared)]
@@ -332,28 +332,28 @@ def test_prefix_batches_group_prompts_by_their_shared_prefix():
     head, subj_a, subj_b = list(range(100, 110)), [1] * 40, [2] * 40
     encoded = [head + subj_a + [7, 7], head + subj_b + [8], head + subj_a + [9, 9, 9],
                head + [5, 6], head + subj_a + [3], head + subj_b + [4, 4], head + [6, 5, 4]]
-    planned = ex.batching._prefix_batches(encoded, list(range(7)), batch_size=2)
+    planned = ex.batching.prefix_batches(encoded, list(range(7)), batch_size=2)
     # subject a (3 prompts, longest first), subject b (2), then the two loners together
     assert [b for b, _ in planned] == [[2, 0], [4], [5, 1], [6, 3]]
     assert [len(p) for _, p in planned] == [50, 50, 50, 10]
     assert planned[0][1] == head + subj_a and planned[2][1] == head + subj_b
-    assert ex.batching._prefix_batches(encoded, [], batch_size=2) == []
+    assert ex.batching.prefix_batches(encoded, [], batch_size=2) == []
 
 
 def test_shared_prefix_leaves_each_prompt_an_own_token_and_respects_windows(tok, monkeypatch):
     import acute.extraction as ex
 
-    assert ex.batching._shared_prefix([[1, 2, 3], [1, 2, 3, 4], [1, 2, 5]]) == [1, 2]
-    assert ex.batching._shared_prefix([[1, 2, 3], [1, 2, 3]]) == [1, 2]
-    assert ex.batching._shared_prefix([[7], [7, 8]]) == []
-    assert ex.batching._shared_prefix([[1, 2], [3, 4]]) == []
-    assert ex.batching._shared_prefix([]) == []
+    assert ex.batching.shared_prefix([[1, 2, 3], [1, 2, 3, 4], [1, 2, 5]]) == [1, 2]
+    assert ex.batching.shared_prefix([[1, 2, 3], [1, 2, 3]]) == [1, 2]
+    assert ex.batching.shared_prefix([[7], [7, 8]]) == []
+    assert ex.batching.shared_prefix([[1, 2], [3, 4]]) == []
+    assert ex.batching.shared_prefix([]) == []
     # tiny gemma3 has a sliding window of 64 positions: a longer prompt is generated the plain way
     model = make_tiny_model("gemma3")
     long_prompts = [SHARED * 3 + " Water is", SHARED * 3 + " Mars"]
     assert len(_ids(tok, long_prompts[0])) + 4 > 64
     calls = []
-    monkeypatch.setattr(ex.generate, "_prefill", lambda m, prefix: calls.append(prefix))
+    monkeypatch.setattr(ex.generate, "prefill", lambda m, prefix: calls.append(prefix))
     gens = generate_and_record(model, tok, long_prompts, max_new_tokens=4, batch_size=2,
                                eos_token_ids=[])
     assert calls == [] and all(len(g.token_ids) == 4 for g in gens)
@@ -536,7 +536,7 @@ def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_s
     # Several answers per prompt (the protocol's provenances), prompts of different lengths,
     # one-token and long continuations mixed: the cached path equals one unpadded forward pass
     # per pair, and the plain path. overhead=0: every continuation length its own block.
-    import acute.extraction.teacher_forcing as tf
+    import acute.extraction.continuations as tf
 
     if overhead is not None:
         real = tf.length_blocks

@@ -9,7 +9,7 @@ from sklearn.decomposition import PCA
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 
-from acute.features import (
+from acute.estimators.features import (
     CosineToLast,
     LayerPCA,
     MeanPool,
@@ -268,7 +268,7 @@ def test_make_featurizer_views_and_sklearn_conventions():
 def test_top_components_equal_scikit_learns_covariance_eigh(n, d, m):
     from sklearn.decomposition import PCA
 
-    from acute.features import top_components
+    from acute.estimators.features import top_components
 
     rng = np.random.default_rng(n)
     x = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)

@@ -1,4 +1,4 @@
-"""Teacher-forced recording (acute.extraction.forced, collect_responses, rerecord_store,
+"""Teacher-forced recording (acute.extraction.responses, collect_responses, rerecord_store,
 Scorer.score_responses): for the tokens a model generated greedily, the layer means, token
 log-probs and raw confidence equal what the recorder recorded while generating them."""
 
@@ -18,7 +18,7 @@ from acute.collect import collect, collect_responses, read_responses, rerecord_s
 from acute.errors import InputError, ModelMismatchError, TaskDataError
 from acute.extraction import generate_and_record, record_responses
 from acute.models import format_prompt, load_model, model_fingerprint
-from acute.probes import ActivationProbe, load_probe
+from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import Scorer
 from acute.store import open_store
 from acute.tasks import get_task
@@ -183,17 +183,17 @@ def test_results_in_input_order_whatever_the_batches(tok):
 
 
 def test_batches_are_closed_before_padding_exceeds_the_bound():
-    from acute.extraction.forced import MAX_PADDING, _split
+    from acute.extraction.batching import MAX_PADDING, split_batches
 
     rng = np.random.default_rng(0)
     length = rng.integers(20, 400, size=200).tolist()
     order = sorted(range(200), key=lambda i: -length[i])
-    batches = _split(order, length, 16)
+    batches = split_batches(order, length, 16)
     assert [i for b in batches for i in b] == order
     for b in batches:
         assert 1 <= len(b) <= 16
         assert len(b) * length[b[0]] <= (1 + MAX_PADDING) * sum(length[i] for i in b)
-    assert _split(list(range(40)), [100] * 40, 16) == [list(range(16)), list(range(16, 32)), list(range(32, 40))]
+    assert split_batches(list(range(40)), [100] * 40, 16) == [list(range(16)), list(range(16, 32)), list(range(32, 40))]
 
 
 def test_bad_inputs_and_too_long(tok):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from acute import metrics
-from acute.baselines import BASELINES, make_baseline
-from acute.crossval import cv_folds
-from acute.learning_curve import (DEFAULT_REPEATS, INTERVAL_METHOD, _subset, learning_curve, resolve_sizes,
+from acute.estimators.baselines import BASELINES, make_baseline
+from acute.evaluation.crossval import cv_folds
+from acute.evaluation.learning_curve import (DEFAULT_REPEATS, INTERVAL_METHOD, _subset, learning_curve, resolve_sizes,
                                   write_learning_curve)
 
 

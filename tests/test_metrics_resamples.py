@@ -236,7 +236,7 @@ def test_bootstrap_and_paired_bootstrap_equal_the_loop_over_published_indices():
 
 
 def test_cv_metric_draws_equal_cv_metric_on_each_resample():
-    from acute.crossval import cv_metric, cv_metric_draws
+    from acute.evaluation.crossval import cv_metric, cv_metric_draws
 
     rng = np.random.default_rng(5)
     y = rng.random(9) < 0.5  # 9 records: some resamples hold one class only
@@ -254,8 +254,8 @@ def test_cv_metric_draws_equal_cv_metric_on_each_resample():
 
 
 def test_evaluate_intervals_equal_those_of_the_per_resample_loop(monkeypatch):
-    import acute.crossval as crossval
-    from acute.evaluate import evaluate_predictions
+    import acute.evaluation.crossval as crossval
+    from acute.evaluation import evaluate_predictions
 
     rng = np.random.default_rng(8)
     y = rng.random(150) < 0.6

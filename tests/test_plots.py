@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from acute import plots
-from acute.curves import binned_reliability
+from acute.evaluation.curves import binned_reliability
 from acute.metrics import smooth_reliability
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -217,7 +217,7 @@ def test_euro_curves_draw_the_constant_predictor(tmp_path, figures):
 
 
 def test_euro_difference_curve(tmp_path, data, figures):
-    from acute.curves import euro_difference
+    from acute.evaluation.curves import euro_difference
 
     conf, correct = data
     res = euro_difference(conf, np.clip(0.3 + 0.2 * conf, 0, 1), correct, n_bootstrap=100)

@@ -5,13 +5,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from acute.crossval import fit_predict, states_for
+from acute.evaluation.crossval import fit_predict, states_for
 from acute.errors import InputError, UnknownEstimatorError
 from acute.estimators import estimator_group, estimator_pooling, is_estimator, make_estimator
-from acute.features import cosine_to_last
-from acute.pooling import Concatenated, generation_states, parse_pooling, store_states
-from acute.probe_format import load_probe
-from acute.probes import ActivationProbe
+from acute.estimators.features import cosine_to_last
+from acute.store.pooling import Concatenated, generation_states, parse_pooling, store_states
+from acute.estimators.probe_file import load_probe
+from acute.estimators import ActivationProbe
 
 N, N_OUT, D = 160, 5, 8
 

@@ -167,7 +167,7 @@ def test_report_numbers_agree_with_the_evaluation(driven):
     average = report["tasks"]["qa"]["average"]
     from acute.estimators import ESTIMATORS
 
-    from acute.controls import CONTROLS
+    from acute.estimators.controls import CONTROLS
 
     # every estimator, then the controls this store feeds (the rest are named in "skipped")
     assert [r["estimator"] for r in results["results"]] == list(ESTIMATORS) + results["params"]["controls"]
@@ -183,15 +183,15 @@ def test_report_numbers_agree_with_the_evaluation(driven):
 
 
 def test_readme_has_every_section_and_table(driven):
-    from acute.evaluate import ESTIMATORS
+    from acute.estimators import ESTIMATORS
 
     text = (driven["out"] / "README.md").read_text(encoding="utf-8")
     for heading in ("# Reproduction results", "## Calibration and selective trust per task", "### qa",
                     "## Ablation: ACUTE views", "## Protocol study", "### Shift table",
                     "### Provenance table", "## Comparison with the papers", "## Wall time and peak memory"):
         assert heading in text, heading
-    assert rp._command(driven["argv"]) in text  # the full command (no --only / --stages)
-    assert rp._command(driven["argv"] + ["--stages", "report"]) in text
+    assert rp.driver._command(driven["argv"]) in text  # the full command (no --only / --stages)
+    assert rp.driver._command(driven["argv"] + ["--stages", "report"]) in text
     for est in ESTIMATORS:
         assert f"| {est} " in text or f"| {est} (" in text, est
     assert "0.72" in text and "0.88" in text and "0.28" in text  # the papers' numbers
@@ -293,10 +293,10 @@ def test_select_examples_is_fixed_nested_and_order_free():
 
 
 def test_only_patterns():
-    assert rp._matches(None, "m", "t")
-    assert rp._matches(["m"], "m", "anything")
-    assert rp._matches(["*/sciq"], "qwen", "sciq") and not rp._matches(["*/sciq"], "qwen", "mmlu")
-    assert not rp._matches(["smollm*/mmlu"], "gemma", "mmlu")
+    assert rp.matches(None, "m", "t")
+    assert rp.matches(["m"], "m", "anything")
+    assert rp.matches(["*/sciq"], "qwen", "sciq") and not rp.matches(["*/sciq"], "qwen", "mmlu")
+    assert not rp.matches(["smollm*/mmlu"], "gemma", "mmlu")
 
 
 def test_config_errors_name_the_key(tmp_path):

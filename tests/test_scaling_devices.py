@@ -238,13 +238,13 @@ def test_batch_order_sorted_and_unsorted():
 def test_generate_and_record_without_sorting_keeps_input_order(tok, monkeypatch):
     model = make_tiny_model("llama", initializer_range=0.3)
     seen = []
-    left_pad = extraction.batching._left_pad
+    left_pad = extraction.batching.left_pad
 
     def spy(seqs, pad_id):
         seen.append([len(s) for s in seqs])
         return left_pad(seqs, pad_id)
 
-    monkeypatch.setattr(extraction.generate, "_left_pad", spy)  # where generate_and_record looks it up
+    monkeypatch.setattr(extraction.generate, "left_pad", spy)  # where generate_and_record looks it up
     lengths = [len(tok(p, add_special_tokens=False)["input_ids"]) for p in PROMPTS]
     unsorted = generate_and_record(model, tok, PROMPTS, max_new_tokens=4, batch_size=2,
                                    sort_by_length=False)
@@ -290,7 +290,7 @@ def test_gpu_collect_batches_match_the_recorders(tok):
     batches = bench.padded_batches(tok, PROMPTS, 3, "cpu")
     encoded = [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
     for (ids, mask), batch in zip(batches, batch_order([len(e) for e in encoded], 3)):
-        want_ids, want_mask = extraction.batching._left_pad([encoded[i] for i in batch], 2)
+        want_ids, want_mask = extraction.batching.left_pad([encoded[i] for i in batch], 2)
         assert torch.equal(ids, want_ids) and torch.equal(mask, want_mask)
 
 

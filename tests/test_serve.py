@@ -1,4 +1,4 @@
-"""The trust-gate service (acute.serve, `acute serve`): every answer checked against the Scorer's
+"""The trust-gate service (acute.serving, `acute serve`): every answer checked against the Scorer's
 own result for the same prompt, batching, bad input, the queue limit, the API key and shutdown.
 
 A real uvicorn server runs on a free loopback port in a background thread (and once as a
@@ -31,9 +31,9 @@ openai = pytest.importorskip("openai")
 import acute  # noqa: E402
 from acute.errors import InputError  # noqa: E402
 from acute.extraction import generate_and_record  # noqa: E402
-from acute.probes import ActivationProbe, load_probe  # noqa: E402
+from acute.estimators import ActivationProbe, load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
-from acute.serve import (  # noqa: E402
+from acute.serving import (  # noqa: E402
     Batcher, Job, ServerBusyError, bind_socket, check_bind, create_app, score_jobs,
 )
 

@@ -27,7 +27,7 @@ fastapi = pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from acute.errors import InputError  # noqa: E402
-from acute.probes import load_probe  # noqa: E402
+from acute.estimators import load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import (  # noqa: E402
     Batcher, Job, RequestError, ServeSettings, bind_socket, create_app, make_server, score_jobs,
@@ -649,20 +649,20 @@ def test_a_malformed_probe_is_one_line_from_the_cli(tiny_model_dir, probe_dir, t
 # ------------------------------------------------------------------ 9. control tokens
 @pytest.fixture
 def fed(monkeypatch):
-    """The token ids the extraction code feeds the model: every list ``_tokenize`` returns to
-    generation (``generate``) and to teacher forcing (``forced``), in call order."""
-    from acute.extraction import forced, generate
+    """The token ids the extraction code feeds the model: every list ``tokenize`` returns to
+    generation (``generate``) and to teacher forcing (``responses``), in call order."""
+    from acute.extraction import generate, responses
 
     seen: list[list[list[int]]] = []
-    for module in (generate, forced):
-        real = module._tokenize
+    for module in (generate, responses):
+        real = module.tokenize
 
         def recording(tokenizer, texts, real=real):
             ids = real(tokenizer, texts)
             seen.append(ids)
             return ids
 
-        monkeypatch.setattr(module, "_tokenize", recording)
+        monkeypatch.setattr(module, "tokenize", recording)
     return seen
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from acute.extraction.span_generate import generate_with_span_scores, supports_span_generation
-from acute.extraction.teacher_forcing import projects_own_logits
+from acute.extraction.continuations import projects_own_logits
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 
 ATOL = 1e-5

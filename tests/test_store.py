@@ -524,7 +524,7 @@ def test_store_files_get_default_permissions_not_private(tmp_path):
     import os
     import stat
 
-    from acute._util import write_text_atomic
+    from acute.fileio import write_text_atomic
 
     mask = os.umask(0o022)
     try:

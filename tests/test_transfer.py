@@ -1,4 +1,4 @@
-"""acute.transfer on synthetic stores: cells against direct fits, raw rows against the metric
+"""acute.evaluation.transfer on synthetic stores: cells against direct fits, raw rows against the metric
 computed directly, subject folds that hold out whole subjects, and the markdown tables."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 
 from acute import metrics
 from acute.estimators import DEFAULT_ESTIMATOR, make_estimator
-from acute.transfer import (REFERENCE, leave_subjects_out, subject_folds, subjects_markdown, transfer_markdown,
+from acute.evaluation.transfer import (REFERENCE, leave_subjects_out, subject_folds, subjects_markdown, transfer_markdown,
                             transfer_table)
 
 PARAMS = {"n_estimators": 12}
-L, D = 3, 6
+L, D = 3, 12  # 12 >= the 10 components of the default acute-pca10-stacked
 
 
 @dataclass

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from acute import errors
-from acute._util import iter_jsonl, json_ready
+from acute.fileio import iter_jsonl, json_ready
 
 
 def test_json_ready_converts_numpy_and_applies_one_nonfinite_policy():
@@ -46,12 +46,12 @@ def test_iter_jsonl_names_file_and_line(tmp_path):
 
 def test_every_error_class_is_an_acute_error_defined_in_errors():
     import acute.estimators
+    import acute.estimators.probes
     import acute.extraction
-    import acute.probes
     import acute.store
     import acute.tasks.base
 
-    for mod in (acute.store, acute.probes, acute.estimators, acute.extraction, acute.tasks.base):
+    for mod in (acute.store, acute.estimators.probes, acute.estimators, acute.extraction, acute.tasks.base):
         for name in dir(mod):
             obj = getattr(mod, name)
             if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__.startswith("acute"):
@@ -68,10 +68,10 @@ def test_cli_maps_domain_errors_and_lets_bugs_show_their_traceback(monkeypatch, 
     def bug(args):
         raise ValueError("an internal bug")
 
-    monkeypatch.setattr(cli, "cmd_models", boom)
+    monkeypatch.setattr(cli.collecting, "cmd_models", boom)
     assert cli.main(["models"]) == 2
     assert "acute: error: --thing must be positive" in capsys.readouterr().err
-    monkeypatch.setattr(cli, "cmd_models", bug)
+    monkeypatch.setattr(cli.collecting, "cmd_models", bug)
     with pytest.raises(ValueError, match="an internal bug"):
         cli.main(["models"])
 
@@ -84,9 +84,9 @@ def test_cli_maps_domain_errors_and_lets_bugs_show_their_traceback(monkeypatch, 
 def test_one_confidence_rule_everywhere(conf, message):
     """Features, probes, baselines, estimators and metrics refuse the same input the same way."""
     from acute import metrics
-    from acute.baselines import make_baseline
+    from acute.estimators.baselines import make_baseline
     from acute.estimators import make_estimator
-    from acute.features import check_confidence
+    from acute.estimators.features import check_confidence
 
     y = [1, 0, 1]
     X = np.zeros((3, 3, 4), dtype=np.float32)
@@ -100,7 +100,7 @@ def test_one_confidence_rule_everywhere(conf, message):
 
 def test_one_label_rule_everywhere():
     from acute import metrics
-    from acute.baselines import make_baseline
+    from acute.estimators.baselines import make_baseline
     from acute.validation import check_correct
 
     for call in (lambda: check_correct([1, 2, 0], 3), lambda: make_baseline("hre").fit([0.1, 0.2, 0.3], [1, 2, 0]),
@@ -115,7 +115,7 @@ def test_one_label_rule_everywhere():
 
 def test_one_list_of_metric_specs_drives_the_tables():
     from acute import metrics
-    from acute.evaluate import TABLE_COLUMNS, evaluate_predictions, results_markdown
+    from acute.evaluation import TABLE_COLUMNS, evaluate_predictions, results_markdown
     from acute.report import REPORT_METRICS
 
     assert [k for k, _, _ in TABLE_COLUMNS] == [m.name for m in metrics.METRIC_SPECS]

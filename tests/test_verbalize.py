@@ -1,11 +1,11 @@
-"""Tests for acute.verbalize: the confidence parser on hand cases and the prompt shapes."""
+"""Tests for acute.protocol.verbalize: the confidence parser on hand cases and the prompt shapes."""
 
 from __future__ import annotations
 
 import pytest
 
 from acute.testing import make_tiny_tokenizer
-from acute.verbalize import (
+from acute.protocol.verbalize import (
     TEMPLATES,
     build_verbal_prompt,
     parse_confidence,

@@ -65,11 +65,11 @@ token log-probs and raw confidence as the recorder does while generating those t
 
 from ..errors import UnsupportedArchitectureError
 from .batching import MIN_SHARED_PREFIX, PREFIX_GROUP_DEPTH, batch_order
-from .forced import ForcedPooler, record_responses, response_token_ids
+from .responses import ForcedPooler, record_responses, response_token_ids
 from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
 from .recorder import HiddenStateRecorder, RecordedBatch
-from .teacher_forcing import score_continuations, score_token_continuations
+from .continuations import score_continuations, score_token_continuations
 
 __all__ = [
     "ForcedPooler",

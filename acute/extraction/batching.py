@@ -12,7 +12,7 @@ from torch import nn
 
 from ..errors import InputError
 
-from .layers import _forward_accepts, _model_device
+from .layers import forward_accepts, model_device
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +21,12 @@ logger = logging.getLogger(__name__)
 # High-level API
 # --------------------------------------------------------------------------------------------
 
+
+
+#: Default rows per batch of generation and teacher-forced recording (collect, rerecord, score):
+#: faster than 8 on short and long answers, where 32 loses on long unique prompts
+#: (SmolLM2, one CPU thread; benchmarks/batch_default.md).
+BATCH_SIZE = 16
 
 def batch_order(lengths: Sequence[int], batch_size: int, sort_by_length: bool = True
                 ) -> list[list[int]]:
@@ -41,7 +47,7 @@ MIN_SHARED_PREFIX = 8
 PREFIX_GROUP_DEPTH = 32
 
 
-def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
+def shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     """The longest common token prefix of ``seqs``, leaving every sequence at least one own token
     (its last prompt position is where pooling and the first generated token start)."""
     if not seqs:
@@ -56,7 +62,7 @@ def _shared_prefix(seqs: Sequence[Sequence[int]]) -> list[int]:
     return list(first[:max(n, 0)])
 
 
-def _prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
+def prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
                     batch_size: int) -> list[tuple[list[int], list[int]]]:
     """``(batch, prefix)`` pairs for the shared-prefix path of :func:`generate_and_record`.
 
@@ -67,7 +73,7 @@ def _prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
     padding) and every batch caches the prefix its whole group shares, so a group needs one
     prefill however many batches it spans.
     """
-    depth = len(_shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
+    depth = len(shared_prefix([encoded[i] for i in keep])) + PREFIX_GROUP_DEPTH
     groups: dict[tuple[int, ...], list[int]] = {}
     for i in keep:
         groups.setdefault(tuple(encoded[i][:depth]), []).append(i)
@@ -77,13 +83,13 @@ def _prefix_batches(encoded: Sequence[Sequence[int]], keep: Sequence[int],
     for run in runs:
         if not run:
             continue
-        prefix = _shared_prefix([encoded[i] for i in run])
+        prefix = shared_prefix([encoded[i] for i in run])
         run = sorted(run, key=lambda i: -len(encoded[i]))
         planned += [(run[k: k + batch_size], prefix) for k in range(0, len(run), batch_size)]
     return planned
 
 
-def _window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
+def window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
     """False when a sliding attention window shorter than ``length`` would see the padding placed
     after the shared prefix (it counts positions, not real tokens)."""
     config = getattr(model, "config", None)
@@ -93,36 +99,36 @@ def _window_allows_prefix_cache(model: nn.Module, length: int) -> bool:
     return not (isinstance(window, int) and 0 < window < length)
 
 
-def _cache_keyword(model: nn.Module) -> str:
+def cache_keyword(model: nn.Module) -> str:
     """transformers >= 5.2x names the KV cache argument ``cache``; older releases
     ``past_key_values``."""
-    return "cache" if _forward_accepts(model, "cache") else "past_key_values"
+    return "cache" if forward_accepts(model, "cache") else "past_key_values"
 
 
 #: ``generation_config`` fields that leave greedy decoding as it is (ids, output switches,
 #: sampling-only settings); any other field set makes the recorder use ``model.generate``.
 
 
-def _prefill(model: nn.Module, prefix: Sequence[int]):
+def prefill(model: nn.Module, prefix: Sequence[int]):
     """The KV cache of one forward pass over ``prefix`` (batch of one)."""
-    ids = torch.tensor([list(prefix)], dtype=torch.long, device=_model_device(model))
+    ids = torch.tensor([list(prefix)], dtype=torch.long, device=model_device(model))
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True,
-                    **({"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}))
-    return out.cache if _cache_keyword(model) == "cache" else out.past_key_values
+                    **({"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}))
+    return out.cache if cache_keyword(model) == "cache" else out.past_key_values
 
 
-def _pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
+def pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
                       pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows ``prefix + padding + own tokens`` (the prefix is cached, the own tokens end aligned,
     as with left padding) as ``(input_ids, attention_mask)``."""
-    ids, mask = _left_pad([s[n_prefix:] for s in seqs], pad_id)
+    ids, mask = left_pad([s[n_prefix:] for s in seqs], pad_id)
     head = torch.tensor([list(seqs[0][:n_prefix])], dtype=torch.long).expand(len(seqs), -1)
     return (torch.cat([head, ids], 1),
             torch.cat([torch.ones((len(seqs), n_prefix), dtype=torch.long), mask], 1))
 
 
-def _resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
+def resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
     try:
         from acute.models import eos_token_ids
     except ImportError:  # pragma: no cover - acute.models is part of the package
@@ -136,7 +142,7 @@ def _resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
     return eos_token_ids(model, tokenizer)
 
 
-def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into ``(input_ids, attention_mask)`` long tensors."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -148,20 +154,20 @@ def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor,
     return ids, mask
 
 
-def _pad_id(tokenizer: Any, eos_ids: Sequence[int]) -> int:
+def padding_id(tokenizer: Any, eos_ids: Sequence[int]) -> int:
     pad = getattr(tokenizer, "pad_token_id", None)
     if pad is not None:
         return int(pad)
     return int(eos_ids[0]) if eos_ids else 0
 
 
-def _tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+def tokenize(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     if not texts:
         return []
     return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
 
-def _check_strings(values: Any, name: str) -> list[str]:
+def check_strings(values: Any, name: str) -> list[str]:
     if isinstance(values, str):
         raise InputError(f"{name} must be a list of strings, not a single string")
     values = list(values)
@@ -171,7 +177,7 @@ def _check_strings(values: Any, name: str) -> list[str]:
     return values
 
 
-def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
+def cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
     cuts = [text.find(s) for s in stop_strings if s in text]
     return text[: min(cuts)] if cuts else text
 
@@ -183,7 +189,7 @@ def _cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:
 MAX_PADDING = 0.2
 
 
-def _split(order: Sequence[int], length: Sequence[int], batch_size: int) -> list[list[int]]:
+def split_batches(order: Sequence[int], length: Sequence[int], batch_size: int) -> list[list[int]]:
     """Consecutive batches of ``order`` (longest first) of at most ``batch_size`` rows whose
     padded positions exceed their tokens by at most :data:`MAX_PADDING` (a row longer than
     that allows starts a new batch)."""
@@ -210,7 +216,7 @@ PASS_OVERHEAD = 32
 def length_blocks(widths: Sequence[int], overhead: int = PASS_OVERHEAD) -> list[list[int]]:
     """Split rows of ``widths`` (sorted longest first) into consecutive blocks, each padded to
     its first row's width, minimising the positions computed plus ``overhead`` per block
-    (dynamic programming over the cut points; :func:`_split` is the rule for
+    (dynamic programming over the cut points; :func:`split_batches` is the rule for
     whole records, whose batches also cap the rows). Returns lists of row indices, in order."""
     n = len(widths)
     if any(widths[j] < widths[j + 1] for j in range(n - 1)):

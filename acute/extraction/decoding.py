@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .batching import _cache_keyword
-from .layers import _forward_accepts
+from .batching import cache_keyword
+from .layers import forward_accepts
 
 
 _GREEDY_NEUTRAL_CONFIG = frozenset({
@@ -22,7 +22,7 @@ _GREEDY_LOOP_KWARGS = frozenset({"do_sample", "pad_token_id", "eos_token_id", "t
                                  "top_k", "cache", "past_key_values"})
 
 
-def _plain_greedy(model: nn.Module, generate_kwargs: dict) -> bool:
+def plain_greedy(model: nn.Module, generate_kwargs: dict) -> bool:
     """Whether ``model.generate(**generate_kwargs)`` would decode greedily with no logits
     processor: no sampling, no other arguments than :data:`_GREEDY_LOOP_KWARGS` (sampling
     parameters unset), and a ``generation_config`` that sets only :data:`_GREEDY_NEUTRAL_CONFIG`."""
@@ -44,7 +44,7 @@ def greedy_decode(model: nn.Module, run, input_ids: torch.Tensor, attention_mask
     cache after each step. ``run`` is the recorder's state for this batch: it is told which
     original rows each forward pass holds, and its hooks supply the next-token logits."""
     assert run is not None
-    key = _cache_keyword(model)
+    key = cache_keyword(model)
     cache = generate_kwargs.get(key)
     past = cache.get_seq_length() if cache is not None else 0
     mask = attention_mask
@@ -54,9 +54,9 @@ def greedy_decode(model: nn.Module, run, input_ids: torch.Tensor, attention_mask
     rows = torch.arange(run.batch_size, device=input_ids.device)
     last_tokens = torch.full((run.batch_size, 1), int(generate_kwargs.get("pad_token_id") or 0),
                              dtype=torch.long, device=input_ids.device)
-    keep_logits = {"logits_to_keep": 1} if _forward_accepts(model, "logits_to_keep") else {}
+    keep_logits = {"logits_to_keep": 1} if forward_accepts(model, "logits_to_keep") else {}
     # as generate: position ids only for models that take them (not e.g. ALiBi models)
-    takes_positions = _forward_accepts(model, "position_ids")
+    takes_positions = forward_accepts(model, "position_ids")
     with torch.no_grad():
         for _ in range(max_steps):
             run.set_rows(rows)

@@ -13,24 +13,25 @@ import numpy as np
 from torch import nn
 
 
-from .._util import BATCH_SIZE, progress as _progress
+from ..fileio import progress as _progress
 
 from ..errors import InputError
 
-from .layers import PoolMode, _POOLS, context_window
-from .batching import (
+from ..store.pooling import POOLS, PoolMode
+from .layers import context_window
+from .batching import (BATCH_SIZE, 
     MIN_SHARED_PREFIX,
-    _cache_keyword,
-    _check_strings,
-    _cut_at_stop,
-    _left_pad,
-    _pad_after_prefix,
-    _pad_id,
-    _prefill,
-    _prefix_batches,
-    _resolve_eos,
-    _tokenize,
-    _window_allows_prefix_cache,
+    cache_keyword,
+    check_strings,
+    cut_at_stop,
+    left_pad,
+    pad_after_prefix,
+    padding_id,
+    prefill,
+    prefix_batches,
+    resolve_eos,
+    tokenize,
+    window_allows_prefix_cache,
     batch_order,
 )
 from .recorder import HiddenStateRecorder
@@ -95,7 +96,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     ``min_new_tokens``, ``temperature``).
 
     With ``reuse_prefix`` (default) prompts that share a prefix (system prompt, few-shot
-    demonstrations of one subject) are batched together (:func:`_prefix_batches`, longest first
+    demonstrations of one subject) are batched together (:func:`prefix_batches`, longest first
     within a group) and that prefix (at least :data:`MIN_SHARED_PREFIX` tokens) runs once per
     group: every batch starts from a copy of its KV cache, its rows padded between the prefix and
     their own tokens, so each record mostly pays for its own tokens. The recorded states are
@@ -114,19 +115,19 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts). Raises ``ValueError`` for an empty prompt, a bad argument, or a prompt that is not
     a string.
     """
-    prompts = _check_strings(prompts, "prompts")
-    stop_strings = tuple(_check_strings(stop_strings, "stop_strings"))
+    prompts = check_strings(prompts, "prompts")
+    stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if max_new_tokens < 1:
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if pool not in _POOLS:
-        raise InputError(f"pool must be one of {_POOLS}, got {pool!r}")
+    if pool not in POOLS:
+        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
     if on_too_long not in ("skip", "error"):
         raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
-    eos_ids = list(eos_token_ids) if eos_token_ids is not None else _resolve_eos(model, tokenizer)
-    pad_id = _pad_id(tokenizer, eos_ids)
-    encoded = _tokenize(tokenizer, prompts)
+    eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
+    pad_id = padding_id(tokenizer, eos_ids)
+    encoded = tokenize(tokenizer, prompts)
     for i, ids in enumerate(encoded):
         if not ids:
             raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
@@ -142,7 +143,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             continue
         keep.append(i)
     if reuse_prefix and sort_by_length:
-        planned = _prefix_batches(encoded, keep, batch_size)
+        planned = prefix_batches(encoded, keep, batch_size)
     else:
         planned = [([keep[j] for j in batch], None) for batch in
                    batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
@@ -157,16 +158,16 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
         for batch, shared in _progress(planned, len(planned), progress, "generate"):
             seqs = [encoded[i] for i in batch]
             cache_kwargs: dict[str, Any] = {}
-            if shared is None or len(shared) < MIN_SHARED_PREFIX or not _window_allows_prefix_cache(
+            if shared is None or len(shared) < MIN_SHARED_PREFIX or not window_allows_prefix_cache(
                     model, max(len(s) for s in seqs) + max_new_tokens):
-                ids, mask = _left_pad(seqs, pad_id)
+                ids, mask = left_pad(seqs, pad_id)
             else:
                 if shared != prefix:  # consecutive batches often share the same prefix
-                    prefix, prefix_cache = shared, _prefill(model, shared)
-                ids, mask = _pad_after_prefix(seqs, len(prefix), pad_id)
+                    prefix, prefix_cache = shared, prefill(model, shared)
+                ids, mask = pad_after_prefix(seqs, len(prefix), pad_id)
                 cache = copy.deepcopy(prefix_cache)
                 cache.batch_repeat_interleave(len(batch))
-                cache_kwargs[_cache_keyword(model)] = cache
+                cache_kwargs[cache_keyword(model)] = cache
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
                                          eos_token_ids=eos_ids, stop_strings=stop_strings,
                                          tokenizer=tokenizer, do_sample=do_sample,
@@ -176,7 +177,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                 text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
                 reason = recorded.finish_reasons[r]
                 if reason == "stop":
-                    text = _cut_at_stop(text, stop_strings)
+                    text = cut_at_stop(text, stop_strings)
                 results[i] = Generation(
                     text=text,
                     token_ids=recorded.token_ids[r],

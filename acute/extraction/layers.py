@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -15,8 +15,6 @@ from ..errors import UnsupportedArchitectureError
 logger = logging.getLogger(__name__)
 
 
-PoolMode = Literal["decoding", "generated"]
-_POOLS = ("decoding", "generated")
 
 # Attribute paths (from the top-level model) of the decoder-layer ModuleList, most common first.
 _LAYER_PATHS = (
@@ -190,14 +188,14 @@ def context_window(model: nn.Module) -> int | None:
     return None
 
 
-def _model_device(model: nn.Module) -> torch.device:
+def model_device(model: nn.Module) -> torch.device:
     device = getattr(model, "device", None)
     if isinstance(device, torch.device):
         return device
     return next(model.parameters()).device
 
 
-def _forward_accepts(model: nn.Module, name: str) -> bool:
+def forward_accepts(model: nn.Module, name: str) -> bool:
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):  # pragma: no cover

@@ -16,8 +16,9 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 
 from ..errors import InputError
-from .decoding import _plain_greedy, greedy_decode
-from .layers import _POOLS, LayerMap, PoolMode, _model_device, find_layers, hook_layer_outputs
+from .decoding import plain_greedy, greedy_decode
+from ..store.pooling import POOLS, PoolMode
+from .layers import LayerMap, model_device, find_layers, hook_layer_outputs
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ _REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
 _REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
 
 
-def _stack_layers(states: Sequence[torch.Tensor]) -> torch.Tensor:
+def stack_layers(states: Sequence[torch.Tensor]) -> torch.Tensor:
     """float64 [B, L+1, d] on the CPU from one [B, d] tensor per layer, wherever each lives."""
     return torch.stack([s.to("cpu", torch.float64) for s in states], dim=1)
 
@@ -287,8 +288,8 @@ class HiddenStateRecorder:
     # -- context manager ---------------------------------------------------------------------
 
     def __enter__(self) -> "HiddenStateRecorder":
-        if self.pool not in _POOLS:
-            raise InputError(f"pool must be one of {_POOLS}, got {self.pool!r}")
+        if self.pool not in POOLS:
+            raise InputError(f"pool must be one of {POOLS}, got {self.pool!r}")
         if self.dtype not in (torch.float32, torch.float64):
             raise InputError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
         if self._handles:
@@ -333,7 +334,7 @@ class HiddenStateRecorder:
 
         With ``drop_finished`` (default), plain greedy decoding (no sampling, no other
         ``generate`` arguments than the cache, ``pad_token_id`` and unset sampling parameters, and
-        a model ``generation_config`` that sets nothing else, see :func:`_plain_greedy`) runs in
+        a model ``generation_config`` that sets nothing else, see :func:`plain_greedy`) runs in
         the recorder's own loop, which drops each row from the batch once it has finished: a
         batch then costs its rows' tokens rather than its longest row's tokens times the batch
         size. Tokens and recorded states are those of ``model.generate`` up to floating-point
@@ -373,7 +374,7 @@ class HiddenStateRecorder:
             pad = (getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None)
             generate_kwargs["pad_token_id"] = pad if pad is not None else (eos_ids[0] if eos_ids else 0)
 
-        device = _model_device(self.model)
+        device = model_device(self.model)
         input_ids = input_ids.to(device)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -383,7 +384,7 @@ class HiddenStateRecorder:
                          self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
         extra = 1 if self.pool == "generated" else 0
         try:
-            if drop_finished and _plain_greedy(self.model, generate_kwargs):
+            if drop_finished and plain_greedy(self.model, generate_kwargs):
                 greedy_decode(self.model, self._run, input_ids, attention_mask, max_new_tokens + extra,
                               criteria[0], generate_kwargs)
             else:
@@ -411,14 +412,14 @@ class HiddenStateRecorder:
         if any(s is None for s in run.sums):
             raise RuntimeError("some layers were never reached by a forward pass")
         # The only gathers: each layer's states, wherever they live, to the CPU in float64.
-        means = _stack_layers(run.sums) / torch.from_numpy(counts).to(torch.float64)[:, None, None]
+        means = stack_layers(run.sums) / torch.from_numpy(counts).to(torch.float64)[:, None, None]
         reasons = run.reason.cpu().tolist()
         return RecordedBatch(
             token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
             token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
             layer_means=means.numpy().astype(np.float32),
-            last_prompt=_stack_layers(run.last_prompt).numpy().astype(np.float32),
-            last_answer=_stack_layers(run.last_answer).numpy().astype(np.float32),
+            last_prompt=stack_layers(run.last_prompt).numpy().astype(np.float32),
+            last_answer=stack_layers(run.last_answer).numpy().astype(np.float32),
             counts=counts.astype(np.int64),
             finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
         )

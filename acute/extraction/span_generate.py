@@ -10,7 +10,7 @@ their text up to the answer, so that prefix runs once per group:
 1. the groups' shared prefixes, left-padded, one forward pass (KV cache kept);
 2. the cache rows repeated for each group's prompts; the prompts' own tokens up to the end of the
    span, left-padded after the prefix, one forward pass; the output layer then runs only at the
-   span's positions (:func:`~acute.extraction.teacher_forcing.project_states`, where it
+   span's positions (:func:`~acute.extraction.continuations.project_states`, where it
    reproduces the model's logits; else the logits of the last ``span + 1`` columns are kept);
 3. the rest of each prompt, left-padded, one forward pass keeping the last column;
 4. greedy decoding that drops rows from the batch and the cache once they emit an EOS id.
@@ -30,9 +30,9 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .batching import _cache_keyword, _left_pad, _shared_prefix, _window_allows_prefix_cache
-from .layers import _forward_accepts, _model_device
-from .teacher_forcing import _span_logprobs, project_states, projects_own_logits
+from .batching import cache_keyword, left_pad, shared_prefix, window_allows_prefix_cache
+from .layers import forward_accepts, model_device
+from .continuations import logprobs_of, project_states, projects_own_logits
 
 
 @dataclass
@@ -50,7 +50,7 @@ def supports_span_generation(model: nn.Module, longest: int) -> bool:
     """Whether :func:`generate_with_span_scores` can run ``model`` on rows of up to ``longest``
     positions: its forward takes ``position_ids`` (padding between a row's parts) and no sliding
     attention window shorter than a row would count that padding."""
-    return _forward_accepts(model, "position_ids") and _window_allows_prefix_cache(model, longest)
+    return forward_accepts(model, "position_ids") and window_allows_prefix_cache(model, longest)
 
 
 def generate_with_span_scores(model: nn.Module, prompts: Sequence[Sequence[int]],
@@ -96,7 +96,7 @@ def generate_with_span_scores(model: nn.Module, prompts: Sequence[Sequence[int]]
 def _group_prefix(prompts, spans, member_ids: Sequence[int]) -> int:
     """Length of the prefix a group caches: common to its prompts, leaving each at least the
     token before its span (whose logit scores the span's first token) and one token to feed."""
-    n = len(_shared_prefix([prompts[i] for i in member_ids]))
+    n = len(shared_prefix([prompts[i] for i in member_ids]))
     for i in member_ids:
         n = min(n, (spans[i][0] - 1) if spans[i] is not None else len(prompts[i]) - 1)
     return max(n, 0)
@@ -107,9 +107,9 @@ class _Batch:
 
     def __init__(self, model: nn.Module, pad_id: int):
         self.model, self.pad_id = model, pad_id
-        self.device = _model_device(model)
-        self.key = _cache_keyword(model)
-        self.keep_logits = _forward_accepts(model, "logits_to_keep")
+        self.device = model_device(model)
+        self.key = cache_keyword(model)
+        self.keep_logits = forward_accepts(model, "logits_to_keep")
         self.mask: torch.Tensor | None = None
         self.cache = None
 
@@ -120,7 +120,7 @@ class _Batch:
         every part is empty."""
         if max(len(p) for p in parts) == 0:
             return None
-        ids, mask = _left_pad(parts, self.pad_id)
+        ids, mask = left_pad(parts, self.pad_id)
         ids, mask = ids.to(self.device), mask.to(self.device)
         full = mask if self.mask is None else torch.cat([self.mask, mask], 1)
         positions = (full.cumsum(-1) - 1).clamp(min=0)[:, -ids.shape[1]:]
@@ -163,7 +163,7 @@ def _run_batch(model, prompts, spans, batch_groups, max_new_tokens, eos_ids, pad
                 continue
             s, e = spans[i]
             at = span_out[r, keep - (e - s + 1): keep - 1]
-            results_span.append(_span_logprobs(project_states(model, at) if project else at, prompts[i][s:e]))
+            results_span.append(logprobs_of(project_states(model, at) if project else at, prompts[i][s:e]))
         if span_out is not None and project:  # the last column's logits, for rows ending here
             span_out = project_states(model, span_out[:, -1:])
         rest_logits = batch.feed([prompts[i][cut[r]:] for r, i in enumerate(rows)], 1)

@@ -61,7 +61,7 @@ def fold_differences(metric: Callable[[np.ndarray, np.ndarray], float], pred_a: 
                      folds: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]]) -> np.ndarray:
     """``metric(a) - metric(b)`` on each test fold of each repeat: float64 ``[repeats * folds]``.
     ``pred_a``/``pred_b`` are ``[repeats, n]`` out-of-fold predictions, ``folds`` as
-    :func:`acute.crossval.cv_folds` returns them (NaN where the metric is undefined on a fold)."""
+    :func:`acute.evaluation.crossval.cv_folds` returns them (NaN where the metric is undefined on a fold)."""
     a = np.atleast_2d(np.asarray(pred_a, dtype=np.float64))
     b = np.atleast_2d(np.asarray(pred_b, dtype=np.float64))
     y = np.asarray(correct)

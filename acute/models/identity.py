@@ -57,7 +57,7 @@ def weights_digest(model) -> dict:
 def model_identity(model) -> dict:
     """:func:`model_fingerprint` plus the weights: ``weights_sha256`` (and ``gguf_sha256``) from
     :func:`weights_digest`. What an exported probe records and checks (see
-    :meth:`acute.probe_format.ExportedProbe.check_model`)."""
+    :meth:`acute.estimators.probe_file.ExportedProbe.check_model`)."""
     digest = weights_digest(model)
     out = {**model_fingerprint(model), "weights_sha256": digest["sha256"]}
     if "gguf_sha256" in digest:

@@ -10,7 +10,7 @@ Settings (paper names)
 * **elicitation provenance**: the answer the model is asked to rate: its own ``generated``
   answer, or a provided ``gold``, ``plausible_wrong`` (the task's first plausible wrong answer)
   or ``wrong_type`` answer (an answer of another type). The elicitation template is fixed
-  (:mod:`acute.verbalize`), greedy decoding.
+  (:mod:`acute.protocol.verbalize`), greedy decoding.
 * **scored answer**: whose token probability is the token confidence: the model's
   ``generated`` answer, or the ``gold`` reference answer by teacher forcing.
 * **token readout**: ``T1`` = geometric mean of the answer span's token probabilities
@@ -22,7 +22,7 @@ Settings (paper names)
   verbalization prompt up to and including the answer: the very text the model saw when it
   verbalized). The verbalization prompt shows the question as the task shows it to a base
   model, without the task's answering instruction and demonstrations
-  (:func:`acute.verbalize.question_text`), so the two contexts differ by those (and, for base
+  (:func:`acute.protocol.verbalize.question_text`), so the two contexts differ by those (and, for base
   models, by ``Answer:`` vs ``Proposed answer:``); ``counts.n_context_identical`` reports how many generated
   answers had the same text before them in both contexts (a no-op axis would show there).
 * **estimator**: 10-bin ``ECE``, ``KDE-ECE``, ``KS-Cal``, ``smECE``; ``Brier``, ``NLL`` and

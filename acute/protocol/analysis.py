@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .._util import progress as _progress
+from ..fileio import progress as _progress
 from ..errors import InputError
 from ..validation import check_count
 from .settings import (
@@ -29,9 +29,9 @@ from .settings import (
     ROBUSTNESS,
     SCORED,
     SHIFT_READOUTS,
-    _AXIS_LEVELS,
-    _CONTEXT_NAMES,
-    _SCORED_PROVENANCE,
+    AXIS_LEVELS,
+    CONTEXT_NAMES,
+    SCORED_PROVENANCE,
 )
 
 logger = logging.getLogger(__name__)
@@ -287,7 +287,7 @@ def shift_table(cells: Sequence[Mapping], group_by: Sequence[str] = ("run",)) ->
         for c in usable:
             groups[tuple(c.get(k) for k in others)][c[axis]] = float(c["gap"])
         diffs = [abs(g[a] - g[b]) for g in groups.values()
-                 for a, b in itertools.combinations(_AXIS_LEVELS[axis], 2) if a in g and b in g]
+                 for a, b in itertools.combinations(AXIS_LEVELS[axis], 2) if a in g and b in g]
         out[axis] = {"mean_abs_change": float(np.mean(diffs)) if diffs else None,
                      "max_abs_change": float(np.max(diffs)) if diffs else None,
                      "n_pairs": len(diffs)}
@@ -375,10 +375,10 @@ def checklist(cells: Sequence[Mapping], template: str) -> list[dict[str, Any]]:
             continue
         row = {
             "comparison": f"g[{c['scored']}, {c['readout']}, {c['context']}, {c['estimator']}]",
-            "provenance": _SCORED_PROVENANCE[c["scored"]],
+            "provenance": SCORED_PROVENANCE[c["scored"]],
             "scored": c["scored"],
             "readout": c["readout"],
-            "context": _CONTEXT_NAMES[c["context"]],
+            "context": CONTEXT_NAMES[c["context"]],
             "estimator": c["estimator"],
             "template": c.get("template", template),
             "parse_failure_rate": c["parse_failure_rate"],

@@ -6,7 +6,7 @@ A protocol run writes, next to the store that holds its answers, a folder ``reco
   decoding settings) plus what the report needs (model name, fingerprint, settings, templates);
 * ``shard-00000.jsonl``, ``shard-00001.jsonl``, ...: complete per-record results (verbalizations,
   teacher-forced log-probs under each context), one JSON object per line, each shard written to
-  a temporary file and renamed (:func:`acute._util.write_text_atomic`).
+  a temporary file and renamed (:func:`acute.fileio.write_text_atomic`).
 
 A killed run leaves committed shards and at most a temporary file, which the next run removes;
 it then continues with the records no shard holds. A run whose identity differs from the
@@ -16,15 +16,14 @@ manifest's is refused with the differing key named, so records of two settings n
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .._util import TMP_SUFFIX, json_ready, read_json, write_text_atomic
 from ..errors import CorruptStoreError, IncompatibleStoreError
+from ..fileio import TMP_SUFFIX, iter_jsonl, json_ready, read_json, write_text_atomic
+from ..store.files import parse_shard_name, shard_name
 
 MANIFEST = "manifest.json"
-_SHARD_RE = re.compile(r"^shard-(\d{5})\.jsonl$")
 #: manifest keys that must agree before a run may add records (see :func:`protocol_key`)
 KEY = "key"
 
@@ -66,8 +65,10 @@ class RecordShards:
             stale.unlink()
         self.records: list[dict] = []
         self._n_shards = 0
-        for shard in sorted(p for p in self.path.iterdir() if _SHARD_RE.match(p.name)):
-            self.records += _read_shard(shard)
+        shards = sorted((parsed[1], p) for p in self.path.iterdir()
+                        if (parsed := parse_shard_name(p.name)) and parsed[0] is None and parsed[2] == "jsonl")
+        for _, shard in shards:  # the store's shard names, read by the one JSONL reader
+            self.records += [r for _, r in iter_jsonl(shard, error=CorruptStoreError)]
             self._n_shards += 1
         self.done = {r["id"]: r for r in self.records}
 
@@ -77,7 +78,7 @@ class RecordShards:
         if not records:
             return
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-        write_text_atomic(self.path / f"shard-{self._n_shards:05d}.jsonl", text)
+        write_text_atomic(self.path / shard_name(None, self._n_shards, "jsonl"), text)
         self._n_shards += 1
         self.records += records
         self.done.update((r["id"], r) for r in records)
@@ -90,13 +91,3 @@ def _check_same_key(mpath: Path, stored: Any, given: Mapping) -> None:
         detail = "; ".join(f"{k!r}: stored {stored.get(k)!r}, new {given.get(k)!r}" for k in differ)
         raise IncompatibleStoreError(f"{mpath}: cannot resume this protocol run with other settings "
                                      f"({detail}). Use another --out folder")
-
-
-def _read_shard(path: Path) -> list[dict]:
-    out = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise CorruptStoreError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-    return out

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-from .._util import json_ready, read_json, write_text_atomic
+from ..fileio import json_ready, read_json, write_text_atomic
 from ..errors import InputError
 from .settings import (
     AXES,
@@ -20,8 +20,8 @@ from .settings import (
     PAPER_SHIFTS,
     PROVIDED,
     ROBUSTNESS,
-    _AXIS_TITLES,
-    _CONTEXT_NAMES,
+    AXIS_TITLES,
+    CONTEXT_NAMES,
 )
 from .analysis import checklist, shift_table
 
@@ -58,7 +58,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _row_key(c: Mapping, with_run: bool) -> tuple:
-    key = (c["scored"], c["readout"], _CONTEXT_NAMES[c["context"]])
+    key = (c["scored"], c["readout"], CONTEXT_NAMES[c["context"]])
     return ((c["run"],) + key) if with_run else key
 
 
@@ -98,7 +98,7 @@ def _gap_tables(cells: Sequence[Mapping], with_run: bool) -> list[str]:
 
 def _shift_lines(shifts: Mapping[str, Mapping], per_run: Mapping[str, Mapping] | None = None) -> list[str]:
     header = ["axis toggled", "mean abs change in g", "max", "pairs", "paper"]
-    rows = [[_AXIS_TITLES[a], _f(shifts[a]["mean_abs_change"]), _f(shifts[a]["max_abs_change"]),
+    rows = [[AXIS_TITLES[a], _f(shifts[a]["mean_abs_change"]), _f(shifts[a]["max_abs_change"]),
              shifts[a]["n_pairs"], _f(PAPER_SHIFTS.get(a))] for a in AXES]
     lines = ["## Shift table", "",
              "Mean |g(a) - g(b)| over pairs of cells that differ in one axis only (calibration "

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .._util import json_ready, progress_bar, write_text_atomic
+from ..fileio import json_ready, progress_bar, write_text_atomic
 from ..errors import IncompatibleStoreError, InputError
 from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
-from ..verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
+from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
 from .settings import (
     ALPHA,
     CONTEXTS,
@@ -115,7 +115,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
        with the examples no shard holds; a rerun with other settings is refused, naming the key.
        Each example's generated, gold, plausible-wrong and wrong-type answers are verbalized
        (greedy, ``verbal_max_new_tokens`` tokens, template ``variant``: ``"unit"`` or
-       ``"percent"``, see :mod:`acute.verbalize`), and each answer is teacher-forced under the
+       ``"percent"``, see :mod:`acute.protocol.verbalize`), and each answer is teacher-forced under the
        bare query and under its verbalization prefix. One forward pass over a verbalization
        prompt gives both its continuation and the answer's log-probs under that prefix, and the
        four prompts of an example share their prefix
@@ -358,13 +358,13 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
     tokenized separately as :func:`score_continuations` does, are the start of the prompt's own
     tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
     from ..extraction import context_window, generate_and_record
-    from ..extraction.batching import _pad_id, _resolve_eos, _tokenize
+    from ..extraction.batching import padding_id, resolve_eos, tokenize
     from ..extraction.span_generate import generate_with_span_scores, supports_span_generation
 
     if not vprompts:
         return sjobs
     limit = context_window(model)
-    ids = _tokenize(tokenizer, vprompts)
+    ids = tokenize(tokenizer, vprompts)
     fits = [limit is None or len(p) + max_new_tokens <= limit for p in ids]
     if not supports_span_generation(model, max(len(p) for p in ids) + max_new_tokens):
         with warnings.catch_warnings():
@@ -376,17 +376,17 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
         return sjobs
     where = {(i, prov): k for k, (i, prov, ctx, _, _) in enumerate(sjobs) if ctx == "verbal"}
     jobs = [sjobs[where[v]] for v in vjobs]
-    heads = _tokenize(tokenizer, [job[3] for job in jobs])
-    bodies = _tokenize(tokenizer, [job[4] for job in jobs])
+    heads = tokenize(tokenizer, [job[3] for job in jobs])
+    bodies = tokenize(tokenizer, [job[4] for job in jobs])
     spans: list[tuple[int, int] | None] = []
     for p, head, body in zip(ids, heads, bodies):
         aligned = head and body and p[: len(head) + len(body)] == head + body
         spans.append((len(head), len(head) + len(body)) if aligned else None)
     run = [k for k in range(len(vjobs)) if fits[k]]
-    eos = _resolve_eos(model, tokenizer)
+    eos = resolve_eos(model, tokenizer)
     results = generate_with_span_scores(
         model, [ids[k] for k in run], [spans[k] for k in run], [vjobs[k][0] for k in run],
-        max_new_tokens=max_new_tokens, eos_token_ids=eos, pad_id=_pad_id(tokenizer, eos),
+        max_new_tokens=max_new_tokens, eos_token_ids=eos, pad_id=padding_id(tokenizer, eos),
         batch_size=batch_size)
     scored = set()
     for k, res in zip(run, results):
@@ -416,13 +416,13 @@ def _set_verbal(slot: dict, text: str | None, template) -> None:
 def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
     """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
     from ..extraction import context_window, score_token_continuations
-    from ..extraction.batching import _pad_id, _resolve_eos, _tokenize
+    from ..extraction.batching import padding_id, resolve_eos, tokenize
 
     limit = context_window(model)
     runnable: list[int] = []
     if sjobs:
-        p_ids = _tokenize(tokenizer, [j[3] for j in sjobs])
-        c_ids = _tokenize(tokenizer, [j[4] for j in sjobs])
+        p_ids = tokenize(tokenizer, [j[3] for j in sjobs])
+        c_ids = tokenize(tokenizer, [j[4] for j in sjobs])
         for k, (i, prov, ctx, _, _) in enumerate(sjobs):
             slot = records[i]["token"][prov][ctx]
             if not c_ids[k]:
@@ -433,7 +433,7 @@ def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
                 runnable.append(k)
     if runnable:
         scores = score_token_continuations(model, [p_ids[k] for k in runnable], [c_ids[k] for k in runnable],
-                                           pad_id=_pad_id(tokenizer, _resolve_eos(model, tokenizer)),
+                                           pad_id=padding_id(tokenizer, resolve_eos(model, tokenizer)),
                                            batch_size=batch_size)
         for k, lp in zip(runnable, scores):
             i, prov, ctx, _, _ = sjobs[k]

@@ -40,20 +40,20 @@ PAPER_SHIFTS = {"context": 0.28, "readout": 0.11, "estimator": 0.01}
 VERBAL_MAX_NEW_TOKENS = 12
 ALPHA = 0.05
 
-_AXIS_LEVELS = {
+AXIS_LEVELS = {
     "context": CONTEXTS,
     "readout": SHIFT_READOUTS,
     "scored": SCORED,
     "estimator": tuple(ESTIMATORS),
 }
-_AXIS_TITLES = {
+AXIS_TITLES = {
     "context": "conditioning context (query <-> verbal prefix)",
     "readout": "token readout (T1 <-> T2)",
     "scored": "scored answer (generated <-> gold)",
     "estimator": "estimator (pairs of ECE, KDE-ECE, KS-Cal, smECE)",
 }
-_SCORED_PROVENANCE = {
+SCORED_PROVENANCE = {
     "generated": "generated (the model's own answer)",
     "gold": "provided: gold + plausible-wrong + wrong-type, pooled",
 }
-_CONTEXT_NAMES = {"query": "bare query", "verbal": "verbalization prefix"}
+CONTEXT_NAMES = {"query": "bare query", "verbal": "verbalization prefix"}

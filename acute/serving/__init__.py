@@ -1,6 +1,6 @@
 """The trust-gate service behind ``acute serve``: live scoring over HTTP.
 
-Endpoints (built by :func:`create_app` around one :class:`acute.scoring.Scorer`):
+Endpoints (built by :func:`create_app` around one :class:`acute.scoring.scorer.Scorer`):
 
 * ``POST /v1/score``: ``{"prompt" | "messages", "risk", "max_new_tokens"?}`` -> the answer, its raw
   and probe confidence and the decision at that risk; a JSON list of requests is scored together

@@ -136,7 +136,7 @@ def _close_in_background(batcher: Batcher, timeout_s: float) -> None:
 
 
 def create_app(scorer, settings: ServeSettings | None = None, **options):
-    """The FastAPI app serving ``scorer`` (an :class:`acute.scoring.Scorer`).
+    """The FastAPI app serving ``scorer`` (an :class:`acute.scoring.scorer.Scorer`).
 
     ``settings`` (or its fields as keyword arguments, e.g. ``max_batch=8``) configure batching,
     limits and the API key. ``app.state.batcher`` is the :class:`Batcher` (its ``stats`` count

@@ -58,7 +58,7 @@ class Job:
 
 @dataclasses.dataclass
 class JobResult:
-    """A scored job: the :class:`acute.scoring.ScoredGeneration` and the prompt's token count."""
+    """A scored job: the :class:`acute.scoring.scorer.ScoredGeneration` and the prompt's token count."""
 
     scored: Any
     prompt_tokens: int
@@ -165,8 +165,8 @@ def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     items = [job.item for job in jobs]
     with _stop_when_abandoned(scorer.model, jobs):
         if jobs[0].response is None:
-            return scorer.generate(items, risk=0.5)
-        return scorer.score_responses(items, [job.response for job in jobs], risk=0.5)
+            return scorer.generate(items, risk=[job.risk for job in jobs])
+        return scorer.score_responses(items, [job.response for job in jobs], risk=[job.risk for job in jobs])
 
 
 def _run_isolated(scorer, jobs: Sequence[Job]) -> list:
@@ -193,8 +193,6 @@ def _run_isolated(scorer, jobs: Sequence[Job]) -> list:
 def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int, protect_text: bool) -> list:
     """Score jobs that share generation settings in one call; every job gets its own result or
     exception (never raises)."""
-    from ..scoring import decide
-
     variant = _scorer_for(scorer, key, batch_size)
     guard = UserTextGuard(variant) if protect_text else None
     out: list = [None] * len(jobs)
@@ -215,8 +213,6 @@ def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int, protect_text
         if isinstance(s, BaseException):
             out[i] = s
             continue
-        risk = jobs[i].risk
-        s = dataclasses.replace(s, risk=risk, trust=bool(decide([s.confidence], risk)[0]))
         out[i] = JobResult(scored=s, prompt_tokens=n_prompt)
     return out
 

@@ -25,7 +25,9 @@ def _schemas() -> SimpleNamespace:
 
     from pydantic import BaseModel, ConfigDict, Field
 
-    Risk = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+    from ..scoring.risk import RISK_MAX, RISK_MIN
+
+    Risk = Annotated[float, Field(gt=RISK_MIN, lt=RISK_MAX, allow_inf_nan=False)]  # check_risk(strict=True)
     Count = Annotated[int, Field(ge=1)]
     Number = Annotated[float, Field(allow_inf_nan=False)]
 

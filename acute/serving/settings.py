@@ -7,6 +7,7 @@ import ipaddress
 import os
 
 from ..errors import InputError
+from ..scoring.risk import check_risk
 
 __all__ = ["API_KEY_ENV", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings", "check_bind", "is_loopback",
            "resolve_api_key"]
@@ -69,8 +70,7 @@ class ServeSettings:
                 raise InputError(f"{name} must be in (0, 3600] seconds, got {getattr(self, name)!r}")
         if not 0 <= float(self.shutdown_timeout_s) <= 3600:
             raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
-        if not 0.0 < float(self.default_risk) < 1.0:
-            raise InputError(f"default risk must be in (0, 1), got {self.default_risk!r}")
+        check_risk(self.default_risk, strict=True, name="default risk")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("the API key is empty; give a non-empty key or none")
         if not self.model_name:

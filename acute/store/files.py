@@ -8,7 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from .._util import TMP_SUFFIX
+from ..fileio import TMP_SUFFIX
 
 #: ``shard-00007.jsonl`` (unpartitioned) or ``shard-p002-00007.safetensors`` (part 2).
 _SHARD_FILE_RE = re.compile(r"^shard-(?:p(\d{3,})-)?(\d{5,})\.(safetensors|jsonl)$")

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .._util import json_ready
+from ..fileio import json_ready
 from ..errors import InputError
-from ..pooling import POOLINGS  # a store holds "mean" only, or all three
+from .pooling import POOLINGS  # a store holds "mean" only, or all three
 
 FORMAT = "acute-store"
 #: Newest store layout this acute reads and writes (1: unpartitioned shards; 2: also part shards).

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .._util import json_ready, write_text_atomic
+from ..fileio import json_ready, write_text_atomic
 from ..errors import CorruptStoreError, InputError, StoreError
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, SINGLE_WRITER_VERSION, dumps, expected_shape,
                      parse_poolings)

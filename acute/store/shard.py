@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._util import iter_jsonl
+from ..fileio import iter_jsonl
 from ..errors import CorruptStoreError, IncompatibleStoreError
 from .files import committed_shards, parse_shard_name
 from .format import MANIFEST, MEAN_ONLY, POOLINGS, STORAGE_DTYPES, TENSORS, collection_key, expected_shape

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .._util import default_mode, fsync_dir, tmp_path
+from ..fileio import default_mode, fsync_dir, tmp_path
 from ..errors import IncompatibleStoreError, InputError, StoreError
 from ..validation import first_nonfinite_row
 from .compat import check_compatible, check_poolings, merge_weights

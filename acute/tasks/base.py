@@ -88,7 +88,7 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
     Raises ``TaskDataError`` naming file and line for invalid JSON or a line that is not an object.
     """
-    from .._util import iter_jsonl
+    from ..fileio import iter_jsonl
 
     yield from iter_jsonl(path, error=TaskDataError)
 

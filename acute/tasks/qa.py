@@ -109,7 +109,7 @@ class OpenQATask(Task):
         return tail is not None and answer_matches(tail, ex.answers, **kw)
 
 
-def _parse_jsonl_qa(obj: dict, where: str, prefix: str = "") -> Example:
+def parse_jsonl_qa(obj: dict, where: str, prefix: str = "") -> Example:
     """An Example from a ``{id, question, answers, ...}`` row (normalised benchmark schema or the
     built-in question-set schema). ``answers`` may be a string or a list."""
     if "id" not in obj or obj["id"] in (None, ""):
@@ -167,7 +167,7 @@ class JsonlQATask(OpenQATask):
     def _read(self, path: Path, split: str) -> list[Example]:
         if path.is_dir():
             path = find_file(path, [f"{split}.jsonl", "questions.jsonl"], self.name, split)
-        return self._rows(read_jsonl(path), lambda _, obj, where: _parse_jsonl_qa(obj, where),
+        return self._rows(read_jsonl(path), lambda _, obj, where: parse_jsonl_qa(obj, where),
                           lambda ln: f"{path}:{ln}")
 
 
@@ -218,7 +218,7 @@ def _parse_triviaqa(obj: dict, where: str, fallback_id: str) -> Example:
     """Normalised rows, llm-foundry rows ``{context: "Question: q\\nAnswer:", answer, aliases}``
     and HF-style rows ``{question, answer: {value, aliases}}``."""
     if "answers" in obj:
-        return _parse_jsonl_qa(obj, where)
+        return parse_jsonl_qa(obj, where)
     if "context" in obj and "aliases" in obj:
         ctx = require(obj.get("context"), "'context'", where)
         q = ctx.strip()
@@ -340,7 +340,7 @@ def _parse_sciq_original(obj: dict, where: str, example_id: str) -> Example:
 def _parse_sciq_jsonl(obj: dict, where: str) -> Example:
     if "correct_answer" in obj:
         return _parse_sciq_original(obj, where, str(require(obj.get("id"), "'id'", where)))
-    ex = _parse_jsonl_qa(obj, where)
+    ex = parse_jsonl_qa(obj, where)
     if not ex.incorrect:
         raise TaskDataError(f"{where}: SciQ rows need the distractors in 'incorrect'")
     choices, label = obj.get("choices"), obj.get("label")

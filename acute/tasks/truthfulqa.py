@@ -14,7 +14,7 @@ from typing import Any
 from .base import Example, Task, TaskDataError, clean_texts, find_file, read_csv_rows, read_jsonl, read_text
 from .choice import LETTERS, MultipleChoiceTask
 from .normalize import first_line, strip_answer_prefix
-from .qa import _parse_jsonl_qa
+from .qa import parse_jsonl_qa
 from .rouge import best_rouge_l_f1
 
 __all__ = ["TruthfulQAMCTask", "TruthfulQAGenTask", "truthfulqa_choices"]
@@ -46,7 +46,7 @@ def _parse_csv_row(index: int, row: dict, where: str) -> Example:
 
 
 def _parse_jsonl_row(obj: dict, where: str) -> Example:
-    ex = _parse_jsonl_qa(obj, where)
+    ex = parse_jsonl_qa(obj, where)
     if not ex.incorrect:
         raise TaskDataError(f"{where}: TruthfulQA rows need incorrect answers in 'incorrect'")
     if obj.get("subject"):

@@ -1,0 +1,101 @@
+"""What the commands share: defaults, task options, the store a command reads, the probe it
+loads by default."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+
+from ..errors import InputError
+
+__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "chat_flag", "default_probe_dir", "default_store_dir", "estimator_list",
+           "load_task", "model_name", "open_labelled_store", "task_options"]
+
+logger = logging.getLogger(__name__)
+
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+DEFAULT_RUNS = Path("runs")
+
+
+def task_options(pairs: list[str] | None) -> dict:
+    """``["shots=0", "context=true"]`` -> ``{"shots": 0, "context": True}`` (values read as JSON
+    when they parse, else kept as strings)."""
+    options = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--task-option must look like KEY=VALUE, got {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def load_task(name: str, data: str | None, split: str | None, limit: int | None, **options):
+    from ..tasks import get_task
+
+    task = get_task(name, **options)
+    examples = task.load(data, split=split, limit=limit)
+    if not examples:
+        source = data or getattr(task, "path", None) or "the default data"
+        raise InputError(f"task {task.name!r}: no examples in {source}")
+    return task, examples
+
+
+def default_store_dir(model: str, task_name: str) -> Path:
+    """``runs/<model>-<task>`` with path-like names reduced to their file stem."""
+    return DEFAULT_RUNS / f"{Path(model).stem}-{Path(task_name).stem}"
+
+
+def model_name(model: str) -> str:
+    """How a model is recorded in stores and probes: an existing path made absolute (so a probe
+    finds its model from any directory), else the card name or hub id as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def chat_flag(args):
+    return {"auto": None, "chat": True, "plain": False}[getattr(args, "prompt_format", "auto")]
+
+
+def open_labelled_store(path: str, allow_partial: bool = False):
+    """The store at ``path``; one whose collection did not finish (status other than
+    "complete") or whose manifest disagrees with its shards is refused unless ``allow_partial``."""
+    from ..store import open_store
+
+    store = open_store(path)
+    if len(store) == 0:
+        raise InputError(f"store {path} has no records")
+    store.check_finite()
+    m = store.manifest
+    status, counted = m.get("status"), m.get("num_records")
+    problem = (f"its collection did not finish (status {status!r})" if status != "complete"
+               else f"its manifest counts {counted} records but its shards hold {len(store)}"
+               if counted is not None and counted != len(store) else None)
+    if problem and not allow_partial:
+        raise InputError(f"store {path}: {problem}; resume it with the same `acute collect` command, "
+                         f"or pass --allow-partial to use the {len(store)} committed records")
+    if problem:
+        logger.warning("store %s: %s; using its %d committed records", path, problem, len(store))
+    return store
+
+
+def estimator_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise InputError("--estimators needs a comma-separated list of estimator names")
+    return names
+
+
+def default_probe_dir() -> Path:
+    from ..models import get_card
+
+    return get_card(DEFAULT_MODEL).path.parent / "probe"

@@ -1,0 +1,227 @@
+"""``acute score`` and ``acute serve``: trust decisions with a probe, from the shell or over HTTP."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+
+from ..errors import InputError
+from ..extraction.batching import BATCH_SIZE
+from .common import DEFAULT_MODEL, default_probe_dir
+from ..console import load_options_from_args
+
+__all__ = ['add_score', 'add_serve', 'cmd_score', 'cmd_serve']
+
+logger = logging.getLogger(__name__)
+
+
+def _score_task(name: str | None):
+    """``--task``: None -> "auto" (the probe's open-QA task), "none" -> None, else that task."""
+    from ..tasks import get_task
+
+    if name is None:
+        return "auto"
+    return None if name == "none" else get_task(name)
+
+
+def _read_prompts(source: str):
+    """``(ids, prompts)`` from a JSONL file or ``-`` (stdin): objects with 'prompt' or 'question'
+    (or bare JSON strings); errors name the file and line."""
+    ids, prompts, _ = _read_score_rows(source)
+    return ids, prompts
+
+
+def _read_score_rows(source: str):
+    """``(ids, prompts, responses)`` from a JSONL file or ``-`` (stdin): objects with 'prompt'
+    or 'question' (a string) or 'messages' (chat messages), and an optional 'response' (a
+    non-empty string: scored as given; None: generated), or bare JSON strings; errors name the
+    file and line."""
+    from ..fileio import iter_jsonl
+
+    name = "<stdin>" if source == "-" else source
+    if source != "-" and not Path(source).is_file():
+        raise FileNotFoundError(f"prompts file {source} does not exist")
+    ids, prompts, responses = [], [], []
+    for lineno, obj in iter_jsonl(sys.stdin if source == "-" else source, name, error=InputError, objects=False):
+        row = obj if isinstance(obj, dict) else {}
+        text = (row.get("prompt") or row.get("question")) if row else obj
+        if row.get("messages") is not None and text is None:
+            text = row["messages"]
+            if not isinstance(text, list) or not text:
+                raise InputError(f"{name}:{lineno}: 'messages' must be a non-empty list of messages")
+        elif not isinstance(text, str) or not text.strip():
+            raise InputError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
+        response = row.get("response")
+        if response is not None and (not isinstance(response, str) or not response.strip()):
+            raise InputError(f"{name}:{lineno}: 'response' must be a non-empty string, got {response!r}")
+        prompts.append(text)
+        responses.append(response)
+        ids.append(row.get("id", lineno) if row else lineno)
+    if not prompts:
+        raise InputError(f"{name}: no prompts")
+    return ids, prompts, responses
+
+
+def _score_all(scorer, prompts: list, responses: list, risk: float) -> list:
+    """Generate and score the prompts without a response, score the given responses (one batch
+    each), in input order."""
+    given = [i for i, r in enumerate(responses) if r is not None]
+    todo = [i for i, r in enumerate(responses) if r is None]
+    out: list = [None] * len(prompts)
+    if todo:
+        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk)):
+            out[i] = s
+    if given:
+        scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given],
+                                        risk=risk)
+        for i, s in zip(given, scored):
+            out[i] = s
+    return out
+
+
+def cmd_score(args) -> int:
+    from ..models import load_model
+    from ..estimators.probes import load_probe
+    from ..scoring.scorer import Scorer, decide
+
+    if not args.jsonl and not args.question:
+        raise InputError("give a question, or --jsonl FILE (or - for stdin)")
+    if args.response is not None and (args.jsonl or not args.response.strip()):
+        raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
+                         "each its 'response' field")
+    decide([], args.risk)  # a bad risk level fails before the model is loaded
+    if args.probe:
+        probe_dir = Path(args.probe)
+    else:
+        probe_dir = default_probe_dir()
+        if not probe_dir.is_dir():
+            raise FileNotFoundError(
+                f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
+                "`acute demo` or `acute export` and pass it with --probe")
+    probe = load_probe(probe_dir)
+    ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
+                               else (None, [args.question], [args.response]))
+    model_name = args.model or probe.model_name or DEFAULT_MODEL
+    model, tok = load_model(model_name, **load_options_from_args(args))
+    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
+                    batch_size=args.batch_size, task=_score_task(args.task),
+                    allow_other_weights=args.allow_other_weights)
+    scored = _score_all(scorer, prompts, responses, args.risk)
+    if args.jsonl:
+        for i, s in zip(ids, scored):
+            print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
+        return 0
+    s = scored[0]
+    print(f"question:       {s.question}")
+    print(f"answer:         {s.answer}")
+    print(f"raw confidence: {s.raw_confidence:.3f}")
+    print(f"confidence:     {s.confidence:.3f}")
+    print(f"decision:       {s.decision} (risk level {s.risk})")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from .. import serving as serve
+
+    serve.require_serve_extra()
+    api_key = serve.resolve_api_key(args.api_key)
+    serve.check_bind(args.host, api_key, args.allow_remote)
+    settings = dict(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                    max_request_bytes=args.max_request_bytes, api_key=api_key, default_risk=args.risk,
+                    max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
+                    read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
+                    allowed_hosts=tuple(args.allowed_host or ()),
+                    allow_control_tokens=args.allow_control_tokens)
+    serve.ServeSettings(**settings)  # bad flags fail before the model is loaded
+    from ..errors import AcuteError
+    from ..models import load_model
+    from ..estimators.probes import load_probe
+    from ..scoring.scorer import Scorer
+
+    probe_dir = Path(args.probe) if args.probe else default_probe_dir()
+    probe = load_probe(probe_dir)
+    model_name = args.model or probe.model_name or DEFAULT_MODEL
+    model, tok = load_model(model_name, **load_options_from_args(args))
+    try:
+        scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
+                        allow_other_weights=args.allow_other_weights)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
+            raise
+        # a malformed probe.json (e.g. training settings of the wrong type): one line, not a traceback
+        raise InputError(f"{probe_dir / 'probe.json'}: cannot serve with this probe's training "
+                         f"settings: {e}") from None
+    served = Path(model_name).name if Path(model_name).exists() else model_name
+    app = serve.create_app(scorer, model_name=served, **settings)
+    sock = serve.bind_socket(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
+          f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+    if api_key is None and args.allow_remote and not args.allowed_host:
+        print("note: without an API key only requests to a loopback Host name are served; name the "
+              "others with --allowed-host NAME", flush=True)
+    serve.run_server(app, sock)
+    print("stopped", flush=True)
+    return 0
+
+
+def add_score(sub, model_opts) -> None:
+    """``acute score``."""
+    s = sub.add_parser("score", help="generate and decide trust / abstain with a probe", parents=[model_opts])
+    s.add_argument("question", nargs="?", help="the question to answer and score (or --jsonl)")
+    s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
+    s.add_argument("--model", default=None, help="default: the model named in the probe")
+    s.add_argument("--risk", type=float, default=0.5,
+                   help="risk level u: trust iff confidence > u (default %(default)s)")
+    s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
+                   "and optionally 'response': scored as given instead of generated), or - for stdin")
+    s.add_argument("--response", default=None, metavar="TEXT",
+                   help="score this answer (from another engine) to the question instead of generating one")
+    s.add_argument("--max-new-tokens", type=int, default=None, help="longest answer (default: the probe's training setting)")
+    s.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts run together (default %(default)s)")
+    s.add_argument("--allow-other-weights", action="store_true",
+                   help="score with a probe trained on other weights of the same architecture")
+    s.add_argument("--task", default=None,
+                   help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
+    s.set_defaults(func=cmd_score)
+
+
+def add_serve(sub, model_opts) -> None:
+    """``acute serve``."""
+    sv = sub.add_parser("serve", help="the trust-gate HTTP service: /v1/score and OpenAI-compatible "
+                        "/v1/chat/completions with dynamic batching", parents=[model_opts])
+    sv.add_argument("--model", default=None, help="default: the model named in the probe")
+    sv.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
+    sv.add_argument("--host", default="127.0.0.1",
+                    help="address to bind (default loopback; others need an API key or --allow-remote)")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port (0: a free one, printed)")
+    sv.add_argument("--max-batch", type=int, default=16, help="most requests generated together")
+    sv.add_argument("--max-wait-ms", type=float, default=10.0,
+                    help="longest a batch waits for more requests after its first")
+    sv.add_argument("--max-queue", type=int, default=256, help="most waiting requests; more get 503")
+    sv.add_argument("--max-request-bytes", type=int, default=1_000_000, help="largest request body; more get 413")
+    sv.add_argument("--max-new-tokens", type=int, default=None, help="default: the probe's training setting")
+    sv.add_argument("--max-new-tokens-limit", type=int, default=None,
+                    help="most new tokens a request may ask for; more get 400 (default: 4x --max-new-tokens)")
+    sv.add_argument("--max-connections", type=int, default=512,
+                    help="open connections or running requests before new requests get 503")
+    sv.add_argument("--read-timeout", type=float, default=10.0,
+                    help="seconds a request's head, then its body, may take to arrive; slower gets 408")
+    sv.add_argument("--shutdown-timeout", type=float, default=30.0,
+                    help="seconds in-flight requests get to finish on SIGTERM; the rest get 503")
+    sv.add_argument("--risk", type=float, default=0.5, help="risk level of chat requests that give none")
+    sv.add_argument("--api-key", default=None,
+                    help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
+    sv.add_argument("--allow-remote", action="store_true",
+                    help="allow a non-loopback --host without an API key")
+    sv.add_argument("--allowed-host", action="append", metavar="NAME",
+                    help="without an API key, also serve requests whose Host is NAME (repeatable; '*': any)")
+    sv.add_argument("--allow-control-tokens", action="store_true",
+                    help="let text in requests become the tokenizer's control tokens (default: kept as text)")
+    sv.add_argument("--allow-other-weights", action="store_true",
+                    help="serve a probe trained on other weights of the same architecture")
+    sv.set_defaults(func=cmd_serve)

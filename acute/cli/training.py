@@ -1,0 +1,231 @@
+"""``acute train``, ``export``, ``evaluate``, ``learning-curve`` and ``plot``: probes and their evaluation."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+from .common import estimator_list, open_labelled_store
+
+__all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_train']
+
+logger = logging.getLogger(__name__)
+
+
+def _train(args, test_fraction: float):
+    """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
+    from ..evaluation.training import train_probe
+
+    store = open_labelled_store(args.store, args.allow_partial)
+    trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
+                          seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
+                          store_path=args.store)
+    est = trained.auto
+    if est is not None:
+        how = "chosen by" if est.refit == "best" else "the default; best probe in"
+        print(f"{est.chosen_}: {how} {est.cv}-fold cross-validation on the {trained.n_train} training records "
+              f"(auc-euro {est.scores_[est.chosen_]['auc_euro_all']:.4f}; best probe {est.best_} "
+              f"{est.scores_[est.best_]['auc_euro_all']:.4f}; best baseline {est.best_baseline_} "
+              f"{est.scores_[est.best_baseline_]['auc_euro_all']:.4f})")
+        if est.warning_:
+            print(f"acute: warning: {est.warning_}", file=sys.stderr)
+    trained.save(args.out)
+    return store, trained
+
+
+def cmd_train(args) -> int:
+    _, trained = _train(args, args.test_fraction)
+    print(f"probe ({trained.label}) fitted on {trained.n_train} records, written to {args.out}")
+    held = trained.held_out
+    if held:
+        print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f}); "
+              "for intervals use `acute evaluate` (cross-validated)")
+        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}")
+        for k in ("smece", "auc_euro", "brier"):
+            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    """Fit on every record of the store (after evaluating with train/evaluate) and export."""
+    store, trained = _train(args, 0.0)
+    print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from ..evaluation import evaluate_store, write_evaluation
+
+    store = open_labelled_store(args.store, args.allow_partial)
+    test_store = open_labelled_store(args.test_store, args.allow_partial) if args.test_store else None
+    out = Path(args.out) if args.out else Path(args.store) / "evaluation"
+    result = evaluate_store(store, test_store=test_store, cv=args.cv, repeats=args.repeats,
+                            test_fraction=args.test_fraction, seed=args.seed,
+                            n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
+                            probe_params={"n_estimators": args.n_estimators,
+                                          "search_n_estimators": args.search_n_estimators},
+                            progress=not args.quiet,
+                            estimators=estimator_list(args.estimators), reliability=args.reliability,
+                            allow_overlap=args.allow_overlap,
+                            controls=False if args.no_controls else True, group_by=args.group_by,
+                            metadata_fields=estimator_list(args.meta_fields))
+    write_evaluation(result, out)
+    print(result.markdown())
+    print(f"evaluation written to {out.resolve()}")
+    return 0
+
+
+def cmd_learning_curve(args) -> int:
+    from tqdm.auto import tqdm
+
+    from ..evaluation.learning_curve import learning_curve, write_learning_curve
+
+    store = open_labelled_store(args.store, args.allow_partial)
+    out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
+    estimators = estimator_list(args.estimators) or ["acute-pca10", "acute-pca10-stacked"]
+    sizes = None
+    if args.sizes:
+        try:
+            sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
+        except ValueError:
+            raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
+    from ..evaluation.crossval import states_for
+
+    lc = learning_curve(states_for(store, estimators), store.correct,
+                        store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
+                        n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
+                        probe_params={"n_estimators": args.n_estimators},
+                        progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr))
+    files = write_learning_curve(lc, out, model=store.manifest.get("model"), task=store.manifest.get("task"),
+                                 params={"store": str(Path(args.store).resolve()),
+                                                  "estimators": estimators, "seed": args.seed,
+                                                  "n_estimators": args.n_estimators})
+    print(lc.to_markdown())
+    print(f"learning curve written to {out} ({', '.join(p.name for p in files.values())})")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    import csv
+
+    from ..evaluation.plots import euro_curves, reliability_diagram
+
+    path = Path(args.predictions)
+    if not path.is_file():
+        raise FileNotFoundError(f"predictions file {path} does not exist (evaluate writes "
+                                "<out>/predictions.csv)")
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "correct" not in rows[0]:
+        raise InputError(f"{path}: expected a header 'id,correct,<estimator>...' and rows")
+    names = [k for k in rows[0] if k not in ("id", "correct")]
+    if not names:
+        raise InputError(f"{path}: no estimator columns besides id and correct")
+    try:
+        correct = np.array([float(r["correct"]) for r in rows])
+        confs = {n: np.array([float(r[n]) for r in rows]) for n in names}
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{path}: a value is not a number ({e})") from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [euro_curves(confs, correct, out / "euro_curves.png")]
+    for n in names:
+        paths.append(reliability_diagram(confs[n], correct, out / f"reliability_{n}.png", title=n))
+    print("\n".join(str(p) for p in paths))
+    return 0
+
+
+def add_train_export(sub, model_opts) -> None:
+    """``acute train`` and ``acute export``."""
+    for name, fn, hlp in (("train", cmd_train, "fit a probe on a store's training split and export it"),
+                          ("export", cmd_export, "fit a probe on all records of a store and export it")):
+        t = sub.add_parser(name, help=hlp)
+        t.add_argument("--store", required=True, help="store folder of labelled records")
+        t.add_argument("--allow-partial", action="store_true",
+                       help="use the committed records of a store whose collection did not finish")
+        t.add_argument("--estimator", default=None,
+                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
+                            "by 5-fold cross-validation on the training records); default: "
+                            "acute-pca10-stacked, with the cross-validated comparison recorded in probe.json")
+        t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
+                       help="a plain random-forest probe of this view (the paper's design)")
+        t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
+        t.add_argument("--out", required=True, help="probe folder (probe.json + safetensors)")
+        t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
+        t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+        t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
+        if name == "train":
+            t.add_argument("--test-fraction", type=float, default=0.3,
+                           help="share of records held out, by id, for the printed test metrics (default %(default)s)")
+        t.set_defaults(func=fn)
+
+
+def add_evaluate(sub, model_opts) -> None:
+    """``acute evaluate``."""
+    e = sub.add_parser("evaluate", help="every baseline and ACUTE variant in one table")
+    e.add_argument("--store", required=True, help="store folder of labelled records")
+    e.add_argument("--allow-partial", action="store_true",
+                   help="use the committed records of a store whose collection did not finish")
+    e.add_argument("--test-store", default=None, help="a second store as the test set")
+    e.add_argument("--allow-overlap", action="store_true",
+                   help="allow record ids that occur in both --store and --test-store")
+    e.add_argument("--out", default=None, help="results folder (default: STORE/evaluation)")
+    e.add_argument("--cv", type=int, default=5,
+                   help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
+    e.add_argument("--repeats", type=int, default=2, help="repeats of the cross-validation (default 2)")
+    e.add_argument("--test-fraction", type=float, default=None,
+                   help="evaluate on one split by id with this test share instead of cross-validation")
+    e.add_argument("--seed", type=int, default=0, help="seed of the folds, forests and resamples (default %(default)s)")
+    e.add_argument("--n-bootstrap", type=int, default=1000,
+                   help="bootstrap resamples of the intervals (default %(default)s; 0: none)")
+    e.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+    e.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
+    e.add_argument("--search-n-estimators", type=int, default=None,
+                   help="trees of the forests that pick the early/mid/late layer")
+    e.add_argument("--estimators", default=None,
+                   help="comma-separated subset, e.g. raw,platt,acute-pca10,acute-pca10-stacked,auto "
+                        "(default: all)")
+    e.add_argument("--reliability", choices=["all", "best"], default="all",
+                   help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
+    e.add_argument("--group-by", default=None, metavar="FIELD",
+                   help="folds that keep each value of this record metadata field on one side "
+                        "(leave-category-out, leave-subject-out); every record must have it")
+    e.add_argument("--meta-fields", default=None,
+                   help="comma-separated metadata fields the platt+meta control one-hots and the "
+                        "within-group AUROC groups by (default: the store's task's, e.g. subject for MMLU)")
+    e.add_argument("--no-controls", action="store_true",
+                   help="leave out the control rows (constant, platt+meta, tfidf+platt, question-only)")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    e.set_defaults(func=cmd_evaluate)
+
+
+def add_learning_curve(sub, model_opts) -> None:
+    """``acute learning-curve``."""
+    lc = sub.add_parser("learning-curve", help="auc-euro and smECE against the number of training records")
+    lc.add_argument("--store", required=True, help="store folder of labelled records")
+    lc.add_argument("--allow-partial", action="store_true",
+                    help="use the committed records of a store whose collection did not finish")
+    lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
+    lc.add_argument("--estimators", default=None,
+                    help="probes to show next to the best baseline (default: acute-pca10,acute-pca10-stacked)")
+    lc.add_argument("--sizes", default=None,
+                    help="comma-separated training-set sizes (default: 50,100,200,... and all of a fold)")
+    lc.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
+    lc.add_argument("--repeats", type=int, default=5, help="repeats of the cross-validation (default %(default)s)")
+    lc.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
+    lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
+    lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+    lc.add_argument("--quiet", action="store_true", help="no progress bar")
+    lc.set_defaults(func=cmd_learning_curve)
+
+
+def add_plot(sub, model_opts) -> None:
+    """``acute plot``."""
+    pl = sub.add_parser("plot", help="euro curves and reliability diagrams from predictions.csv")
+    pl.add_argument("--predictions", required=True, help="predictions.csv written by `acute evaluate`")
+    pl.add_argument("--out", required=True, help="folder for the PNG plots")
+    pl.set_defaults(func=cmd_plot)

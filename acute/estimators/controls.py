@@ -1,0 +1,231 @@
+"""Controls: the estimators that say what a probe's gain is made of.
+
+A probe over the answer's hidden states may beat calibrated confidence because the states read
+the answer, or only because they encode what kind of question was asked (a category, a subject,
+a template), which a calibrator could learn from the record's metadata or the question's words
+without any hidden state. Each control answers one of those alternatives, and each row says what
+it may use (:data:`CONTROL_USES`):
+
+* ``constant``: the training fold's base rate for every record. Uses nothing; the floor every
+  estimator's auc-euro is measured from (the skill column).
+* ``platt+meta``: logistic regression on logit(raw confidence) plus one-hot columns of the
+  record's metadata (built-in questions: category and difficulty; MMLU: subject; TruthfulQA:
+  category), L2-regularised with the strength chosen by an inner 5-fold cross-validation
+  (``GridSearchCV`` over ``C``, log-loss). A metadata value unseen in training gets no column (its
+  one-hots are all zero), so under folds grouped by that field the control falls back to the
+  confidence term. Uses the confidence and the metadata.
+* ``tfidf+platt``: the prompt text's TF-IDF (word 1-2 grams, scikit-learn) plus logit(raw
+  confidence), in the same regularised logistic regression. Sees the question as the model saw
+  it (its template and demonstrations included), never the model's states.
+* ``question-only``: the PCA-10 forest over the hidden states at the prompt's last token, before
+  any answer token, Platt-calibrated on its out-of-fold probabilities, without the raw confidence
+  (which does not exist before answering). Says how much of the signal exists before the model
+  answers.
+
+The first three are defined here (inputs: metadata values or texts, numpy arrays at the
+boundary); ``question-only`` is an :class:`acute.estimators.probes.ActivationProbe` registered in
+:mod:`acute.estimators.registry`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from scipy.special import logit
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from ..errors import InputError
+from ..validation import check_confidence, check_correct
+
+__all__ = [
+    "CONTROLS",
+    "CONTROL_USES",
+    "ConstantEstimator",
+    "MetadataPlatt",
+    "TextPlatt",
+    "META_INPUT",
+    "TEXT_INPUT",
+    "metadata_matrix",
+    "within_group_auroc",
+]
+
+#: The control rows of every evaluation table, in table order.
+CONTROLS: tuple[str, ...] = ("constant", "platt+meta", "tfidf+platt", "question-only")
+#: What each control row may use (shown in the evaluation table's "uses" column).
+CONTROL_USES: dict[str, str] = {
+    "constant": "training base rate only",
+    "platt+meta": "confidence + metadata",
+    "tfidf+platt": "confidence + question text",
+    "question-only": "prompt states (no answer, no confidence)",
+}
+#: The input names these controls read (beside the pooled hidden states of the probes).
+META_INPUT = "metadata"
+TEXT_INPUT = "text"
+
+_EPS = 1e-6
+# Regularisation strengths searched by the inner cross-validation of the logistic controls.
+_CS = np.logspace(-3, 2, 8)
+_INNER_CV = 5
+
+
+def _logit_column(confidence: Any, n: int) -> np.ndarray:
+    conf = check_confidence(confidence, n)
+    return logit(np.clip(conf, _EPS, 1 - _EPS)).reshape(-1, 1)
+
+
+def _unfitted(obj: Any, attr: str) -> None:
+    if not hasattr(obj, attr):
+        from sklearn.exceptions import NotFittedError
+
+        raise NotFittedError(f"{type(obj).__name__} is not fitted yet; call fit first")
+
+
+def _logistic_cv(features, y: np.ndarray, random_state: int):
+    """L2 logistic regression, strength by inner stratified CV on log-loss (fewer folds when a
+    class is rare)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    k = int(min(_INNER_CV, np.bincount(y, minlength=2).min()))
+    if k < 2:
+        raise InputError("the training records need at least 2 correct and 2 wrong answers")
+    search = GridSearchCV(LogisticRegression(max_iter=2000), {"C": list(_CS)},
+                          cv=StratifiedKFold(k, shuffle=True, random_state=random_state), scoring="neg_log_loss")
+    return search.fit(features, y).best_estimator_
+
+
+class ConstantEstimator(ClassifierMixin, BaseEstimator):
+    """P(correct) = the training records' base rate, for every record. Fitted: ``base_rate_``,
+    ``classes_``."""
+
+    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> ConstantEstimator:
+        y = check_correct(correct)
+        if y.size == 0:
+            raise InputError("correct is empty: no training records")
+        self.base_rate_ = float(y.mean())
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, inputs: Any = None, confidence: Any = None) -> np.ndarray:
+        _unfitted(self, "base_rate_")
+        n = len(inputs) if inputs is not None else np.asarray(confidence).shape[0]
+        p = np.full(n, self.base_rate_)
+        return np.column_stack([1 - p, p])
+
+
+def metadata_matrix(records: Sequence[dict], fields: Sequence[str], where: str = "the store") -> np.ndarray:
+    """``[n, len(fields)]`` array of strings: each record's ``meta[field]``. Raises
+    :class:`InputError` naming the field and the first record id that lacks it."""
+    if not fields:
+        raise InputError("no metadata fields given")
+    out = np.empty((len(records), len(fields)), dtype=object)
+    for i, rec in enumerate(records):
+        meta = rec.get("meta") or {}
+        for j, f in enumerate(fields):
+            if f not in meta or meta[f] is None:
+                raise InputError(f"{where}: record {rec.get('id')!r} has no metadata field {f!r}")
+            out[i, j] = str(meta[f])
+    return out
+
+
+class MetadataPlatt(ClassifierMixin, BaseEstimator):
+    """Platt scaling that knows the record's metadata: regularised logistic regression on
+    ``[logit(confidence), one-hot(metadata)]``. ``inputs`` is the ``[n, k]`` string array of
+    :func:`metadata_matrix`. Fitted: ``encoder_``, ``model_``, ``classes_``."""
+
+    def __init__(self, random_state: int = 0):
+        self.random_state = random_state
+
+    def _features(self, inputs: Any, confidence: Any):
+        import scipy.sparse as sp
+
+        meta = np.asarray(inputs, dtype=object)
+        if meta.ndim != 2:
+            raise InputError(f"metadata must be a 2-d array [n, fields], got shape {meta.shape}")
+        return sp.hstack([sp.csr_matrix(_logit_column(confidence, meta.shape[0])),
+                          self.encoder_.transform(meta)]).tocsr()
+
+    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> MetadataPlatt:
+        from sklearn.preprocessing import OneHotEncoder
+
+        if confidence is None:
+            raise InputError("platt+meta needs the raw confidence")
+        meta = np.asarray(inputs, dtype=object)
+        y = check_correct(correct, meta.shape[0], both_classes=True).astype(np.int64)
+        self.encoder_ = OneHotEncoder(handle_unknown="ignore").fit(meta)
+        self.model_ = _logistic_cv(self._features(meta, confidence), y, self.random_state)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+        _unfitted(self, "model_")
+        if confidence is None:
+            raise InputError("platt+meta needs the raw confidence")
+        return self.model_.predict_proba(self._features(inputs, confidence))
+
+
+class TextPlatt(ClassifierMixin, BaseEstimator):
+    """The text control: TF-IDF of the prompt (word 1-2 grams, sublinear tf, terms in at least 2
+    training prompts) plus logit(confidence), in a regularised logistic regression. ``inputs``
+    is a sequence of ``n`` strings. Fitted: ``vectorizer_``, ``model_``, ``classes_``."""
+
+    def __init__(self, random_state: int = 0, max_features: int = 20000):
+        self.random_state = random_state
+        self.max_features = max_features
+
+    def _texts(self, inputs: Any) -> list[str]:
+        texts = list(inputs)
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise InputError(f"text input {bad} is {type(texts[bad]).__name__}, not a string")
+        return texts
+
+    def _features(self, texts: list[str], confidence: Any):
+        import scipy.sparse as sp
+
+        return sp.hstack([sp.csr_matrix(_logit_column(confidence, len(texts))),
+                          self.vectorizer_.transform(texts)]).tocsr()
+
+    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> TextPlatt:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        if confidence is None:
+            raise InputError("tfidf+platt needs the raw confidence")
+        texts = self._texts(inputs)
+        y = check_correct(correct, len(texts), both_classes=True).astype(np.int64)
+        min_df = 2 if len(texts) >= 20 else 1
+        self.vectorizer_ = TfidfVectorizer(ngram_range=(1, 2), min_df=min_df, sublinear_tf=True,
+                                           max_features=self.max_features).fit(texts)
+        self.model_ = _logistic_cv(self._features(texts, confidence), y, self.random_state)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+        _unfitted(self, "model_")
+        if confidence is None:
+            raise InputError("tfidf+platt needs the raw confidence")
+        return self.model_.predict_proba(self._features(self._texts(inputs), confidence))
+
+
+def within_group_auroc(confidence: Any, correct: Any, groups: Sequence[Any]) -> tuple[float, list[str]]:
+    """AUROC inside each group (a category, a subject), averaged with weights equal to the
+    groups' sizes: how well the confidence ranks answers to questions of the same kind, which a
+    calibrator that only knows the kind cannot do. Groups with one class have no AUROC and are
+    left out; returns ``(value, names of the groups left out)``, value NaN when none is left."""
+    from ..metrics import auroc
+
+    conf = check_confidence(confidence)
+    y = check_correct(correct, conf.size)
+    g = np.asarray([str(v) for v in groups], dtype=object)
+    if g.size != conf.size:
+        raise InputError(f"groups has {g.size} values but there are {conf.size} records")
+    total, weight, skipped = 0.0, 0, []
+    for name in sorted(set(g)):
+        m = g == name
+        if y[m].min() == y[m].max():
+            skipped.append(name)
+            continue
+        total += float(auroc(conf[m], y[m])) * int(m.sum())
+        weight += int(m.sum())
+    return (total / weight if weight else float("nan")), skipped

@@ -1,0 +1,544 @@
+"""The probe file format: a probe folder written by :meth:`acute.estimators.probes.ActivationProbe.save`
+and read, validated and scored in pure numpy by :func:`load_probe` / :class:`ExportedProbe`.
+
+Loading never unpickles; :class:`ExportedProbe` matches the fitted forest to <= 1e-12.
+
+Probe directory layout (format version 1; 2 for stacked probes)::
+
+    probe.json          manifest (see ExportedProbe.manifest)
+    probe.safetensors   trees.offsets        int64  [T+1]  node offset of each tree
+                        trees.children_left  int64  [N]    tree-local child index, -1 at leaves
+                        trees.children_right int64  [N]
+                        trees.feature        int64  [N]    feature index, -2 at leaves
+                        trees.threshold      float64[N]    go left when x <= threshold
+                        trees.value          float64[N]    P(correct) of the node (normalised)
+                        layers               int64  [k]    layer outputs the view reads
+                        pca.means            float64[L+1, w]      (pca views)
+                        pca.components       float64[L+1, m, w]   (pca views)
+                        calibration.platt    float64[2]  a, b: p' = 1 / (1 + exp(-(a p + b)))
+                        calibration.isotonic_x / calibration.isotonic_y  float64[K] (isotonic)
+                        calibration.stacked  float64[3]  w, v, b (stacked, format version 2):
+                                     P = 1 / (1 + exp(-(w logit(p) + v logit(c) + b)))
+
+Stacked probes (``calibration="stacked"``) are written as format version 2, so releases that
+read only version 1 refuse them with a clear message; every other probe stays version 1.
+A probe that reads other pooled states than the mean (``input.pooling`` in ``probe.json``,
+:mod:`acute.store.pooling`) is format version 3: its input is ``[n, L+1, w]`` with ``w = k * d``
+for ``k`` concatenated states (``input.hidden_size`` stays the model's ``d``); a manifest
+without ``input.pooling`` reads the mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..fileio import default_mode, json_ready
+from ..errors import InputError, ModelMismatchError, ProbeFormatError
+from ..store.pooling import DEFAULT_POOLING, pooling_blocks
+from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
+                          apply_calibration, calibration_params, stack_features)
+from .features import (
+    NAMED_LAYERS,
+    VIEWS,
+    append_confidence,
+    check_confidence,
+    check_layer_means,
+    cosine_to_last,
+    pca_project,
+)
+
+__all__ = [
+    "ARRAYS_FILE",
+    "CALIBRATIONS",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_FILE",
+    "ExportedProbe",
+    "apply_calibration",
+    "forest_arrays",
+    "forest_proba",
+    "load_probe",
+    "stack_features",
+]
+
+FORMAT = "acute-probe"
+FORMAT_VERSION = 3  # the newest version this release reads and writes (2: stacked probes, 3: pooling)
+MANIFEST_FILE = "probe.json"
+ARRAYS_FILE = "probe.safetensors"
+FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
+
+
+# --------------------------------------------------------------------------- forests
+
+
+def forest_arrays(forest: Any) -> dict[str, np.ndarray]:
+    """Flatten a fitted binary ``RandomForestClassifier`` into node arrays (see module doc).
+
+    ``trees.value`` holds each node's class-1 probability computed exactly as
+    ``DecisionTreeClassifier.predict_proba`` does: ``tree_.value`` (class fractions in recent
+    scikit-learn, weighted counts in older ones) divided by its row sum.
+    """
+    classes = list(forest.classes_)
+    if len(classes) != 2 or forest.n_outputs_ != 1:
+        raise InputError("forest_arrays needs a single-output binary forest")
+    pos = classes.index(1)
+    offsets = [0]
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("left", "right", "feature", "threshold", "value")}
+    for est in forest.estimators_:
+        tree = est.tree_
+        value = np.array(tree.value[:, 0, :], dtype=np.float64)
+        norm = value.sum(axis=1)
+        norm[norm == 0.0] = 1.0
+        parts["left"].append(np.asarray(tree.children_left, dtype=np.int64))
+        parts["right"].append(np.asarray(tree.children_right, dtype=np.int64))
+        parts["feature"].append(np.asarray(tree.feature, dtype=np.int64))
+        parts["threshold"].append(np.asarray(tree.threshold, dtype=np.float64))
+        parts["value"].append(value[:, pos] / norm)
+        offsets.append(offsets[-1] + tree.node_count)
+    return {
+        "trees.offsets": np.asarray(offsets, dtype=np.int64),
+        "trees.children_left": np.concatenate(parts["left"]),
+        "trees.children_right": np.concatenate(parts["right"]),
+        "trees.feature": np.concatenate(parts["feature"]),
+        "trees.threshold": np.concatenate(parts["threshold"]),
+        "trees.value": np.concatenate(parts["value"]),
+    }
+
+
+def forest_proba(features: np.ndarray, arrays: dict[str, np.ndarray], chunk: int = 2048) -> np.ndarray:
+    """P(class 1) of the flattened forest ``arrays`` for ``features`` ``[n, F]`` (numpy only).
+
+    Features are cast to float32 first (as scikit-learn trees do) and compared with the
+    float64 thresholds. All trees are walked at once with an ``[n, T]`` node-index matrix,
+    one depth level per step; leaf values are then summed tree by tree in order and divided by
+    ``T``, which reproduces ``RandomForestClassifier.predict_proba`` (sequential) bit for bit.
+    """
+    x = np.asarray(features, dtype=np.float32)
+    offsets = arrays["trees.offsets"]
+    roots = offsets[:-1]
+    n_trees = roots.shape[0]
+    # tree-local child indices -> global node indices (leaves stay -1)
+    tree_of_node = np.repeat(np.arange(n_trees), np.diff(offsets))
+    left = arrays["trees.children_left"]
+    right = arrays["trees.children_right"]
+    left = np.where(left >= 0, left + offsets[tree_of_node], -1)
+    right = np.where(right >= 0, right + offsets[tree_of_node], -1)
+    feature = np.maximum(arrays["trees.feature"], 0)
+    threshold = arrays["trees.threshold"]
+    value = arrays["trees.value"]
+    out = np.empty(x.shape[0], dtype=np.float64)
+    for start in range(0, x.shape[0], chunk):
+        xb = x[start : start + chunk]
+        rows = np.arange(xb.shape[0])[:, None]
+        node = np.broadcast_to(roots, (xb.shape[0], n_trees)).copy()
+        while True:
+            nxt_left = left[node]
+            internal = nxt_left >= 0
+            if not internal.any():
+                break
+            go_left = xb[rows, feature[node]] <= threshold[node]
+            node = np.where(internal, np.where(go_left, nxt_left, right[node]), node)
+        leaf_values = value[node]
+        acc = np.zeros(xb.shape[0], dtype=np.float64)
+        for t in range(n_trees):
+            acc += leaf_values[:, t]
+        out[start : start + chunk] = acc / n_trees
+    return out
+
+# --------------------------------------------------------------------------- helpers
+
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def view_kind(view: str) -> str:
+    if view in ("mean",) + NAMED_LAYERS:
+        return "mean"
+    if view == "cosine":
+        return "cosine"
+    if view in ("pca10", "pca20"):
+        return "pca"
+    raise InputError(f"unknown view {view!r}; choose one of {VIEWS}")
+
+
+def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray], blocks: int = 1) -> np.ndarray:
+    """Features of a view from exported arrays (the same functions the featurizers call)."""
+    if kind == "mean":
+        return np.asarray(layer_means[:, int(arrays["layers"][0])], dtype=np.float64)
+    if kind == "cosine":
+        return cosine_to_last(layer_means, blocks)
+    return pca_project(layer_means, arrays["pca.means"], arrays["pca.components"])
+
+
+def check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict | None:
+    """Validate a model fingerprint dict against the probe's input shape."""
+    if fp is None:
+        return None
+    if not isinstance(fp, dict):
+        raise InputError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
+    if "num_layers" in fp and int(fp["num_layers"]) + 1 != n_layer_outputs:
+        raise ModelMismatchError(
+            f"model_fingerprint has num_layers={fp['num_layers']} but the probe was fitted on "
+            f"{n_layer_outputs} layer outputs (num_layers + 1 expected)"
+        )
+    if "hidden_size" in fp and int(fp["hidden_size"]) != hidden_size:
+        raise ModelMismatchError(
+            f"model_fingerprint has hidden_size={fp['hidden_size']} but the probe was fitted on d={hidden_size}"
+        )
+    return json_ready(fp, where="model_fingerprint")
+
+# -------------------------------------------------------------------------- exported
+
+
+class ExportedProbe:
+    """A probe scored with numpy only, built from a manifest and its arrays.
+
+    Attributes: ``manifest`` (dict, as in ``probe.json``), ``arrays`` (dict of numpy arrays,
+    as in ``probe.safetensors``), ``view``, ``layers``, ``feature_names``,
+    ``append_confidence``, ``calibration`` (None/"platt"/"isotonic"/"stacked"), ``model_name``,
+    ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection`` (how ``auto`` chose
+    the probe, or None), ``n_layer_outputs``,
+    ``hidden_size``. The constructor validates every array (:class:`ProbeFormatError`).
+    """
+
+    def __init__(self, manifest: dict, arrays: dict[str, np.ndarray], source: str = ARRAYS_FILE):
+        self.manifest = manifest
+        self.arrays = arrays
+        _validate(manifest, arrays, source)
+        self.view = manifest["view"]
+        self.layers = [int(v) for v in manifest["layers"]]
+        self.feature_names = list(manifest["feature_names"])
+        self.append_confidence = bool(manifest["append_confidence"])
+        cal = manifest.get("calibration")
+        self.calibration = None if cal is None else cal["method"]
+        self.model_name = manifest["model"].get("name")
+        self.model_fingerprint = manifest["model"].get("fingerprint")
+        self.training_summary = manifest.get("training_summary", {})
+        self.metrics = manifest.get("metrics", {})
+        self.selection = manifest.get("selection")
+        self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
+        self.hidden_size = int(manifest["input"]["hidden_size"])
+        self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)
+        self._blocks = pooling_blocks(self.pooling)
+        self._kind = view_kind(self.view)
+        self._cal_params = calibration_params(self.calibration, arrays)
+
+    def __repr__(self) -> str:
+        return (f"ExportedProbe(view={self.view!r}, layers={self.layers if self._kind == 'mean' else 'all'}, "
+                f"n_features={len(self.feature_names)}, calibration={self.calibration!r}, "
+                f"model={self.model_name!r})")
+
+    def features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """The forest's input features ``[n, len(feature_names)]`` (float64)."""
+        X = check_layer_means(layer_means)
+        width = self.hidden_size * self._blocks
+        if X.shape[1:] != (self.n_layer_outputs, width):
+            raise InputError(
+                f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
+                f"[n, {self.n_layer_outputs}, {width}] (pooling {self.pooling!r})"
+            )
+        f = _view_features(self._kind, X, self.arrays, self._blocks)
+        if self.append_confidence:
+            f = append_confidence(f, check_confidence(confidence, X.shape[0]))
+        return f
+
+    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """``[n, 2]`` probabilities; column 1 is P(correct). Pure numpy."""
+        p = forest_proba(self.features(layer_means, confidence), self.arrays)
+        if self.calibration == "stacked":
+            confidence = check_confidence(confidence, p.shape[0])
+        p = apply_calibration(p, self.calibration, self._cal_params, confidence)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        """1 where P(correct) > 0.5, else 0."""
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+
+    def check_model(self, fingerprint: dict, allow_other_weights: bool = False) -> None:
+        """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
+
+        Compares ``architecture``, ``num_layers`` and ``hidden_size`` (and ``vocab_size`` when
+        both fingerprints have it) and the weights (``weights_sha256`` of
+        :func:`acute.models.model_identity`) when both record them, unless
+        ``allow_other_weights``. A probe saved without a fingerprint is checked against its
+        input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
+        """
+        if not isinstance(fingerprint, dict):
+            raise InputError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
+        saved = self.model_fingerprint
+        if saved is None:
+            check_fingerprint(fingerprint, self.n_layer_outputs, self.hidden_size)
+            return
+        diffs = []
+        for key in FINGERPRINT_KEYS + ("vocab_size",):
+            if key not in saved:
+                continue
+            if key not in fingerprint:
+                if key == "vocab_size":
+                    continue
+                diffs.append(f"{key}: probe has {saved[key]!r}, model fingerprint lacks it")
+            elif fingerprint[key] != saved[key]:
+                diffs.append(f"{key}: probe has {saved[key]!r}, model has {fingerprint[key]!r}")
+        ws, wm = saved.get("weights_sha256"), fingerprint.get("weights_sha256")
+        if not diffs and ws and wm and ws != wm and not allow_other_weights:
+            diffs.append(f"weights: the probe was trained on weights with sha256 {ws!r}, this model's have "
+                         f"{wm!r} (another checkpoint of the same architecture, or another dtype?); pass "
+                         "allow_other_weights=True (--allow-other-weights) to score with it anyway")
+        if diffs:
+            name = f" ({self.model_name})" if self.model_name else ""
+            raise ModelMismatchError(
+                f"this probe was trained on a different model{name}: " + "; ".join(diffs)
+            )
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``probe.safetensors`` and ``probe.json`` into directory ``path`` atomically.
+
+        The files are written into a temporary sibling directory that is renamed into place,
+        so a crash never leaves a half-written probe. An existing probe directory (holding only
+        ``probe.json``/``probe.safetensors``) is replaced; an existing file or any other
+        non-empty directory raises ``ValueError``. Returns ``path``.
+        """
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        if path.exists():
+            if not path.is_dir():
+                raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
+            entries = {p.name for p in path.iterdir()}
+            if entries and not _is_probe_dir(path, entries):
+                raise InputError(
+                    f"{path} is a non-empty directory that is not an acute probe directory "
+                    f"(holding only {MANIFEST_FILE} and {ARRAYS_FILE}); refusing to overwrite it"
+                )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            arrays_path = tmp / ARRAYS_FILE
+            save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
+                      metadata={"format": FORMAT,
+                                "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
+            default_mode(arrays_path)  # safetensors writes 0600 files
+            manifest = dict(self.manifest)
+            manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
+            manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
+            with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as fh:
+                json.dump(manifest, fh, indent=2, allow_nan=False)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            with open(arrays_path, "rb") as fh:
+                os.fsync(fh.fileno())
+            for p in (tmp, arrays_path, tmp / MANIFEST_FILE):
+                default_mode(p)
+            if path.exists():
+                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.manifest = manifest
+        return path
+
+
+def _is_probe_dir(path: Path, entries: set[str]) -> bool:
+    if not entries <= {MANIFEST_FILE, ARRAYS_FILE} or MANIFEST_FILE not in entries:
+        return False
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def _fail(source: str, msg: str) -> ProbeFormatError:
+    return ProbeFormatError(f"{source}: {msg}")
+
+
+# Long but flat: the probe format's rules, one check each, in the order of the format doc, so a
+# tampered or truncated file is refused with a message that names the broken rule.
+def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> None:
+    """Check the manifest fields and every array's dtype, shape and node structure."""
+    man = str(Path(source).with_name(MANIFEST_FILE))
+    for key in ("view", "layers", "feature_names", "append_confidence", "input", "model"):
+        if key not in manifest:
+            raise _fail(man, f"missing field {key!r}")
+    try:
+        kind = view_kind(manifest["view"])
+    except ValueError as exc:
+        raise _fail(man, str(exc)) from None
+    n_out = int(manifest["input"]["n_layer_outputs"])
+    try:
+        blocks = pooling_blocks(manifest["input"].get("pooling", DEFAULT_POOLING))
+    except ValueError as exc:
+        raise _fail(man, str(exc)) from None
+    d = int(manifest["input"]["hidden_size"]) * blocks  # the width of the states it reads
+    n_features = len(manifest["feature_names"])
+    cal = manifest.get("calibration")
+    method = None if cal is None else cal.get("method")
+    if method not in CALIBRATIONS:
+        raise _fail(man, f"unknown calibration {method!r}")
+
+    required = {"trees.offsets", "trees.children_left", "trees.children_right", "trees.feature",
+                "trees.threshold", "trees.value", "layers"}
+    if kind == "pca":
+        required |= {"pca.means", "pca.components"}
+    required |= set(CALIBRATION_ARRAYS.get(method, {}))
+    missing = required - set(arrays)
+    if missing:
+        raise _fail(source, f"missing arrays {sorted(missing)}")
+    extra = set(arrays) - required
+    if extra:
+        raise _fail(source, f"unexpected arrays {sorted(extra)}")
+    listed = manifest.get("arrays")
+    if listed is not None:
+        for k, v in arrays.items():
+            spec = listed.get(k)
+            if spec is None or list(v.shape) != list(spec["shape"]) or str(v.dtype) != spec["dtype"]:
+                raise _fail(source, f"array {k!r} has dtype {v.dtype} shape {list(v.shape)}, "
+                                    f"but {man} lists {spec}")
+
+    def arr(name: str, dtype: type, ndim: int) -> np.ndarray:
+        a = arrays[name]
+        if a.dtype != dtype or a.ndim != ndim:
+            raise _fail(source, f"array {name!r} must be {np.dtype(dtype)} with {ndim} dims; "
+                                f"got {a.dtype} shape {list(a.shape)}")
+        return a
+
+    layers = arr("layers", np.int64, 1)
+    if list(layers) != [int(v) for v in manifest["layers"]]:
+        raise _fail(source, f"layers {layers.tolist()} differ from {man} layers {manifest['layers']}")
+    if layers.size == 0 or np.any((layers < 0) | (layers >= n_out)):
+        raise _fail(source, f"layers must lie in 0..{n_out - 1}")
+    conf = 1 if manifest["append_confidence"] else 0
+    if kind == "mean":
+        expected = d + conf
+        if layers.size != 1:
+            raise _fail(source, "a mean view reads exactly one layer")
+    elif kind == "cosine":
+        expected = blocks * (n_out - 1) + conf
+    else:
+        means = arr("pca.means", np.float64, 2)
+        comps = arr("pca.components", np.float64, 3)
+        if means.shape != (n_out, d) or comps.shape[0] != n_out or comps.shape[2] != d:
+            raise _fail(source, f"pca arrays have shapes {list(means.shape)} and {list(comps.shape)}; "
+                                f"expected [{n_out}, {d}] and [{n_out}, m, {d}]")
+        if not (np.all(np.isfinite(means)) and np.all(np.isfinite(comps))):
+            raise _fail(source, "pca arrays hold NaN/inf")
+        expected = n_out * comps.shape[1] + conf
+    if n_features != expected:
+        raise _fail(man, f"{n_features} feature names but the view gives {expected} features")
+
+    offsets = arr("trees.offsets", np.int64, 1)
+    if offsets.size < 2 or offsets[0] != 0 or np.any(np.diff(offsets) < 1):
+        raise _fail(source, "trees.offsets must start at 0 and increase strictly")
+    n_nodes = int(offsets[-1])
+    node_arrays = {}
+    for name, dtype in (("trees.children_left", np.int64), ("trees.children_right", np.int64),
+                        ("trees.feature", np.int64), ("trees.threshold", np.float64),
+                        ("trees.value", np.float64)):
+        a = arr(name, dtype, 1)
+        if a.shape[0] != n_nodes:
+            raise _fail(source, f"array {name!r} has {a.shape[0]} nodes; trees.offsets says {n_nodes}")
+        node_arrays[name] = a
+    left, right = node_arrays["trees.children_left"], node_arrays["trees.children_right"]
+    feature, threshold = node_arrays["trees.feature"], node_arrays["trees.threshold"]
+    leaf = left == -1
+    if np.any(leaf != (right == -1)):
+        raise _fail(source, "a node has exactly one child")
+    local = np.arange(n_nodes) - np.repeat(offsets[:-1], np.diff(offsets))
+    size = np.repeat(np.diff(offsets), np.diff(offsets))
+    internal = ~leaf
+    # children come after their parent inside the same tree: traversal always ends
+    if np.any((left[internal] <= local[internal]) | (left[internal] >= size[internal])
+              | (right[internal] <= local[internal]) | (right[internal] >= size[internal])):
+        raise _fail(source, "a tree has a child index out of range")
+    if np.any((feature[internal] < 0) | (feature[internal] >= n_features)):
+        raise _fail(source, f"a split uses a feature outside 0..{n_features - 1}")
+    if not np.all(np.isfinite(threshold[internal])):
+        raise _fail(source, "a split threshold is not finite")
+    value = node_arrays["trees.value"]
+    if not np.all((value >= 0.0) & (value <= 1.0)):
+        raise _fail(source, "trees.value must hold probabilities in [0, 1]")
+
+    if method == "platt":
+        p = arr("calibration.platt", np.float64, 1)
+        if p.shape != (2,) or not np.all(np.isfinite(p)):
+            raise _fail(source, "calibration.platt must hold two finite numbers a, b")
+    elif method == "isotonic":
+        x = arr("calibration.isotonic_x", np.float64, 1)
+        y = arr("calibration.isotonic_y", np.float64, 1)
+        if x.shape != y.shape or x.size == 0 or np.any(np.diff(x) < 0) or not np.all(np.isfinite(x) & np.isfinite(y)):
+            raise _fail(source, "calibration.isotonic_x/_y must be equal-length finite arrays, x sorted")
+    elif method == "stacked":
+        p = arr("calibration.stacked", np.float64, 1)
+        if p.shape != (3,) or not np.all(np.isfinite(p)):
+            raise _fail(source, "calibration.stacked must hold three finite numbers w, v, b")
+
+
+def load_probe(path: str | os.PathLike) -> ExportedProbe:
+    """Load a probe directory written by :meth:`ActivationProbe.save` (no unpickling).
+
+    Raises ``FileNotFoundError`` naming a missing directory/file, and :class:`ProbeFormatError`
+    (a ``ValueError``) naming the file when ``probe.json`` is not a valid manifest, when
+    ``probe.safetensors`` does not match its recorded sha256 (truncated or tampered), or when
+    an array has the wrong dtype/shape/structure.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"probe directory {path} does not exist")
+    man_path, arr_path = path / MANIFEST_FILE, path / ARRAYS_FILE
+    for p in (man_path, arr_path):
+        if not p.is_file():
+            raise FileNotFoundError(f"probe directory {path} is missing {p.name} ({p})")
+    try:
+        manifest = json.loads(man_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProbeFormatError(f"{man_path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ProbeFormatError(f"{man_path}: not an acute probe manifest (format != {FORMAT!r})")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ProbeFormatError(f"{man_path}: format_version {version!r} is not supported "
+                               f"(this acute reads <= {FORMAT_VERSION})")
+    try:
+        expected = manifest["files"][ARRAYS_FILE]["sha256"]
+    except (KeyError, TypeError):
+        raise ProbeFormatError(f"{man_path}: no sha256 recorded for {ARRAYS_FILE}") from None
+    actual = _sha256(arr_path)
+    if actual != expected:
+        raise ProbeFormatError(
+            f"{arr_path}: sha256 {actual[:16]}... does not match {MANIFEST_FILE} ({str(expected)[:16]}...); "
+            "the file is truncated, corrupted or was modified"
+        )
+    try:
+        arrays = load_file(str(arr_path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ProbeFormatError(f"{arr_path}: cannot read safetensors ({exc})") from None
+    try:
+        return ExportedProbe(manifest, arrays, source=str(arr_path))
+    except ProbeFormatError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProbeFormatError(f"{man_path}: malformed manifest ({exc!r})") from None

@@ -1,0 +1,390 @@
+"""Every estimator of the evaluation table by name, with one interface, and the default.
+
+``make_estimator(name)`` returns an unfitted scikit-learn-style estimator with
+``fit(layer_means, correct, confidence=None)`` and ``predict_proba(layer_means, confidence=None)``
+(``[:, 1]`` is P(correct)) for every name in :data:`ESTIMATORS`:
+
+* the six baselines (``raw``, ``hre``, ``nwkr``, ``platt``, ``isotonic``, ``beta``), which read
+  the raw confidence only and ignore ``layer_means`` (:class:`ConfidenceEstimator`);
+* the paper's six ACUTE probes ``acute-early`` ... ``acute-pca20`` (a random forest whose
+  P(correct) is the confidence);
+* their stacked variants ``acute-<view>-stacked``: the forest's out-of-fold P(correct) and the
+  raw confidence combined by a two-feature logistic regression (``calibration="stacked"``);
+* ``auto`` (:class:`AutoEstimator`): picks among the probes by cross-validation on its training
+  records only, then refits the winner on all of them.
+
+A probe name may end in ``@POOLING`` (:mod:`acute.store.pooling`): ``acute-cosine-stacked@last-answer``
+reads the hidden state at the answer's last position instead of the mean over the answer,
+``acute-pca10@mean+last-answer`` both, concatenated. Without a suffix a probe reads the mean.
+
+:data:`DEFAULT_ESTIMATOR` (``acute-pca10-stacked``) is what ``acute train`` / ``acute export``
+fit when no ``--view`` or ``--estimator`` is given; they also run ``auto``'s cross-validated
+comparison on the training records and record it (``refit=DEFAULT_ESTIMATOR``). It was chosen
+by the rule written down in ``benchmarks/default_choice.md`` before the Qwen2.5-Coder-1.5B pairs
+were evaluated: against the earlier default ``acute-cosine-stacked`` its paired auc-euro interval
+lay above zero on 6 of the evidence run's 11 pairs and below on none. Why a fixed default rather
+than ``auto``'s pick: on the 600 built-in questions letting inner cross-validation choose among
+four probes gave +0.004 [-0.002, +0.010] over Platt on SmolLM2 where a fixed stacked probe gave
++0.006: with a few hundred records the choice among close candidates adds more noise than it
+gains (``benchmarks/probe_vs_baselines.py``).
+Fits are deterministic given ``random_state``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+
+from .baselines import BASELINES, make_baseline
+from .controls import CONTROLS, META_INPUT, TEXT_INPUT, ConstantEstimator, MetadataPlatt, TextPlatt
+from ..errors import InputError, UnknownEstimatorError
+from ..metrics.specs import ranked
+from ..store.pooling import DEFAULT_POOLING, parse_pooling
+
+__all__ = [
+    "ACUTE_VARIANTS",
+    "AUTO_CANDIDATES",
+    "AutoEstimator",
+    "BASELINES",
+    "CONTROLS",
+    "ConfidenceEstimator",
+    "AUTO",
+    "DEFAULT_ESTIMATOR",
+    "ESTIMATORS",
+    "PROBE_ESTIMATORS",
+    "STACKED_VARIANTS",
+    "UnknownEstimatorError",
+    "estimator_group",
+    "estimator_input",
+    "estimator_pooling",
+    "is_estimator",
+    "make_estimator",
+    "probe_kwargs",
+    "split_pooling",
+]
+
+
+
+
+# name -> ActivationProbe keyword arguments (the paper's rows)
+_VIEWS: dict[str, dict[str, Any]] = {
+    "acute-early": {"view": "mean", "layer": "early"},
+    "acute-mid": {"view": "mean", "layer": "mid"},
+    "acute-late": {"view": "mean", "layer": "late"},
+    "acute-cosine": {"view": "cosine"},
+    "acute-pca10": {"view": "pca10"},
+    "acute-pca20": {"view": "pca20"},
+}
+# 5 folds for the out-of-fold forests of a stacked probe: each sees 80% of the records
+STACK_CV = 5
+_STACKED: dict[str, dict[str, Any]] = {
+    f"{name}-stacked": {**kw, "calibration": "stacked", "cv": STACK_CV} for name, kw in _VIEWS.items()
+}
+_PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
+# The question-only control (acute.estimators.controls): a probe over the prompt's last-token states, with no
+# raw confidence (none exists before the answer), Platt-calibrated on its out-of-fold forest.
+_QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
+                                  "cv": STACK_CV, "pooling": "last-prompt"}
+
+ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
+STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
+PROBE_ESTIMATORS: tuple[str, ...] = ACUTE_VARIANTS + STACKED_VARIANTS
+DEFAULT_ESTIMATOR = "acute-pca10-stacked"
+AUTO = "auto"
+ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS + STACKED_VARIANTS + (AUTO,)
+# The candidates of ``auto``: the views without a per-fit layer search (each candidate costs
+# cv + 1 forest fits per fit; a searched mean view adds a 3-fold search over a third of the
+# layers to each), plain and stacked.
+AUTO_CANDIDATES: tuple[str, ...] = (
+    "acute-cosine", "acute-pca10", "acute-cosine-stacked", "acute-pca10-stacked",
+)
+
+
+def split_pooling(name: Any) -> tuple[Any, str | None]:
+    """``(base name, pooling spec or None)`` of an estimator name such as
+    ``acute-cosine-stacked@last-answer``; only probe names take a pooling."""
+    if not isinstance(name, str) or "@" not in name:
+        return name, None
+    base, spec = name.split("@", 1)
+    if base == "question-only":
+        raise UnknownEstimatorError(f"{name!r}: question-only reads the last-prompt states by definition; "
+                                    "it takes no '@POOLING'")
+    if base not in _PROBES:
+        raise UnknownEstimatorError(f"{name!r}: only the probes read pooled states, so only they take "
+                                    f"'@POOLING'; choose from {', '.join(PROBE_ESTIMATORS)}")
+    parse_pooling(spec)
+    return base, spec
+
+
+def estimator_pooling(name: str) -> str | None:
+    """The pooling spec an estimator reads: None for the baselines, ``"mean"`` for ``auto``
+    and probes without a suffix."""
+    base, spec = split_pooling(name)
+    if base == "question-only":
+        return _QUESTION_ONLY["pooling"]
+    if estimator_group(base) in ("baseline", "control"):
+        return None
+    return spec or DEFAULT_POOLING
+
+
+def estimator_input(name: str) -> str | None:
+    """What an estimator reads beside the raw confidence: None (the baselines and ``constant``),
+    a pooling spec of hidden states (the probes, ``auto``, ``question-only``), or
+    :data:`acute.estimators.controls.META_INPUT` / :data:`acute.estimators.controls.TEXT_INPUT` (the metadata and
+    text controls)."""
+    base = split_pooling(name)[0]
+    if base == "platt+meta":
+        return META_INPUT
+    if base == "tfidf+platt":
+        return TEXT_INPUT
+    return estimator_pooling(name)
+
+
+def is_estimator(name: Any) -> bool:
+    """Whether ``name`` is an estimator :func:`make_estimator` knows (suffixes included)."""
+    try:
+        estimator_group(name)
+    except (UnknownEstimatorError, InputError):
+        return False
+    return True
+
+
+def estimator_group(name: str) -> str:
+    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"``, ``"auto"`` or
+    ``"control"`` (:mod:`acute.estimators.controls`; a ``@POOLING`` suffix does not change the group)."""
+    name = split_pooling(name)[0]
+    if name in BASELINES:
+        return "baseline"
+    if name in CONTROLS:
+        return "control"
+    if name in _VIEWS:
+        return "acute"
+    if name in _STACKED:
+        return "stacked"
+    if name == AUTO:
+        return "auto"
+    raise _unknown(name)
+
+
+def _unknown(name: Any) -> UnknownEstimatorError:
+    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS + CONTROLS)} "
+                                 "(a probe name may end in @POOLING, e.g. @last-answer)")
+
+
+def probe_kwargs(name: str) -> dict[str, Any]:
+    """The ``ActivationProbe`` keyword arguments (view, layer, calibration, cv and, with a
+    ``@POOLING`` suffix, pooling) of a probe name."""
+    base, spec = split_pooling(name)
+    if base not in _PROBES:
+        raise _unknown(name)
+    return {**_PROBES[base], **({"pooling": spec} if spec else {})}
+
+
+def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = None,
+                   probe_params: Mapping[str, Any] | None = None):
+    """An unfitted estimator by name (one of :data:`ESTIMATORS` or :data:`CONTROLS`).
+
+    Probes (and ``auto``'s candidates) get ``random_state``, ``n_jobs`` and ``probe_params``
+    (``ActivationProbe`` keywords such as ``n_estimators``; ``None`` values mean "probe
+    default"; the view, layer and calibration are fixed by the name). Baselines ignore them.
+    Raises :class:`UnknownEstimatorError` listing the known names.
+    """
+    if not isinstance(name, str):
+        raise _unknown(name)
+    split_pooling(name)  # a bad suffix is named as such
+    if name in BASELINES:
+        return ConfidenceEstimator(name)
+    if name == "constant":
+        return ConstantEstimator()
+    if name == "platt+meta":
+        return MetadataPlatt(random_state=random_state)
+    if name == "tfidf+platt":
+        return TextPlatt(random_state=random_state)
+    if name == AUTO:
+        return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
+                             probe_params=dict(probe_params or {}) or None)
+    from .probes import ActivationProbe
+
+    kw = dict(_QUESTION_ONLY) if name == "question-only" else probe_kwargs(name)
+    kw["random_state"] = random_state
+    if n_jobs is not None:
+        kw["n_jobs"] = n_jobs
+    for k, v in (probe_params or {}).items():
+        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name == "question-only"):
+            raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
+        if v is not None:
+            kw[k] = v
+    return ActivationProbe(**kw)
+
+
+class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
+    """A baseline of :mod:`acute.estimators.baselines` behind the probes' interface: ``layer_means`` is
+    accepted and ignored, ``confidence`` is required. Fitted: ``baseline_``, ``classes_``."""
+
+    def __init__(self, baseline: str = "platt"):
+        self.baseline = baseline
+
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
+        if confidence is None:
+            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+        self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict_proba(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
+        if not hasattr(self, "baseline_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
+        if confidence is None:
+            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
+        return self.baseline_.predict_proba(confidence)
+
+    def predict(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------- auto
+def _score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    from .. import metrics
+
+    return {"auc_euro_all": float(metrics.auc_euro(p, y)), "smece": float(metrics.smece(p, y)),
+            "auroc": float(metrics.auroc(p, y)) if 0 < y.sum() < y.size else math.nan}
+
+
+class AutoEstimator(ClassifierMixin, BaseEstimator):
+    """Choose a probe by cross-validation on the training records only, then refit it on all.
+
+    For each ``candidates`` probe the records get out-of-fold predictions from
+    ``StratifiedKFold(cv, shuffle=True, random_state)``; a stacked candidate reuses the
+    out-of-fold forest probabilities of its plain view (the forests are the same) and is
+    scored by cross-fitting its two-feature logistic on them over the same folds. The
+    baselines (``references``) are scored on the same folds. The probe with the highest
+    out-of-fold auc-euro (all) wins (ties: lower smECE) and is refitted on every record; the
+    baselines are references only, because what ``auto`` picks must be exportable as a probe.
+    With ``refit=NAME`` (one of the candidates) that probe is refitted whatever won: the
+    comparison is then recorded but does not choose (how ``acute train`` ships the default).
+    ``warning_`` says so when a baseline scored above the refitted probe.
+
+    Fitted: ``best_`` (the best candidate by cross-validation), ``chosen_`` (the refitted one:
+    ``best_``, or ``refit``), ``estimator_`` (the refitted probe), ``scores_`` (name ->
+    ``auc_euro_all``, ``smece``, ``auroc`` out of fold, every candidate and reference),
+    ``ranking_`` (names, best first), ``best_baseline_``, ``warning_`` (str or None),
+    ``classes_``.
+    """
+
+    def __init__(self, candidates: Sequence[str] = AUTO_CANDIDATES,
+                 references: Sequence[str] = BASELINES, cv: int = 5,
+                 random_state: int | None = 0, n_jobs: int | None = None,
+                 probe_params: Mapping[str, Any] | None = None, refit: str = "best"):
+        self.candidates = candidates
+        self.references = references
+        self.cv = cv
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.probe_params = probe_params
+        self.refit = refit
+
+    def _make(self, name: str):
+        return make_estimator(name, random_state=0 if self.random_state is None else self.random_state,
+                              n_jobs=self.n_jobs, probe_params=self.probe_params)
+
+    def _check_names(self) -> tuple[list[str], list[str]]:
+        cands, refs = list(self.candidates), list(self.references)
+        if not cands:
+            raise InputError("AutoEstimator needs at least one candidate probe")
+        for n in cands:
+            if n not in _PROBES:
+                raise UnknownEstimatorError(f"auto candidate {n!r} is not a probe; choose from "
+                                            f"{', '.join(PROBE_ESTIMATORS)}")
+        for n in refs:
+            if n not in BASELINES:
+                raise UnknownEstimatorError(f"auto reference {n!r} is not a baseline; choose from "
+                                            f"{', '.join(BASELINES)}")
+        if self.refit != "best" and self.refit not in cands:
+            raise InputError(f"refit must be 'best' or one of the candidates {cands}, got {self.refit!r}")
+        return cands, refs
+
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
+        from sklearn.model_selection import StratifiedKFold
+
+        from .features import check_cv
+        from ..validation import check_confidence, check_correct, check_layer_means
+        from .calibration import apply_stacker, fit_stacker
+
+        cands, refs = self._check_names()
+        X = check_layer_means(layer_means)
+        y = check_correct(correct, X.shape[0], both_classes=True)
+        conf = check_confidence(confidence, X.shape[0])
+        check_cv(self.cv, y)
+        folds = list(StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
+                     .split(np.zeros(len(y)), y))
+        oof: dict[str, np.ndarray] = {}
+        forest_oof: dict[str, np.ndarray] = {}  # plain view -> out-of-fold forest P(correct)
+        for name in refs:
+            oof[name] = np.empty(len(y))
+            for tr, te in folds:
+                oof[name][te] = ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
+        for name in cands:
+            view = name.removesuffix("-stacked")
+            if view not in forest_oof:
+                forest_oof[view] = np.empty(len(y))
+                for tr, te in folds:
+                    est = self._make(view).fit(X[tr], y[tr], confidence=conf[tr])
+                    forest_oof[view][te] = est.predict_proba(X[te], confidence=conf[te])[:, 1]
+            if name == view:
+                oof[name] = forest_oof[view]
+            else:  # cross-fitted stacker on the out-of-fold forest probabilities
+                p = np.empty(len(y))
+                for tr, te in folds:
+                    w, v, b = fit_stacker(forest_oof[view][tr], conf[tr], y[tr])
+                    p[te] = apply_stacker(forest_oof[view][te], conf[te], w, v, b)
+                oof[name] = p
+        self.scores_ = {name: _score(p, y) for name, p in oof.items()}
+        # acute.metrics.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
+        self.ranking_ = ranked(list(self.scores_), self.scores_.__getitem__, digits=9)
+        self.best_ = next(n for n in self.ranking_ if n in cands)
+        self.chosen_ = self.best_ if self.refit == "best" else self.refit
+        self.best_baseline_ = next((n for n in self.ranking_ if n in refs), None)
+        self.warning_ = None
+        if self.best_baseline_ is not None and self.ranking_.index(self.best_baseline_) < self.ranking_.index(self.chosen_):
+            b, p = self.scores_[self.best_baseline_], self.scores_[self.chosen_]
+            self.warning_ = (f"the baseline {self.best_baseline_} scored above {self.chosen_} in {self.cv}-fold "
+                             f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
+                             f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
+                             "measurable over the raw confidence")
+        self.estimator_ = self._make(self.chosen_).fit(X, y, confidence=conf)
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def selection(self) -> dict[str, Any]:
+        """What was chosen and why, JSON-ready: ``chosen``, ``criterion``, ``cv``, ``scores``
+        (every candidate and reference, best first), ``best_baseline``, ``warning``."""
+        if not hasattr(self, "best_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
+        return {
+            "chosen": self.chosen_,
+            "best_by_cv": self.best_,
+            "refit": self.refit,
+            "criterion": "out-of-fold auc-euro (all), ties by smECE",
+            "cv": {"n_splits": int(self.cv), "random_state": self.random_state},
+            "candidates": list(self.candidates),
+            "scores": [{"estimator": n, **self.scores_[n]} for n in self.ranking_],
+            "best_baseline": self.best_baseline_,
+            "warning": self.warning_,
+        }
+
+    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        if not hasattr(self, "estimator_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
+        return self.estimator_.predict_proba(layer_means, confidence=confidence)
+
+    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)

@@ -1,0 +1,199 @@
+"""Metric rows from already-computed confidences (pure: no fitting, no files): every metric of
+:data:`acute.metrics.METRIC_SPECS` per estimator, paired bootstrap intervals on the same
+resampled records, the difference to a reference (the best baseline by
+:data:`acute.metrics.RANKING`) with its bootstrap and corrected resampled t-intervals."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..estimators.baselines import BASELINES
+from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
+from ..estimators.registry import estimator_pooling, is_estimator
+from ..metrics import METRIC_SPECS, best_of, bootstrap_indices, percentile_interval
+from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
+from ..validation import check_confidence, check_correct, check_count
+from .crossval import cv_metric, cv_metric_draws
+
+__all__ = ["CONFIDENCE_CONTROLS", "TABLE_COLUMNS", "best_estimators", "evaluate_predictions", "estimator_uses"]
+
+
+# (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
+# from the one list of metric specs (acute.metrics.METRIC_SPECS)
+TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.direction) for m in METRIC_SPECS)
+
+
+# the controls that calibrate the confidence with more knowledge: the strongest honest references
+CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
+
+
+# metrics with bootstrap intervals
+_INTERVAL_KEYS: tuple[str, ...] = ("smece", "auc_euro_all", "brier", "auroc")
+
+
+def _metric_fns() -> dict:
+    return {m.name: m.fn for m in METRIC_SPECS if m.fn is not None}
+
+
+def _best_baseline(rows: Sequence[dict], extra: Sequence[str] = ()) -> str | None:
+    """The best row among the baselines (and ``extra`` names): highest auc-euro all, then lowest
+    smECE (the order of :data:`acute.metrics.METRIC_SPECS`' directions)."""
+    cand = [r for r in rows if (r["estimator"] in BASELINES or r["estimator"] in extra)
+            and math.isfinite(r.get("auc_euro_all", math.nan))]
+    if not cand:
+        return None
+    return best_of([r["estimator"] for r in cand], {r["estimator"]: r for r in cand}.__getitem__)
+
+
+def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
+                         seed: int = 0, reference: str | None = None,
+                         folds: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None,
+                         groups: Sequence[Any] | None = None) -> list[dict]:
+    """Metric rows for already-computed confidences on one labelled set (pure: no fitting, no files).
+
+    Each value of ``confidences`` is ``[n]`` (one prediction per record) or ``[repeats, n]``
+    (out-of-fold predictions of repeated cross-validation); a metric is then the mean over
+    repeats of the metric on each repeat (:func:`acute.evaluation.crossval.cv_metric`).
+
+    Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``uses``
+    (what the row may use), ``n``, ``repeats``, ``accuracy`` (of ``correct``; the same for
+    every row), ``smece``, ``auc_euro_low``, ``auc_euro_med``, ``auc_euro_high``,
+    ``auc_euro_all``, ``brier``, ``auroc``, and, when ``n_bootstrap > 0``, 95% bootstrap
+    intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``,
+    ``brier`` and ``auroc`` (percentile intervals; smECE's shifted by the bootstrap's bias so it
+    contains its estimate: :func:`acute.metrics.bias_shifted_interval`). Every estimator (and
+    every repeat) sees the same resampled records (:func:`acute.metrics.bootstrap_indices` with
+    ``seed``). With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
+    (1 - constant's). With ``groups`` (one value per record) every row has
+    ``within_group_auroc`` (:func:`acute.estimators.controls.within_group_auroc`).
+
+    Paired comparisons: ``reference`` (default: the best baseline among the rows, highest
+    ``auc_euro_all``) is subtracted from every row: ``diff_auc_euro_all`` and ``diff_smece``
+    with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, the bootstrap
+    p-value ``diff_<metric>_boot_p``, and ``reference`` names it. With ``folds`` (the
+    cross-validation's, one list per repeat) each difference also gets the corrected resampled
+    t-interval over the fold x repeat differences (Nadeau and Bengio 2003):
+    ``diff_<metric>_t_low/_high`` and ``diff_<metric>_t_p``. When the rows include the
+    metadata or text controls, the same columns compare every row with the best of the
+    baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...). Without
+    a baseline among the rows (and no ``reference``) there are no differences. Metrics
+    undefined on the data (AUROC with one class) are NaN.
+    """
+    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
+    if not confidences:
+        raise InputError("confidences is empty: nothing to evaluate")
+    y = np.asarray(correct)
+    if y.ndim != 1 or y.size == 0:
+        raise InputError(f"correct must be a non-empty 1-d array, got shape {y.shape}")
+    y = check_correct(y, y.size)
+    preds: dict[str, np.ndarray] = {}
+    for name, conf in confidences.items():
+        c = np.atleast_2d(np.asarray(conf, dtype=np.float64))
+        if c.ndim != 2:
+            raise InputError(f"confidences[{name!r}] must be [n] or [repeats, n], got shape {np.shape(conf)}")
+        if c.shape[1] != y.size:
+            raise InputError(f"confidences[{name!r}] has {c.shape[1]} entries but correct has {y.size}")
+        for row in c:
+            check_confidence(row, name=f"confidences[{name!r}]")
+        preds[str(name)] = c
+    if reference is not None and reference not in preds:
+        raise InputError(f"reference {reference!r} is not among the evaluated estimators {list(preds)}")
+    if folds is not None and len(folds) != next(iter(preds.values())).shape[0]:
+        raise InputError(f"folds has {len(folds)} repeats but the predictions have "
+                         f"{next(iter(preds.values())).shape[0]}")
+    fns = _metric_fns()
+    rows = []
+    for name, c in preds.items():
+        row: dict[str, Any] = {"estimator": name, "uses": estimator_uses(name), "n": int(y.size),
+                               "repeats": int(c.shape[0]), "accuracy": float(y.mean())}
+        for key, fn in fns.items():
+            row[key] = cv_metric(fn, c, y)
+        if groups is not None:
+            row["within_group_auroc"] = float(np.mean([within_group_auroc(r, y, groups)[0] for r in c]))
+        rows.append(row)
+    by_name = {r["estimator"]: r for r in rows}
+    if "constant" in by_name:
+        base = by_name["constant"]["auc_euro_all"]
+        for row in rows:
+            row["skill"] = (row["auc_euro_all"] - base) / (1 - base) if base < 1 else math.nan
+    ref = reference if reference is not None else _best_baseline(rows)
+    meta_ref = _best_baseline(rows, CONFIDENCE_CONTROLS) if any(n in preds for n in CONFIDENCE_CONTROLS) else None
+    if n_bootstrap == 0 and ref is None:
+        return rows
+    index = bootstrap_indices(y.size, int(n_bootstrap), seed) if n_bootstrap > 0 else None
+    draws: dict[str, dict[str, np.ndarray]] = {}
+    for row in rows:
+        name = row["estimator"]
+        keys = _INTERVAL_KEYS if n_bootstrap > 0 else ()
+        draws[name] = {}
+        for key in set(keys) | ({"auc_euro_all", "smece"} if ref is not None and n_bootstrap > 0 else set()):
+            if not math.isfinite(row[key]):
+                draws[name][key] = np.full(int(n_bootstrap), np.nan)
+                continue
+            draws[name][key] = cv_metric_draws(fns[key], preds[name], y, index)
+        for key in keys:
+            if key == "smece":
+                row[f"{key}_ci_low"], row[f"{key}_ci_high"] = bias_shifted_interval(row[key], draws[name][key])
+            else:
+                row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
+    ratio = None
+    if folds is not None:
+        n_te = np.mean([len(te) for rep in folds for _, te in rep])
+        ratio = float(n_te / (y.size - n_te))
+    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref)):
+        if r_name is None:
+            continue
+        for row in rows:
+            row["reference" if prefix == "diff" else "meta_reference"] = r_name
+            for key in ("auc_euro_all", "smece"):
+                if prefix == "diff_meta" and key == "smece":
+                    continue
+                col = f"{prefix}_{key}"
+                row[col] = row[key] - by_name[r_name][key]
+                if n_bootstrap > 0:
+                    d = draws[row["estimator"]][key] - draws[r_name][key]
+                    row[f"{col}_ci_low"], row[f"{col}_ci_high"] = _percentiles(d)
+                    row[f"{col}_boot_p"] = bootstrap_p_value(d) if row["estimator"] != r_name else math.nan
+                if ratio is not None and row["estimator"] != r_name:
+                    t = corrected_t_test(fold_differences(fns[key], preds[row["estimator"]], preds[r_name], y, folds),
+                                         ratio)
+                    row[f"{col}_t_low"], row[f"{col}_t_high"], row[f"{col}_t_p"] = t.low, t.high, t.p_value
+    return rows
+
+
+def estimator_uses(name: str) -> str:
+    """What an evaluation row may use, in words (the table's "uses" column)."""
+    base = name.split("@", 1)[0]
+    if base in CONTROL_USES:
+        return CONTROL_USES[base]
+    if base == "raw":
+        return "confidence"
+    if base in BASELINES:
+        return "confidence (fitted)"
+    if not is_estimator(name):
+        return "given"
+    spec = estimator_pooling(name) or "mean"
+    return f"answer states ({spec}) + confidence"
+
+
+def _percentiles(stats: np.ndarray) -> tuple[float, float]:
+    return percentile_interval(stats)[:2]
+
+
+def best_estimators(rows: Sequence[dict]) -> dict[str, str]:
+    """The best baseline and the best activation-based estimator (a plain or stacked probe, or
+    ``auto``; never a control) among metric rows: highest ``auc_euro_all``, ties broken by lower ``smece``.
+    Returns ``{"baseline": name, "acute": name}`` with only the groups that have rows with a
+    finite ``auc_euro_all``."""
+    out = {}
+    for group in ("baseline", "acute"):
+        cand = [r for r in rows if r["estimator"] not in CONTROLS
+                and (r["estimator"] in BASELINES) == (group == "baseline")
+                and math.isfinite(r.get("auc_euro_all", math.nan))]
+        if cand:
+            out[group] = best_of([r["estimator"] for r in cand], {r["estimator"]: r for r in cand}.__getitem__)
+    return out

@@ -1,0 +1,142 @@
+"""Training a probe for export (``acute train``, ``acute export``, the demo): choose the estimator,
+fit it on a store's training records, compare it on the held-out records with the raw
+confidence and Platt scaling, and describe it for ``probe.json`` (its selection, its training
+summary, the model identity the store recorded).
+
+:func:`train_probe` returns a :class:`TrainedProbe`; ``TrainedProbe.save(dir)`` writes the probe
+folder. The command line and the demo only parse, call this and print.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..collect import collection_settings, store_identity
+from ..errors import InputError
+from ..estimators.baselines import make_baseline
+from ..estimators.probes import ActivationProbe
+from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
+from ..metrics import METRICS
+from ..store.pooling import store_states
+from .crossval import split_ids
+
+__all__ = ["TrainedProbe", "held_out_metrics", "probe_estimator", "train_probe"]
+
+
+@dataclass
+class TrainedProbe:
+    """A fitted probe and what its ``probe.json`` records.
+
+    ``probe``: the fitted :class:`~acute.estimators.probes.ActivationProbe`; ``label``: how it
+    was chosen (``"acute-pca10-stacked"``, ``"auto -> acute-cosine"``, ``"view mean late"``);
+    ``selection``: ``auto``'s cross-validated comparison (None for a named probe); ``auto``: the
+    fitted :class:`~acute.estimators.registry.AutoEstimator` behind it, or None;
+    ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
+    without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest.
+    """
+
+    probe: ActivationProbe
+    label: str
+    selection: dict | None
+    training_summary: dict
+    n_train: int
+    held_out: dict | None = None
+    auto: AutoEstimator | None = None
+    model_name: str | None = None
+    model_fingerprint: dict | None = None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the probe folder (``probe.safetensors`` + ``probe.json``) atomically."""
+        return self.probe.save(path, model_name=self.model_name, model_fingerprint=self.model_fingerprint,
+                               training_summary=self.training_summary, metrics=self.held_out,
+                               selection=self.selection)
+
+
+def _parse_layer(layer: Any) -> int | str | None:
+    if isinstance(layer, str) and layer.lstrip("-").isdigit():
+        return int(layer)
+    return layer
+
+
+def probe_estimator(estimator: str | None = None, *, view: str | None = None, layer: Any = None, seed: int = 0,
+                    n_jobs: int | None = None, n_estimators: int | None = None) -> tuple[Any, str]:
+    """The unfitted estimator to train and its label: ``view`` (a plain probe, as in the paper;
+    ``layer`` with ``view="mean"``), ``estimator`` (a probe name, or ``auto``: chosen by
+    cross-validation), else :data:`~acute.estimators.registry.DEFAULT_ESTIMATOR`, fitted by
+    ``auto``'s comparison with ``refit`` set to it (so the cross-validated scores of the
+    candidates and baselines are recorded beside it)."""
+    common: dict[str, Any] = {"random_state": seed}
+    if n_jobs is not None:
+        common["n_jobs"] = n_jobs
+    if view is not None:
+        if estimator is not None:
+            raise InputError("give --view (a plain probe) or --estimator, not both")
+        params = {"view": view, "layer": _parse_layer(layer), **common}
+        if n_estimators is not None:
+            params["n_estimators"] = n_estimators
+        return ActivationProbe(**params), f"view {view if layer is None else f'{view} {layer}'}"
+    if layer is not None:
+        raise InputError("--layer goes with --view mean")
+    probe_params = {"n_estimators": n_estimators}
+    if estimator is None:
+        return AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params=probe_params, **common), DEFAULT_ESTIMATOR
+    if split_pooling(estimator)[0] not in PROBE_ESTIMATORS + (AUTO,):
+        raise InputError(f"--estimator must be a probe or {AUTO!r} (a baseline cannot be exported as a "
+                         f"probe); choose from {', '.join(PROBE_ESTIMATORS + (AUTO,))} (a probe may end "
+                         "in @POOLING, e.g. acute-cosine-stacked@last-answer)")
+    return make_estimator(estimator, probe_params=probe_params, **common), estimator
+
+
+def _rows(store, pooling: str, idx: np.ndarray) -> np.ndarray:
+    """float32 rows ``idx`` of the store's ``pooling`` states (:mod:`acute.store.pooling`)."""
+    return np.asarray(store_states(store, pooling)[idx], dtype=np.float32)
+
+
+def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) -> dict:
+    """Held-out smECE, auc-euro (all) and Brier of the probe, of the raw confidence and of Platt
+    scaling of the raw confidence fitted on the same training records: ``n``, ``accuracy``,
+    ``smece``, ``auc_euro``, ``brier`` and the same with ``raw_`` and ``platt_`` prefixes."""
+    raw = store.raw_confidence[test_idx]
+    y = np.asarray(store.correct[test_idx])
+    conf = probe.predict_proba(_rows(store, probe.pooling, test_idx), confidence=raw)[:, 1]
+    platt = make_baseline("platt").fit(store.raw_confidence[train_idx], store.correct[train_idx]) \
+        .predict_proba(raw)[:, 1]
+    out: dict[str, Any] = {"n": int(test_idx.size), "accuracy": float(np.mean(y))}
+    for prefix, c in (("", conf), ("raw_", raw), ("platt_", platt)):
+        c = np.asarray(c, dtype=np.float64)
+        for key, name in (("smece", "smece"), ("auc_euro_all", "auc_euro"), ("brier", "brier")):
+            out[prefix + name] = float(METRICS[key].fn(c, y))
+    return out
+
+
+def train_probe(store, estimator: str | None = None, *, view: str | None = None, layer: Any = None,
+                test_fraction: float = 0.0, seed: int = 0, n_jobs: int | None = None,
+                n_estimators: int | None = None, store_path: str | os.PathLike | None = None) -> TrainedProbe:
+    """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
+    them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
+    and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
+    were left out. ``store_path`` (default: the store's own path) is recorded in the summary."""
+    train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
+    est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
+                                 n_estimators=n_estimators)
+    idx = np.flatnonzero(train)
+    est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
+            confidence=store.raw_confidence[idx])
+    auto, selection, probe = None, None, est
+    if isinstance(est, AutoEstimator):
+        auto, selection, probe = est, est.selection(), est.estimator_
+        label = est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
+    m = store.manifest
+    path = store_path if store_path is not None else getattr(store, "path", None)
+    summary = {"store": None if path is None else str(Path(path).resolve()), "n_train": int(train.sum()),
+               "accuracy_train": float(np.mean(store.correct[train])),
+               "split": {"test_fraction": test_fraction, "seed": seed}, **collection_settings(m)}
+    held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
+    return TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
+                        n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
+                        model_fingerprint=store_identity(m))

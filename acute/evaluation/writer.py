@@ -1,0 +1,144 @@
+"""Writing an evaluation (:class:`acute.evaluation.evaluate.EvaluationResult`) into a folder:
+``results.md``, ``results.csv``, ``results.json`` (last, with ``"complete": true``),
+``predictions.csv`` (and one per further repeat), ``folds.json`` or ``split.json``, the euro curves
+and the reliability diagrams."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from ..fileio import fsync_dir, json_ready
+from .table import best_estimators
+
+__all__ = ["intro_markdown", "write_evaluation"]
+
+logger = logging.getLogger(__name__)
+
+
+def intro_markdown(res) -> str:
+    """The paragraph above the results table: how the records were scored, what the intervals
+    are, which controls were left out."""
+    sp = res.split
+    ref = next((r.get("reference") for r in res.rows if r.get("reference")), None)
+    paired = (f" The last column is each estimator's auc-euro (all) minus the best baseline's ({ref}) "
+              "with a paired bootstrap interval (the same resampled records for both), bold where it "
+              "lies above zero." if ref else "")
+    if sp["mode"] == "cv":
+        head = (f"Cross-validated evaluation: {sp['n_splits']}-fold stratified x {sp['n_repeats']} repeats "
+                f"(grouped by record id) on {sp['n_records']} records (accuracy {sp['accuracy']:.3f}); "
+                "every record is scored out of fold and each metric is the mean over repeats.")
+    else:
+        head = (f"Held-out evaluation: {sp['n_train']} training / {sp['n_test']} test records "
+                f"(test accuracy {sp['accuracy_test']:.3f}).")
+    skipped = res.skipped or {}
+    left = "".join(f"\n- `{n}` left out: {why}" for n, why in skipped.items())
+    return (f"{head} 95% percentile-bootstrap intervals in brackets (smECE's shifted by the bootstrap "
+            f"bias, so it is centred on its estimate); differences also show the corrected resampled "
+            f"t-interval over folds x repeats (Nadeau and Bengio 2003).{paired}"
+            f"{' Controls left out:' if left else ''}{left}\n\n")
+
+
+def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[str, np.ndarray]) -> None:
+    names = list(preds)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "correct", *names])
+        for i, rid in enumerate(ids):
+            w.writerow([rid, int(y[i]), *(repr(float(preds[n][i])) for n in names)])
+
+
+def write_evaluation(res, out_dir) -> dict[str, Path]:
+    """Write the evaluation ``res`` (an :class:`acute.evaluation.evaluate.EvaluationResult`) into
+    ``out_dir`` and return name -> path (also set as ``res.files``, and ``res.out_dir``).
+
+    Every output goes into a staging folder inside ``out_dir``, is fsync'ed, then moved into place
+    with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
+    results.json that describes files of another run (a multi-file commit, like a store shard or
+    a probe folder; single files go through :func:`acute.fileio.atomic_path`)."""
+    from .plots import euro_curves, reliability_diagram
+
+    out_dir = Path(out_dir)
+    res.out_dir = out_dir
+    train_ids, params, fold_of = res.train_ids, res.params, res.fold_of
+    manifest, test_manifest, plot_names = res.store_manifest, res.test_store_manifest, res.plot_names
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = out_dir / f".partial-{uuid.uuid4().hex[:12]}"
+    stage.mkdir()
+    try:
+        y = res.test_correct.astype(int)
+        (stage / "results.md").write_text(res.markdown(), encoding="utf-8")
+        _write_csv(stage / "results.csv", res.rows)
+        _write_predictions(stage / "predictions.csv", res.test_ids, y, res.predictions)
+        if res.cv_predictions is not None:
+            for r in range(1, next(iter(res.cv_predictions.values())).shape[0]):
+                _write_predictions(stage / f"predictions-repeat{r}.csv", res.test_ids, y,
+                                   {n: p[r] for n, p in res.cv_predictions.items()})
+            (stage / "folds.json").write_text(json.dumps(json_ready(
+                {k: res.split[k] for k in ("mode", "seed", "n_splits", "n_repeats")}
+                | {"ids": res.test_ids, "fold": fold_of})), encoding="utf-8")
+        else:
+            (stage / "split.json").write_text(json.dumps(json_ready(
+                {**{k: res.split[k] for k in ("mode", "seed", "test_fraction")},
+                 "train": train_ids, "test": res.test_ids})), encoding="utf-8")
+        n_eval = res.split.get("n_test", res.split.get("n_records"))
+        label = "out-of-fold, repeat 0" if res.cv_predictions is not None else "test"
+        euro_curves(res.predictions, y, stage / "euro_curves.png",
+                    title=f"euro curves ({n_eval} {label} records)")
+        for n in plot_names:
+            reliability_diagram(res.predictions[n], y, stage / f"reliability_{n}.png", title=n)
+        files = sorted(p.name for p in stage.iterdir())
+        payload = {
+            "complete": True,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "split": res.split,
+            "params": params,
+            "store_manifest": manifest,
+            "test_store_manifest": test_manifest,
+            "best": best_estimators(res.rows),
+            "reference": next((r.get("reference") for r in res.rows if r.get("reference")), None),
+            "results": res.rows,
+            "skipped": res.skipped,
+            "files": files + ["results.json"],
+        }
+        (stage / "results.json").write_text(json.dumps(json_ready(payload), indent=2), encoding="utf-8")
+
+        for name in files + ["results.json"]:
+            with open(stage / name, "rb+") as fh:
+                os.fsync(fh.fileno())
+        final = out_dir / "results.json"
+        if final.exists():
+            final.unlink()
+        for name in files:
+            os.replace(stage / name, out_dir / name)
+        os.replace(stage / "results.json", final)
+        fsync_dir(out_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    res.files = {name: out_dir / name for name in files + ["results.json"]}
+    sp = res.split
+    what = (f"{sp['n_splits']}-fold x {sp['n_repeats']} cross-validation on {sp['n_records']} records"
+            if sp["mode"] == "cv" else f"{sp['n_train']} train / {sp['n_test']} test records")
+    logger.info("evaluation of %d estimators (%s) written to %s", len(res.rows), what, out_dir.resolve())
+    return res.files
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else (repr(r[k]) if isinstance(r[k], float) else r[k]))
+                        for k in keys})

@@ -1,0 +1,330 @@
+"""The config of ``acute run``: a TOML file of models, tasks and run settings, read into a
+:class:`Config` and checked before anything runs (an unknown model, task, option, data file or
+estimator is named with its table)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = ["STAGES", "Config", "ModelSpec", "TaskSpec", "check_inputs", "config_hash", "load_config"]
+
+
+STAGES = ("collect", "evaluate", "transfer", "protocol", "report")
+
+
+DEFAULT_DATA_ROOT = "../shared/data"
+
+
+_RUN_KEYS = {
+    "data_root": str, "seed": int, "test_fraction": float, "n_bootstrap": int,
+    "report_n_bootstrap": int, "protocol_n_bootstrap": int, "batch_size": int, "n_jobs": int,
+    "store_dtype": str, "probe_params": dict, "figures_model": str, "protocol_variant": str,
+    "cv": int, "repeats": int, "estimators": list, "learning_curve": dict, "transfer": dict,
+}
+
+
+_TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
+              "description", "group_by"}
+
+
+_MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task of the config: ``key`` (label used in folders and tables), ``task`` (a built-in
+    task name of :func:`acute.tasks.get_task`, or ``"jsonl"`` for generic open QA over the data
+    file), ``data`` (file(s) or folder(s), absolute; empty for ``task = "default"``: the built-in
+    question set), ``split``, task ``options``,
+    ``max_new_tokens`` / ``chat`` overrides, default ``records`` and ``protocol`` rows."""
+
+    key: str
+    task: str
+    data: tuple[str, ...]
+    split: str | None = None
+    options: dict = field(default_factory=dict)
+    max_new_tokens: int | None = None
+    chat: bool | None = None
+    records: int = 0
+    protocol: int = 0
+    description: str = ""
+    group_by: str | None = None  #: metadata field whose values the evaluation's folds keep apart
+
+    def identity(self) -> dict:
+        """Everything that determines prompts, labels and the example pool (for the built-in
+        question set, which has no ``data``, the sha256 of its file: a regenerated set is new work)."""
+        ident = {"task": self.task, "data": list(self.data), "split": self.split,
+                 "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
+        if not self.data:
+            from ..tasks.qa import default_questions_path
+
+            ident["builtin_sha256"] = hashlib.sha256(default_questions_path().read_bytes()).hexdigest()
+        return ident
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: ``key`` (folder label), ``source`` (card name, folder or .gguf for
+    :func:`acute.models.load_model`), ``batch_size`` and per-task overrides of ``records`` and
+    ``protocol`` rows."""
+
+    key: str
+    source: str
+    batch_size: int
+    records: dict = field(default_factory=dict)
+    protocol: dict = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    """A parsed reproduction config (see :func:`load_config`)."""
+
+    path: Path
+    text: str
+    data_root: Path
+    seed: int
+    test_fraction: float
+    n_bootstrap: int
+    report_n_bootstrap: int
+    protocol_n_bootstrap: int
+    batch_size: int
+    n_jobs: int | None
+    store_dtype: str
+    probe_params: dict
+    protocol_variant: str
+    figures_model: str | None
+    models: list[ModelSpec]
+    tasks: list[TaskSpec]
+    cv: int = 0  #: folds of the cross-validated evaluation (0: one train/test split, test_fraction)
+    repeats: int = 1  #: fold assignments of the cross-validated evaluation
+    estimators: list | None = None  #: evaluated estimators (None: all of acute.estimators.ESTIMATORS)
+    learning_curve: dict = field(default_factory=dict)  #: {estimators, repeats}; empty: none
+    transfer: dict = field(default_factory=dict)  #: {estimators, subject_splits, repeats}; empty: none
+
+    def records(self, model: ModelSpec, task: TaskSpec) -> int:
+        """Records to collect for ``model`` on ``task`` (model override, else the task's)."""
+        return int(model.records.get(task.key, task.records))
+
+    def protocol_rows(self, model: ModelSpec, task: TaskSpec) -> int:
+        """Protocol-study examples for ``model`` on ``task`` (0: no protocol study)."""
+        return int(model.protocol.get(task.key, task.protocol))
+
+
+def _check_type(value: Any, kind: type, where: str) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, bool) and kind is not bool:
+        raise InputError(f"{where}: expected {kind.__name__}, got a boolean")
+    if not isinstance(value, kind):
+        raise InputError(f"{where}: expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _count(value: Any, where: str) -> int:
+    value = _check_type(value, int, where)
+    if value < 0:
+        raise InputError(f"{where}: must be >= 0, got {value}")
+    return value
+
+
+def _estimator_list(names: Any, where: str) -> list[str] | None:
+    if names is None:
+        return None
+    from ..estimators.registry import ESTIMATORS, is_estimator
+
+    bad = [n for n in names if not is_estimator(n)]
+    if bad or not names:
+        raise InputError(f"{where}: unknown or no estimator(s) {bad}; choose from {', '.join(ESTIMATORS)}")
+    return list(names)
+
+
+def _sub_table(table: Any, where: str, keys: dict[str, type]) -> dict:
+    """A small [run.<name>] table: known keys of the given types, estimator names checked,
+    counts >= 1."""
+    if table is None:
+        return {}
+    _check_type(table, dict, where)
+    bad = sorted(set(table) - set(keys))
+    if bad:
+        raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(keys)}")
+    out = {}
+    for k, v in table.items():
+        out[k] = _check_type(v, keys[k], f"{where}.{k}")
+        if keys[k] is int and v < 1:
+            raise InputError(f"{where}.{k}: must be >= 1, got {v}")
+    if "estimators" in out:
+        out["estimators"] = _estimator_list(out["estimators"], f"{where}.estimators")
+    return out
+
+
+def _sizes(table: Any, where: str, task_keys: set[str]) -> dict[str, int]:
+    if table is None:
+        return {}
+    _check_type(table, dict, where)
+    unknown = sorted(set(table) - task_keys)
+    if unknown:
+        raise InputError(f"{where}: unknown task(s) {unknown}; tasks in the config: {sorted(task_keys)}")
+    return {k: _count(v, f"{where}.{k}") for k, v in table.items()}
+
+
+# Long but flat: one check per config field, each with its own message, so a bad config fails
+# before anything runs.
+def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Config:
+    """Parse and validate a reproduction config (TOML).
+
+    ``data_root`` (else ``[run].data_root``, else ``$ACUTE_DATA``, else ``../shared/data``) is
+    resolved against the current directory; each task's ``data`` is relative to it (or
+    absolute). Raises ``FileNotFoundError`` for a missing config and ``ValueError`` naming the
+    file and key for anything malformed (unknown keys, wrong types, no models or tasks,
+    duplicate model folders, a ``figures_model`` that is not a model).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config {path} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{path}: invalid TOML ({e})") from None
+    unknown = sorted(set(raw) - {"run", "models", "tasks"})
+    if unknown:
+        raise InputError(f"{path}: unknown top-level table(s) {unknown}; expected run, models, tasks")
+    run = _check_type(raw.get("run", {}), dict, f"{path}: [run]")
+    bad = sorted(set(run) - set(_RUN_KEYS))
+    if bad:
+        raise InputError(f"{path}: [run] has unknown key(s) {bad}; known: {sorted(_RUN_KEYS)}")
+    for k, kind in _RUN_KEYS.items():
+        if k in run:
+            run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
+
+    root = data_root or run.get("data_root") or os.environ.get("ACUTE_DATA") or DEFAULT_DATA_ROOT
+    root = Path(root).expanduser().resolve()
+
+    tasks_raw = _check_type(raw.get("tasks", {}), dict, f"{path}: [tasks]")
+    models_raw = _check_type(raw.get("models", {}), dict, f"{path}: [models]")
+    if not tasks_raw:
+        raise InputError(f"{path}: no [tasks.<name>] tables")
+    if not models_raw:
+        raise InputError(f"{path}: no [models.<name>] tables")
+    task_keys = set(tasks_raw)
+    tasks = []
+    for key, t in tasks_raw.items():
+        where = f"{path}: tasks.{key}"
+        _check_type(t, dict, where)
+        bad = sorted(set(t) - _TASK_KEYS)
+        if bad:
+            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
+        task_name = _check_type(t.get("task", key), str, f"{where}.task")
+        data = t.get("data")
+        if data is None and task_name != "default":
+            raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
+        data = [] if data is None else [data] if isinstance(data, str) else data
+        if not isinstance(data, list) or not (data or task_name == "default") \
+                or not all(isinstance(d, str) and d for d in data):
+            raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
+        mnt = t.get("max_new_tokens")
+        if mnt is not None and (_check_type(mnt, int, f"{where}.max_new_tokens") < 1):
+            raise InputError(f"{where}.max_new_tokens: must be >= 1, got {mnt}")
+        tasks.append(TaskSpec(
+            key=key, task=task_name,
+            data=tuple(str((root / d).resolve()) for d in data),
+            split=_check_type(t["split"], str, f"{where}.split") if "split" in t else None,
+            options=_check_type(t.get("options", {}), dict, f"{where}.options"),
+            max_new_tokens=mnt,
+            chat=_check_type(t["chat"], bool, f"{where}.chat") if "chat" in t else None,
+            records=_count(t.get("records", 0), f"{where}.records"),
+            protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
+            description=_check_type(t.get("description", ""), str, f"{where}.description"),
+            group_by=_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t else None,
+        ))
+    batch_default = run.get("batch_size", 8)
+    models = []
+    for key, m in models_raw.items():
+        where = f"{path}: models.{key}"
+        _check_type(m, dict, where)
+        bad = sorted(set(m) - _MODEL_KEYS)
+        if bad:
+            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_MODEL_KEYS)}")
+        if "/" in key or key.startswith("."):
+            raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
+        bs = _check_type(m.get("batch_size", batch_default), int, f"{where}.batch_size")
+        if bs < 1:
+            raise InputError(f"{where}.batch_size: must be >= 1, got {bs}")
+        source = _check_type(m.get("model", key), str, f"{where}.model")
+        src_path = Path(source).expanduser()
+        if not src_path.is_absolute() and (path.parent / src_path).exists():
+            source = str((path.parent / src_path).resolve())
+        models.append(ModelSpec(key=key, source=source, batch_size=bs,
+                                records=_sizes(m.get("records"), f"{where}.records", task_keys),
+                                protocol=_sizes(m.get("protocol"), f"{where}.protocol", task_keys)))
+    fig = run.get("figures_model")
+    if fig is not None and fig not in models_raw:
+        raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
+    tf = run.get("test_fraction", 0.3)
+    if not 0.0 < tf < 1.0:
+        raise InputError(f"{path}: run.test_fraction must be in (0, 1), got {tf}")
+    cv, repeats = run.get("cv", 0), run.get("repeats", 1)
+    if cv == 1 or cv < 0:
+        raise InputError(f"{path}: run.cv must be 0 (one train/test split) or >= 2 folds, got {cv}")
+    if repeats < 1:
+        raise InputError(f"{path}: run.repeats must be >= 1, got {repeats}")
+    n_boot = run.get("n_bootstrap", 1000)
+    for k in ("n_bootstrap", "report_n_bootstrap", "protocol_n_bootstrap"):
+        if run.get(k, n_boot) < (1 if k == "protocol_n_bootstrap" else 0):
+            raise InputError(f"{path}: run.{k} must be positive, got {run[k]}")
+    return Config(
+        path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), test_fraction=tf,
+        n_bootstrap=n_boot, report_n_bootstrap=run.get("report_n_bootstrap", n_boot),
+        protocol_n_bootstrap=run.get("protocol_n_bootstrap", n_boot),
+        batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
+        probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),
+        figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats,
+        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators"),
+        learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
+                                  {"estimators": list, "repeats": int}),
+        transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
+                            {"estimators": list, "subject_splits": int, "repeats": int}))
+
+
+def check_inputs(cfg: Config) -> None:
+    """Fail before any work starts when the config names an unknown task (or task option), a
+    data path that does not exist, or a model that is neither a model card, a folder nor a file.
+    ``InputError`` / ``FileNotFoundError`` name the config table and the value."""
+    from ..models import card_names
+    from ..tasks import TASKS, get_task
+
+    for t in cfg.tasks:
+        where = f"{cfg.path}: tasks.{t.key}"
+        if t.task not in TASKS and t.task != "jsonl":
+            raise InputError(f"{where}.task: unknown task {t.task!r}; known: {sorted(TASKS)} or 'jsonl'")
+        for d in t.data:
+            if not Path(d).exists():
+                raise FileNotFoundError(f"{where}.data: {d} does not exist (data root {cfg.data_root})")
+        if t.task != "jsonl":
+            try:
+                get_task(t.task, **t.options)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"{where}.options: {exc}") from None
+    cards = card_names()
+    for m in cfg.models:
+        if m.source not in cards and not Path(m.source).expanduser().exists():
+            raise InputError(f"{cfg.path}: models.{m.key}.model: {m.source!r} is neither a model card "
+                             f"({', '.join(cards)}) nor an existing folder or file")
+
+
+def config_hash(fields: dict) -> str:
+    """A short sha256 of the JSON of ``fields`` (sorted keys): identifies a stage's settings."""
+    text = json.dumps(fields, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

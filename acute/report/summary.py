@@ -1,0 +1,122 @@
+"""The report's summary: per model and task, the default estimator against the best baseline and
+the controls, with both intervals and Holm's correction across the rows (``summary.csv``)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+from .runs import EvalRun
+from .tables import markdown_table
+
+__all__ = ["SUMMARY_COLUMNS", "summary_csv", "summary_markdown", "summary_rows"]
+
+
+SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "best_baseline_auc_euro",
+                   "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
+                   "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
+                   "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
+                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default")
+
+
+def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> list[dict[str, Any]]:
+    """One row per evaluation (:data:`SUMMARY_COLUMNS`): the ``default`` estimator against the
+    evaluation's best baseline (its ``reference``: highest auc-euro all among the baselines), with
+    the paired difference in auc-euro (all), its 95% bootstrap interval (``ci_*``) and its
+    corrected resampled t-interval over folds x repeats (``t_ci_*``), as the evaluation computed
+    them (means over cross-validation repeats); the constant control's auc-euro and the default's
+    skill over it; the difference to the best of the baselines and the metadata / text controls
+    (``best_meta_baseline``, ``meta_*``); the question-only probe's auc-euro; the within-group
+    AUROC of raw confidence and of the default. ``holm_significant``: the difference to the best
+    baseline survives Holm's correction across the rows at ``alpha`` with both tests, i.e. Holm
+    over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). Values an
+    evaluation did not compute are None. Evaluations without ``default`` or without a reference
+    are skipped."""
+    from ..metrics.intervals import holm
+
+    out = []
+    for run in runs:
+        rows = {r["estimator"]: r for r in run.results.get("results", [])}
+        ref = run.results.get("reference")
+        d, b = rows.get(default), rows.get(ref)
+        if d is None or b is None:
+            continue
+        sp = run.results.get("split", {})
+        out.append({"model": run.model, "task": run.task,
+                    "n_records": int(sp.get("n_records", sp.get("n_train", 0) + sp.get("n_test", 0)) or run.n),
+                    "accuracy": d["accuracy"], "best_baseline": ref, "best_baseline_auc_euro": b["auc_euro_all"],
+                    "default_estimator": default, "default_auc_euro": d["auc_euro_all"],
+                    "diff": d.get("diff_auc_euro_all"), "ci_low": d.get("diff_auc_euro_all_ci_low"),
+                    "ci_high": d.get("diff_auc_euro_all_ci_high"), "default_smece": d["smece"],
+                    "best_baseline_smece": b["smece"],
+                    "constant_auc_euro": rows.get("constant", {}).get("auc_euro_all"), "skill": d.get("skill"),
+                    "best_meta_baseline": d.get("meta_reference"), "meta_diff": d.get("diff_meta_auc_euro_all"),
+                    "meta_ci_low": d.get("diff_meta_auc_euro_all_ci_low"),
+                    "meta_ci_high": d.get("diff_meta_auc_euro_all_ci_high"),
+                    "t_ci_low": d.get("diff_auc_euro_all_t_low"), "t_ci_high": d.get("diff_auc_euro_all_t_high"),
+                    "holm_significant": None,
+                    "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
+                    "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
+                    "within_group_auroc_default": d.get("within_group_auroc"),
+                    "_p": _joint_p(d)})
+    tested = [r for r in out if r["_p"] is not None]
+    for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
+        r["holm_significant"] = bool(significant)
+    for r in out:
+        del r["_p"]
+    return out
+
+
+def _joint_p(row: Mapping[str, Any]) -> float | None:
+    """``max(p_t, p_bootstrap)`` of a row's difference to the best baseline: rejected only when
+    both tests reject. None without the t-test (an evaluation of an older acute, or one split)."""
+    pt, pb = row.get("diff_auc_euro_all_t_p"), row.get("diff_auc_euro_all_boot_p")
+    if pt is None or pb is None or not (math.isfinite(pt) and math.isfinite(pb)):
+        return None
+    return max(float(pt), float(pb))
+
+
+def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The summary rows as a table: the difference to the best baseline with its bootstrap and
+    t-intervals (bold when it survives Holm's correction with both), the skill over the constant,
+    the difference to the best control with metadata / text, the question-only probe and the
+    within-group AUROC of raw confidence and of the default."""
+    def f(v, fmt="{:.3f}"):
+        return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
+
+    body = []
+    for r in rows:
+        diff = f"{f(r['diff'], '{:+.4f}')} [{f(r['ci_low'], '{:+.4f}')}, {f(r['ci_high'], '{:+.4f}')}]"
+        if r.get("t_ci_low") is not None:
+            diff += f" t[{f(r['t_ci_low'], '{:+.4f}')}, {f(r['t_ci_high'], '{:+.4f}')}]"
+        if r.get("holm_significant"):
+            diff = f"**{diff}**"
+        meta = (f"{r['best_meta_baseline']}: {f(r['meta_diff'], '{:+.4f}')} "
+                f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
+                if r.get("best_meta_baseline") else "n/a")
+        body.append([r["model"], r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
+                     f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
+                     f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
+                     f(r.get("question_only_auc_euro"), "{:.4f}"),
+                     f"{f(r.get('within_group_auroc_raw'))} / {f(r.get('within_group_auroc_default'))}",
+                     f(r["default_smece"]), f(r["best_baseline_smece"])])
+    return "\n".join(markdown_table(["model", "task", "records", "accuracy", "best baseline", "its auc-euro",
+                              f"{rows[0]['default_estimator'] if rows else 'default'} auc-euro",
+                              "difference [bootstrap] t[corrected t]", "constant", "skill",
+                              "vs best with metadata/text", "question-only", "within-group AUROC raw / default",
+                              "smECE (default)", "smECE (baseline)"], body)) + "\n"
+
+
+def summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else round(r[k], 6) if isinstance(r[k], float) else r[k])
+                    for k in SUMMARY_COLUMNS})
+    return buf.getvalue()

@@ -1,0 +1,305 @@
+"""Live scoring: generate an answer, read the probe's confidence, decide trust or abstain.
+
+``Scorer(model, tokenizer, probe).generate(prompt, risk=u)`` returns the answer, the model's
+raw confidence, the probe's calibrated confidence and the decision: trust iff the
+confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to the
+cost of abstaining on a right one, as in euro).
+
+``Scorer.score_response(prompt, response, risk=u)`` (and ``score_responses`` for a batch) does
+the same for an answer produced elsewhere, without generating: the response is recorded by
+teacher forcing (:func:`acute.extraction.record_responses`), which gives the states and raw
+confidence the recorder would have recorded had the model generated it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..extraction.batching import BATCH_SIZE
+from ..errors import InputError
+from ..validation import check_count
+from .risk import check_risks, decide
+
+__all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
+
+
+@dataclass
+class ScoredGeneration:
+    """One scored generation.
+
+    ``question`` is the text asked (the string given, or the last user message), ``prompt`` the
+    fully formatted prompt the model saw, ``answer`` the generated text (stripped),
+    ``raw_confidence`` the product of its token probabilities, ``confidence`` the probe's
+    P(correct), ``trust`` whether ``confidence > risk``.
+    """
+
+    question: str
+    prompt: str
+    answer: str
+    raw_confidence: float
+    confidence: float
+    risk: float
+    trust: bool
+    n_tokens: int
+    finish_reason: str
+
+    @property
+    def decision(self) -> str:
+        """``"trust"`` or ``"abstain"``."""
+        return "trust" if self.trust else "abstain"
+
+    def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
+        """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on request)."""
+        d = asdict(self)
+        if not include_prompt:
+            d.pop("prompt")
+        d["decision"] = self.decision
+        return d
+
+
+def _question_of(item: Any) -> str:
+    if isinstance(item, str):
+        return item
+    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+class Scorer:
+    """Generate with the hidden-state recorder attached and score with a probe.
+
+    ``probe`` is an :class:`acute.estimators.probes.ExportedProbe` (``acute.load_probe(dir)``) or a fitted
+    :class:`acute.estimators.probes.ActivationProbe`. The model is checked against the probe on
+    construction (``ModelMismatchError``, a ``ValueError``): against the fingerprint and weights
+    digest saved with an exported probe (``allow_other_weights=True`` skips the weights), or
+    against the input shape a fitted probe was trained on, so a probe is never applied to the
+    wrong model.
+
+    Generation settings default to the ones the probe's training store was collected with,
+    when the probe records them (``training_summary["generation"]``, written by ``acute
+    train/export`` and the demo): max new tokens, stop strings, pooling and chat formatting.
+    ``task`` wraps a plain-string question in a task's prompt (instruction, demonstrations),
+    as during collection, so the probe sees answers like those it was trained on: ``"auto"``
+    (default) rebuilds the probe's training task from ``training_summary["task_settings"]``
+    when that is an open-QA task; an :class:`acute.tasks.Task` is used as given; ``None`` (or
+    no usable recorded task) sends a question as is (one user message when the tokenizer has
+    a chat template). Chat message lists are never wrapped.
+    """
+
+    def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
+                 chat: bool | None = None, batch_size: int = BATCH_SIZE,
+                 stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False):
+        from ..models import model_identity
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.probe = probe
+        _check_probe_model(probe, model_identity(model), allow_other_weights)
+        if isinstance(task, str):
+            if task != "auto":
+                raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
+            task = probe_task(probe)
+        self.task = task
+        generation = _probe_generation(probe)
+        self.max_new_tokens = check_count(max_new_tokens, "max_new_tokens",
+                                          default=generation.get("max_new_tokens") or 64)
+        self.pool = generation.get("pool") or "decoding"
+        self.chat = chat if chat is not None else generation.get("chat")
+        if stop_strings is None:
+            stop_strings = generation.get("stop_strings")
+            if stop_strings is None and task is not None:
+                stop_strings = task.stop_strings
+        self.stop_strings = tuple(stop_strings or ())
+        if batch_size < 1:
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self._trained_chat = generation.get("chat")
+        responses = _probe_summary(probe).get("responses")
+        self._trained_responses = dict(responses) if isinstance(responses, dict) else None
+
+    def format(self, item) -> str:
+        """The fully formatted prompt for one question (str) or chat (list of messages)."""
+        from ..models import format_prompt
+
+        if isinstance(item, str) and self.task is not None:
+            from ..tasks import Example
+
+            ex = Example(id="live", question=item.strip(), answers=[])
+            return self.task.prompt(self.tokenizer, ex, chat=self.chat)
+        return format_prompt(self.tokenizer, item, chat=self.chat)
+
+    def generate(self, prompts, risk: float | Sequence[float] = 0.5):
+        """Score one prompt (str or chat messages) or a list of them, at one risk level or one
+        per prompt.
+
+        Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
+        order (an empty list for an empty list). Scoring in a batch gives the same answers and
+        confidences as scoring one at a time (up to float rounding of padded batches). Raises
+        ``ValueError`` for a risk outside [0, 1] and for a prompt longer than the context window.
+        """
+        from ..extraction import generate_and_record
+
+        single = isinstance(prompts, str) or (
+            isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
+        items = [prompts] if single else list(prompts)
+        risks = check_risks(risk, len(items))
+        if not items:
+            return []
+        texts = [self.format(p) for p in items]
+        gens = generate_and_record(self.model, self.tokenizer, texts,
+                                   max_new_tokens=self.max_new_tokens,
+                                   batch_size=self.batch_size, stop_strings=self.stop_strings,
+                                   pool=self.pool, on_too_long="error")
+        out = self._scored(items, texts, gens, [g.text for g in gens], risks)
+        return out[0] if single else out
+
+    def score_response(self, prompt_or_messages, response: str, risk: float = 0.5) -> ScoredGeneration:
+        """Score one given ``response`` to a prompt (str or chat messages) without generating.
+
+        See :meth:`score_responses`; returns one :class:`ScoredGeneration`."""
+        if not isinstance(response, str):
+            raise InputError(f"response must be a string, got {type(response).__name__}")
+        return self.score_responses([prompt_or_messages], [response], risk=risk)[0]
+
+    def score_responses(self, prompts: Sequence, responses: Sequence[str],
+                        risk: float | Sequence[float] = 0.5) -> list[ScoredGeneration]:
+        """Score given responses (answers from another engine, logs) to their prompts.
+
+        Each response is recorded by teacher forcing (:func:`acute.extraction.record_responses`:
+        the text tokenized after the prompt, the EOS the model finds most likely appended,
+        pooled like the probe's training store) and scored by the probe; the fields are those
+        of :meth:`generate` (``answer`` is the response, stripped). Prompts are built the way
+        the probe's training store built them: for a store of generated answers, a string is
+        a question (wrapped in the task's prompt, see :meth:`format`) and messages go through
+        the chat template; for a store of given responses (``acute collect --responses``), a
+        string is a fully formatted prompt sent as is and messages go through the chat
+        template, and a prompt of the other kind than the store's is refused
+        (:class:`InputError` naming both), as is a ``chat`` setting other than the store's.
+        Raises :class:`InputError` for a risk outside [0, 1], an empty response, mismatched
+        lengths or a prompt + response longer than the context window.
+        """
+        from ..extraction import record_responses
+
+        items, responses = list(prompts), list(responses)
+        if len(items) != len(responses):
+            raise InputError(f"prompts ({len(items)}) and responses ({len(responses)}) differ in length")
+        for i, r in enumerate(responses):
+            if not isinstance(r, str) or not r.strip():
+                raise InputError(f"responses[{i}] must be a non-empty string, got {r!r}")
+        risks = check_risks(risk, len(items))
+        if not items:
+            return []
+        texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
+        gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
+                                batch_size=self.batch_size, stop_strings=self.stop_strings,
+                                on_too_long="error")
+        return self._scored(items, texts, gens, responses, risks)
+
+    def _response_prompt(self, item, where: str) -> str:
+        """The prompt a given response answers, formatted as the probe's training store was."""
+        trained = self._trained_responses
+        if trained is None:
+            source = f"its training store of generated answers (task {self._trained_task()!r})"
+        else:
+            kind = trained.get("prompt_format")
+            source = f"{trained.get('labels', 'labelled')} rows of {trained.get('file')}"
+            if kind == "prompt" and not isinstance(item, str):
+                raise InputError(f"{where}: this probe was trained on formatted prompt strings "
+                                 f"('prompt' {source}); got chat messages: pass the prompt string "
+                                 "as it was sent")
+            if kind == "messages" and isinstance(item, str):
+                raise InputError(f"{where}: this probe was trained on chat messages ('messages' "
+                                 f"{source}, formatted with the chat template); got a prompt "
+                                 "string: pass the messages")
+            if isinstance(item, str):
+                return item  # a formatted prompt, sent as is (as in training)
+        if self._trained_chat is not None and self.chat is not None and self.chat != self._trained_chat:
+            raise InputError(f"{where}: this probe's prompts were formatted with "
+                             f"chat={self._trained_chat} ({source}); this scorer uses chat={self.chat}")
+        return self.format(item)
+
+    def _trained_task(self):
+        return _probe_summary(self.probe).get("task")
+
+    def _scored(self, items, texts, gens, answers, risks: list[float]) -> list[ScoredGeneration]:
+        from ..store.pooling import DEFAULT_POOLING, generation_states
+
+        states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
+        raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
+        conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
+        trust = decide(conf, risks)
+        return [
+            ScoredGeneration(question=_question_of(item), prompt=t, answer=a.strip(),
+                             raw_confidence=float(r), confidence=float(c), risk=u,
+                             trust=bool(k), n_tokens=int(len(g.token_ids)),
+                             finish_reason=g.finish_reason)
+            for item, t, g, a, r, c, k, u in zip(items, texts, gens, answers, raw, conf, trust, risks)
+        ]
+
+
+#: ``Task.settings()`` keys that are not constructor options
+_NOT_OPTIONS = ("name", "max_new_tokens", "stop_strings", "path")
+
+
+def task_from_settings(settings: dict):
+    """Rebuild a task from the ``task_settings`` a store manifest records (``Task.settings()``):
+    ``get_task(settings["name"], **options)``. Raises ``ValueError`` (unknown task or option)
+    or ``FileNotFoundError`` (a JSONL task whose file is gone)."""
+    from ..tasks import get_task
+
+    if not isinstance(settings, dict) or not settings.get("name"):
+        raise InputError(f"task settings must be a dict with a 'name', got {settings!r}")
+    options = {k: v for k, v in settings.items() if k not in _NOT_OPTIONS}
+    return get_task(settings["name"], **options)
+
+
+def probe_task(probe):
+    """The open-QA task a probe was trained on, rebuilt from its recorded ``task_settings``;
+    ``None`` when it records none, when the task cannot be rebuilt here (e.g. its JSONL file is
+    gone) or when it is not open QA (multiple choice and the others need more than a question)."""
+    from ..tasks import OpenQATask
+
+    summary = _probe_summary(probe)
+    settings = summary.get("task_settings")
+    if not settings:
+        return None
+    try:
+        task = task_from_settings(settings)
+    except (ValueError, FileNotFoundError):
+        return None
+    return task if isinstance(task, OpenQATask) else None
+
+
+def _probe_summary(probe) -> dict:
+    summary = getattr(probe, "training_summary", None)
+    if summary is None:
+        summary = getattr(probe, "training_summary_", None)
+    return summary if isinstance(summary, dict) else {}
+
+
+def _probe_generation(probe) -> dict:
+    """The generation settings recorded with a probe (empty dict when none)."""
+    gen = _probe_summary(probe).get("generation")
+    return dict(gen) if isinstance(gen, dict) else {}
+
+
+def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False) -> None:
+    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one."""
+    from ..estimators.probes import ModelMismatchError
+
+    check = getattr(probe, "check_model", None)
+    if check is not None:
+        check(fingerprint, allow_other_weights=allow_other_weights)
+        return
+    n_outputs = getattr(probe, "n_layer_outputs_", None)
+    hidden = getattr(probe, "hidden_size_", None)
+    if n_outputs is None or hidden is None:
+        raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
+    want = (fingerprint["num_layers"] + 1, fingerprint["hidden_size"])
+    if (n_outputs, hidden) != want:
+        raise ModelMismatchError(
+            f"this probe was fitted on {n_outputs} layer outputs of size {hidden}, but the model "
+            f"has {want[0]} of size {want[1]}"
+        )
