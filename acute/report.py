@@ -570,7 +570,38 @@ SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "b
                    "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
                    "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
                    "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
-                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default")
+                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default",
+                   "evaluation")
+
+
+def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The rows of an earlier ``summary.csv`` whose (model, task) this report has no evaluation
+    for (their stores and evaluation folders are not on this machine): kept as they were, with
+    ``evaluation = "kept"``, so regenerating the report never drops a pair. Columns the earlier
+    acute did not write are None; numbers are parsed back from the CSV."""
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if (row.get("model"), row.get("task")) in present:
+                continue
+            kept: dict[str, Any] = {}
+            for k in SUMMARY_COLUMNS:
+                v = row.get(k)
+                if v in (None, ""):
+                    kept[k] = None
+                elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation"):
+                    kept[k] = v
+                elif k == "n_records":
+                    kept[k] = int(v)
+                elif k == "holm_significant":
+                    kept[k] = v == "True"
+                else:
+                    kept[k] = float(v)
+            kept["evaluation"] = "kept"
+            out.append(kept)
+    return out
 
 
 def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> list[dict[str, Any]]:
@@ -612,7 +643,7 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
                     "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
                     "within_group_auroc_default": d.get("within_group_auroc"),
-                    "_p": _joint_p(d)})
+                    "evaluation": "this run", "_p": _joint_p(d)})
     tested = [r for r in out if r["_p"] is not None]
     for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
         r["holm_significant"] = bool(significant)
@@ -648,7 +679,8 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         meta = (f"{r['best_meta_baseline']}: {f(r['meta_diff'], '{:+.4f}')} "
                 f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
                 if r.get("best_meta_baseline") else "n/a")
-        body.append([r["model"], r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
+        model = r["model"] + (" (kept)" if r.get("evaluation") == "kept" else "")
+        body.append([model, r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
                      f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
                      f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
                      f(r.get("question_only_auc_euro"), "{:.4f}"),
@@ -770,6 +802,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     all_runs.sort(key=lambda r: (inputs.models.index(r.model) if r.model in inputs.models else 1 << 30,
                                  inputs.tasks.index(r.task) if r.task in inputs.tasks else 1 << 30))
     summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
+    summary += kept_summary_rows(out_dir / "summary.csv", {(r["model"], r["task"]) for r in summary})
     data["summary"] = summary
     if summary:
         lines += ["## Summary: the default estimator against the best baseline and the controls", "",
@@ -783,6 +816,8 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
                   "minus the best of the baselines and the controls that know the metadata (`platt+meta`) "
                   "or the question text (`tfidf+platt`); `question-only` reads the prompt's last-token states "
                   "before any answer; within-group AUROC ranks answers inside each category or subject. "
+                  "Rows marked (kept) are carried over from the earlier report: their evaluations are not "
+                  "on this machine, so they show the default of that time. "
                   "n/a: the evaluation did not compute it (older evaluations, or a store without metadata "
                   "or last-prompt states). Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]
