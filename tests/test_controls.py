@@ -234,3 +234,26 @@ def test_group_by_keeps_categories_apart_and_names_a_missing_field(tmp_path):
     with pytest.raises(InputError, match=r"record 'q5' has no metadata field 'difficulty'"):
         evaluate_store(store, out_dir=tmp_path / "b", estimators=["raw"], cv=2, repeats=1, n_bootstrap=0,
                        progress=False, group_by="difficulty", controls=False)
+
+
+def test_a_killed_evaluation_resumes_fold_by_fold(tmp_path, monkeypatch):
+    """The fold cache: a rerun reads every finished fold instead of refitting it, and its
+    predictions equal the uncached run's."""
+    import acute.evaluation.crossval as cv
+
+    store = StoreWithRecords(n=90)
+    kw = dict(estimators=["raw", "platt", "acute-pca10-stacked"], cv=3, repeats=2, n_bootstrap=0,
+              probe_params=SMALL, progress=False, reliability=["raw"], controls=["constant"])
+    plain = evaluate_store(store, out_dir=tmp_path / "a", **kw)
+    fits = []
+    real = cv.fit_predict
+    monkeypatch.setattr(cv, "fit_predict", lambda *a, **k: fits.append(1) or real(*a, **k))
+    first = evaluate_store(store, out_dir=tmp_path / "b", fold_cache=tmp_path / "cache", **kw)
+    assert len(fits) == 6 and len(list((tmp_path / "cache").glob("*.npz"))) == 6
+    for p in sorted((tmp_path / "cache").glob("r1-*.npz")):  # as if killed during repeat 1
+        p.unlink()
+    again = evaluate_store(store, out_dir=tmp_path / "c", fold_cache=tmp_path / "cache", **kw)
+    assert len(fits) == 6 + 3  # repeat 0 read from the cache, repeat 1 refitted
+    for res in (first, again):
+        for name, p in plain.cv_predictions.items():
+            np.testing.assert_array_equal(res.cv_predictions[name], p)

@@ -539,3 +539,21 @@ def test_the_report_lists_failures_of_planned_stages_only(tmp_path):
               "collect/m/b": {"status": "failed", "detail": "dropped from the plan since"},
               "evaluate/m/a": {"status": "ran"}}
     assert rp.planned_failures(cfg, {"stages": stages}) == [("collect/m/a", "boom")]
+
+
+def test_an_earlier_summary_keeps_the_pairs_this_report_did_not_evaluate(tmp_path):
+    from acute.report import SUMMARY_COLUMNS, kept_summary_rows, summary_csv, summary_markdown
+
+    old = [{k: None for k in SUMMARY_COLUMNS} | {"model": "m", "task": "t", "n_records": 600, "accuracy": 0.5,
+            "best_baseline": "platt", "best_baseline_auc_euro": 0.8, "default_estimator": "acute-cosine-stacked",
+            "default_auc_euro": 0.81, "diff": 0.01, "ci_low": -0.01, "ci_high": 0.03, "default_smece": 0.02,
+            "best_baseline_smece": 0.03},
+           {k: None for k in SUMMARY_COLUMNS} | {"model": "m", "task": "u", "n_records": 700}]
+    path = tmp_path / "summary.csv"
+    path.write_text(summary_csv(old), encoding="utf-8")
+    kept = kept_summary_rows(path, present={("m", "u")})
+    assert [(r["model"], r["task"]) for r in kept] == [("m", "t")]
+    assert kept[0]["evaluation"] == "kept" and kept[0]["diff"] == pytest.approx(0.01)
+    assert kept[0]["n_records"] == 600 and kept[0]["skill"] is None
+    assert "| m (kept) | t |" in summary_markdown(kept)
+    assert kept_summary_rows(tmp_path / "missing.csv", set()) == []

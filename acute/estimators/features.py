@@ -365,7 +365,10 @@ def top_components(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.nd
     ``scipy.linalg.eigh(subset_by_index=...)``): for d = 1536 (Qwen2.5-1.5B) and n = 1633 that is
     0.69 s a layer against scikit-learn's 1.84 s for the full decomposition, equal to it within
     floating-point rounding (tests/test_features.py), which makes the PCA views affordable on
-    29 layers x 6 fits per outer fold."""
+    29 layers x 6 fits per outer fold. With fewer records than dimensions (a stacked probe's
+    inner folds: 1306 records of 1536 dimensions) it replaces a full SVD of the n x d matrix;
+    the covariance then has rank n - 1 and its top m < n eigenpairs are still the principal
+    components."""
     from scipy.linalg import eigh
 
     n, d = x.shape
@@ -385,8 +388,9 @@ class LayerPCA(_LayerMeansTransformer):
 
     Each layer is centred on its training mean and projected on its top principal components:
     the covariance's top eigenvectors in float64 (:func:`top_components`, equal to scikit-learn's
-    ``PCA(svd_solver="covariance_eigh")``) when n_train >= d, else scikit-learn's ``"full"`` SVD;
-    the sign convention makes the largest-magnitude entry of each component positive.
+    ``PCA`` with ``svd_solver="covariance_eigh"`` or ``"full"``), or scikit-learn's full SVD when
+    as many components as records are asked for; the sign convention makes the largest-magnitude
+    entry of each component positive.
     ``n_components`` must be ``<= min(n_train, d)``.
 
     Fitted attributes: ``means_`` float64 ``[L+1, d]``, ``components_`` float64
@@ -418,10 +422,10 @@ class LayerPCA(_LayerMeansTransformer):
         with _single_thread_blas(), np.errstate(invalid="ignore", divide="ignore"):
             for layer in range(n_out):
                 x = np.asarray(X[:, layer], dtype=np.float64)
-                if n >= d:  # the top m eigenvectors of the d x d covariance
+                if m < n:  # the top m eigenvectors of the d x d covariance
                     means[layer], components[layer], ratio[layer] = top_components(x, m)
                     continue
-                pca = PCA(m, svd_solver="full").fit(x)  # fewer records than dimensions
+                pca = PCA(m, svd_solver="full").fit(x)  # as many components as records
                 means[layer] = pca.mean_
                 components[layer] = pca.components_
                 ratio[layer] = np.nan_to_num(pca.explained_variance_ratio_)

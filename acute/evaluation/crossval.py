@@ -14,8 +14,12 @@ so a difference between two estimators is a paired comparison on the same record
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import math
+import os
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -27,7 +31,10 @@ from ..errors import InputError
 from ..metrics import metric_over_resamples
 from ..store.pooling import DEFAULT_POOLING, store_states
 
-__all__ = ["check_folds", "ids_digest", "split_ids", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict", "states_for", "take_rows"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict",
+           "ids_digest", "split_ids", "states_for", "take_rows"]
 
 
 def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None):
@@ -173,30 +180,95 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
                           folds: list[list[tuple[np.ndarray, np.ndarray]]], *, random_state: int = 0,
                           n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                           progress: Callable[[Iterable], Iterable] | None = None,
-                          on_fit: Callable[[str, Any], None] | None = None) -> dict[str, np.ndarray]:
+                          on_fit: Callable[[str, Any], None] | None = None,
+                          cache_dir: str | os.PathLike | None = None,
+                          cache_key: str = "") -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
     (from :func:`cv_folds`). ``layer_means`` (the states, as in :func:`fit_predict`) may be
     memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
-    of (repeat, fold) pairs."""
+    of (repeat, fold) pairs.
+
+    ``cache_dir``: each finished fold's predictions are written there (one ``.npz`` per fold,
+    atomically), keyed by ``cache_key`` (what identifies the data: e.g. the store's collection
+    key and record ids), the estimator names, the fold's indices, the labels, the confidences,
+    ``random_state`` and ``probe_params``; a rerun reads a fold whose key matches instead of
+    refitting it, so an evaluation that is killed resumes fold by fold (its predictions equal a
+    run without a cache: the fits are deterministic). ``on_fit`` is not called for read folds.
+    The key does not cover acute's own code: after changing an estimator's code, delete the
+    folder."""
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(confidence, dtype=np.float64)
     n = y.size
     needs_states = any(estimator_input(nm) is not None for nm in names)
     out = {nm: np.full((len(folds), n), np.nan) for nm in names}
-    pairs = [(r, tr, te) for r, rep in enumerate(folds) for tr, te in rep]
+    pairs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
     it: Iterable = pairs if progress is None else progress(pairs)
-    for r, tr, te in it:
+    base = _fold_key_base(names, y, conf, random_state, probe_params, cache_key) if cache_dir else None
+    for r, k, tr, te in it:
         tr, te = np.sort(tr), np.sort(te)
+        path = None
+        if cache_dir is not None:
+            path = Path(cache_dir) / f"r{r}-f{k}-{_fold_key(base, tr, te)}.npz"
+            cached = _read_fold(path, names, te.size)
+            if cached is not None:
+                for nm in names:
+                    out[nm][r, te] = cached[nm]
+                continue
         lm_tr = take_rows(layer_means, tr) if needs_states else None
         lm_te = take_rows(layer_means, te) if needs_states else None
         preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
                             n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit)
         for nm, p in preds.items():
             out[nm][r, te] = p
+        if path is not None:
+            _write_fold(path, preds)
     for nm, p in out.items():
         if np.isnan(p).any():
             raise InputError(f"folds do not cover every record in every repeat ({nm})")
     return out
+
+
+def _fold_key_base(names, y, conf, random_state, probe_params, cache_key: str):
+    h = hashlib.sha256()
+    h.update(json.dumps({"names": list(names), "random_state": int(random_state), "key": cache_key,
+                         "probe_params": {k: v for k, v in sorted((probe_params or {}).items())}},
+                        sort_keys=True, default=str).encode())
+    h.update(np.ascontiguousarray(y, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(conf, dtype=np.float64).tobytes())
+    return h
+
+
+def _fold_key(base, tr: np.ndarray, te: np.ndarray) -> str:
+    h = base.copy()
+    h.update(np.ascontiguousarray(tr, dtype=np.int64).tobytes())
+    h.update(b"|")
+    h.update(np.ascontiguousarray(te, dtype=np.int64).tobytes())
+    return h.hexdigest()[:20]
+
+
+def _read_fold(path: Path, names: Sequence[str], size: int) -> dict[str, np.ndarray] | None:
+    """A cached fold's predictions, or None when it is missing or unreadable (then refit)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            got = {nm: np.asarray(z[f"p{i}"], dtype=np.float64) for i, nm in enumerate(names)}
+    except (OSError, KeyError, ValueError) as e:
+        logger.warning("fold cache %s unreadable (%s): refitting it", path, e)
+        return None
+    if any(v.shape != (size,) or not np.isfinite(v).all() for v in got.values()):
+        logger.warning("fold cache %s does not match this fold: refitting it", path)
+        return None
+    return got
+
+
+def _write_fold(path: Path, preds: Mapping[str, np.ndarray]) -> None:
+    from ..fileio import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **{f"p{i}": np.asarray(p, dtype=np.float64) for i, p in enumerate(preds.values())})
 
 
 def cv_metric(metric: Callable[[np.ndarray, np.ndarray], float], predictions: np.ndarray,

@@ -27,6 +27,7 @@ are options. It writes:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -219,7 +220,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                    probe_params: Mapping[str, Any] | None = None, progress: bool = True,
                    reliability: str | Sequence[str] = "all", allow_overlap: bool = False,
                    controls: bool | Sequence[str] = True, group_by: str | None = None,
-                   metadata_fields: Sequence[str] | None = None) -> EvaluationResult:
+                   metadata_fields: Sequence[str] | None = None,
+                   fold_cache: str | os.PathLike | None = None) -> EvaluationResult:
     """Fit every estimator on training records, predict held-out records, report and write.
 
     ``store`` (and ``test_store``) need ``.ids``, ``.correct``, ``.raw_confidence``,
@@ -245,7 +247,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``metadata_fields``) are the record ``meta`` keys the ``platt+meta`` control one-hots and
     whose first field groups the within-group AUROC. ``group_by`` (a metadata field) makes the
     cross-validation folds keep each value of that field on one side of every split
-    (leave-category-out); every record must have it.
+    (leave-category-out); every record must have it. ``fold_cache`` (a folder) keeps each
+    cross-validation fold's predictions as it finishes, so a killed evaluation resumes fold by
+    fold (:func:`acute.evaluation.crossval.cross_val_predictions`).
     ``out_dir`` (alias ``out``), when given, receives the files listed in the module docstring
     (:func:`acute.evaluation.writer.write_evaluation`, which can also be called on the result later);
     ``reliability`` says which estimators get a ``reliability_<name>.png``: ``"all"`` (default),
@@ -278,7 +282,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
                   metadata_fields=fields)
     if cv_mode:
-        pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by)
+        pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by, fold_cache)
     else:
         pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
                          seed, fit_kw, allow_overlap)
@@ -440,7 +444,8 @@ class _Predictions:
     folds: list | None = None
 
 
-def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by=None) -> _Predictions:
+def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by=None,
+                     fold_cache=None) -> _Predictions:
     """Every record scored out of fold by repeated stratified k-fold grouped by id (or by the
     metadata field ``group_by``)."""
     from tqdm.auto import tqdm
@@ -465,7 +470,13 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
         return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
 
     t0 = time.perf_counter()
-    cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, **fit_kw)
+    manifest = getattr(store, "manifest", None) or {}
+    key = json.dumps({"ids": ids_digest(ids), "fields": list(fields),
+                      **{k: manifest.get(k) for k in ("model", "model_weights", "task", "task_settings",
+                                                       "generation", "dtype", "poolings")}},
+                     sort_keys=True, default=str)
+    cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, cache_dir=fold_cache,
+                                     cache_key=key, **fit_kw)
     split = {"mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
              "n_records": len(ids), "accuracy": float(correct.mean()), "group_by": group_by,
              "ids_sha256": ids_digest(ids), "folds_file": "folds.json"}

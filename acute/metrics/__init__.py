@@ -24,7 +24,8 @@ Metrics
 Modules: ``common`` (input checks, binning helpers), ``binned`` (ECE, KS-Cal, Brier, NLL, AUROC),
 ``smooth`` (smECE), ``kde`` (KDE-ECE), ``euro`` (euro, auc-euro), ``resampling`` (bootstrap,
 intervals of draws), ``specs`` (the results tables' columns and the ranking rule), ``intervals``
-(bias-shifted intervals, the corrected resampled t-test, Holm).
+(bias-shifted intervals, the corrected resampled t-test, Holm), ``selective`` (risk-coverage,
+AURC), ``certify`` (Learn-then-Test thresholds).
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def _worker_evaluate(p: dict) -> dict:
                          test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
                          estimators=p.get("estimators"), n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
                          probe_params=p.get("probe_params") or None, progress=True, reliability="best",
-                         group_by=p.get("group_by"))
+                         group_by=p.get("group_by"), fold_cache=Path(p["pair_dir"]) / "eval-fold-cache")
     best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
     lc = p.get("learning_curve") or {}
     if lc:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from .render import ReportInputs, render_report, write_report
 from .runs import REPORT_METRICS, EvalRun, average_draws, interval_summary, load_eval_run, metric_draws, metric_values
-from .summary import SUMMARY_COLUMNS, summary_markdown, summary_rows
+from .summary import SUMMARY_COLUMNS, kept_summary_rows, summary_csv, summary_markdown, summary_rows
 from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
                      comparison_markdown, estimator_markdown, preserved_block, timings_markdown)
 
 __all__ = [
     "ACUTE_VIEWS", "INTERPRETATION_END", "INTERPRETATION_START", "PAPER_NUMBERS", "REPORT_METRICS",
     "SUMMARY_COLUMNS", "EvalRun", "ReportInputs", "ablation_markdown", "average_draws", "comparison_markdown",
-    "estimator_markdown", "interval_summary", "load_eval_run", "metric_draws", "metric_values",
-    "preserved_block", "render_report", "summary_markdown", "summary_rows", "timings_markdown", "write_report",
+    "estimator_markdown", "interval_summary", "kept_summary_rows", "load_eval_run", "metric_draws", "metric_values",
+    "preserved_block", "render_report", "summary_csv", "summary_markdown", "summary_rows", "timings_markdown", "write_report",
 ]

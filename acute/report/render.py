@@ -31,7 +31,7 @@ import numpy as np
 from ..fileio import json_ready, write_text_atomic
 from .figures import learning_curve_section, task_figures, transfer_section
 from .runs import EvalRun, average_draws, interval_summary, load_eval_run, metric_draws
-from .summary import summary_csv, summary_markdown, summary_rows
+from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_rows
 from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
                      comparison_markdown, compact_gap_table, estimator_markdown, markdown_table, md_sections,
                      preserved_block, timings_markdown)
@@ -127,6 +127,7 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     all_runs.sort(key=lambda r: (inputs.models.index(r.model) if r.model in inputs.models else 1 << 30,
                                  inputs.tasks.index(r.task) if r.task in inputs.tasks else 1 << 30))
     summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
+    summary += kept_summary_rows(out_dir / "summary.csv", {(r["model"], r["task"]) for r in summary})
     data["summary"] = summary
     if summary:
         lines += ["## Summary: the default estimator against the best baseline and the controls", "",
@@ -140,6 +141,8 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
                   "minus the best of the baselines and the controls that know the metadata (`platt+meta`) "
                   "or the question text (`tfidf+platt`); `question-only` reads the prompt's last-token states "
                   "before any answer; within-group AUROC ranks answers inside each category or subject. "
+                  "Rows marked (kept) are carried over from the earlier report: their evaluations are not "
+                  "on this machine, so they show the default of that time. "
                   "n/a: the evaluation did not compute it (older evaluations, or a store without metadata "
                   "or last-prompt states). Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]

@@ -6,20 +6,52 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 
 from .runs import EvalRun
 from .tables import markdown_table
 
-__all__ = ["SUMMARY_COLUMNS", "summary_csv", "summary_markdown", "summary_rows"]
+__all__ = ["SUMMARY_COLUMNS", "kept_summary_rows", "summary_csv", "summary_markdown", "summary_rows"]
 
 
 SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "best_baseline_auc_euro",
                    "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
                    "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
                    "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
-                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default")
+                   "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default",
+                   "evaluation")
+
+
+def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The rows of an earlier ``summary.csv`` whose (model, task) this report has no evaluation
+    for (their stores and evaluation folders are not on this machine): kept as they were, with
+    ``evaluation = "kept"``, so regenerating the report never drops a pair. Columns the earlier
+    acute did not write are None; numbers are parsed back from the CSV."""
+    if not path.is_file():
+        return []
+    out = []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if (row.get("model"), row.get("task")) in present:
+                continue
+            kept: dict[str, Any] = {}
+            for k in SUMMARY_COLUMNS:
+                v = row.get(k)
+                if v in (None, ""):
+                    kept[k] = None
+                elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation"):
+                    kept[k] = v
+                elif k == "n_records":
+                    kept[k] = int(v)
+                elif k == "holm_significant":
+                    kept[k] = v == "True"
+                else:
+                    kept[k] = float(v)
+            kept["evaluation"] = "kept"
+            out.append(kept)
+    return out
 
 
 def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> list[dict[str, Any]]:
@@ -61,7 +93,7 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
                     "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
                     "within_group_auroc_default": d.get("within_group_auroc"),
-                    "_p": _joint_p(d)})
+                    "evaluation": "this run", "_p": _joint_p(d)})
     tested = [r for r in out if r["_p"] is not None]
     for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
         r["holm_significant"] = bool(significant)
@@ -97,7 +129,8 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         meta = (f"{r['best_meta_baseline']}: {f(r['meta_diff'], '{:+.4f}')} "
                 f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
                 if r.get("best_meta_baseline") else "n/a")
-        body.append([r["model"], r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
+        model = r["model"] + (" (kept)" if r.get("evaluation") == "kept" else "")
+        body.append([model, r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
                      f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
                      f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
                      f(r.get("question_only_auc_euro"), "{:.4f}"),
