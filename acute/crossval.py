@@ -79,7 +79,8 @@ def _input_of(states: Any, name: str):
     spec = estimator_input(name)
     if not isinstance(states, Mapping):
         if spec not in (None, DEFAULT_POOLING):
-            raise InputError(f"{name} reads the {spec!r} input: pass states as {{input: array}}")
+            what = "input" if spec in (META_INPUT, TEXT_INPUT) else "states"
+            raise InputError(f"{name} reads the {spec!r} {what}: pass states as {{input: array}}")
         return states
     if spec is None:
         return None

@@ -14,7 +14,7 @@ from acute.transfer import (REFERENCE, leave_subjects_out, subject_folds, subjec
                             transfer_table)
 
 PARAMS = {"n_estimators": 12}
-L, D = 3, 6
+L, D = 3, 12  # the default (acute-pca10-stacked) needs at least 10 dimensions
 
 
 @dataclass
