@@ -14,7 +14,7 @@ from acute.evaluation.transfer import (REFERENCE, leave_subjects_out, subject_fo
                             transfer_table)
 
 PARAMS = {"n_estimators": 12}
-L, D = 3, 12  # 12 >= the 10 components of the default acute-pca10-stacked
+L, D = 3, 12  # the default (acute-pca10-stacked) needs at least 10 dimensions
 
 
 @dataclass
