@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from acute import metrics
+from acute.metrics.selective import aurc
 from acute.estimators.baselines import BASELINES
 from acute.estimators import ACUTE_VARIANTS, ESTIMATORS
 from acute.evaluation import (
@@ -175,8 +176,12 @@ def test_evaluate_store_writes_every_output(evaluated):
     assert plotted == {f"reliability_{n}.png" for n in ("raw", best["acute"], best["baseline"])}
     assert not list(out.glob(".partial-*"))
     md = (out / "results.md").read_text()
-    table = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    main, selective = md.split("## Selective prediction")
+    table = [ln for ln in main.splitlines() if ln.startswith("| ")]
     assert len(table) == 1 + 12 + 1  # header + one row per estimator + the constant control
+    sel = [ln for ln in selective.splitlines() if ln.startswith("| ")]
+    assert len(sel) == len(table) and "AURC" in sel[0] and "coverage at 10% error" in sel[0]
+    assert (out / "risk_coverage.png").read_bytes()[:4] == b"\x89PNG"
     assert "smECE" in table[0] and "AUROC" in table[0]
     assert any(ln.startswith("| raw |") for ln in table)
     assert "[" in table[1]  # intervals shown
@@ -192,11 +197,15 @@ def test_evaluate_store_values_in_range(evaluated):
     assert len(acc) == 1 and acc.pop() == pytest.approx(res.test_correct.mean())
     for r in res.rows:
         for key in ("smece", "auc_euro_low", "auc_euro_med", "auc_euro_high", "auc_euro_all",
-                    "brier", "auroc"):
+                    "brier", "auroc", "aurc", "e_aurc", "coverage_05", "coverage_10"):
             assert 0.0 <= r[key] <= 1.0, (r["estimator"], key)
         # (a percentile interval need not contain the estimate: resampling inflates smECE)
-        for key in ("smece", "auc_euro_all", "brier", "auroc"):
+        for key in ("smece", "auc_euro_all", "brier", "auroc", "aurc", "e_aurc", "coverage_05", "coverage_10"):
             assert 0.0 <= r[f"{key}_ci_low"] <= r[f"{key}_ci_high"] <= 1.0, (r["estimator"], key)
+        # the selective columns are those of acute.metrics.selective on the out-of-fold predictions
+        assert r["aurc"] == pytest.approx(aurc(res.predictions[r["estimator"]], res.test_correct), abs=1e-12)
+        for key in ("aurc", "coverage_05", "coverage_10"):  # paired to the reference, like auc-euro
+            assert r[f"diff_{key}_ci_low"] <= r[f"diff_{key}"] + 1e-12 or r[f"diff_{key}_ci_high"] >= r[f"diff_{key}"]
     for name in ("acute-early", "acute-mid", "acute-late"):
         assert isinstance(res.row(name)["layer"], int)
     assert res.row("acute-early")["layer"] == PLANT_LAYER  # layer 1 carries no signal

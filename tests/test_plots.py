@@ -69,6 +69,17 @@ def test_euro_curves_writes_png(tmp_path, data):
     _assert_png(one)
 
 
+def test_risk_coverage_plot_draws_the_curves(tmp_path, data):
+    conf, correct = data
+    a = _assert_png(plots.risk_coverage_plot({"raw": conf, "constant": np.full(conf.size, 0.5)}, correct,
+                                             tmp_path / "rc.png"))
+    b = _assert_png(plots.risk_coverage_plot({"raw": 1 - conf, "constant": np.full(conf.size, 0.5)}, correct,
+                                             tmp_path / "rc2.png"))
+    assert np.abs(a - b).mean() > 1e-3  # a reversed ranking is another picture
+    with pytest.raises(ValueError, match="png"):
+        plots.risk_coverage_plot({"raw": conf}, correct, tmp_path / "rc.jpg")
+
+
 @pytest.mark.parametrize(
     "conf,correct,message",
     [

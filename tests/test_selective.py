@@ -13,8 +13,11 @@ from acute.errors import InputError
 from acute.metrics.selective import (
     aurc,
     aurc_optimal,
+    aurc_rows,
     coverage_at_error,
+    coverage_at_error_rows,
     e_aurc,
+    e_aurc_rows,
     risk_coverage_curve,
     selective_summary,
 )
@@ -193,3 +196,26 @@ def test_bad_alpha(alpha):
         coverage_at_error(CONF, CORRECT, alpha)
     with pytest.raises(InputError, match="alphas"):
         selective_summary(CONF, CORRECT, alphas=(0.05, alpha))
+
+
+@pytest.mark.parametrize("decimals", [None, 1])
+def test_rows_equal_the_brute_force_per_row(decimals):
+    """The batched forms (the bootstrap's path) equal the brute-force reference row by row, ties
+    included, and the resampling engine uses them for the results-table columns."""
+    from acute.metrics import METRICS, bootstrap_indices, metric_over_resamples
+
+    rng = np.random.default_rng(5)
+    conf = rng.uniform(size=(30, 45))
+    if decimals is not None:
+        conf = np.round(conf, decimals)
+    correct = rng.uniform(size=conf.shape) < conf
+    ref = [_brute_force(c, y, 0.1) for c, y in zip(conf, correct)]
+    np.testing.assert_allclose(aurc_rows(conf, correct), [a for a, _ in ref], atol=1e-12)
+    np.testing.assert_allclose(coverage_at_error_rows(conf, correct, 0.1), [c for _, c in ref], atol=1e-12)
+    np.testing.assert_allclose(e_aurc_rows(conf, correct),
+                               [a - aurc_optimal(y) for (a, _), y in zip(ref, correct)], atol=1e-12)
+    idx = bootstrap_indices(45, 50, seed=3)
+    for key in ("aurc", "e_aurc", "coverage_05", "coverage_10"):
+        fn = METRICS[key].fn
+        loop = [fn(conf[0][i], correct[0][i]) for i in idx]
+        np.testing.assert_allclose(metric_over_resamples(fn, conf[0], correct[0], idx), loop, atol=1e-12)

@@ -44,7 +44,7 @@ from ..estimators.features import NAMED_LAYERS
 from ..estimators.registry import ESTIMATORS, estimator_input, estimator_pooling, is_estimator, make_estimator
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import ids_digest, split_ids
-from .markdown import results_markdown
+from .markdown import results_markdown, selective_markdown
 from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
@@ -103,10 +103,20 @@ class EvaluationResult:
         return results_markdown(self.rows)
 
     def markdown(self) -> str:
-        """What ``results.md`` holds: the paragraph on how the records were scored, then the table."""
+        """What ``results.md`` holds: the paragraph on how the records were scored, the results
+        table, then the selective-prediction table (:func:`acute.evaluation.markdown.selective_markdown`)."""
         from .writer import intro_markdown
 
-        return intro_markdown(self) + self.to_markdown()
+        selective = selective_markdown(self.rows)
+        text = intro_markdown(self) + self.to_markdown()
+        if selective:
+            text += ("\n## Selective prediction\n\nTrust the answers whose confidence is at least a "
+                     "threshold: AURC is the mean error rate among trusted answers over all coverage "
+                     "levels (lower is better), E-AURC the part above a perfect ranking's, coverage "
+                     "at 5% / 10% error the largest fraction that can be trusted with at most that "
+                     "error rate among them (on these records: no guarantee for new answers, see "
+                     "`acute export --max-error`). Same intervals as above.\n\n" + selective)
+        return text
 
 
 def store_arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray]:

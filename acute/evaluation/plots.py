@@ -1,5 +1,5 @@
 """PNG figures for calibration and selective trust: reliability diagrams, euro curves, the euro
-difference of two estimators, and learning curves.
+difference of two estimators, risk-coverage curves and learning curves.
 
 Figures are drawn with matplotlib's Agg canvas directly (no pyplot, no global backend
 switch), so they work headless and do not disturb an interactive session. The numbers come
@@ -10,7 +10,7 @@ span the data (with a margin), not a fixed range.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +27,11 @@ from acute.metrics import (
     validate_inputs,
 )
 
+from ..metrics.selective import aurc, risk_coverage_curve
 from .curves import binned_reliability, constant_euro_curve
 from ..errors import InputError
 
-__all__ = ["euro_curves", "euro_difference_curve", "learning_curves", "reliability_diagram"]
+__all__ = ["euro_curves", "euro_difference_curve", "learning_curves", "reliability_diagram", "risk_coverage_plot"]
 
 _BAND_COLOURS = {"low": "#d9f0d3", "med": "#fff2cc", "high": "#f4cccc"}
 _BAND_LABELS = {"low": "low risk", "med": "medium risk", "high": "high risk"}
@@ -261,6 +262,53 @@ def _euro_figure(curves: Mapping[str, np.ndarray], const: tuple[float, np.ndarra
     if title:
         ax.set_title(title)
     return fig
+
+
+# --------------------------------------------------------------------- risk-coverage curves
+
+
+def risk_coverage_plot(
+    confidences: Mapping[str, ArrayLike],
+    correct: ArrayLike,
+    path: str | Path,
+    title: str | None = None,
+    *,
+    targets: Sequence[float] = (0.05, 0.10),
+) -> Path:
+    """The risk-coverage curves (:func:`acute.metrics.selective.risk_coverage_curve`) of several
+    estimators on one figure, written as a PNG: the error rate among the trusted answers against
+    the fraction trusted, as the trust threshold slides down. The legend gives each estimator's
+    AURC; dotted horizontal lines mark the target error rates ``targets`` (where the coverage at
+    that error is read), the dashed line the error rate of trusting everything. The y axis spans
+    the curves' own range (drawn only where there is data).
+
+    Returns the written path. Raises ``InputError`` as :func:`euro_curves` does.
+    """
+    checked, y = _checked_mapping(confidences, correct)
+    curves = {name: risk_coverage_curve(conf, y) for name, conf in checked.items()}
+    out = _png_path(path)
+    fig = Figure(figsize=(7.5, 5.2 + 0.2 * ((len(curves) + 2) // 2)), layout="constrained")
+    ax = fig.add_subplot()
+    top = 0.0
+    for name, rc in curves.items():
+        # a step curve: every coverage level inside a tied run takes the run's risk
+        x = np.concatenate([[0.0], rc.coverage])
+        r = np.concatenate([[rc.risk[0]], rc.risk])
+        ax.step(x, r, where="pre", lw=1.8, label=f"{name} (AURC {aurc(checked[name], y):.3f})")
+        top = max(top, float(r.max()))
+    error = 1.0 - float(y.mean())
+    ax.axhline(error, color="0.3", ls="--", lw=1.2, label=f"trust everything (error {error:.3f})")
+    for t in targets:
+        ax.axhline(t, color="0.5", ls=":", lw=1, label=f"target error {t:g}")
+    ax.set_xlim(0.0, 1.0)
+    ax.set_ylim(0.0, min(1.0, max(top, error, *targets) * 1.08 + 0.01))
+    ax.set_xlabel("coverage (fraction of answers trusted)")
+    ax.set_ylabel("selective risk (error rate among trusted answers)")
+    ax.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2,
+               fontsize="small", frameon=False)
+    ax.set_title(title or "risk-coverage curves")
+    return _save(fig, out)
 
 
 def _curve_arrays(risk_levels, diff, low, high) -> tuple[np.ndarray, ...]:

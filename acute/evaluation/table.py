@@ -19,7 +19,7 @@ from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, correc
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
 
-__all__ = ["CONFIDENCE_CONTROLS", "TABLE_COLUMNS", "best_estimators", "evaluate_predictions", "estimator_uses"]
+__all__ = ["CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "best_estimators", "evaluate_predictions", "estimator_uses"]
 
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
@@ -31,8 +31,9 @@ TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.dir
 CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
 
 
-# metrics with bootstrap intervals
-_INTERVAL_KEYS: tuple[str, ...] = ("smece", "auc_euro_all", "brier", "auroc")
+# metrics with bootstrap intervals, and those with paired differences to the reference (the specs say)
+INTERVAL_KEYS: tuple[str, ...] = tuple(m.name for m in METRIC_SPECS if m.interval)
+PAIRED_KEYS: tuple[str, ...] = tuple(m.name for m in METRIC_SPECS if m.paired)
 
 
 def _metric_fns() -> dict:
@@ -61,10 +62,11 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
 
     Returns one dict per entry of ``confidences`` (in its order) with ``estimator``, ``uses``
     (what the row may use), ``n``, ``repeats``, ``accuracy`` (of ``correct``; the same for
-    every row), ``smece``, ``auc_euro_low``, ``auc_euro_med``, ``auc_euro_high``,
-    ``auc_euro_all``, ``brier``, ``auroc``, and, when ``n_bootstrap > 0``, 95% bootstrap
-    intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for ``smece``, ``auc_euro_all``,
-    ``brier`` and ``auroc`` (percentile intervals; smECE's shifted by the bootstrap's bias so it
+    every row) and every other metric of :data:`acute.metrics.METRIC_SPECS` (``smece``, the
+    auc-euro bands, ``brier``, ``auroc``, and the selective columns ``aurc``, ``e_aurc``,
+    ``coverage_05``, ``coverage_10``), and, when ``n_bootstrap > 0``, 95% bootstrap
+    intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for the specs with ``interval``
+    (:data:`INTERVAL_KEYS`; percentile intervals; smECE's shifted by the bootstrap's bias so it
     contains its estimate: :func:`acute.metrics.bias_shifted_interval`). Every estimator (and
     every repeat) sees the same resampled records (:func:`acute.metrics.bootstrap_indices` with
     ``seed``). With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
@@ -72,8 +74,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     ``within_group_auroc`` (:func:`acute.estimators.controls.within_group_auroc`).
 
     Paired comparisons: ``reference`` (default: the best baseline among the rows, highest
-    ``auc_euro_all``) is subtracted from every row: ``diff_auc_euro_all`` and ``diff_smece``
-    with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, the bootstrap
+    ``auc_euro_all``) is subtracted from every row, for each spec with ``paired``
+    (:data:`PAIRED_KEYS`: ``diff_auc_euro_all``, ``diff_smece``, ``diff_aurc``,
+    ``diff_coverage_05``, ``diff_coverage_10``) with paired intervals ``diff_<metric>_ci_low/_high`` from the same resamples, the bootstrap
     p-value ``diff_<metric>_boot_p``, and ``reference`` names it. With ``folds`` (the
     cross-validation's, one list per repeat) each difference also gets the corrected resampled
     t-interval over the fold x repeat differences (Nadeau and Bengio 2003):
@@ -128,9 +131,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     draws: dict[str, dict[str, np.ndarray]] = {}
     for row in rows:
         name = row["estimator"]
-        keys = _INTERVAL_KEYS if n_bootstrap > 0 else ()
+        keys = INTERVAL_KEYS if n_bootstrap > 0 else ()
         draws[name] = {}
-        for key in set(keys) | ({"auc_euro_all", "smece"} if ref is not None and n_bootstrap > 0 else set()):
+        for key in set(keys) | (set(PAIRED_KEYS) if ref is not None and n_bootstrap > 0 else set()):
             if not math.isfinite(row[key]):
                 draws[name][key] = np.full(int(n_bootstrap), np.nan)
                 continue
@@ -149,9 +152,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
             continue
         for row in rows:
             row["reference" if prefix == "diff" else "meta_reference"] = r_name
-            for key in ("auc_euro_all", "smece"):
-                if prefix == "diff_meta" and key == "smece":
-                    continue
+            for key in PAIRED_KEYS if prefix == "diff" else ("auc_euro_all",):
                 col = f"{prefix}_{key}"
                 row[col] = row[key] - by_name[r_name][key]
                 if n_bootstrap > 0:

@@ -1,7 +1,8 @@
 """Writing an evaluation (:class:`acute.evaluation.evaluate.EvaluationResult`) into a folder:
 ``results.md``, ``results.csv``, ``results.json`` (last, with ``"complete": true``),
-``predictions.csv`` (and one per further repeat), ``folds.json`` or ``split.json``, the euro curves
-and the reliability diagrams."""
+``predictions.csv`` (and one per further repeat), ``folds.json`` or ``split.json``, the euro curves,
+the risk-coverage curves (the best activation estimator, the best baseline, raw confidence) and the
+reliability diagrams."""
 
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def write_evaluation(res, out_dir) -> dict[str, Path]:
     with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
     results.json that describes files of another run (a multi-file commit, like a store shard or
     a probe folder; single files go through :func:`acute.fileio.atomic_path`)."""
-    from .plots import euro_curves, reliability_diagram
+    from .plots import euro_curves, reliability_diagram, risk_coverage_plot
 
     out_dir = Path(out_dir)
     res.out_dir = out_dir
@@ -94,6 +95,12 @@ def write_evaluation(res, out_dir) -> dict[str, Path]:
         label = "out-of-fold, repeat 0" if res.cv_predictions is not None else "test"
         euro_curves(res.predictions, y, stage / "euro_curves.png",
                     title=f"euro curves ({n_eval} {label} records)")
+        best = best_estimators(res.rows)
+        shown = list(dict.fromkeys(n for n in (best.get("acute"), best.get("baseline"), "raw")
+                                   if n is not None and n in res.predictions))
+        if shown:
+            risk_coverage_plot({n: res.predictions[n] for n in shown}, y, stage / "risk_coverage.png",
+                               title=f"risk-coverage ({n_eval} {label} records)")
         for n in plot_names:
             reliability_diagram(res.predictions[n], y, stage / f"reliability_{n}.png", title=n)
         files = sorted(p.name for p in stage.iterdir())

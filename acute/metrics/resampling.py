@@ -20,6 +20,8 @@ from .binned import auroc, auroc_rows, brier, brier_rows, ece, ece_rows, ks_cal,
 from .common import validate_inputs
 from .euro import AUC_EURO_BANDS, auc_euro_rows
 from .kde import kde_ece, kde_ece_rows
+from .selective import (aurc, aurc_rows, coverage_at_10pct, coverage_at_5pct, coverage_at_error_rows, e_aurc,
+                        e_aurc_rows)
 from .smooth import smece, smece_rows
 
 __all__ = ["Interval", "bootstrap", "bootstrap_indices", "metric_over_resamples", "paired_bootstrap",
@@ -34,6 +36,10 @@ _BATCHED: dict[Callable, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     brier: brier_rows,
     nll: nll_rows,
     auroc: auroc_rows,
+    aurc: aurc_rows,
+    e_aurc: e_aurc_rows,
+    coverage_at_5pct: functools.partial(coverage_at_error_rows, alpha=0.05),
+    coverage_at_10pct: functools.partial(coverage_at_error_rows, alpha=0.10),
 }
 # the auc-euro columns of the results tables
 _BATCHED.update({fn: functools.partial(auc_euro_rows, band=band) for band, fn in AUC_EURO_BANDS.items()})
@@ -72,7 +78,8 @@ def metric_over_resamples(
     ``indices`` is an integer array [n_resamples, resample size] of row numbers (e.g.
     :func:`bootstrap_indices`). The inputs are validated once, as every metric does. For
     :func:`ece`, :func:`kde_ece`, :func:`ks_cal`, :func:`smece`, :func:`brier`, :func:`nll`,
-    :func:`auroc` and the auc-euro columns of :data:`acute.metrics.METRICS` (grid :func:`auc_euro` of a
+    :func:`auroc`, the selective columns (:func:`aurc`, :func:`e_aurc`, coverage at 5% and 10%
+    error) and the auc-euro columns of :data:`acute.metrics.METRICS` (grid :func:`auc_euro` of a
     band) the resamples are evaluated in blocks with vectorised code: the results equal the
     loop's up to floating-point rounding (~1e-15 for smece and kde_ece, which smooth by FFTs
     of other lengths, and for auc-euro's band means; identical for the others), and AUROC is ``nan`` on

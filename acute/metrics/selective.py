@@ -26,6 +26,9 @@ Functions
 ``e_aurc``               excess AURC: ``aurc - aurc_optimal`` (0 for a perfect ranking).
 ``coverage_at_error``    the largest coverage whose selective risk is at most ``alpha``.
 ``selective_summary``    all of the above as one JSON-ready dict (for tables).
+``coverage_at_5pct``, ``coverage_at_10pct``  coverage at error 0.05 and 0.10 (results-table columns).
+``aurc_rows``, ``e_aurc_rows``, ``coverage_at_error_rows``  the same over the rows of [rows, n]
+                         arrays at once (the bootstrap's resamples, :mod:`acute.metrics.resampling`).
 
 Every function validates its input with :mod:`acute.validation` (the same rules and messages
 as :mod:`acute.metrics`): bad input raises :class:`acute.errors.InputError` naming the
@@ -47,8 +50,13 @@ __all__ = [
     "RiskCoverage",
     "aurc",
     "aurc_optimal",
+    "aurc_rows",
+    "coverage_at_10pct",
+    "coverage_at_5pct",
     "coverage_at_error",
+    "coverage_at_error_rows",
     "e_aurc",
+    "e_aurc_rows",
     "risk_coverage_curve",
     "selective_summary",
 ]
@@ -178,3 +186,68 @@ def selective_summary(confidence: ArrayLike, correct: ArrayLike,
     for a in levels:
         out[f"coverage@{a:g}"] = _coverage_at_error(trusted, wrong, a)
     return out
+
+
+def coverage_at_5pct(confidence: ArrayLike, correct: ArrayLike) -> float:
+    """:func:`coverage_at_error` at ``alpha = 0.05`` (a results-table column)."""
+    return coverage_at_error(confidence, correct, 0.05)
+
+
+def coverage_at_10pct(confidence: ArrayLike, correct: ArrayLike) -> float:
+    """:func:`coverage_at_error` at ``alpha = 0.10`` (a results-table column)."""
+    return coverage_at_error(confidence, correct, 0.10)
+
+
+# ------------------------------------------------------------------- many resamples at once
+
+
+def _row_steps(conf: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``[rows, n]`` arrays: (position is the last of its tied run; trusted count
+    ``1..n``; wrong count among the first ``k`` most confident), each ``[rows, n]``, sorted by
+    decreasing confidence as :func:`_steps` sorts one row."""
+    order = np.argsort(-conf, axis=1, kind="stable")
+    c = np.take_along_axis(conf, order, axis=1)
+    cum_wrong = np.cumsum(1 - np.take_along_axis(y, order, axis=1).astype(np.int64), axis=1)
+    last = np.concatenate([c[:, 1:] != c[:, :-1], np.ones((c.shape[0], 1), dtype=bool)], axis=1)
+    trusted = np.broadcast_to(np.arange(1, c.shape[1] + 1), c.shape)
+    return last, trusted, cum_wrong
+
+
+def _rows_inputs(conf: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = np.asarray(conf, dtype=np.float64)
+    labels = np.asarray(y)
+    if c.ndim != 2 or c.shape != labels.shape or c.shape[1] == 0:
+        raise InputError(f"expected two [rows, n >= 1] arrays of one shape, got {c.shape} and {labels.shape}")
+    return c, labels
+
+
+def aurc_rows(conf: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`aurc` of every row of ``[rows, n]`` arrays (float64 ``[rows]``), ties as one step:
+    each position takes the risk at the end of its tied run."""
+    conf, y = _rows_inputs(conf, y)
+    last, trusted, wrong = _row_steps(conf, y)
+    n = conf.shape[1]
+    # the end of each position's tied run: the first "last" position at or after it
+    end = np.where(last, np.arange(n), n)
+    end = np.minimum.accumulate(end[:, ::-1], axis=1)[:, ::-1]
+    risk_end = np.take_along_axis(wrong, end, axis=1) / (end + 1)
+    return risk_end.mean(axis=1)
+
+
+def e_aurc_rows(conf: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`e_aurc` of every row of ``[rows, n]`` arrays (float64 ``[rows]``)."""
+    conf, y = _rows_inputs(conf, y)
+    n = conf.shape[1]
+    n_correct = np.asarray(y, dtype=np.int64).sum(axis=1)
+    i = np.arange(1, n + 1, dtype=np.float64)
+    optimal = (np.clip(i[None, :] - n_correct[:, None], 0, None) / i[None, :]).sum(axis=1) / n
+    return aurc_rows(conf, y) - optimal
+
+
+def coverage_at_error_rows(conf: np.ndarray, y: np.ndarray, alpha: float) -> np.ndarray:
+    """:func:`coverage_at_error` of every row of ``[rows, n]`` arrays (float64 ``[rows]``)."""
+    alpha = _check_alpha(alpha)
+    conf, y = _rows_inputs(conf, y)
+    last, trusted, wrong = _row_steps(conf, y)
+    ok = last & (wrong <= alpha * trusted * (1.0 + 1e-12))
+    return np.where(ok, trusted, 0).max(axis=1) / conf.shape[1]

@@ -10,6 +10,7 @@ import numpy as np
 
 from .binned import auroc, brier
 from .euro import AUC_EURO_BANDS
+from .selective import aurc, coverage_at_10pct, coverage_at_5pct, e_aurc
 from .smooth import smece
 
 __all__ = ["METRICS", "METRIC_SPECS", "RANKING", "MetricSpec", "best_of", "best_value", "ranked", "ranking_key"]
@@ -18,13 +19,19 @@ class MetricSpec(NamedTuple):
     """One column of acute's results tables: ``name`` (the key in metric rows), ``header``
     (table heading, with its arrow), ``direction`` (+1 higher is better, -1 lower is better,
     0 neither), ``fn`` (``fn(confidence, correct) -> float``; None for ``accuracy``, which is
-    the mean of ``correct``) and ``digits`` for :meth:`format`."""
+    the mean of ``correct``), ``digits`` for :meth:`format`; ``interval``: tables give it a
+    bootstrap interval; ``paired``: tables give every row its paired difference to the
+    reference row (``diff_<name>`` with intervals); ``table``: ``"calibration"`` (the main
+    results table) or ``"selective"`` (the selective-prediction table beside it)."""
 
     name: str
     header: str
     direction: int
     fn: Callable[[np.ndarray, np.ndarray], float] | None
     digits: int = 3
+    interval: bool = False
+    paired: bool = False
+    table: str = "calibration"
 
     def format(self, value: float | None) -> str:
         """``value`` with ``digits`` decimals, or ``n/a`` when missing or not finite."""
@@ -34,16 +41,24 @@ class MetricSpec(NamedTuple):
 
 
 
-#: The columns of every results table (evaluation, reproduction report, ``acute train``), in order.
+#: The columns of every results table (evaluation, reproduction report, ``acute train``), in order:
+#: calibration and expected utility first, then selective prediction (Geifman et al. 2019; E-AURC's
+#: difference between two rows equals AURC's, so only AURC is paired).
 METRIC_SPECS: tuple[MetricSpec, ...] = (
     MetricSpec("accuracy", "Accuracy", 0, None),
-    MetricSpec("smece", "smECE ↓", -1, smece),
+    MetricSpec("smece", "smECE ↓", -1, smece, interval=True, paired=True),
     MetricSpec("auc_euro_low", "auc-euro low ↑", +1, AUC_EURO_BANDS["low"]),
     MetricSpec("auc_euro_med", "auc-euro med ↑", +1, AUC_EURO_BANDS["med"]),
     MetricSpec("auc_euro_high", "auc-euro high ↑", +1, AUC_EURO_BANDS["high"]),
-    MetricSpec("auc_euro_all", "auc-euro all ↑", +1, AUC_EURO_BANDS["all"]),
-    MetricSpec("brier", "Brier ↓", -1, brier),
-    MetricSpec("auroc", "AUROC ↑", +1, auroc),
+    MetricSpec("auc_euro_all", "auc-euro all ↑", +1, AUC_EURO_BANDS["all"], interval=True, paired=True),
+    MetricSpec("brier", "Brier ↓", -1, brier, interval=True),
+    MetricSpec("auroc", "AUROC ↑", +1, auroc, interval=True),
+    MetricSpec("aurc", "AURC ↓", -1, aurc, interval=True, paired=True, table="selective"),
+    MetricSpec("e_aurc", "E-AURC ↓", -1, e_aurc, interval=True, table="selective"),
+    MetricSpec("coverage_05", "coverage at 5% error ↑", +1, coverage_at_5pct, interval=True, paired=True,
+               table="selective"),
+    MetricSpec("coverage_10", "coverage at 10% error ↑", +1, coverage_at_10pct, interval=True, paired=True,
+               table="selective"),
 )
 METRICS: dict[str, MetricSpec] = {m.name: m for m in METRIC_SPECS}
 
