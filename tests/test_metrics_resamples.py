@@ -275,21 +275,3 @@ def test_evaluate_intervals_equal_those_of_the_per_resample_loop(monkeypatch):
         for key, value in ref.items():
             if isinstance(value, float):
                 assert got[key] == pytest.approx(value, rel=0, abs=1e-12, nan_ok=True), key
-
-
-def test_report_draws_equal_metric_values_on_each_resample():
-    from pathlib import Path
-
-    from acute.report import EvalRun, metric_draws, metric_values
-
-    rng = np.random.default_rng(3)
-    y = rng.random(60) < 0.5
-    run = EvalRun(model="m", task="t", path=Path("x"), ids=[str(i) for i in range(60)], correct=y,
-                  predictions={"platt": rng.beta(2, 2, 60)})
-    draws = metric_draws(run, n_bootstrap=40, seed=6)["platt"]
-    idx = M.bootstrap_indices(60, 40, seed=6)
-    for b, i in enumerate(idx):
-        want = metric_values(run.predictions["platt"][i], y[i])
-        for key, (estimate, values) in draws.items():
-            assert values[b] == pytest.approx(want[key], rel=0, abs=1e-12), key
-    assert draws["smece"][0] == pytest.approx(metric_values(run.predictions["platt"], y)["smece"])

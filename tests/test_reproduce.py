@@ -75,7 +75,6 @@ data_root = "{(root / 'data').as_posix()}"
 seed = 0
 test_fraction = 0.3
 n_bootstrap = 20
-report_n_bootstrap = 25
 protocol_n_bootstrap = 20
 batch_size = 1
 probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
@@ -347,36 +346,35 @@ def test_shipped_configs_parse(name):
 
 
 # ----------------------------------------------------------------------------- acute.report
-def test_average_draws_and_intervals_by_hand():
-    from acute.report import average_draws, interval_summary
+def test_average_summaries_by_hand():
+    from acute.report import average_summaries
 
-    a = {"raw": {"smece": (0.2, np.array([0.1, 0.2, 0.3, np.nan]))}, "only-a": {"smece": (1.0, np.ones(4))}}
-    b = {"raw": {"smece": (0.4, np.array([0.3, 0.4, 0.5, 0.6]))}}
-    avg = average_draws([a, b])
+    a = {"raw": {"smece": {"estimate": 0.2, "low": 0.1, "high": 0.3}},
+         "only-a": {"smece": {"estimate": 1.0, "low": 1.0, "high": 1.0}}}
+    b = {"raw": {"smece": {"estimate": 0.4, "low": 0.2, "high": 0.6}}}
+    avg = average_summaries([a, b])
     assert list(avg) == ["raw"]  # estimators present in every run only
-    est, draws = avg["raw"]["smece"]
-    assert est == pytest.approx(0.3)
-    np.testing.assert_allclose(draws[:3], [0.2, 0.3, 0.4])
-    assert math.isnan(draws[3])
-    s = interval_summary(avg)["raw"]["smece"]
+    s = avg["raw"]["smece"]
+    # half-widths 0.1 and 0.2: se = sqrt(0.1^2 + 0.2^2) / 1.96 / 2; the interval is 0.3 -/+ 1.96 se
+    half = math.sqrt(0.1 ** 2 + 0.2 ** 2) / 2
     assert s["estimate"] == pytest.approx(0.3)
-    assert s["low"] == pytest.approx(np.percentile([0.2, 0.3, 0.4], 2.5))
-    assert s["high"] == pytest.approx(np.percentile([0.2, 0.3, 0.4], 97.5))
-    assert interval_summary({"x": {"smece": (0.1, np.array([]))}})["x"]["smece"]["low"] is None
+    assert (s["low"], s["high"]) == (pytest.approx(0.3 - half), pytest.approx(0.3 + half))
+    c = {"raw": {"smece": {"estimate": 0.5, "low": None, "high": None}}}
+    assert average_summaries([a, c])["raw"]["smece"] == {"estimate": pytest.approx(0.35), "low": None, "high": None}
+    assert average_summaries([]) == {}
 
 
-def test_metric_values_match_acute_metrics():
-    from acute import metrics
-    from acute.report import metric_values
+def test_run_summary_reads_the_evaluations_rows():
+    from acute.report import EvalRun, run_summary
 
-    rng = np.random.default_rng(3)
-    conf = rng.random(60)
-    y = rng.random(60) < conf
-    v = metric_values(conf, y)
-    assert v["accuracy"] == pytest.approx(y.mean())
-    assert v["smece"] == pytest.approx(metrics.smece(conf, y))
-    for band in ("low", "med", "high", "all"):
-        assert v[f"auc_euro_{band}"] == pytest.approx(metrics.auc_euro(conf, y, band=band))
+    rows = [{"estimator": "raw", "accuracy": 0.5, "smece": 0.1, "smece_ci_low": 0.05, "smece_ci_high": 0.2,
+             "auc_euro_all": 0.7, "auc_euro_all_ci_low": 0.6, "auc_euro_all_ci_high": float("nan")}]
+    run = EvalRun(model="m", task="t", path=Path("x"), ids=["a"], correct=np.array([True]),
+                  predictions={"raw": np.array([0.5])}, results={"results": rows})
+    s = run_summary(run)["raw"]
+    assert s["smece"] == {"estimate": 0.1, "low": 0.05, "high": 0.2}
+    assert s["auc_euro_all"] == {"estimate": 0.7, "low": 0.6, "high": None}  # NaN is no bound
+    assert s["aurc"] == {"estimate": None, "low": None, "high": None}  # an older evaluation
 
 
 def test_interpretation_block_is_kept():
@@ -419,7 +417,6 @@ data_root = "{(root / 'data').as_posix()}"
 cv = 3
 repeats = 1
 n_bootstrap = 20
-report_n_bootstrap = 20
 batch_size = 4
 probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
 estimators = ["raw", "platt", "isotonic", "acute-pca10-stacked"]

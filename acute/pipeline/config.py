@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+
+logger = logging.getLogger(__name__)
 
 try:
     import tomllib
@@ -97,7 +100,6 @@ class Config:
     seed: int
     test_fraction: float
     n_bootstrap: int
-    report_n_bootstrap: int
     protocol_n_bootstrap: int
     batch_size: int
     n_jobs: int | None
@@ -281,12 +283,15 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     if repeats < 1:
         raise InputError(f"{path}: run.repeats must be >= 1, got {repeats}")
     n_boot = run.get("n_bootstrap", 1000)
-    for k in ("n_bootstrap", "report_n_bootstrap", "protocol_n_bootstrap"):
+    if "report_n_bootstrap" in run:
+        logger.warning("%s: run.report_n_bootstrap is no longer used (the report reads each evaluation's "
+                       "intervals from its results.json); remove it", path)
+    for k in ("n_bootstrap", "protocol_n_bootstrap"):
         if run.get(k, n_boot) < (1 if k == "protocol_n_bootstrap" else 0):
             raise InputError(f"{path}: run.{k} must be positive, got {run[k]}")
     return Config(
         path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), test_fraction=tf,
-        n_bootstrap=n_boot, report_n_bootstrap=run.get("report_n_bootstrap", n_boot),
+        n_bootstrap=n_boot,
         protocol_n_bootstrap=run.get("protocol_n_bootstrap", n_boot),
         batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
         probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),

@@ -256,11 +256,10 @@ def _worker_report(p: dict) -> dict:
         out_dir=out, eval_runs=evals, protocol_runs=protos, models=[m.key for m in cfg.models],
         tasks=[t.key for t in cfg.tasks], task_info={t.key: _task_info(t, cfg) for t in cfg.tasks},
         records=records, stages=timings.get("stages", {}), failures=failures,
-        command=p["command"], report_command=p["report_command"], n_bootstrap=cfg.report_n_bootstrap,
-        seed=cfg.seed, figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers,
+        command=p["command"], report_command=p["report_command"], figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers,
         plan=plan)
     t0 = time.perf_counter()
-    path = write_report(inputs, progress=True)
+    path = write_report(inputs)
     write_json_atomic(out / "timings.json", timings)
     print(f"report written to {path}", flush=True)
     return {"work_s": round(time.perf_counter() - t0, 2), "evaluations": len(evals), "protocol_runs": len(protos)}

@@ -3,14 +3,14 @@
 Inputs are the folders that :func:`acute.evaluation.evaluate.evaluate_store` (``results.json`` and
 ``predictions.csv``) and :func:`acute.protocol.run_protocol` (``protocol.json``) wrote for each
 model and task, plus the stage timings of ``acute run`` (:mod:`acute.pipeline.driver`). Everything numeric is
-recomputed here from the test-set predictions, so one resampling scheme serves every table:
+read from each evaluation's ``results.json``, never recomputed, so a pair shows one number
+everywhere (the evaluation's means over cross-validation repeats and its intervals):
 
-* per model: for each (model, task) the test records are resampled ``n_bootstrap`` times
-  (:func:`acute.metrics.bootstrap_indices`, paired across estimators); every metric is computed
-  on every resample; the 95% interval is the 2.5/97.5 percentile of those values.
-* averaged over models: the estimate is the mean of the per-model estimates and resample ``b``
-  of the average is the mean of the models' resample ``b`` (the models' test sets are
-  independent, so this is the bootstrap distribution of the mean).
+* per model: the evaluation's own tables (:func:`acute.evaluation.markdown.results_markdown` and
+  :func:`~acute.evaluation.markdown.selective_markdown`);
+* averaged over models: the mean of the per-model estimates, its interval from the per-model
+  intervals (:func:`acute.report.runs.average_summaries`; the models' records are independent).
+  The predictions are read only to draw the figures.
 
 Public functions are small and pure except :func:`load_eval_run` (reads files) and
 :func:`write_report` (writes files).
@@ -30,7 +30,8 @@ import numpy as np
 
 from ..fileio import json_ready, write_text_atomic
 from .figures import learning_curve_section, task_figures, transfer_section
-from .runs import EvalRun, average_draws, interval_summary, load_eval_run, metric_draws
+from ..evaluation.markdown import results_markdown, selective_markdown
+from .runs import EvalRun, average_summaries, load_eval_run, run_summary
 from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_rows
 from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
                      comparison_markdown, compact_gap_table, estimator_markdown, markdown_table, md_sections,
@@ -66,8 +67,6 @@ class ReportInputs:
     failures: list[tuple[str, str]] = field(default_factory=list)
     command: str = ""
     report_command: str = ""
-    n_bootstrap: int = 1000
-    seed: int = 0
     figures_model: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     transfer_runs: list[tuple[str, Path]] = field(default_factory=list)  #: (model, transfer.json)
@@ -75,7 +74,7 @@ class ReportInputs:
 
 
 # Long but linear: one block per README section, in the order they appear.
-def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, dict]:
+def render_report(inputs: ReportInputs) -> tuple[str, dict]:
     """Compute every table and return ``(markdown, data)``; draws each task's figures into
     ``inputs.out_dir/figures`` (from the test predictions of ``inputs.figures_model``, else the
     first model with that task) and writes the combined protocol report
@@ -95,12 +94,13 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     if s:
         lines += ["Settings: " + "; ".join(f"{k} = {v}" for k, v in s.items()) + ".", ""]
     lines += [
-        "Intervals in the per-task tables are 95% percentile-bootstrap intervals over the scored "
-        "records (out-of-fold predictions of the first repeat under cross-validation, else the "
-        f"test records; {inputs.n_bootstrap} resamples, seed {inputs.seed}); the average over models "
-        "resamples each model's records independently and averages resample by resample. Best value "
-        "of each column in bold (accuracy has no direction). smECE: lower is better; auc-euro: higher "
-        "is better.", ""]
+        "Every number is the evaluation's own (its `results.json`: means over cross-validation "
+        "repeats, 95% percentile-bootstrap intervals over the records, smECE's shifted by the "
+        "bootstrap bias), so a pair shows the same number in every table. The average over models "
+        "is the mean of the per-model estimates; its interval combines the per-model intervals as "
+        "independent normal errors (mean -/+ 1.96 sqrt(sum se_i^2) / k). Best value of each column "
+        "in bold (accuracy has no direction). smECE, AURC: lower is better; auc-euro, coverage at "
+        "10% error: higher is better.", ""]
 
     data: dict[str, Any] = {"tasks": {}, "ablation": {}, "comparison": {}, "protocol": None}
     if inputs.plan:
@@ -157,12 +157,9 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
         if not runs:
             continue
         runs.sort(key=lambda r: inputs.models.index(r.model) if r.model in inputs.models else 1 << 30)
-        if progress:
-            logger.info("report: bootstrap for %s (%d models)", task, len(runs))
-        per_model = [metric_draws(r, inputs.n_bootstrap, inputs.seed) for r in runs]
-        avg = interval_summary(average_draws(per_model))
+        per_model_summary = {r.model: run_summary(r) for r in runs}
+        avg = average_summaries(list(per_model_summary.values()))
         avg_by_task[task] = avg
-        per_model_summary = {r.model: interval_summary(d) for r, d in zip(runs, per_model)}
         estimators = list(avg)
         info = inputs.task_info.get(task, "")
         lines += [f"### {task}", ""]
@@ -178,10 +175,13 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
         lines += [f"Averaged over {len(runs)} model(s): " + ", ".join(r.model for r in runs), ""]
         lines += [estimator_markdown(avg, estimators)]
         for r in runs:
-            labels = {e: f"{e} (layer {r.layer_of(e)})" for e in estimators if r.layer_of(e) is not None}
-            lines += ["<details>", f"<summary>{r.model} ({r.n} test records)</summary>", "",
-                      estimator_markdown(per_model_summary[r.model], estimators, labels),
-                      "</details>", ""]
+            rows = r.results.get("results", [])
+            lines += ["<details>", f"<summary>{r.model} ({r.n} scored records): the evaluation's tables</summary>",
+                      "", results_markdown(rows)]
+            selective = selective_markdown(rows)
+            if selective:
+                lines += ["", selective]
+            lines += ["</details>", ""]
         fig_run = next((r for r in runs if r.model == inputs.figures_model), runs[0])
         figs = task_figures(fig_run, task, fig_dir)
         if figs:
@@ -247,14 +247,14 @@ def render_report(inputs: ReportInputs, progress: bool = False) -> tuple[str, di
     return "\n".join(lines), json_ready(data)
 
 
-def write_report(inputs: ReportInputs, progress: bool = False) -> Path:
+def write_report(inputs: ReportInputs) -> Path:
     """Render the report and write ``README.md`` (and ``report.json``) into ``inputs.out_dir``;
     returns the README path. The interpretation block of an existing README is kept."""
     out_dir = Path(inputs.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     readme = out_dir / "README.md"
     old = readme.read_text(encoding="utf-8") if readme.is_file() else None
-    md, data = render_report(inputs, progress=progress)
+    md, data = render_report(inputs)
     md = md.replace("__INTERPRETATION__", preserved_block(old))
     data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_text_atomic(out_dir / "report.json", json.dumps(data, indent=1))

@@ -1,6 +1,6 @@
-"""One evaluation folder as the report reads it (:class:`EvalRun`: the test predictions of every
-estimator), and the report's numbers: every metric on paired bootstrap resamples of the test
-records, averaged over models resample by resample, and the percentile intervals of the draws."""
+"""One evaluation folder as the report reads it (:class:`EvalRun`: its ``results.json`` and the
+test predictions the figures draw), and the report's numbers: each evaluation's own metric rows
+(nothing is recomputed, so a pair shows one number everywhere) and their mean over models."""
 
 from __future__ import annotations
 
@@ -16,22 +16,17 @@ import numpy as np
 from ..errors import InputError
 from ..evaluation.table import TABLE_COLUMNS
 from ..fileio import read_json
-from ..metrics import BANDS, EURO_GRID, METRICS, bootstrap_indices, euro_curve, metric_over_resamples, \
-    percentile_interval, smece
-from ..validation import check_count
 
-__all__ = ["REPORT_METRICS", "EvalRun", "average_draws", "interval_summary", "load_eval_run", "metric_draws",
-           "metric_values"]
+__all__ = ["REPORT_METRICS", "EvalRun", "average_summaries", "load_eval_run", "run_summary"]
 
 
-#: (key, column header, direction): the paper-style columns of ``acute.evaluation.evaluate`` up to auc-euro all
-REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6]
+#: (key, column header, direction): the report's columns, from the evaluation's (``acute.evaluation.table``):
+#: the paper-style ones up to auc-euro all, then AURC and the coverage at 10% error
+REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6] + tuple(
+    c for c in TABLE_COLUMNS if c[0] in ("aurc", "coverage_10"))
 
 
 _METRIC_KEYS = tuple(k for k, _, _ in REPORT_METRICS)
-
-
-_BANDS = ("low", "med", "high", "all")
 
 
 @dataclass
@@ -112,85 +107,51 @@ def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun
                    results=results)
 
 
-def metric_values(confidence: np.ndarray, correct: np.ndarray) -> dict[str, float]:
-    """Every report metric of one confidence vector on one labelled set.
-
-    ``accuracy`` = mean of ``correct``; ``smece`` (:func:`acute.smece`);
-    ``auc_euro_<band>`` = mean of :func:`acute.euro_curve` over the band's grid points,
-    i.e. :func:`acute.metrics.auc_euro` with ``exact=False`` (one euro curve serves all bands).
-    """
-    conf = np.asarray(confidence, dtype=np.float64)
-    y = np.asarray(correct, dtype=bool)
-    curve = np.asarray(euro_curve(conf, y, EURO_GRID), dtype=np.float64)
-    return {"accuracy": float(y.mean()), "smece": float(smece(conf, y)),
-            **{f"auc_euro_{band}": float(np.mean(curve[BANDS[band][0]])) for band in _BANDS}}
-
-
-def metric_draws(run: EvalRun, n_bootstrap: int = 1000, seed: int = 0,
-                 estimators: Sequence[str] | None = None) -> dict[str, dict[str, tuple[float, np.ndarray]]]:
-    """``{estimator: {metric: (estimate, draws)}}`` for one run.
-
-    ``estimate`` is the metric on all test records; ``draws`` (float64[n_bootstrap]) the metric
-    on each resample of :func:`acute.bootstrap_indices` ``(run.n, n_bootstrap, seed)``,
-    the same resamples for every estimator (NaN where a metric is undefined on a resample).
-    ``n_bootstrap = 0`` gives empty draws. Raises ``ValueError`` for an unknown estimator.
-    """
-    n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
-    names = list(run.predictions) if estimators is None else list(estimators)
-    missing = [n for n in names if n not in run.predictions]
-    if missing:
-        raise InputError(f"{run.path}: no predictions for estimator(s) {missing}")
-    idx = bootstrap_indices(run.n, int(n_bootstrap), seed) if n_bootstrap else np.empty((0, run.n), int)
-    out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
-    y = np.asarray(run.correct, dtype=bool)
-    fns = {"smece": smece, **{f"auc_euro_{b}": METRICS[f"auc_euro_{b}"].fn for b in _BANDS}}
-    for name in names:
-        conf = run.predictions[name]
-        draws = {"accuracy": y[idx].mean(axis=1)}
-        for key, fn in fns.items():  # every resample at once
-            draws[key] = metric_over_resamples(fn, conf, y, idx)
-        full = metric_values(conf, y)
-        out[name] = {k: (full[k], draws[k]) for k in _METRIC_KEYS}
+def run_summary(run: EvalRun, metrics: Sequence[str] | None = None
+                ) -> dict[str, dict[str, dict[str, float | None]]]:
+    """``{estimator: {metric: {"estimate", "low", "high"}}}`` of one evaluation, read from its
+    ``results.json`` (the evaluation's own numbers: means over cross-validation repeats, its
+    95% bootstrap intervals; ``low``/``high`` None where it computed none). ``metrics``:
+    the keys to read (default :data:`REPORT_METRICS`'); a metric the evaluation did not compute
+    (an older acute) is None throughout. JSON-ready."""
+    keys = list(metrics) if metrics is not None else list(_METRIC_KEYS)
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    for row in run.results.get("results", []):
+        out[row["estimator"]] = {k: {"estimate": _finite(row.get(k)), "low": _finite(row.get(f"{k}_ci_low")),
+                                     "high": _finite(row.get(f"{k}_ci_high"))} for k in keys}
     return out
 
 
-def average_draws(per_run: Sequence[Mapping[str, Mapping[str, tuple[float, np.ndarray]]]]
-                  ) -> dict[str, dict[str, tuple[float, np.ndarray]]]:
-    """Average several runs' :func:`metric_draws` (independent test sets, e.g. one per model).
+def average_summaries(per_run: Sequence[Mapping[str, Mapping[str, Mapping[str, float | None]]]], z: float = 1.96
+                      ) -> dict[str, dict[str, dict[str, float | None]]]:
+    """The mean over independent evaluations (e.g. one per model) of :func:`run_summary` s.
 
-    For every estimator present in all runs: estimate = mean of the estimates, draw ``b`` = mean
-    of the runs' draw ``b`` (all runs must have the same number of draws). Returns the same
-    structure; an empty input gives ``{}``.
+    For every estimator present in all of them: estimate = the mean of the estimates; interval =
+    estimate -/+ ``z`` x sqrt(sum of se_i^2) / k, with each se_i = its interval's half-width / z
+    (a normal approximation: the evaluations are independent; the intervals, not the draws, are
+    what results.json keeps). No interval when any evaluation lacks one. An empty input gives ``{}``.
     """
     if not per_run:
         return {}
+    k = len(per_run)
     common = [e for e in per_run[0] if all(e in r for r in per_run[1:])]
-    out: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
     for est in common:
         out[est] = {}
         for key in per_run[0][est]:
-            estimates = [r[est][key][0] for r in per_run]
-            draws = [np.asarray(r[est][key][1], dtype=np.float64) for r in per_run]
-            if len({d.size for d in draws}) != 1:
-                raise InputError(f"runs have different numbers of bootstrap draws: {[d.size for d in draws]}")
-            out[est][key] = (float(np.mean(estimates)), np.mean(np.stack(draws), axis=0))
+            cells = [r[est].get(key) or {} for r in per_run]
+            estimates = [c.get("estimate") for c in cells]
+            if any(v is None for v in estimates):
+                out[est][key] = {"estimate": None, "low": None, "high": None}
+                continue
+            mean = float(np.mean(estimates))
+            low = high = None
+            if all(c.get("low") is not None and c.get("high") is not None for c in cells):
+                se = math.sqrt(sum(((c["high"] - c["low"]) / (2 * z)) ** 2 for c in cells)) / k
+                low, high = mean - z * se, mean + z * se
+            out[est][key] = {"estimate": mean, "low": low, "high": high}
     return out
 
 
-def interval_summary(draws: Mapping[str, Mapping[str, tuple[float, np.ndarray]]], alpha: float = 0.05
-                     ) -> dict[str, dict[str, dict[str, float | None]]]:
-    """``{estimator: {metric: {"estimate", "low", "high"}}}``: percentile intervals of the draws.
-
-    Non-finite draws are left out; ``low``/``high`` are ``None`` when no draw is finite (or
-    there were none). Values are plain floats (JSON-ready).
-    """
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
-    for est, by_metric in draws.items():
-        out[est] = {}
-        for key, (estimate, d) in by_metric.items():
-            lo, hi, _ = percentile_interval(d, alpha)
-            low = lo if math.isfinite(lo) else None
-            high = hi if math.isfinite(hi) else None
-            est_v = float(estimate) if estimate is not None and math.isfinite(estimate) else None
-            out[est][key] = {"estimate": est_v, "low": low, "high": high}
-    return out
+def _finite(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
