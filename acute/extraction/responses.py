@@ -4,10 +4,11 @@ responses produced elsewhere (another serving engine, logs), from one forward pa
 The states the recorder pools while a model generates are those a single causal forward pass
 over ``prompt + response`` computes at the same positions: the KV cache only saves recomputing
 the prefix. :func:`record_responses` runs that pass in batches (prompts sharing a prefix start
-from one KV cache of it, as in :func:`acute.extraction.generate_and_record`) with the recorder's
-:class:`~acute.extraction.pooler.LayerPooler` (weights over the fed positions), and returns the recorder's :class:`Generation` objects. For
-the tokens the model generated greedily the result equals what the recorder returned while
-generating, up to float rounding (tested on every tiny architecture and on SmolLM2).
+from one KV cache of it, as in :func:`acute.extraction.generate_and_record`) with the
+recorder's :class:`~acute.extraction.pooler.LayerPooler` (weights over the fed positions), and
+returns the recorder's :class:`Generation` objects. For the tokens the model generated greedily
+the result equals what the recorder returned while generating, up to float rounding (tested on
+every tiny architecture and on SmolLM2).
 
 Responses as text or as token ids
     A token-id response (a 1-D integer array or list) is taken as the complete generated
