@@ -41,8 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from acute import extraction  # noqa: E402
-from acute.extraction import HiddenStateRecorder  # noqa: E402
+from acute.extraction import HiddenStateRecorder, LayerPooler, recorder  # noqa: E402
 from acute.models import eos_token_ids, format_prompt, load_model  # noqa: E402
 
 QUESTIONS = [
@@ -127,44 +126,38 @@ def run_recorder(model, ids, mask, kw, eos, sizes=None):
     return batch.layer_means
 
 
-class TimedRecorder(HiddenStateRecorder):
-    """The recorder with a stopwatch around its per-layer hook work and its logits hook."""
-
-    spent = 0.0
-
-    def _accumulate(self, index, hidden):
-        t0 = time.perf_counter()
-        super()._accumulate(index, hidden)
-        TimedRecorder.spent += time.perf_counter() - t0
-
-    def _logits_hook(self, module, args, output):
-        t0 = time.perf_counter()
-        super()._logits_hook(module, args, output)
-        TimedRecorder.spent += time.perf_counter() - t0
+#: What "inside the recorder" times: the pooler's per-layer hook, the logits hook and the
+#: stopping criterion (which also sets the pooler's weights for the next forward).
+TIMED = ((LayerPooler, "_add"), (HiddenStateRecorder, "_logits_hook"),
+         (recorder._RecorderStoppingCriteria, "__call__"))
 
 
 def time_inside_recorder(model, ids, mask, kw, eos):
     """(seconds inside the recorder's hooks + stopping criterion, total seconds) of one run."""
-    criterion_call = extraction._RecorderStoppingCriteria.__call__
+    spent = [0.0]
+    originals = [getattr(cls, name) for cls, name in TIMED]
 
-    def timed_call(self, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return criterion_call(self, *a, **k)
-        finally:
-            TimedRecorder.spent += time.perf_counter() - t0
+    def stopwatch(fn):
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[0] += time.perf_counter() - t0
+        return timed
 
     kw = {k: v for k, v in kw.items() if k != "eos_token_id"}
-    TimedRecorder.spent = 0.0
-    extraction._RecorderStoppingCriteria.__call__ = timed_call
+    for (cls, name), fn in zip(TIMED, originals):  # before entering: the hooks bind them then
+        setattr(cls, name, stopwatch(fn))
     try:
         t0 = time.perf_counter()
-        with TimedRecorder(model) as rec:
+        with HiddenStateRecorder(model) as rec:
             rec.generate(ids, mask, eos_token_ids=eos, **kw)
         total = time.perf_counter() - t0
     finally:
-        extraction._RecorderStoppingCriteria.__call__ = criterion_call
-    return TimedRecorder.spent, total
+        for (cls, name), fn in zip(TIMED, originals):
+            setattr(cls, name, fn)
+    return spent[0], total
 
 
 def run_output_hidden_states(model, ids, mask, kw):

@@ -20,7 +20,7 @@ import torch
 
 import acute.models as am
 from acute import extraction
-from acute.extraction import HiddenStateRecorder, batch_order, generate_and_record
+from acute.extraction import HiddenStateRecorder, LayerPooler, batch_order, generate_and_record
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 from test_extraction import PROMPTS, assert_close_scaled, reference
 
@@ -152,29 +152,28 @@ def test_recorder_with_device_map_auto_from_load_model(tiny_model_dir, tok):
         assert_close_scaled(gen.layer_means, means)
 
 
-def _bare_run(batch_size=2, num_states=3):
-    return extraction.recorder._Run(batch_size, num_states, torch.device("cpu"), torch.float32,
-                           "decoding", max_new_tokens=4, eos_ids=[2], stop_strings=(),
-                           tokenizer=None)
-
-
 def test_sums_live_on_each_layers_device_and_only_weights_move():
     """States on another device (``meta`` here) are summed there, never copied to the CPU."""
-    rec = HiddenStateRecorder(make_tiny_model("llama"))
-    rec._run = run = _bare_run()
-    on_cpu = torch.randn(2, 5, 8, dtype=torch.bfloat16)
-    elsewhere = torch.empty(2, 5, 8, dtype=torch.bfloat16, device="meta")
-    rec._accumulate(0, on_cpu)
-    rec._accumulate(1, elsewhere)
-    rec._accumulate(2, elsewhere)
-    assert run.sums[0].device.type == "cpu" and run.sums[1].device.type == "meta"
-    assert all(s.dtype == torch.float32 for s in run.sums)
-    assert list(run._weights_by_device) == [torch.device("meta")]  # one copy for two layers
-    copy = run._weights_by_device[torch.device("meta")]
-    assert run.weight_on(torch.device("meta")) is copy
-    run.set_weight(torch.tensor([True, False]))  # next step: new weights, stale copies dropped
-    assert run._weights_by_device == {}
-    torch.testing.assert_close(run.sums[0], on_cpu[:, -1].float())
+    meta = torch.device("meta")
+    with LayerPooler(make_tiny_model("llama")) as pooler:
+        pooler.reset(2)
+        pooler.set_weights(torch.ones(2, 1), picks={"last": torch.tensor([0, -1])})
+        on_cpu = torch.randn(2, 5, 8, dtype=torch.bfloat16)
+        elsewhere = torch.empty(2, 5, 8, dtype=torch.bfloat16, device="meta")
+        pooler._add(0, on_cpu)
+        pooler._add(1, elsewhere)
+        pooler._add(2, elsewhere)
+        sums = pooler.sums
+        assert sums[0].device.type == "cpu" and sums[1].device.type == "meta"
+        assert pooler.picked["last"][1].device.type == "meta"
+        assert all(s.dtype == torch.float32 for s in sums[:3])
+        # one copy of the weights (and of the pick) for two layers on that device
+        assert sorted(pooler._copies) == [("last:take", meta), ("weights", meta)]
+        copy = pooler._copies[("weights", meta)]
+        assert pooler._on("weights", pooler._weights, meta) is copy
+        pooler.set_weights(torch.tensor([[1.0], [0.0]]))  # next step: new weights, stale copies dropped
+        assert pooler._copies == {}
+    torch.testing.assert_close(sums[0], on_cpu[:, -1].float())
 
 
 # ------------------------------------------------------------------ half-precision models
@@ -193,7 +192,7 @@ class _SumDtypes(HiddenStateRecorder):
     """Remembers the dtypes of the running sums when the batch is collected."""
 
     def _collect(self):
-        self.sum_dtypes = {s.dtype for s in self._run.sums}
+        self.sum_dtypes = {s.dtype for s in self._pooler.sums}
         return super()._collect()
 
 

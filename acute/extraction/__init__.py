@@ -42,7 +42,7 @@ same indexing):
 Devices and dtypes: each layer's running sum is allocated on the device where that layer's hidden
 states appear, so a model split over several devices (``device_map="auto"``, accelerate's
 dispatch hooks) is recorded without moving any hidden state between devices; per step only the
-``[B, 1]`` row weights are copied to each device once. Sums are float32 (or float64) whatever the
+row weights and picked positions (:class:`LayerPooler`) are copied to each device once. Sums are float32 (or float64) whatever the
 model's dtype, so bfloat16 / float16 states are accumulated without half-precision rounding, and
 they are gathered to the CPU in float64 once, after ``generate`` returns.
 
@@ -58,24 +58,26 @@ returns (captured by a forward hook on the model, i.e. before any logits process
 temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
 once the token is known.
 
-Responses produced elsewhere are recorded by teacher forcing (``forced.record_responses``): one
-forward pass over prompt + response with hooks on the same modules gives the same pooled states,
-token log-probs and raw confidence as the recorder does while generating those tokens.
+Responses produced elsewhere are recorded by teacher forcing (``responses.record_responses``): one
+forward pass over prompt + response, pooled by the same :class:`LayerPooler` (weights over the
+fed positions instead of one position per decoding step), gives the same pooled states, token
+log-probs and raw confidence as the recorder does while generating those tokens.
 """
 
 from ..errors import UnsupportedArchitectureError
 from .batching import MIN_SHARED_PREFIX, PREFIX_GROUP_DEPTH, batch_order
-from .responses import ForcedPooler, record_responses, response_token_ids
+from .responses import record_responses, response_token_ids
 from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
+from .pooler import LayerPooler
 from .recorder import HiddenStateRecorder, RecordedBatch
 from .continuations import score_continuations, score_token_continuations
 
 __all__ = [
-    "ForcedPooler",
     "Generation",
     "HiddenStateRecorder",
     "LayerMap",
+    "LayerPooler",
     "MIN_SHARED_PREFIX",
     "PREFIX_GROUP_DEPTH",
     "RecordedBatch",

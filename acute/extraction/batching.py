@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+import warnings
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -12,7 +13,7 @@ from torch import nn
 
 from ..errors import InputError
 
-from .layers import forward_accepts, model_device
+from .layers import context_window, forward_accepts, model_device
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,35 @@ def check_strings(values: Any, name: str) -> list[str]:
         if not isinstance(v, str):
             raise InputError(f"{name}[{i}] must be a str, got {type(v).__name__}")
     return values
+
+
+#: What to do with a record longer than the model's context window: skip it or fail.
+ON_TOO_LONG = ("skip", "error")
+
+
+def within_context_window(model: nn.Module, lengths: Sequence[int], on_too_long: str,
+                          describe: Callable[[int, int], str]) -> list[int]:
+    """The indices of ``lengths`` (positions each record needs) that fit the model's context
+    window (:func:`~acute.extraction.layers.context_window`; all of them when it is unknown).
+
+    For a record that does not fit, ``describe(index, window)`` says why: with
+    ``on_too_long="skip"`` it is left out with a ``UserWarning`` of that message (pointing at
+    the caller's caller, i.e. the public function's), with ``"error"`` the first one raises
+    :class:`InputError` with it. Raises :class:`InputError` for another ``on_too_long``.
+    """
+    if on_too_long not in ON_TOO_LONG:
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    limit = context_window(model)
+    keep: list[int] = []
+    for i, n in enumerate(lengths):
+        if limit is not None and n > limit:
+            message = describe(i, limit)
+            if on_too_long == "error":
+                raise InputError(message)
+            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=3)
+            continue
+        keep.append(i)
+    return keep
 
 
 def cut_at_stop(text: str, stop_strings: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .layers import forward_accepts, model_device, context_window
+from .layers import forward_accepts, model_device
 from .batching import (
     MIN_SHARED_PREFIX,
     cache_keyword,
@@ -25,6 +25,7 @@ from .batching import (
     tokenize,
     window_allows_prefix_cache,
     length_blocks,
+    within_context_window,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,15 +70,15 @@ def score_token_continuations(model: nn.Module, prompt_ids: Sequence[Sequence[in
         raise InputError(f"prompts ({len(p_ids)}) and continuations ({len(c_ids)}) differ in length")
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    limit = context_window(model)
     for i, (p, c) in enumerate(zip(p_ids, c_ids)):
         if not c:
             raise InputError(f"continuations[{i}] is empty (tokenizes to no tokens)")
         if not p:
             raise InputError(f"prompts[{i}] is empty; the first continuation token needs a context")
-        if limit is not None and len(p) + len(c) > limit:
-            raise InputError(f"prompts[{i}] + continuations[{i}] has {len(p) + len(c)} tokens, "
-                             f"more than the context window of {limit}")
+    lengths = [len(p) + len(c) for p, c in zip(p_ids, c_ids)]
+    within_context_window(model, lengths, "error",
+                          lambda i, limit: (f"prompts[{i}] + continuations[{i}] has {lengths[i]} "
+                                            f"tokens, more than the context window of {limit}"))
     keep_logits = forward_accepts(model, "logits_to_keep")
     pass_positions = forward_accepts(model, "position_ids")
     if reuse_prefix and pass_positions:

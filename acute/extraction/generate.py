@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import logging
 import math
-import warnings
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
@@ -18,7 +17,6 @@ from ..fileio import progress as _progress
 from ..errors import InputError
 
 from ..store.pooling import POOLS, PoolMode
-from .layers import context_window
 from .batching import (BATCH_SIZE, 
     MIN_SHARED_PREFIX,
     cache_keyword,
@@ -32,6 +30,7 @@ from .batching import (BATCH_SIZE,
     resolve_eos,
     tokenize,
     window_allows_prefix_cache,
+    within_context_window,
     batch_order,
 )
 from .recorder import HiddenStateRecorder
@@ -123,25 +122,16 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
         raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if pool not in POOLS:
         raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
-    if on_too_long not in ("skip", "error"):
-        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
     encoded = tokenize(tokenizer, prompts)
     for i, ids in enumerate(encoded):
         if not ids:
             raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
-    limit = context_window(model)
-    keep: list[int] = []
-    for i, ids in enumerate(encoded):
-        if limit is not None and len(ids) + max_new_tokens > limit:
-            message = (f"prompts[{i}] has {len(ids)} tokens; with max_new_tokens={max_new_tokens} "
-                       f"it exceeds the context window of {limit} positions")
-            if on_too_long == "error":
-                raise InputError(message)
-            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
-            continue
-        keep.append(i)
+    keep = within_context_window(
+        model, [len(ids) + max_new_tokens for ids in encoded], on_too_long,
+        lambda i, limit: (f"prompts[{i}] has {len(encoded[i])} tokens; with max_new_tokens="
+                          f"{max_new_tokens} it exceeds the context window of {limit} positions"))
     if reuse_prefix and sort_by_length:
         planned = prefix_batches(encoded, keep, batch_size)
     else:

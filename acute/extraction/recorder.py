@@ -1,4 +1,5 @@
-"""The forward-hook recorder: running per-layer sums of the hidden states while a model generates."""
+"""The recorder: generation with per-row stopping, token log-probs and finish reasons, the
+hidden states pooled by a :class:`~acute.extraction.pooler.LayerPooler` while the model generates."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 
 from ..errors import InputError
-from .decoding import plain_greedy, greedy_decode
 from ..store.pooling import POOLS, PoolMode
-from .layers import LayerMap, model_device, find_layers, hook_layer_outputs
+from .decoding import plain_greedy, greedy_decode
+from .layers import LayerMap, model_device
+from .pooler import LayerPooler, check_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -54,48 +56,28 @@ _REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
 _REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
 
 
-def stack_layers(states: Sequence[torch.Tensor]) -> torch.Tensor:
-    """float64 [B, L+1, d] on the CPU from one [B, d] tensor per layer, wherever each lives."""
-    return torch.stack([s.to("cpu", torch.float64) for s in states], dim=1)
-
-
-def _copy_on(tensor: torch.Tensor, device: torch.device,
-             copies: dict[torch.device, torch.Tensor]) -> torch.Tensor:
-    """``tensor`` on ``device``: itself there, else its copy kept in ``copies``."""
-    if device == tensor.device:
-        return tensor
-    copy_ = copies.get(device)
-    if copy_ is None:
-        copy_ = copies[device] = tensor.to(device)
-    return copy_
-
-
 class _Run:
-    """Mutable state of one recorded ``generate`` call."""
+    """Mutable state of one recorded ``generate`` call: what is about generation (tokens,
+    log-probs, finish reasons, which rows are pooled); the states are the pooler's."""
 
-    def __init__(self, batch_size: int, num_states: int, device: torch.device, dtype: torch.dtype,
-                 pool: str, max_new_tokens: int, eos_ids: Sequence[int],
-                 stop_strings: Sequence[str], tokenizer: Any):
+    def __init__(self, pooler: LayerPooler, batch_size: int, device: torch.device, pool: str,
+                 max_new_tokens: int, eos_ids: Sequence[int], stop_strings: Sequence[str],
+                 tokenizer: Any):
+        self.pooler = pooler
         self.batch_size = batch_size
         self.device = device
-        self.dtype = dtype
         self.pool = pool
         self.max_new_tokens = max_new_tokens
         self.stop_strings = tuple(stop_strings)
         self.tokenizer = tokenizer
         self.eos = torch.tensor(list(eos_ids), dtype=torch.long, device=device)
-        # Per layer [B, d] (accumulation dtype, on the layer's device): the running sums, the
-        # prefill's last position and each row's latest pooled state.
-        self.sums: list[torch.Tensor | None] = [None] * num_states
-        self.last_prompt: list[torch.Tensor | None] = [None] * num_states
-        self.last_answer: list[torch.Tensor | None] = [None] * num_states
         self.counts = torch.zeros(batch_size, dtype=torch.long, device=device)
-        # Weight of each row in the *next* forward pass ([B, 1], 1.0 = pool this row).
-        # decoding: every row is pooled in the prefill; generated: nothing in the prefill.
-        start = 1.0 if pool == "decoding" else 0.0
-        self.weight = torch.full((batch_size, 1), start, dtype=dtype, device=device)
-        self.pool_this_forward = pool == "decoding"
-        self._weights_by_device: dict[torch.device, torch.Tensor] = {}
+        # The rows the *next* forward pools ([B] bool) and whether it pools at all. "decoding":
+        # every row is pooled in the prefill; "generated": nothing, the prefill only keeps the
+        # prompt's last state. The prefill is the only forward that keeps it.
+        self.pooled = torch.full((batch_size,), pool == "decoding", dtype=torch.bool, device=device)
+        self.pooling = pool == "decoding"
+        self.prefill = True
         self.done = torch.zeros(batch_size, dtype=torch.bool, device=device)
         self.n_tokens = torch.zeros(batch_size, dtype=torch.long, device=device)
         self.reason = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -107,28 +89,42 @@ class _Run:
         self.logits_next: torch.Tensor | None = None  # raw logits of the latest forward [B, V]
         self.logsumexp_next: torch.Tensor | None = None  # their log-normaliser [B] (float32)
         self.cpu_tokens: list[list[int]] | None = [[] for _ in range(batch_size)] if stop_strings else None
-        self.forwards = 0
         # Batch rows of the current forward (original indices) when finished rows were dropped
         # from it (the recorder's own greedy loop); None = every row.
         self.rows: torch.Tensor | None = None
-        self._rows_by_device: dict[torch.device, torch.Tensor] = {}
+        pooler.reset(batch_size)
+        self.arm()
 
-    def weight_on(self, device: torch.device) -> torch.Tensor:
-        """The row weights on ``device`` (copied at most once per step and device)."""
-        return _copy_on(self.weight, device, self._weights_by_device)
+    def arm(self) -> None:
+        """Tell the pooler what the next forward pools: weight 1 at its one new position for
+        the pooled rows, whose last pooled state it replaces (the others keep theirs)."""
+        pooled = self.pooled if self.rows is None else self.pooled[self.rows]
+        picks = {}
+        if self.prefill:
+            picks["last_prompt"] = torch.zeros(pooled.shape[0], dtype=torch.long, device=self.device)
+        weights = None
+        if self.pooling:
+            weights = pooled.unsqueeze(1)
+            picks["last_answer"] = pooled.long() - 1  # 0 (the new position) or -1 (keep)
+        self.pooler.set_weights(weights, rows=self.rows, picks=picks)
 
-    def rows_on(self, device: torch.device) -> torch.Tensor:
-        """:attr:`rows` (not None) on ``device`` (copied at most once per step and device)."""
-        assert self.rows is not None
-        return _copy_on(self.rows, device, self._rows_by_device)
-
-    def set_weight(self, mask: torch.Tensor) -> None:
-        self.weight.copy_(mask.unsqueeze(1))
-        self._weights_by_device = {}
+    def set_pooled(self, mask: torch.Tensor) -> None:
+        """Pool the rows of ``mask`` in the next forward."""
+        self.pooled = mask.clone()
+        self.pooling = True
+        self.arm()
 
     def set_rows(self, rows: torch.Tensor | None) -> None:
         self.rows = None if rows is None or rows.numel() == self.batch_size else rows
-        self._rows_by_device = {}
+        self.arm()
+
+    def forward_done(self) -> None:
+        """After each forward (the logits hook): count the rows it pooled."""
+        if self.pooling:
+            self.counts += self.pooled
+        if self.prefill:
+            self.prefill = False
+            self.arm()
 
 
 class _DropEosPrecedenceNotice(logging.Filter):
@@ -207,13 +203,11 @@ class _RecorderStoppingCriteria(StoppingCriteria):
 
         if run.pool == "decoding":
             # The next forward decodes the next token of every still-running row.
-            run.set_weight(~run.done)
-            run.pool_this_forward = True
+            run.set_pooled(~run.done)
             return run.done.clone()
         # "generated": the next forward feeds this step's token; pool it for rows where it is real
         # and keep those rows alive for generate until that forward has happened.
-        run.set_weight(active)
-        run.pool_this_forward = True
+        run.set_pooled(active)
         return ~active
 
 
@@ -224,10 +218,13 @@ class HiddenStateRecorder:
     accumulation dtype of the running sums and of the last-prompt and last-answer states (float32
     or float64, also for half-precision models); each lives on the device of the layer it pools
     (models split with a ``device_map`` work).
-    On entering, forward hooks are attached to the first decoder layer (its input is index 0 and
-    its output index 1), the other decoder layers but the last (indices 2..L-1), the final norm
-    (index L) and the model itself (raw logits). They are removed on exit, also when an exception
-    is raised. Outside :meth:`generate` the hooks do nothing.
+    On entering, a :class:`~acute.extraction.pooler.LayerPooler` hooks the first decoder layer
+    (its input is index 0 and its output index 1), the other decoder layers but the last
+    (indices 2..L-1) and the final norm (index L), and a forward hook on the model itself takes
+    the raw logits. They are removed on exit, also when an exception is raised. Outside
+    :meth:`generate` the hooks do nothing. The recorder itself only decides what is about
+    generation: when each row stops, its tokens' log-probs and finish reason, and which rows the
+    pooler pools in the next forward.
 
     Use::
 
@@ -239,38 +236,12 @@ class HiddenStateRecorder:
         self.model = model
         self.pool = pool
         self.dtype = dtype
-        self._handles: list[Any] = []
+        self._pooler: LayerPooler | None = None
+        self._logits_handle: Any = None
         self._run: _Run | None = None
         self.layer_map: LayerMap | None = None
 
     # -- hooks -------------------------------------------------------------------------------
-
-    def _accumulate(self, index: int, hidden: torch.Tensor) -> None:
-        run = self._run
-        last = hidden[:, -1, :].to(run.dtype)  # on this layer's device, in the accumulation dtype
-        if run.forwards == 0:  # the prefill: every row, its last position the prompt's last token
-            run.last_prompt[index] = last.clone()
-        if not run.pool_this_forward:
-            return
-        total, answer = run.sums[index], run.last_answer[index]
-        if total is None:
-            total = run.sums[index] = torch.zeros_like(run.last_prompt[index])
-            answer = run.last_answer[index] = torch.zeros_like(total)
-        weight = run.weight_on(last.device)
-        if run.rows is None:
-            total.addcmul_(last, weight)
-            answer.copy_(torch.where(weight.bool(), last, answer))
-        else:  # a forward over the unfinished rows only
-            rows = run.rows_on(last.device)
-            total.index_add_(0, rows, last * weight[rows])
-            answer.index_copy_(0, rows, torch.where(weight[rows].bool(), last, answer[rows]))
-
-    def _count_forward(self) -> None:
-        """After the final norm: one more forward pass, and the rows it pooled."""
-        run = self._run
-        run.forwards += 1
-        if run.pool_this_forward:
-            run.counts += run.weight.squeeze(1).to(run.counts.device, torch.long)
 
     def _logits_hook(self, module, args, output):
         run = self._run
@@ -284,40 +255,41 @@ class HiddenStateRecorder:
         # their log-normaliser; the token's log-prob is gathered once the token is known.
         run.logits_next = last
         run.logsumexp_next = torch.logsumexp(last.float(), dim=-1)
+        run.forward_done()
 
     # -- context manager ---------------------------------------------------------------------
 
     def __enter__(self) -> "HiddenStateRecorder":
         if self.pool not in POOLS:
             raise InputError(f"pool must be one of {POOLS}, got {self.pool!r}")
-        if self.dtype not in (torch.float32, torch.float64):
-            raise InputError(f"dtype must be torch.float32 or torch.float64, got {self.dtype}")
-        if self._handles:
+        check_dtype(self.dtype)
+        if self._pooler is not None:
             raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
-        lm = find_layers(self.model)
-        self.layer_map = lm
-        self._handles = hook_layer_outputs(lm, self._accumulate, lambda: self._run is not None,
-                                           after_final=self._count_forward)
+        pooler = LayerPooler(self.model, dtype=self.dtype).__enter__()
         try:
-            self._handles.append(self.model.register_forward_hook(self._logits_hook))
+            self._logits_handle = self.model.register_forward_hook(self._logits_hook)
         except BaseException:
-            self._remove()
+            pooler.__exit__(None, None, None)
             raise
+        self._pooler, self.layer_map = pooler, pooler.layer_map
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._remove()
 
     def _remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        if self._logits_handle is not None:
+            self._logits_handle.remove()
+            self._logits_handle = None
+        if self._pooler is not None:
+            self._pooler.__exit__(None, None, None)
+            self._pooler = None
         self._run = None
 
     @property
     def active(self) -> bool:
         """Whether the hooks are attached."""
-        return bool(self._handles)
+        return self._pooler is not None
 
     # -- generation --------------------------------------------------------------------------
 
@@ -342,7 +314,7 @@ class HiddenStateRecorder:
         :class:`RecordedBatch`. Raises ``RuntimeError`` if the recorder is not entered or if the
         hooks saw a different number of pooled states than generated tokens.
         """
-        if not self._handles:
+        if self._pooler is None:
             raise RuntimeError("use HiddenStateRecorder as a context manager: `with HiddenStateRecorder(model) as rec:`")
         if max_new_tokens < 1:
             raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -379,9 +351,8 @@ class HiddenStateRecorder:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.to(device)
-        assert self.layer_map is not None
-        self._run = _Run(input_ids.shape[0], self.layer_map.num_layers + 1, device, self.dtype,
-                         self.pool, max_new_tokens, eos_ids, stop_strings, tokenizer)
+        self._run = _Run(self._pooler, input_ids.shape[0], device, self.pool, max_new_tokens,
+                         eos_ids, stop_strings, tokenizer)
         extra = 1 if self.pool == "generated" else 0
         try:
             if drop_finished and plain_greedy(self.model, generate_kwargs):
@@ -394,12 +365,12 @@ class HiddenStateRecorder:
                                         stopping_criteria=criteria, **generate_kwargs)
             return self._collect()
         finally:
+            self._pooler.set_weights(None)
             self._run = None
 
-
     def _collect(self) -> RecordedBatch:
-        run = self._run
-        assert run is not None
+        run, pooler = self._run, self._pooler
+        assert run is not None and pooler is not None
         n_tokens = run.n_tokens.cpu().numpy()
         counts = run.counts.cpu().numpy()
         if not np.array_equal(n_tokens, counts):
@@ -409,35 +380,30 @@ class HiddenStateRecorder:
             )
         tokens = run.tokens.cpu().numpy()
         logprobs = run.logprobs.cpu().numpy()
-        if any(s is None for s in run.sums):
-            raise RuntimeError("some layers were never reached by a forward pass")
-        # The only gathers: each layer's states, wherever they live, to the CPU in float64.
-        means = stack_layers(run.sums) / torch.from_numpy(counts).to(torch.float64)[:, None, None]
         reasons = run.reason.cpu().tolist()
+        # The only gathers: each layer's states, wherever they live, to the CPU in float64.
         return RecordedBatch(
             token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
             token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
-            layer_means=means.numpy().astype(np.float32),
-            last_prompt=stack_layers(run.last_prompt).numpy().astype(np.float32),
-            last_answer=stack_layers(run.last_answer).numpy().astype(np.float32),
+            layer_means=pooler.means(counts),
+            last_prompt=pooler.states("last_prompt"),
+            last_answer=pooler.states("last_answer"),
             counts=counts.astype(np.int64),
             finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
         )
 
     def state_nbytes(self) -> int:
         """Bytes of the tensors the recorder holds for the current batch: running sums, last
-        prompt and last pooled states, counts, masks, the latest log-normaliser and the
-        preallocated [B, max_new_tokens + 1] token and log-prob buffers (the logits it references
-        belong to the model's output). Fixed for a given batch and ``max_new_tokens``, i.e. it
-        does not grow while tokens are generated; 0 outside a generate call."""
+        prompt and last pooled states and the pooler's weights and picks, counts, masks, the
+        latest log-normaliser and the preallocated [B, max_new_tokens + 1] token and log-prob
+        buffers (the logits it references belong to the model's output). Fixed for a given
+        batch and ``max_new_tokens``, i.e. it does not grow while tokens are generated; 0
+        outside a generate call."""
         run = self._run
         if run is None:
             return 0
-        tensors = [s for s in run.sums + run.last_prompt + run.last_answer if s is not None]
-        tensors += [run.counts, run.weight, run.done, run.n_tokens, run.reason, run.eos,
-                    run.tokens, run.logprobs]
+        tensors = [run.counts, run.pooled, run.done, run.n_tokens, run.reason, run.eos,
+                   run.tokens, run.logprobs]
         if run.logsumexp_next is not None:
             tensors.append(run.logsumexp_next)
-        return int(sum(t.numel() * t.element_size() for t in tensors))
-
-
+        return run.pooler.nbytes() + int(sum(t.numel() * t.element_size() for t in tensors))

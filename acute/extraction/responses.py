@@ -4,10 +4,11 @@ responses produced elsewhere (another serving engine, logs), from one forward pa
 The states the recorder pools while a model generates are those a single causal forward pass
 over ``prompt + response`` computes at the same positions: the KV cache only saves recomputing
 the prefix. :func:`record_responses` runs that pass in batches (prompts sharing a prefix start
-from one KV cache of it, as in :func:`acute.extraction.generate_and_record`) with forward hooks
-on the modules the recorder hooks, and returns the recorder's :class:`Generation` objects. For
-the tokens the model generated greedily the result equals what the recorder returned while
-generating, up to float rounding (tested on every tiny architecture and on SmolLM2).
+from one KV cache of it, as in :func:`acute.extraction.generate_and_record`) with the
+recorder's :class:`~acute.extraction.pooler.LayerPooler` (weights over the fed positions), and
+returns the recorder's :class:`Generation` objects. For the tokens the model generated greedily
+the result equals what the recorder returned while generating, up to float rounding (tested on
+every tiny architecture and on SmolLM2).
 
 Responses as text or as token ids
     A token-id response (a 1-D integer array or list) is taken as the complete generated
@@ -58,112 +59,16 @@ from .batching import (BATCH_SIZE,
     split_batches,
     tokenize,
     window_allows_prefix_cache,
+    within_context_window,
 )
 from .generate import Generation
 from ..store.pooling import POOLS, PoolMode
-from .layers import (forward_accepts, model_device, context_window, find_layers,
-                     hook_layer_outputs)
-from .recorder import stack_layers
+from .layers import forward_accepts, model_device
+from .pooler import LayerPooler, check_dtype
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ForcedPooler", "record_responses", "response_token_ids"]
-
-
-class ForcedPooler:
-    """Context manager that pools every layer's hidden states over chosen positions of a forward.
-
-    Hooks the modules :class:`~acute.extraction.HiddenStateRecorder` hooks (the first decoder
-    layer's input = index 0, layer ``i``'s output = ``i + 1``, the final norm's output = ``L``),
-    so the indexing is the recorder's. Before each forward, :meth:`set_weights` says which
-    positions of each row to pool: ``weights`` (``[b, s]`` of 0/1 over the fed positions) are
-    summed into :attr:`sums`; each of ``picks`` (a name and int64[b]: one fed position per row)
-    keeps that position's state in :attr:`picked` under its name, replacing what an earlier
-    forward kept for the row; ``rows``: the batch rows a forward over a subset holds. States
-    (``dtype``, float32 by default) live on each layer's device; hooks do nothing while no
-    weights are set and are removed on exit.
-    """
-
-    def __init__(self, model: nn.Module, batch_size: int, dtype: torch.dtype = torch.float32):
-        self.model = model
-        self.batch_size = batch_size
-        self.dtype = dtype
-        self.sums: list[torch.Tensor | None] = []
-        self.picked: dict[str, list[torch.Tensor | None]] = {}
-        self._weights: torch.Tensor | None = None
-        self._picks: dict[str, torch.Tensor] = {}
-        self._rows: torch.Tensor | None = None
-        self._copies: dict[tuple[str, torch.device], torch.Tensor] = {}
-        self._handles: list[Any] = []
-
-    def reset(self, batch_size: int) -> None:
-        """Start the sums and picked states of a new batch of ``batch_size`` rows."""
-        self.batch_size = batch_size
-        self.sums = [None] * len(self.sums)
-        self.picked = {}
-
-    def set_weights(self, weights: torch.Tensor | None, rows: torch.Tensor | None = None,
-                    picks: dict[str, torch.Tensor] | None = None) -> None:
-        self._weights = None if weights is None else weights.to(self.dtype)
-        self._picks = dict(picks or {})
-        self._rows = rows
-        self._copies = {}
-
-    def _on(self, name: str, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-        key = (name, device)
-        if key not in self._copies:
-            self._copies[key] = tensor.to(device)
-        return self._copies[key]
-
-    def _slot(self, states: list[torch.Tensor | None], index: int, like: torch.Tensor) -> torch.Tensor:
-        """``states[index]``, first allocated as zeros [batch_size, d] on ``like``'s device."""
-        if states[index] is None:
-            states[index] = torch.zeros((self.batch_size, like.shape[-1]), dtype=self.dtype,
-                                        device=like.device)
-        return states[index]
-
-    def _add(self, index: int, hidden: torch.Tensor) -> None:
-        device = hidden.device
-        hidden = hidden.to(self.dtype)
-        rows = None if self._rows is None else self._on("rows", self._rows, device)
-        w = self._on("w", self._weights, device)  # [b, s]
-        pooled = torch.bmm(w.unsqueeze(1), hidden).squeeze(1)  # [b, d]
-        total = self._slot(self.sums, index, hidden)
-        if rows is None:
-            total += pooled
-        else:
-            total.index_add_(0, rows, pooled)
-        for name, positions in self._picks.items():
-            at = self._on(name, positions, device)[:, None, None].expand(-1, 1, hidden.shape[-1])
-            state = hidden.gather(1, at).squeeze(1)  # [b, d]
-            kept = self._slot(self.picked.setdefault(name, [None] * len(self.sums)), index, hidden)
-            if rows is None:
-                kept.copy_(state)
-            else:
-                kept.index_copy_(0, rows, state)
-
-    def __enter__(self) -> "ForcedPooler":
-        lm = find_layers(self.model)
-        self.sums = [None] * (lm.num_layers + 1)
-        self._handles = hook_layer_outputs(lm, self._add, lambda: self._weights is not None)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self.set_weights(None)
-
-    def means(self, counts: Sequence[int]) -> np.ndarray:
-        """float32 [b, L+1, d]: the sums divided by each row's number of pooled positions."""
-        if any(s is None for s in self.sums):
-            raise RuntimeError("some layers were never reached by a forward pass")
-        count = torch.tensor(list(counts), dtype=torch.float64)[:, None, None]
-        return (stack_layers(self.sums) / count).numpy().astype(np.float32)
-
-    def states(self, name: str) -> np.ndarray:
-        """float32 [b, L+1, d]: the states picked under ``name``."""
-        return stack_layers(self.picked[name]).numpy().astype(np.float32)
+__all__ = ["record_responses", "response_token_ids"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +203,7 @@ def _batch_positions(known: Sequence[int], pending: Sequence[bool], width: int, 
     return w, {"last_prompt": torch.tensor(prompt), "last_answer": torch.tensor(last)}
 
 
-def _forced_batch(model: nn.Module, pooler: ForcedPooler, seqs: Sequence[tuple[list[int], list[int], bool]],
+def _forced_batch(model: nn.Module, pooler: LayerPooler, seqs: Sequence[tuple[list[int], list[int], bool]],
                   prefix: list[int] | None, prefixes: _Prefix, pad_id: int, eos_ids: Sequence[int],
                   pool: str) -> list[tuple[np.ndarray, ...]]:
     """Record one batch of ``(prompt ids, known response ids, pending EOS)`` rows.
@@ -361,7 +266,7 @@ def _forced_batch(model: nn.Module, pooler: ForcedPooler, seqs: Sequence[tuple[l
     return [(tokens[r], logprobs[r], means[r], last_prompt[r], last_answer[r]) for r in range(rows)]
 
 
-def _feed_eos(model: nn.Module, pooler: ForcedPooler, out: Any, key: str, mask: torch.Tensor,
+def _feed_eos(model: nn.Module, pooler: LayerPooler, out: Any, key: str, mask: torch.Tensor,
               positions: torch.Tensor, tokens: Sequence[np.ndarray], pending: Sequence[bool]) -> None:
     """``pool="generated"``: feed the appended EOS of the ``pending`` rows with the KV cache and
     pool its states, also these rows' last pooled ones (the recorder's extra decoding step)."""
@@ -437,17 +342,12 @@ def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], r
     empty prompt, a response with no tokens (an empty text with ``append_eos=False``),
     mismatched lengths or a bad argument.
     """
-    import warnings
-
     prompts = check_strings(prompts, "prompts")
     if batch_size < 1:
         raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if pool not in POOLS:
         raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
-    if on_too_long not in ("skip", "error"):
-        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
-    if dtype not in (torch.float32, torch.float64):
-        raise InputError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    check_dtype(dtype)
     stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
     r_ids, given = response_token_ids(tokenizer, responses)
     if len(r_ids) != len(prompts):
@@ -455,30 +355,23 @@ def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], r
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pending = _append_flags(append_eos, given, r_ids, eos_ids)
     p_ids = tokenize(tokenizer, prompts)
-    limit = context_window(model)
-    keep: list[int] = []
     for i, (p, k, e) in enumerate(zip(p_ids, r_ids, pending)):
         if not p:
             raise InputError(f"prompts[{i}] is empty; the first response token needs a context")
         if not k and not e:
             raise InputError(f"responses[{i}] is empty (no tokens, and no EOS is appended)")
-        n = len(p) + len(k) + int(e)
-        if limit is not None and n > limit:
-            message = (f"prompts[{i}] + responses[{i}] has {n} tokens, more than the context "
-                       f"window of {limit}")
-            if on_too_long == "error":
-                raise InputError(message)
-            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=2)
-            continue
-        keep.append(i)
-    _warn_lossy(tokenizer, responses, r_ids, given)
     total = [len(p) + len(k) + int(e) for p, k, e in zip(p_ids, r_ids, pending)]
+    keep = within_context_window(
+        model, total, on_too_long,
+        lambda i, limit: (f"prompts[{i}] + responses[{i}] has {total[i]} tokens, more than the "
+                          f"context window of {limit}"))
+    _warn_lossy(tokenizer, responses, r_ids, given)
     planned = _plan(p_ids, total, keep, batch_size, reuse_prefix)
     pad_id = padding_id(tokenizer, eos_ids)
     eos = set(eos_ids)
     prefixes = _Prefix(model)
     results: list[Generation | None] = [None] * len(prompts)
-    with ForcedPooler(model, batch_size, dtype=dtype) as pooler:
+    with LayerPooler(model, dtype=dtype) as pooler:
         for batch, prefix in _progress(planned, len(planned), progress, "record"):
             use_prefix = (prefix is not None and len(prefix) >= MIN_SHARED_PREFIX
                           and window_allows_prefix_cache(model, max(total[i] for i in batch)))
