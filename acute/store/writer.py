@@ -1,6 +1,6 @@
 """Writing a store: :class:`StoreWriter` (one shard at a time, by the commit protocol of
-:mod:`acute.store.commit`), and :func:`prepare_store` / :func:`finalize_store`, which the main process of
-a multi-process collection calls before and after its part writers."""
+:mod:`acute.store.commit`), and :func:`prepare_store` / :func:`finalize_store`, which the main
+process of a multi-process collection calls before and after its part writers."""
 
 from __future__ import annotations
 
