@@ -136,8 +136,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     without an error the temporary file is fsync'ed and renamed over ``path`` (and the folder
     fsync'ed), so readers see the old file or the whole new one, never a part. On an error the
     temporary file is removed and ``path`` is untouched. Every acute output goes through here
-    (text, JSON, CSV, PNG), except store shards and probe folders, which commit several files
-    at once and document their own order."""
+    (text, JSON, CSV, PNG), except the shards of stores and protocol records
+    (:mod:`acute.store.commit`) and probe folders, which commit several files at once and
+    document their own order."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tmp_path(path)

@@ -26,11 +26,14 @@ them have no ``poolings`` key and read as ``["mean"]``; ``acute rerecord`` adds 
 Readers see the committed shards of both kinds as one store, in a deterministic order:
 unpartitioned shards by index, then part shards by (part, index).
 
-Commit protocol (one shard at a time): both files are written to hidden temporary names in the
-store directory and fsync'ed, then the ``.jsonl`` is renamed into place, then the ``.safetensors``.
-The ``.safetensors`` file is the commit marker: a shard exists once it exists. A ``.jsonl`` without
-its ``.safetensors`` (crash between the two renames) and leftover temporary files are orphans;
-readers ignore them and a resuming writer deletes them (a part writer only its own part's).
+Commit protocol (one shard at a time, :class:`~acute.store.commit.ShardDirectory`, which the
+protocol study's record shards use too): both files are written to hidden temporary names in the
+store directory and fsync'ed, then the ``.jsonl`` is renamed into place, then the ``.safetensors``,
+then the directory is fsync'ed. The ``.safetensors`` file is the commit marker: a shard exists
+once it exists. A ``.jsonl`` without its ``.safetensors`` (crash between the two renames) and
+leftover temporary files are orphans; readers ignore them and a resuming writer deletes them (a
+part writer only its own part's). A resumed writer numbers its next shard one past its part's
+highest committed index.
 
 Format versions: ``format_version`` 1 is a store of unpartitioned shards only; 2 (written by
 :func:`prepare_store`) may also hold part shards, which acute releases reading only version 1
@@ -89,19 +92,21 @@ and ``layer_means`` (like ``states(pooling)``) has shape ``(0, L+1, d)`` (``(0, 
 manifest does not know L, d).
 
 The package keeps one concept per module: :mod:`~acute.store.format` (versions, manifest keys,
-tensor names, the collection key), :mod:`~acute.store.files` (shard and lock file names,
-committed shards, orphans), :mod:`~acute.store.header` (the safetensors header and tensor bytes),
-:mod:`~acute.store.shard` (one shard checked against its manifest), :mod:`~acute.store.manifest`
-(loading, writing and counting), :mod:`~acute.store.compat` (what a resume must agree on),
-:mod:`~acute.store.locks`, :mod:`~acute.store.writer` (:class:`StoreWriter`,
-:func:`prepare_store`, :func:`finalize_store`), :mod:`~acute.store.reader` (:class:`Store`,
-:func:`open_store`) and :mod:`~acute.store.verify` (:func:`verify_store`). Everything public is
-importable from ``acute.store``.
+tensor names, the collection key), :mod:`~acute.store.files` (shard, lock and temporary file
+names), :mod:`~acute.store.commit` (the commit protocol: committed shards, the next index,
+orphans, the atomic commit, the identity check on resume), :mod:`~acute.store.header` (the
+safetensors header and tensor bytes), :mod:`~acute.store.shard` (one shard checked against its
+manifest), :mod:`~acute.store.manifest` (loading, writing and counting),
+:mod:`~acute.store.compat` (what a resume must agree on), :mod:`~acute.store.locks`,
+:mod:`~acute.store.writer` (:class:`StoreWriter`, :func:`prepare_store`, :func:`finalize_store`),
+:mod:`~acute.store.reader` (:class:`Store`, :func:`open_store`) and :mod:`~acute.store.verify`
+(:func:`verify_store`). Everything public is importable from ``acute.store``.
 """
 
 from __future__ import annotations
 
 from ..errors import CorruptStoreError, IncompatibleStoreError, StoreError
+from .commit import ShardDirectory, check_identity
 from .format import (COLLECTION_KEY_FIELDS, COMPAT_KEYS, FORMAT, FORMAT_VERSION, MANIFEST, POOLINGS,
                      SHARD_FORMAT_VERSION, STATUSES, WEIGHTS_KEY, collection_key)
 from .header import read_safetensors_header
@@ -126,4 +131,6 @@ __all__ = [
     "open_store",
     "verify_store",
     "read_safetensors_header",
+    "ShardDirectory",
+    "check_identity",
 ]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import IncompatibleStoreError, InputError
+from .commit import check_identity
 from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
 
 logger = logging.getLogger(__name__)
@@ -27,10 +28,11 @@ def check_poolings(path: Path, stored: Sequence[str] | None, given: Sequence[str
 
 
 def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:
-    """IncompatibleStoreError naming the first key on which the stored manifest ``old`` and a
-    writer's ``new`` one disagree: :data:`COMPAT_KEYS` (``num_layers``/``hidden_size`` only when
-    both know them), when the stored manifest records them, ``generation``/``task_settings``, and
-    the weights digest (``model_weights``) when both record one, unless ``allow_other_weights``."""
+    """IncompatibleStoreError naming the keys on which the stored manifest ``old`` and a writer's
+    ``new`` one disagree (:func:`~acute.store.commit.check_identity`): :data:`COMPAT_KEYS`
+    (``num_layers``/``hidden_size`` only when both know them), when the stored manifest records
+    them, ``generation``/``task_settings``, and the weights digest (``model_weights``) when both
+    record one, unless ``allow_other_weights``."""
     ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
     if ow is not None and nw is not None and ow != nw and not allow_other_weights:
         raise IncompatibleStoreError(
@@ -38,17 +40,12 @@ def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: boo
             f"weights have sha256 {ow.get('sha256')!r}, this model's have {nw.get('sha256')!r} (same "
             "architecture, another checkpoint or dtype?). Use another folder, or allow_other_weights=True "
             "(--allow-other-weights) to add this model's records to the store anyway")
-    for key in COMPAT_KEYS + RUN_KEYS:
-        stored, given = old.get(key), new.get(key)
-        if key in ("num_layers", "hidden_size") and (stored is None or given is None):
-            continue  # unknown on one side: adopt the known value
-        if key in RUN_KEYS and key not in old:
-            continue  # a store from before these were recorded
-        if stored != given:
-            raise IncompatibleStoreError(
-                f"{mpath}: cannot resume, manifest key {key!r} differs: "
-                f"stored {stored!r}, new {given!r}"
-            )
+    # a shape unknown on one side adopts the known one; a store from before RUN_KEYS has none
+    keys = [key for key in COMPAT_KEYS + RUN_KEYS
+            if not (key in ("num_layers", "hidden_size") and None in (old.get(key), new.get(key)))
+            and not (key in RUN_KEYS and key not in old)]
+    check_identity(mpath, old, new, keys, what="the store",
+                   remedy="collect into another folder, or with the stored settings")
 
 
 def merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:

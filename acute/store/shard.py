@@ -10,7 +10,8 @@ import numpy as np
 
 from ..fileio import iter_jsonl
 from ..errors import CorruptStoreError, IncompatibleStoreError
-from .files import committed_shards, parse_shard_name
+from .commit import ShardDirectory
+from .files import SHARD_FILES, parse_shard_name
 from .format import MANIFEST, MEAN_ONLY, POOLINGS, STORAGE_DTYPES, TENSORS, collection_key, expected_shape
 from .header import read_safetensors_header, read_small, tensors_sha256
 
@@ -164,7 +165,7 @@ def load_shards(path: Path, manifest: dict, verify: bool = True) -> list[Shard]:
     """Every committed shard, verified (with its checksums unless ``verify`` is False), in store
     order; ids must be unique across the store."""
     key = collection_key(manifest)
-    shards = [Shard(p, manifest, key, verify) for _, _, p in committed_shards(path)]
+    shards = [Shard(p, manifest, key, verify) for _, _, p in ShardDirectory(path, SHARD_FILES).committed()]
     seen: dict = {}
     for shard in shards:
         for rec in shard.records:

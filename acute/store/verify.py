@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .files import orphans
+from .commit import ShardDirectory
+from .files import SHARD_FILES
 from .format import MEAN_ONLY
 from .manifest import load_manifest
 from .shard import load_shards
@@ -38,7 +39,7 @@ def verify_store(path: str | os.PathLike) -> dict:
     manifest = load_manifest(path)
     shards = load_shards(path, manifest)
     n = sum(s.n for s in shards)
-    leftovers = orphans(path)
+    leftovers = ShardDirectory(path, SHARD_FILES).orphans()
     problems = []
     if manifest.get("status") != "complete":
         problems.append(f"status is {manifest.get('status')!r}: the collection did not finish")

@@ -1,6 +1,6 @@
 """Writing a store: :class:`StoreWriter` (one shard at a time, by the commit protocol of
-:mod:`acute.store`), and :func:`prepare_store` / :func:`finalize_store`, which the main process of
-a multi-process collection calls before and after its part writers."""
+:mod:`acute.store.commit`), and :func:`prepare_store` / :func:`finalize_store`, which the main
+process of a multi-process collection calls before and after its part writers."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..fileio import default_mode, fsync_dir, tmp_path
 from ..errors import IncompatibleStoreError, InputError, StoreError
 from ..validation import first_nonfinite_row
 from .compat import check_compatible, check_poolings, merge_weights
-from .files import PART_LOCK_RE, committed_shards, orphans, shard_name
+from .commit import ShardDirectory
+from .files import PART_LOCK_RE, SHARD_FILES
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, POOLINGS, STATUSES, STORAGE_DTYPES, TENSORS,
                      collection_key, dumps, storage_dtype)
 from .header import array_bytes_sha256
@@ -52,21 +52,22 @@ def _open_as_owner(path: Path, new: dict, shard_size: int, allow_other_weights: 
     unless ``decide_poolings`` (then ``["mean"]``).
     """
     mpath = path / MANIFEST
+    shard_dir = ShardDirectory(path, SHARD_FILES)
     if mpath.is_file():
         old = load_manifest(path)
         check_compatible(mpath, old, new, allow_other_weights)
-        if "poolings" not in old and committed_shards(path):
+        if "poolings" not in old and shard_dir.committed():
             old["poolings"] = list(MEAN_ONLY)  # a store from before acute kept other poolings
         check_poolings(path, old.get("poolings"), new.get("poolings"), IncompatibleStoreError)
         merged = fill_shape({**old, **new, "created": old.get("created", now())}, old)
         merge_weights(merged, old, new, path)
         merged["format_version"] = max(old.get("format_version") or 1, new["format_version"])
-        _delete(path, orphans(path))
+        shard_dir.remove_temporaries()
         _delete(path, [e for e in os.listdir(path) if PART_LOCK_RE.match(e)])
         shards = load_shards(path, merged)
         fill_shape(merged, shape_of(shards))
     else:
-        if committed_shards(path):
+        if shard_dir.committed():
             raise StoreError(f"{path}: has shard files but no {MANIFEST}; refusing to write")
         merged, shards = new, []
         merged.setdefault("created", now())
@@ -198,6 +199,7 @@ class StoreWriter:
         self.path = Path(out_dir)
         self.part = None if part is None else int(part)
         self._closed = False
+        self._dir = ShardDirectory(self.path, SHARD_FILES, self.part)
         self._buffer: list[tuple[dict, str, tuple[np.ndarray, ...], np.ndarray]] = []
         self._pending: set = set()
         if self.part is None:
@@ -221,8 +223,7 @@ class StoreWriter:
         self._key = collection_key(self.manifest)
         poolings = self.manifest.get("poolings")  # None: undecided until the first add
         self._poolings = None if poolings is None else tuple(poolings)
-        own = [shard.index for shard in shards if shard.part == self.part]
-        self._next_index = max(own) + 1 if own else 0
+        self._next_index = self._dir.next_index()
 
     # -- opening / closing ----------------------------------------------------------------------
     def _open_part(self, new: dict, allow_other_weights: bool = False) -> tuple[dict, list[Shard]]:
@@ -238,7 +239,7 @@ class StoreWriter:
         stored.setdefault("poolings", list(MEAN_ONLY))  # prepared by an acute that kept the mean only
         check_poolings(self.path, stored["poolings"], new.get("poolings"), IncompatibleStoreError)
         fill_shape(stored, new)
-        _delete(self.path, orphans(self.path, part=self.part))
+        self._dir.remove_temporaries()
         shards = load_shards(self.path, stored)
         return fill_shape(stored, shape_of(shards)), shards
 
@@ -279,8 +280,8 @@ class StoreWriter:
     def num_buffered(self) -> int:
         return len(self._buffer)
 
-    # Long because a commit is one ordered sequence (validate, write temporaries, fsync, rename the
-    # .jsonl, rename the .safetensors = commit point, update the manifest); splitting it would hide the order.
+    # Long because adding is one ordered sequence (validate every record, then buffer them, then
+    # record what the first batch decides, then commit full shards); splitting it would hide the order.
     def add(self, records: Sequence[dict], layer_means: np.ndarray, token_logprobs: Sequence[np.ndarray],
             *, last_prompt: np.ndarray | None = None, last_answer: np.ndarray | None = None) -> None:
         """Buffer a batch of ``b`` records and commit every full shard.
@@ -379,29 +380,12 @@ class StoreWriter:
                                if sum(lengths) else np.zeros(0, np.float32)),
             "token_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         }
-        st_path = self.path / shard_name(self.part, self._next_index, "safetensors")
-        jl_path = self.path / shard_name(self.part, self._next_index, "jsonl")
-        tmp_jl, tmp_st = tmp_path(jl_path), tmp_path(st_path)
         text = "".join(line + "\n" for _, line, _, _ in batch).encode("utf-8")
-        try:
-            with open(tmp_jl, "wb") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            save_file(tensors, str(tmp_st), metadata={
-                "format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key,
-                "records_sha256": hashlib.sha256(text).hexdigest(),
-                "tensors_sha256": array_bytes_sha256(tensors)})
-            default_mode(tmp_st)  # safetensors replaces the file with a 0600 one
-            with open(tmp_st, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp_jl, jl_path)
-            os.replace(tmp_st, st_path)  # commit point
-            fsync_dir(self.path)
-        finally:
-            for tmp in (tmp_jl, tmp_st):
-                if tmp.exists():
-                    tmp.unlink()
+        metadata = {"format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key,
+                    "records_sha256": hashlib.sha256(text).hexdigest(),
+                    "tensors_sha256": array_bytes_sha256(tensors)}
+        self._dir.commit(self._next_index, {
+            "jsonl": text, "safetensors": lambda tmp: save_file(tensors, str(tmp), metadata=metadata)})
         del self._buffer[:count]
         for rec, _, _, _ in batch:
             self._pending.discard(rec["id"])
