@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batch_throughput import command_line, markdown_table, write_report  # noqa: E402
 
+from acute.metrics import bootstrap_indices, percentile_interval  # noqa: E402
 from acute.protocol import PROVENANCES, load_protocol  # noqa: E402
 
 
@@ -47,15 +48,40 @@ def provenance_rows(doc: dict) -> list[list[str]]:
     return rows
 
 
-def gold_minus_wrong(doc: dict) -> tuple[int, float, float]:
-    """``(pairs, mean difference, share of pairs that differ)`` of c_verb(gold) - c_verb(plausible-wrong)."""
-    diffs = np.array([r["verbal"]["gold"]["c_verb"] - r["verbal"]["plausible_wrong"]["c_verb"]
-                      for r in doc["records"]
-                      if r["verbal"]["gold"]["c_verb"] is not None
-                      and r["verbal"]["plausible_wrong"]["c_verb"] is not None], dtype=float)
+def gold_minus(doc: dict, other: str = "plausible_wrong") -> np.ndarray:
+    """Per row where both parse: c_verb(gold) - c_verb(``other``) (float64[pairs])."""
+    return np.array([r["verbal"]["gold"]["c_verb"] - r["verbal"][other]["c_verb"]
+                     for r in doc["records"]
+                     if r["verbal"]["gold"]["c_verb"] is not None
+                     and r["verbal"][other]["c_verb"] is not None], dtype=float)
+
+
+def mean_interval(diffs: np.ndarray, n_bootstrap: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of paired differences with its 95% percentile-bootstrap
+    interval over rows (:func:`acute.metrics.bootstrap_indices`); NaNs without pairs."""
     if not len(diffs):
-        return 0, float("nan"), float("nan")
-    return len(diffs), float(diffs.mean()), float(np.mean(diffs != 0))
+        return float("nan"), float("nan"), float("nan")
+    idx = bootstrap_indices(len(diffs), n_bootstrap, seed)
+    low, high, _ = percentile_interval(diffs[idx].mean(axis=1))
+    return float(diffs.mean()), float(low), float(high)
+
+
+def fmt_interval(m: tuple[float, float, float]) -> str:
+    return "n/a" if not np.isfinite(m[0]) else f"{m[0]:+.3f} [{m[1]:+.3f}, {m[2]:+.3f}]"
+
+
+def summary_row(doc: dict) -> list[str]:
+    """model, task, rows, parse failures (all provenances), SD of c_verb over generated answers,
+    gold - plausible-wrong and gold - wrong-type with intervals."""
+    slots = [r["verbal"][p] for r in doc["records"] for p in PROVENANCES
+             if r["verbal"][p]["status"] != "unavailable"]
+    failed = sum(s["status"] != "ok" for s in slots)
+    gen = np.array([r["verbal"]["generated"]["c_verb"] for r in doc["records"]
+                    if r["verbal"]["generated"]["c_verb"] is not None], dtype=float)
+    return [doc["model"], doc["task"], str(len(doc["records"])), f"{failed}/{len(slots)}",
+            f"{gen.std():.3f}" if len(gen) else "n/a",
+            fmt_interval(mean_interval(gold_minus(doc, "plausible_wrong"))),
+            fmt_interval(mean_interval(gold_minus(doc, "wrong_type")))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,16 +91,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     parts = ["# Verbalized confidence of candidate models (`benchmarks/verbal_candidates.py`)", "",
              f"    {command_line(Path(__file__).name, argv)}", ""]
-    for run in args.runs:
-        doc = load_protocol(run)
-        n, mean, share = gold_minus_wrong(doc)
+    docs = [load_protocol(run) for run in args.runs]
+    parts += ["## Summary", "",
+              "Per run: parse failures over all four provenances, the spread of c_verb over the model's "
+              "own answers, and the paired differences c_verb(gold) - c_verb(plausible-wrong) and "
+              "c_verb(gold) - c_verb(wrong-type) over the rows where both parse, with 95% "
+              "percentile-bootstrap intervals over rows (2000 resamples, seed 0). A model's verbalized "
+              "confidence *varies with the answer* on a task when gold - plausible-wrong lies above zero "
+              "beyond its interval.", "",
+              markdown_table(["model", "task", "rows", "parse failures", "SD c_verb (generated)",
+                              "gold - plausible-wrong", "gold - wrong-type"], [summary_row(d) for d in docs]), ""]
+    for doc in docs:
+        diffs = gold_minus(doc)
         correct = [r["correct"] for r in doc["records"] if r["correct"] is not None]
         parts += [f"## {doc['model']} on {doc['task']} ({len(doc['records'])} rows, accuracy "
                   f"{np.mean(correct):.2f}, template `{doc['settings']['variant']}`)", "",
                   markdown_table(["provenance", "parsed", "mean c_verb", "SD", "distinct values"],
                                  provenance_rows(doc)), "",
-                  f"c_verb(gold) - c_verb(plausible-wrong): mean {mean:+.3f} over {n} pairs; "
-                  f"{share:.0%} of the pairs differ.", ""]
+                  f"c_verb(gold) - c_verb(plausible-wrong): {fmt_interval(mean_interval(diffs))} over "
+                  f"{len(diffs)} pairs; {np.mean(diffs != 0) if len(diffs) else float('nan'):.0%} of the pairs differ.", ""]
     write_report(args.out, "\n".join(parts))
     return 0
 

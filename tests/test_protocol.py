@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -514,3 +515,28 @@ def test_run_protocol_argument_errors(tiny_task, tmp_path):
         run_protocol(model, tok, task, examples, tmp_path, variant="logit")
     with pytest.raises(ValueError, match="batch_size"):
         run_protocol(model, tok, task, examples, tmp_path, batch_size=0)
+
+
+def test_verbal_candidates_differences_by_hand():
+    """benchmarks/verbal_candidates.py: gold minus another provenance over the rows where both
+    parse, and a bootstrap interval that brackets the mean (and collapses when all are equal)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "verbal_candidates.py"
+    spec = importlib.util.spec_from_file_location("verbal_candidates", path)
+    vc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vc)
+
+    def rec(gold, plausible, wrong):
+        slot = lambda c: {"c_verb": c, "status": "ok" if c is not None else "unparsed"}  # noqa: E731
+        return {"verbal": {"generated": slot(0.5), "gold": slot(gold), "plausible_wrong": slot(plausible),
+                           "wrong_type": slot(wrong)}}
+
+    doc = {"model": "m", "task": "t", "records": [rec(0.9, 0.5, 0.1), rec(0.8, None, 0.2), rec(0.7, 0.6, 0.3)]}
+    np.testing.assert_allclose(vc.gold_minus(doc), [0.4, 0.1])  # the row without a plausible-wrong c_verb drops
+    np.testing.assert_allclose(vc.gold_minus(doc, "wrong_type"), [0.8, 0.6, 0.4])
+    mean, low, high = vc.mean_interval(vc.gold_minus(doc, "wrong_type"))
+    assert mean == pytest.approx(0.6) and 0.4 - 1e-12 <= low <= mean <= high <= 0.8 + 1e-12
+    assert vc.mean_interval(np.full(5, 0.2))[1:] == (pytest.approx(0.2), pytest.approx(0.2))
+    row = vc.summary_row(doc)
+    assert row[:4] == ["m", "t", "3", "1/12"] and row[5].startswith("+0.250 [")
