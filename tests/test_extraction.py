@@ -17,7 +17,7 @@ from acute.extraction import (
     UnsupportedArchitectureError,
     find_layers,
     generate_and_record,
-    score_continuations,
+    continuation_logprobs,
 )
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 
@@ -488,16 +488,16 @@ def test_recorder_state_does_not_grow_with_generated_tokens(tok):
     assert batch.layer_means.shape == (2, 5, 64) and batch.counts.tolist() == [12, 12]
 
 
-# ------------------------------------------------------------------------ score_continuations
+# ------------------------------------------------------------------------ continuation_logprobs
 
 
-def test_score_continuations_matches_unpadded_forward(llama, tok):
+def test_continuation_logprobs_matches_unpadded_forward(llama, tok):
     # "The capital of France is Pa" + "ris": tokenized jointly the boundary would merge, but the
     # scored span must be exactly the continuation's own tokens.
     prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[2], "The capital of France is Pa"]
     conts = [" Paris", " is a planet of the solar system.", " 8", "ris"]
     assert _ids(tok, prompts[3] + conts[3]) != _ids(tok, prompts[3]) + _ids(tok, conts[3])
-    scored = score_continuations(llama, tok, prompts, conts, batch_size=3)
+    scored = continuation_logprobs(llama, tok, prompts, conts, batch_size=3)
     for p, c, got in zip(prompts, conts, scored):
         p_ids, c_ids = _ids(tok, p), _ids(tok, c)
         with torch.no_grad():
@@ -532,7 +532,7 @@ def test_length_blocks_weigh_padding_against_a_pass():
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
 @pytest.mark.parametrize("overhead", [None, 0])
-def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_size, overhead, tok, monkeypatch):
+def test_continuation_logprobs_shared_prompts_reuse_the_prefix_cache(arch, batch_size, overhead, tok, monkeypatch):
     # Several answers per prompt (the protocol's provenances), prompts of different lengths,
     # one-token and long continuations mixed: the cached path equals one unpadded forward pass
     # per pair, and the plain path. overhead=0: every continuation length its own block.
@@ -551,8 +551,8 @@ def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_s
         conts += answers
     order = [5, 0, 8, 2, 7, 1, 3, 6, 4]  # interleaved, not grouped
     prompts, conts = [prompts[i] for i in order], [conts[i] for i in order]
-    cached = score_continuations(model, tok, prompts, conts, batch_size=batch_size)
-    plain = score_continuations(model, tok, prompts, conts, batch_size=batch_size, reuse_prefix=False)
+    cached = continuation_logprobs(model, tok, prompts, conts, batch_size=batch_size)
+    plain = continuation_logprobs(model, tok, prompts, conts, batch_size=batch_size, reuse_prefix=False)
     for p, c, got, ref_plain in zip(prompts, conts, cached, plain):
         ref = _unpadded_logprobs(model, tok, p, c)
         assert got.shape == ref.shape and got.dtype == np.float32
@@ -561,7 +561,7 @@ def test_score_continuations_shared_prompts_reuse_the_prefix_cache(arch, batch_s
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
-def test_score_continuations_prompts_sharing_demonstrations_reuse_their_prefix(arch, tok):
+def test_continuation_logprobs_prompts_sharing_demonstrations_reuse_their_prefix(arch, tok):
     # Few-shot prompts: one long shared prefix, then each question; several answers each. The
     # shared-prefix path (prefix run once, padding between it and each prompt's own tokens)
     # equals one unpadded forward pass per pair.
@@ -575,31 +575,31 @@ def test_score_continuations_prompts_sharing_demonstrations_reuse_their_prefix(a
     assert len(_ids(tok, demos)) >= MIN_SHARED_PREFIX
     for batch_size, project in ((1, True), (2, True), (2, False)):
         model._acute_projects_logits = project  # False: the model's own logits everywhere
-        got = score_continuations(model, tok, prompts, conts, batch_size=batch_size)
+        got = continuation_logprobs(model, tok, prompts, conts, batch_size=batch_size)
         for p, c, lp in zip(prompts, conts, got):
             np.testing.assert_allclose(lp, _unpadded_logprobs(model, tok, p, c), rtol=0, atol=ATOL)
 
 
-def test_score_token_continuations_take_the_ids_score_continuations_would_use(llama, tok):
-    from acute.extraction import score_token_continuations
+def test_token_continuation_logprobs_take_the_ids_continuation_logprobs_would_use(llama, tok):
+    from acute.extraction import token_continuation_logprobs
 
     prompts, conts = [PROMPTS[0], PROMPTS[3]], [" Paris", " is a planet"]
-    by_text = score_continuations(llama, tok, prompts, conts, batch_size=2)
-    by_ids = score_token_continuations(llama, [_ids(tok, p) for p in prompts], [_ids(tok, c) for c in conts],
+    by_text = continuation_logprobs(llama, tok, prompts, conts, batch_size=2)
+    by_ids = token_continuation_logprobs(llama, [_ids(tok, p) for p in prompts], [_ids(tok, c) for c in conts],
                                        pad_id=tok.pad_token_id, batch_size=2)
     for a, b in zip(by_text, by_ids):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match=r"prompts \(2\) and continuations \(1\)"):
-        score_token_continuations(llama, [[1], [2]], [[3]], pad_id=0)
+        token_continuation_logprobs(llama, [[1], [2]], [[3]], pad_id=0)
     with pytest.raises(ValueError, match=r"continuations\[0\] is empty"):
-        score_token_continuations(llama, [[1]], [[]], pad_id=0)
+        token_continuation_logprobs(llama, [[1]], [[]], pad_id=0)
 
 
-def test_score_continuations_rejects_empty_continuation(llama, tok):
+def test_continuation_logprobs_rejects_empty_continuation(llama, tok):
     with pytest.raises(ValueError, match=r"continuations\[1\]"):
-        score_continuations(llama, tok, PROMPTS[:2], [" Paris", ""])
+        continuation_logprobs(llama, tok, PROMPTS[:2], [" Paris", ""])
     with pytest.raises(ValueError, match="differ in length"):
-        score_continuations(llama, tok, PROMPTS[:2], [" Paris"])
+        continuation_logprobs(llama, tok, PROMPTS[:2], [" Paris"])
 
 
 # -------------------------------------------------------------------------------- real model

@@ -340,7 +340,7 @@ def _biased_model(tokenizer, boost=(), forbid_digits=False, forbid=(), boost_val
 
 
 def _direct_logprobs(model, tokenizer, prompt, continuation):
-    """Teacher-forced log-probs by one unpadded forward pass (independent of score_continuations)."""
+    """Teacher-forced log-probs by one unpadded forward pass (independent of continuation_logprobs)."""
     p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     c = tokenizer(continuation, add_special_tokens=False)["input_ids"]
     ids = torch.tensor([p + c])

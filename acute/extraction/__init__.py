@@ -71,7 +71,7 @@ from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
 from .pooler import LayerPooler
 from .recorder import HiddenStateRecorder, RecordedBatch
-from .continuations import score_continuations, score_token_continuations
+from .continuations import continuation_logprobs, token_continuation_logprobs
 
 __all__ = [
     "Generation",
@@ -88,6 +88,6 @@ __all__ = [
     "generate_and_record",
     "record_responses",
     "response_token_ids",
-    "score_continuations",
-    "score_token_continuations",
+    "continuation_logprobs",
+    "token_continuation_logprobs",
 ]

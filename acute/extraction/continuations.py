@@ -31,7 +31,7 @@ from .batching import (
 logger = logging.getLogger(__name__)
 
 
-def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
+def continuation_logprobs(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
                         continuations: Sequence[str], batch_size: int = 8,
                         reuse_prefix: bool = True) -> list[np.ndarray]:
     """Teacher-forced log-probabilities of each continuation's tokens given its prompt.
@@ -53,15 +53,15 @@ def score_continuations(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     """
     prompts = check_strings(prompts, "prompts")
     continuations = check_strings(continuations, "continuations")
-    return score_token_continuations(model, tokenize(tokenizer, prompts), tokenize(tokenizer, continuations),
+    return token_continuation_logprobs(model, tokenize(tokenizer, prompts), tokenize(tokenizer, continuations),
                                      pad_id=padding_id(tokenizer, resolve_eos(model, tokenizer)),
                                      batch_size=batch_size, reuse_prefix=reuse_prefix)
 
 
-def score_token_continuations(model: nn.Module, prompt_ids: Sequence[Sequence[int]],
+def token_continuation_logprobs(model: nn.Module, prompt_ids: Sequence[Sequence[int]],
                               continuation_ids: Sequence[Sequence[int]], *, pad_id: int, batch_size: int = 8,
                               reuse_prefix: bool = True) -> list[np.ndarray]:
-    """:func:`score_continuations` on token ids (``prompt_ids[i]`` then ``continuation_ids[i]``;
+    """:func:`continuation_logprobs` on token ids (``prompt_ids[i]`` then ``continuation_ids[i]``;
     ``pad_id`` fills padded positions), for callers that tokenized already. Same results and
     errors."""
     p_ids = [list(p) for p in prompt_ids]
@@ -153,7 +153,7 @@ def projects_own_logits(model: nn.Module) -> bool:
 
 def _score_from_prefix_cache(model: nn.Module, p_ids: list[list[int]], c_ids: list[list[int]],
                              pad_id: int, batch_size: int, keep_logits: bool) -> list[np.ndarray]:
-    """:func:`score_continuations` with one KV-cache pass per distinct prompt and one per shared
+    """:func:`continuation_logprobs` with one KV-cache pass per distinct prompt and one per shared
     prefix of distinct prompts (see there)."""
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(p_ids):

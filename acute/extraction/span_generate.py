@@ -64,7 +64,7 @@ def generate_with_span_scores(model: nn.Module, prompts: Sequence[Sequence[int]]
     (the longest common one, cut before every member's span). ``batch_size`` groups run together.
     Returns one :class:`SpanGeneration` per prompt, in input order. The results equal those of
     :func:`acute.extraction.generate_and_record` (greedy, no stop strings) and
-    :func:`acute.extraction.score_continuations` on the same token ids up to floating-point
+    :func:`acute.extraction.continuation_logprobs` on the same token ids up to floating-point
     rounding. Raises ``ValueError`` for an empty prompt, a bad span or bad sizes; the caller
     checks :func:`supports_span_generation` and the context window.
     """

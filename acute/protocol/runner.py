@@ -121,7 +121,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
        four prompts of an example share their prefix
        (:func:`acute.extraction.span_generate.generate_with_span_scores`); answers under the
        query share the query's cache and prompts share their demonstrations
-       (:func:`acute.extraction.score_continuations`).
+       (:func:`acute.extraction.continuation_logprobs`).
     3. **Analysis** (:func:`analyze_records`: cells, shifts, provenance, checklist, with
        ``n_bootstrap`` paired resamples and ``seed``), a pure function of the records, written
        atomically to ``out_dir``; :func:`analyze_protocol` reruns it alone.
@@ -355,7 +355,7 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
 
     Where the model allows it, each verbalization prompt runs once for both its continuation and
     the log-probs of its answer under the verbalization prefix (when the prefix and the answer,
-    tokenized separately as :func:`score_continuations` does, are the start of the prompt's own
+    tokenized separately as :func:`continuation_logprobs` does, are the start of the prompt's own
     tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
     from ..extraction import context_window, generate_and_record
     from ..extraction.batching import padding_id, resolve_eos, tokenize
@@ -415,7 +415,7 @@ def _set_verbal(slot: dict, text: str | None, template) -> None:
 
 def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
     """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
-    from ..extraction import context_window, score_token_continuations
+    from ..extraction import context_window, token_continuation_logprobs
     from ..extraction.batching import padding_id, resolve_eos, tokenize
 
     limit = context_window(model)
@@ -432,7 +432,7 @@ def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
             else:
                 runnable.append(k)
     if runnable:
-        scores = score_token_continuations(model, [p_ids[k] for k in runnable], [c_ids[k] for k in runnable],
+        scores = token_continuation_logprobs(model, [p_ids[k] for k in runnable], [c_ids[k] for k in runnable],
                                            pad_id=padding_id(tokenizer, resolve_eos(model, tokenizer)),
                                            batch_size=batch_size)
         for k, lp in zip(runnable, scores):
