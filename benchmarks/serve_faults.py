@@ -54,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batch_throughput import command_line, markdown_table, write_report  # noqa: E402
-from serve_load import questions  # noqa: E402
+from serve_load import launch_server, questions  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "serve_faults.md"
 
@@ -88,18 +88,8 @@ def build_model(folder: Path, max_new_tokens: int, hidden: int, layers: int) -> 
 def start_server(model_dir: Path, probe_dir: Path, threads: int, log) -> tuple[subprocess.Popen, str]:
     """``python -m acute serve`` (default limits) on a free loopback port, its log (stderr) to the
     file ``log``: the process and its URL."""
-    cmd = [sys.executable, "-m", "acute", "serve", "--model", str(model_dir), "--probe", str(probe_dir),
-           "--port", "0"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    env.pop("ACUTE_API_KEY", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 300
-    line = ""
-    while "serving" not in line:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the server did not start ({' '.join(cmd)})")
-        line = proc.stdout.readline()
-    return proc, line.split(" at ")[1].split("/v1")[0]
+    return launch_server(["--model", str(model_dir), "--probe", str(probe_dir)], threads, stderr=log,
+                         extra_env={"HF_HUB_OFFLINE": "1"}, timeout=300)
 
 
 # ------------------------------------------------------------------ good clients

@@ -56,23 +56,29 @@ def questions(n: int) -> list[str]:
     return out[:n]
 
 
-def start_server(args) -> tuple[subprocess.Popen, str]:
-    """``python -m acute serve`` on a free loopback port; returns the process and its base URL."""
-    cmd = [sys.executable, "-m", "acute", "serve", "--model", args.model, "--port", "0",
-           "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
-           "--max-queue", "1024"]
-    if args.probe:
-        cmd += ["--probe", args.probe]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "PYTHONPATH": str(ROOT)}
+def launch_server(serve_args: Sequence[str], threads: int, stderr=None, extra_env: dict | None = None,
+                  timeout: float = 600) -> tuple[subprocess.Popen, str]:
+    """``python -m acute serve --port 0 SERVE_ARGS`` on a free loopback port (no API key, one
+    process of ``threads`` threads, stderr to ``stderr``): the process and its base URL once it
+    says it is serving; SystemExit when it exits or stays silent for ``timeout`` seconds."""
+    cmd = [sys.executable, "-m", "acute", "serve", "--port", "0", *serve_args]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT), **(extra_env or {})}
     env.pop("ACUTE_API_KEY", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    deadline = time.monotonic() + 600
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=ROOT)
+    deadline = time.monotonic() + timeout
     line = ""
     while "serving" not in line:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the server did not start ({' '.join(cmd)})")
         line = proc.stdout.readline()
     return proc, line.split(" at ")[1].split("/v1")[0]
+
+
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    """The server this benchmark loads: ``args.model`` (and ``args.probe``) with its batching settings."""
+    serve_args = ["--model", args.model, "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
+                  "--max-queue", "1024", *(["--probe", args.probe] if args.probe else [])]
+    return launch_server(serve_args, args.threads)
 
 
 def run_level(url: str, prompts: Sequence[str], clients: int, max_new_tokens: int,
