@@ -8,7 +8,10 @@ the answers' texts are then recorded again with :func:`acute.extraction.record_r
 ``acute collect --responses`` runs on logged answers: the text re-tokenized, the most likely EOS
 appended, one forward pass per batch). Neither includes labelling or store writes. Both runs
 are repeated ``--reps`` times, interleaved; the table gives the median records/s and the ratio.
-Target of issue 19: teacher forcing >= 3x the records/s of generating on SciTLDR.
+Target of issue 19: teacher forcing >= 3x the records/s of generating on SciTLDR. It also times
+the physical limits (issue 28): a bare forward pass of the model over the same sequences and a
+bare ``model.generate``, so each recording path is reported as a ratio to what the model alone
+costs.
 
 It also reports how close the forced raw confidences are to the generated ones for the answers
 whose text re-tokenizes to the generated tokens and that ended with EOS (the others differ by
@@ -44,9 +47,35 @@ from batch_throughput import (  # noqa: E402
 )
 
 from acute.extraction import generate_and_record, record_responses  # noqa: E402
+from acute.extraction.batching import left_pad, padding_id, resolve_eos, tokenize  # noqa: E402
 from acute.models import load_model  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "forced_throughput.md"
+
+
+def length_batches(seqs: Sequence[Sequence[int]], batch_size: int) -> list[list[int]]:
+    """Indices of ``seqs`` sorted by length, in batches of ``batch_size``."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def bare_forward(model, seqs: Sequence[Sequence[int]], batch_size: int, pad_id: int) -> None:
+    """One forward pass of the model over every sequence (no hooks, no pooling, no cache), in
+    left-padded batches of similar length: the physical limit of teacher forcing them."""
+    with torch.no_grad():
+        for batch in length_batches(seqs, batch_size):
+            ids, mask = left_pad([seqs[i] for i in batch], pad_id)
+            model(input_ids=ids, attention_mask=mask, use_cache=False)
+
+
+def bare_generate(model, prompts: Sequence[Sequence[int]], batch_size: int, pad_id: int, eos: Sequence[int],
+                  max_new_tokens: int) -> None:
+    """``model.generate`` (greedy, no recorder) over the prompts in left-padded batches."""
+    with torch.no_grad():
+        for batch in length_batches(prompts, batch_size):
+            ids, mask = left_pad([prompts[i] for i in batch], pad_id)
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                           eos_token_id=list(eos), pad_token_id=pad_id)
 
 
 def measure(model, tokenizer, task_name: str, data: str | None, n: int, batch_size: int, reps: int):
@@ -64,7 +93,15 @@ def measure(model, tokenizer, task_name: str, data: str | None, n: int, batch_si
     def force():
         kept["forced"] = record_responses(model, tokenizer, prompts, texts, batch_size=batch_size)
 
-    times = interleaved_times({"generate": generate, "force": force}, reps)
+    eos = resolve_eos(model, tokenizer)
+    pad = padding_id(tokenizer, eos)
+    prompt_ids = tokenize(tokenizer, prompts)
+    full = [p + r + eos[:1] for p, r in zip(prompt_ids, tokenize(tokenizer, [t or " " for t in texts]))]
+    times = interleaved_times({
+        "generate": generate, "force": force,
+        "bare forward": lambda: bare_forward(model, full, batch_size, pad),
+        "bare generate": lambda: bare_generate(model, prompt_ids, batch_size, pad, eos, task.max_new_tokens),
+    }, reps)
     med = {k: statistics.median(v) for k, v in times.items()}
     gens, forced = kept["gens"], kept["forced"]
     same = [i for i, g in enumerate(gens) if g.finish_reason == "eos"
@@ -73,6 +110,7 @@ def measure(model, tokenizer, task_name: str, data: str | None, n: int, batch_si
     row = [task.name, n, f"{mean_prompt_tokens(tokenizer, prompts):.0f}",
            f"{statistics.fmean(len(g.token_ids) for g in gens):.1f}",
            f"{n / med['generate']:.2f}", f"{n / med['force']:.2f}", f"{med['generate'] / med['force']:.2f}x",
+           f"{med['force'] / med['bare forward']:.2f}", f"{med['generate'] / med['bare generate']:.2f}",
            ", ".join(f"{t:.2f}" for t in times["generate"]), ", ".join(f"{t:.2f}" for t in times["force"])]
     agreement = (f"{task.name}: {len(same)} of {n} answers ended with EOS and re-tokenized to the "
                  f"generated tokens; largest |raw confidence forced - generated| among them: {diff:.1e}.")
@@ -101,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratios[task_name] = ratio
     table = markdown_table(["task", "records", "prompt tokens", "generated tokens / record",
                             "generate records/s", "teacher-forced records/s", "speed-up",
+                            "forced / bare forward", "generate / bare generate",
                             "generate runs (s)", "forced runs (s)"], rows)
     verdict = (f"SciTLDR: teacher forcing is {ratios['scitldr']:.2f}x the records/s of generating "
                f"(target >= 3x: {'met' if ratios['scitldr'] >= 3 else 'NOT met'}).")
@@ -114,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a collection prompts them. `generate` = `generate_and_record` (greedy, the task's "
         "max_new_tokens and stop strings, shared-prefix cache, finished rows dropped); `forced` = "
         "`record_responses` of the generated texts (re-tokenized, most likely EOS appended). "
+        "The physical limits: `bare forward` = one forward pass of the model over the same "
+        "prompt + answer + EOS sequences (no hooks, no pooling, no prefix cache; left-padded batches "
+        "of similar length), `bare generate` = `model.generate` (greedy, no recorder) over the same "
+        "prompts; the two ratio columns are the recording paths' times over those (target for "
+        "teacher forcing <= 1.10; the forced path may beat a bare pass through its shared-prefix cache). "
         f"{args.reps} interleaved repetitions, medians. torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end, "

@@ -549,3 +549,20 @@ def test_smollm2_forced_equals_generated(smollm2):
             assert_same_record(f, g)
         for f, i in zip(by_text, finished):
             assert_same_record(f, gens[i])  # SmolLM2's greedy answers re-tokenize to themselves
+
+
+def test_forced_throughput_benchmark_times_the_bare_model():
+    """benchmarks/forced_throughput.py's row on a tiny model: the recording paths and the bare
+    forward pass / bare generate it divides by (ratios are positive numbers)."""
+    import runpy
+    from pathlib import Path
+
+    from acute.testing import make_tiny_model, make_tiny_tokenizer
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "forced_throughput.py"),
+                           run_name="bench")
+    row, note, ratio = bench["measure"](make_tiny_model(max_position_embeddings=2048), make_tiny_tokenizer(),
+                                        "default", None, 4, 2, 1)
+    assert row[0] == "default" and row[1] == 4 and ratio > 0
+    assert float(row[7]) > 0 and float(row[8]) > 0  # forced / bare forward, generate / bare generate
+    assert bench["length_batches"]([[1, 2, 3], [1], [1, 2]], 2) == [[1, 2], [0]]
