@@ -56,11 +56,9 @@ def _print_certificates(entries) -> None:
                   f"precision {e['calibration_precision']:.3f}; {e['backend']}, {e['fwer']}); decide by it "
                   f"with `acute score --max-error {e['alpha']:g}` or a request's max_error")
             continue
-        need = (f"about {e['n_needed']} calibration records would be needed (projected)" if e.get("n_needed")
-                else "more records like these would not help")
-        print(f"acute: warning: NO certificate at {at}: no threshold could be certified from the "
-              f"{e['n_calibration']} calibration records ({source}): {e['reason']}; {need}. probe.json "
-              f"records it as invalid, and scoring with --max-error {e['alpha']:g} is refused",
+        print(f"acute: warning: NO certificate at {at} from the {e['n_calibration']} calibration records "
+              f"({source}): {e['reason']}. probe.json records it as invalid, and scoring with "
+              f"--max-error {e['alpha']:g} is refused",
               file=sys.stderr)
 
 
