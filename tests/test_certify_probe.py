@@ -263,3 +263,28 @@ def test_cli_export_with_too_few_records_says_how_many(stores, tmp_path, capsys)
                      capsys)
     need = min_calibration_records(0.05, 0.1)
     assert rc == 2 and f"the 50 calibration records" in err and f"at least {need} are needed" in err
+
+
+# ------------------------------------------------------------------------ the benchmark
+def test_the_labels_benchmark_reads_a_store_and_a_predictions_file(stores, tmp_path, capsys):
+    import runpy
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "certify_labels.py"
+    mod = runpy.run_path(str(bench))
+    mod["main"](["--store", str(stores["train"].path), "--n-estimators", "5", "--draws", "10"])
+    out = capsys.readouterr().out
+    assert "### default (acute-pca10-stacked): AUROC" in out and "### best baseline (" in out
+    assert "| 150 | 0.05 |" in out and "| 150 | 0.10 |" in out  # half of 300: the rest is the test set
+    # an evaluation's predictions.csv: columns per estimator, out of fold
+    rng = np.random.default_rng(7)
+    y = rng.uniform(size=600) < 0.7
+    raw = np.clip(0.5 + 0.3 * (2 * y - 1) + rng.normal(0, 0.2, 600), 0, 1)
+    lines = ["id,correct,raw,platt,acute-pca10-stacked"] + [
+        f"q{i},{int(y[i])},{raw[i]:.6f},{raw[i]:.6f},{float(y[i]):.1f}" for i in range(600)]
+    (tmp_path / "predictions.csv").write_text("\n".join(lines) + "\n")
+    mod["main"](["--predictions", str(tmp_path / "predictions.csv"), "--draws", "10"])
+    out = capsys.readouterr().out
+    # a perfect default certifies from 200 records: the correct ones (about 0.69 of the test set)
+    assert "| 200 | 0.10 | 1.00 | 0.69" in out.split("### best baseline")[0]
+    assert "| 100 | 0.05 | too few (< 135) |" in out
+    assert "### best baseline (raw)" in out and "### raw" not in out  # raw and platt tie: shown once
