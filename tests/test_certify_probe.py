@@ -288,3 +288,15 @@ def test_the_labels_benchmark_reads_a_store_and_a_predictions_file(stores, tmp_p
     assert "| 200 | 0.10 | 1.00 | 0.69" in out.split("### best baseline")[0]
     assert "| 100 | 0.05 | too few (< 135) |" in out
     assert "### best baseline (raw)" in out and "### raw" not in out  # raw and platt tie: shown once
+
+
+def test_cli_export_without_mapie_says_what_to_install(stores, tmp_path, capsys, monkeypatch):
+    import sys
+
+    import acute.evaluation.training as training
+
+    monkeypatch.setitem(sys.modules, "mapie", None)  # as if the acute[risk] extra were not installed
+    monkeypatch.setattr(training, "probe_estimator", lambda *a, **k: pytest.fail("fitted"))
+    rc, _, err = run(["export", "--store", stores["train"].path, "--max-error", 0.1, "--out", tmp_path / "p"],
+                     capsys)
+    assert rc == 2 and "pip install 'acute[risk]'" in err and "--certify-backend" in err

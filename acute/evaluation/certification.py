@@ -135,9 +135,11 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
                 f"records, pass a calibration store (--calibration-store) with more, or raise "
                 f"max_error or delta. A useful certificate usually needs far more: "
                 f"benchmarks/certify_labels.md")
-        # all trusted, all correct: a valid call that raises only for the backend (MAPIE missing)
-        certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer,
-                          backend=backend)
+        try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
+            certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer,
+                              backend=backend)
+        except InputError as e:
+            raise InputError(f"{e} (the command line's --certify-backend)") from None
     return [float(a) for a in alphas]
 
 
