@@ -42,7 +42,7 @@ import numpy as np
 from ..collect import store_identity
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
-from ..metrics.certify import certify_threshold, min_calibration_records
+from ..metrics.certify import certify_threshold, check_max_error, min_calibration_records
 from ..store.pooling import store_states
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_probe", "check_calibration_store",
@@ -114,13 +114,15 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
     ``calibration_store`` compatible with ``store`` (:func:`check_calibration_store`); and enough
     calibration records to certify anything at all (:class:`InputError` naming the argument
     and saying how many would be needed)."""
-    alphas = _alphas(max_error)
-    if len({round(float(a), 9) for a in alphas if isinstance(a, (int, float))}) != len(alphas):
+    alphas = [check_max_error(a) for a in _alphas(max_error)]
+    if len({round(a, 9) for a in alphas}) != len(alphas):
         raise InputError(f"max_error: give each error rate once, got {alphas}")
     idx = np.arange(len(store)) if train_index is None else np.asarray(train_index)
     if calibration_store is not None:
         name = str(calibration_path) if calibration_path is not None else "the calibration store"
+        path = getattr(store, "path", None)
         check_calibration_store(store, calibration_store, calibration_name=name,
+                                store_name="the training store" + (f" {path}" if path else ""),
                                 train_ids=[store.ids[i] for i in idx])
         n, source = len(calibration_store), f"all records of {name}"
     else:
@@ -140,7 +142,7 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
                               backend=backend)
         except InputError as e:
             raise InputError(f"{e} (the command line's --certify-backend)") from None
-    return [float(a) for a in alphas]
+    return alphas
 
 
 def _train_index(trained, store) -> np.ndarray:
