@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir", "default_store_dir", "estimator_list",
-           "load_task", "model_name", "open_labelled_store", "task_options"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir",
+           "default_store_dir", "estimator_list", "load_task", "model_name", "open_labelled_store",
+           "task_options"]
 
 logger = logging.getLogger(__name__)
 
