@@ -10,8 +10,9 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "chat_flag", "default_probe_dir", "default_store_dir", "estimator_list",
-           "load_task", "model_name", "open_labelled_store", "task_options"]
+__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir",
+           "default_store_dir", "estimator_list", "load_task", "model_name", "open_labelled_store",
+           "task_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,18 @@ def open_labelled_store(path: str, allow_partial: bool = False):
     if problem:
         logger.warning("store %s: %s; using its %d committed records", path, problem, len(store))
     return store
+
+
+def add_store_arguments(parser, *, out_help: str, out_required: bool = False, out_default=None,
+                        store_help: str = "store folder of labelled records", store_required: bool = True,
+                        allow_partial: bool = True) -> None:
+    """The ``--store`` a command reads (with ``--allow-partial``, see :func:`open_labelled_store`)
+    and the ``--out`` it writes: the same three options, worded the same, in every command."""
+    parser.add_argument("--store", required=store_required, default=None, help=store_help)
+    if allow_partial:
+        parser.add_argument("--allow-partial", action="store_true",
+                            help="use the committed records of a store whose collection did not finish")
+    parser.add_argument("--out", required=out_required, default=out_default, help=out_help)
 
 
 def estimator_list(text: str | None) -> list[str] | None:

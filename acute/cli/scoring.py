@@ -65,18 +65,19 @@ def _read_score_rows(source: str):
     return ids, prompts, responses
 
 
-def _score_all(scorer, prompts: list, responses: list, risk: float) -> list:
+def _score_all(scorer, prompts: list, responses: list, risk: float | None,
+               max_error: float | None = None) -> list:
     """Generate and score the prompts without a response, score the given responses (one batch
-    each), in input order."""
+    each), in input order, deciding at ``risk`` or by the certificate at ``max_error``."""
     given = [i for i, r in enumerate(responses) if r is not None]
     todo = [i for i, r in enumerate(responses) if r is None]
     out: list = [None] * len(prompts)
     if todo:
-        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk)):
+        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk, max_error=max_error)):
             out[i] = s
     if given:
         scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given],
-                                        risk=risk)
+                                        risk=risk, max_error=max_error)
         for i, s in zip(given, scored):
             out[i] = s
     return out
@@ -85,14 +86,19 @@ def _score_all(scorer, prompts: list, responses: list, risk: float) -> list:
 def cmd_score(args) -> int:
     from ..models import load_model
     from ..estimators.probes import load_probe
-    from ..scoring.scorer import Scorer, decide
+    from ..scoring.rules import decision_rule
+    from ..scoring.scorer import Scorer
 
     if not args.jsonl and not args.question:
         raise InputError("give a question, or --jsonl FILE (or - for stdin)")
     if args.response is not None and (args.jsonl or not args.response.strip()):
         raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
                          "each its 'response' field")
-    decide([], args.risk)  # a bad risk level fails before the model is loaded
+    names = {"risk_name": "--risk", "max_error_name": "--max-error"}
+    if args.max_error is None:
+        decision_rule(None, args.risk, **names)  # a bad risk level fails before anything is loaded
+    elif args.risk is not None:
+        raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
     if args.probe:
         probe_dir = Path(args.probe)
     else:
@@ -102,6 +108,7 @@ def cmd_score(args) -> int:
                 f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
+    rule = decision_rule(probe, args.risk, args.max_error, **names)  # before the model is loaded
     ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
                                else (None, [args.question], [args.response]))
     model_name = args.model or probe.model_name or DEFAULT_MODEL
@@ -109,7 +116,7 @@ def cmd_score(args) -> int:
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
-    scored = _score_all(scorer, prompts, responses, args.risk)
+    scored = _score_all(scorer, prompts, responses, args.risk, args.max_error)
     if args.jsonl:
         for i, s in zip(ids, scored):
             print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
@@ -119,7 +126,7 @@ def cmd_score(args) -> int:
     print(f"answer:         {s.answer}")
     print(f"raw confidence: {s.raw_confidence:.3f}")
     print(f"confidence:     {s.confidence:.3f}")
-    print(f"decision:       {s.decision} (risk level {s.risk})")
+    print(f"decision:       {s.decision} ({rule.describe()})")
     return 0
 
 
@@ -130,11 +137,15 @@ def cmd_serve(args) -> int:
     api_key = serve.resolve_api_key(args.api_key)
     serve.check_bind(args.host, api_key, args.allow_remote)
     settings = dict(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_request_bytes=args.max_request_bytes, api_key=api_key, default_risk=args.risk,
+                    max_request_bytes=args.max_request_bytes, api_key=api_key,
+                    default_risk=0.5 if args.risk is None else args.risk, default_max_error=args.max_error,
                     max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
                     read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
                     allowed_hosts=tuple(args.allowed_host or ()),
                     allow_control_tokens=args.allow_control_tokens)
+    if args.risk is not None and args.max_error is not None:
+        raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
+                         "requests that name neither, not both")
     serve.ServeSettings(**settings)  # bad flags fail before the model is loaded
     from ..errors import AcuteError
     from ..models import load_model
@@ -143,6 +154,10 @@ def cmd_serve(args) -> int:
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()
     probe = load_probe(probe_dir)
+    if args.max_error is not None:
+        from ..scoring.rules import decision_rule
+
+        decision_rule(probe, max_error=args.max_error, max_error_name="--max-error")  # before the model
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     try:
@@ -175,8 +190,11 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("question", nargs="?", help="the question to answer and score (or --jsonl)")
     s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
     s.add_argument("--model", default=None, help="default: the model named in the probe")
-    s.add_argument("--risk", type=float, default=0.5,
-                   help="risk level u: trust iff confidence > u (default %(default)s)")
+    s.add_argument("--risk", type=float, default=None,
+                   help="risk level u: trust iff confidence > u (default 0.5)")
+    s.add_argument("--max-error", type=float, default=None, metavar="ALPHA",
+                   help="decide by the threshold the probe certified at this error rate instead "
+                        "(acute export --max-error): trust iff confidence >= it")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",
@@ -213,7 +231,11 @@ def add_serve(sub, model_opts) -> None:
                     help="seconds a request's head, then its body, may take to arrive; slower gets 408")
     sv.add_argument("--shutdown-timeout", type=float, default=30.0,
                     help="seconds in-flight requests get to finish on SIGTERM; the rest get 503")
-    sv.add_argument("--risk", type=float, default=0.5, help="risk level of chat requests that give none")
+    sv.add_argument("--risk", type=float, default=None,
+                    help="risk level of chat requests that give neither risk nor max_error (default 0.5)")
+    sv.add_argument("--max-error", type=float, default=None, metavar="ALPHA",
+                    help="decide chat requests that give neither risk nor max_error by the threshold the "
+                         "probe certified at this error rate instead")
     sv.add_argument("--api-key", default=None,
                     help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
     sv.add_argument("--allow-remote", action="store_true",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 from ..errors import InputError
-from .common import DEFAULT_MODEL, DEFAULT_RUNS, load_task, model_name, task_options
+from .common import DEFAULT_MODEL, DEFAULT_RUNS, add_store_arguments, load_task, model_name, task_options
 from ..console import load_options_from_args
 
 __all__ = ['add_demo', 'add_protocol', 'add_protocol_report', 'cmd_demo', 'cmd_protocol', 'cmd_protocol_report']
@@ -91,11 +91,10 @@ def add_protocol(sub, model_opts) -> None:
     pr.add_argument("--seed", type=int, default=0, help="seed of the resamples (default %(default)s)")
     pr.add_argument("--variant", choices=["unit", "percent"], default="unit",
                     help="elicitation template: a probability from 0.0 to 1.0, or 0 to 100 (default %(default)s)")
-    pr.add_argument("--out", default=None,
-                    help="run folder: protocol.json/.md, records/ (resumable) and store/ by default")
-    pr.add_argument("--store", default=None,
-                    help="store of the answers: reused when its model and settings match (only "
-                    "missing examples are generated), refused otherwise (default OUT/store)")
+    add_store_arguments(pr, store_required=False, allow_partial=False,
+                        store_help="store of the answers: reused when its model and settings match (only "
+                                   "missing examples are generated), refused otherwise (default OUT/store)",
+                        out_help="run folder: protocol.json/.md, records/ (resumable) and store/ by default")
     pr.add_argument("--shard-size", type=int, default=32,
                     help="examples per committed shard of per-record results")
     pr.add_argument("--analysis-only", action="store_true",

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from .common import estimator_list, open_labelled_store
+from .common import add_store_arguments, estimator_list, open_labelled_store
 
 __all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_train']
 
@@ -20,10 +20,17 @@ def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
     from ..evaluation.training import train_probe
 
+    if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
+        raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error rate "
+                         "to certify among trusted answers)")
     store = open_labelled_store(args.store, args.allow_partial)
+    calibration = (open_labelled_store(args.calibration_store, args.allow_partial)
+                   if args.calibration_store else None)
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
                           seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
-                          store_path=args.store)
+                          store_path=args.store, max_error=args.max_error,
+                          delta=0.1 if args.delta is None else args.delta, calibration_store=calibration,
+                          calibration_path=args.calibration_store, certify_backend=args.certify_backend)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -37,6 +44,24 @@ def _train(args, test_fraction: float):
     return store, trained
 
 
+def _print_certificates(entries) -> None:
+    """Say what each certificate certifies, or loudly that it certifies nothing and why."""
+    for e in entries:
+        at = f"max_error {e['alpha']:g}, delta {e['delta']:g}"
+        source = ("out-of-fold predictions of the training records" if e["source"] == "out-of-fold"
+                  else f"the calibration store {e.get('calibration_store')}")
+        if e["valid"]:
+            print(f"certificate at {at}: trust iff confidence >= {e['threshold']:g} ({e['n_calibration']} "
+                  f"calibration records, {source}: {e['calibration_coverage']:.3f} of them reach it, "
+                  f"precision {e['calibration_precision']:.3f}; {e['backend']}, {e['fwer']}); decide by it "
+                  f"with `acute score --max-error {e['alpha']:g}` or a request's max_error")
+            continue
+        print(f"acute: warning: NO certificate at {at} from the {e['n_calibration']} calibration records "
+              f"({source}): {e['reason']}. probe.json records it as invalid, and scoring with "
+              f"--max-error {e['alpha']:g} is refused",
+              file=sys.stderr)
+
+
 def cmd_train(args) -> int:
     _, trained = _train(args, args.test_fraction)
     print(f"probe ({trained.label}) fitted on {trained.n_train} records, written to {args.out}")
@@ -47,6 +72,7 @@ def cmd_train(args) -> int:
         print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}")
         for k in ("smece", "auc_euro", "brier"):
             print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}")
+    _print_certificates(trained.certificates)
     return 0
 
 
@@ -54,6 +80,7 @@ def cmd_export(args) -> int:
     """Fit on every record of the store (after evaluating with train/evaluate) and export."""
     store, trained = _train(args, 0.0)
     print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
+    _print_certificates(trained.certificates)
     return 0
 
 
@@ -144,9 +171,7 @@ def add_train_export(sub, model_opts) -> None:
     for name, fn, hlp in (("train", cmd_train, "fit a probe on a store's training split and export it"),
                           ("export", cmd_export, "fit a probe on all records of a store and export it")):
         t = sub.add_parser(name, help=hlp)
-        t.add_argument("--store", required=True, help="store folder of labelled records")
-        t.add_argument("--allow-partial", action="store_true",
-                       help="use the committed records of a store whose collection did not finish")
+        add_store_arguments(t, out_required=True, out_help="probe folder (probe.json + safetensors)")
         t.add_argument("--estimator", default=None,
                        help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
                             "by 5-fold cross-validation on the training records); default: "
@@ -154,7 +179,17 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
-        t.add_argument("--out", required=True, help="probe folder (probe.json + safetensors)")
+        t.add_argument("--max-error", type=float, nargs="+", default=None, metavar="ALPHA",
+                       help="certify a trust threshold for each error rate ALPHA allowed among trusted "
+                            "answers (Learn-then-Test), recorded in probe.json")
+        t.add_argument("--delta", type=float, default=None,
+                       help="with --max-error: the chance the certificate may fail (default 0.1)")
+        t.add_argument("--calibration-store", default=None, metavar="STORE",
+                       help="with --max-error: calibrate on this store's records (same model and prompt "
+                            "format) instead of the out-of-fold predictions of the training records")
+        t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
+                       help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
+                            "exact binomial test (default %(default)s)")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
@@ -167,13 +202,10 @@ def add_train_export(sub, model_opts) -> None:
 def add_evaluate(sub, model_opts) -> None:
     """``acute evaluate``."""
     e = sub.add_parser("evaluate", help="every baseline and ACUTE variant in one table")
-    e.add_argument("--store", required=True, help="store folder of labelled records")
-    e.add_argument("--allow-partial", action="store_true",
-                   help="use the committed records of a store whose collection did not finish")
+    add_store_arguments(e, out_help="results folder (default: STORE/evaluation)")
     e.add_argument("--test-store", default=None, help="a second store as the test set")
     e.add_argument("--allow-overlap", action="store_true",
                    help="allow record ids that occur in both --store and --test-store")
-    e.add_argument("--out", default=None, help="results folder (default: STORE/evaluation)")
     e.add_argument("--cv", type=int, default=5,
                    help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
     e.add_argument("--repeats", type=int, default=2, help="repeats of the cross-validation (default 2)")
@@ -206,10 +238,7 @@ def add_evaluate(sub, model_opts) -> None:
 def add_learning_curve(sub, model_opts) -> None:
     """``acute learning-curve``."""
     lc = sub.add_parser("learning-curve", help="auc-euro and smECE against the number of training records")
-    lc.add_argument("--store", required=True, help="store folder of labelled records")
-    lc.add_argument("--allow-partial", action="store_true",
-                    help="use the committed records of a store whose collection did not finish")
-    lc.add_argument("--out", default=None, help="default: STORE/learning-curve")
+    add_store_arguments(lc, out_help="default: STORE/learning-curve")
     lc.add_argument("--estimators", default=None,
                     help="probes to show next to the best baseline (default: acute-pca10,acute-pca10-stacked)")
     lc.add_argument("--sizes", default=None,

@@ -44,6 +44,7 @@ import numpy as np
 from ..fileio import default_mode, json_ready
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
+from .certificates import check_certificates
 from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
                           apply_calibration, calibration_params, stack_features)
 from .features import (
@@ -212,8 +213,10 @@ class ExportedProbe:
     as in ``probe.safetensors``), ``view``, ``layers``, ``feature_names``,
     ``append_confidence``, ``calibration`` (None/"platt"/"isotonic"/"stacked"), ``model_name``,
     ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection`` (how ``auto`` chose
-    the probe, or None), ``n_layer_outputs``,
-    ``hidden_size``. The constructor validates every array (:class:`ProbeFormatError`).
+    the probe, or None), ``certificates`` (the certified thresholds it carries, a list of
+    ``probe.json`` entries, :mod:`acute.estimators.certificates`; empty for a probe exported
+    without one), ``n_layer_outputs``, ``hidden_size``. The constructor validates every array and
+    certificate (:class:`ProbeFormatError`).
     """
 
     def __init__(self, manifest: dict, arrays: dict[str, np.ndarray], source: str = ARRAYS_FILE):
@@ -231,6 +234,8 @@ class ExportedProbe:
         self.training_summary = manifest.get("training_summary", {})
         self.metrics = manifest.get("metrics", {})
         self.selection = manifest.get("selection")
+        self.certificates = check_certificates(manifest.get("certificates"),
+                                               str(Path(source).with_name(MANIFEST_FILE)))
         self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
         self.hidden_size = int(manifest["input"]["hidden_size"])
         self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)

@@ -296,11 +296,13 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
                training_summary: dict | None = None, metrics: dict | None = None,
-               selection: dict | None = None) -> ExportedProbe:
+               selection: dict | None = None, certificates: list | None = None) -> ExportedProbe:
         """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory).
 
         ``selection`` (e.g. :meth:`acute.estimators.registry.AutoEstimator.selection`) records how this
-        probe was chosen: the winner, its cross-validated scores and the runners-up."""
+        probe was chosen: the winner, its cross-validated scores and the runners-up.
+        ``certificates``: its certified trust thresholds (:mod:`acute.estimators.certificates`
+        entries, from :func:`acute.evaluation.certification.certify_probe`)."""
         self._check_fitted()
         d = self.hidden_size_ // pooling_blocks(self.pooling)
         fp = check_fingerprint(model_fingerprint, self.n_layer_outputs_, d)
@@ -343,15 +345,18 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         }
         if selection is not None:
             manifest["selection"] = selection
+        if certificates:
+            manifest["certificates"] = list(certificates)
         return ExportedProbe(json_ready(manifest, where="manifest"), arrays)
 
     def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
              training_summary: dict | None = None, metrics: dict | None = None,
-             selection: dict | None = None) -> Path:
+             selection: dict | None = None, certificates: list | None = None) -> Path:
         """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically.
 
         ``model_fingerprint`` (from ``acute.models.model_fingerprint``) must agree with the
         fitted input shape (``num_layers + 1`` layer outputs, ``hidden_size``). An existing
         probe directory is replaced; any other non-empty directory is refused. Returns the path.
         """
-        return self.export(model_name, model_fingerprint, training_summary, metrics, selection).save(path)
+        return self.export(model_name, model_fingerprint, training_summary, metrics, selection,
+                           certificates).save(path)

@@ -273,7 +273,9 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     ``best_``, or ``refit``), ``estimator_`` (the refitted probe), ``scores_`` (name ->
     ``auc_euro_all``, ``smece``, ``auroc`` out of fold, every candidate and reference),
     ``ranking_`` (names, best first), ``best_baseline_``, ``warning_`` (str or None),
-    ``classes_``.
+    ``oof_`` (name -> the out-of-fold P(correct) of every training record, in input order, over
+    the folds ``folds_``: what a certified threshold of the refitted probe is calibrated on,
+    :mod:`acute.evaluation.certification`), ``classes_``.
     """
 
     def __init__(self, candidates: Sequence[str] = AUTO_CANDIDATES,
@@ -344,6 +346,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                     p[te] = apply_stacker(forest_oof[view][te], conf[te], w, v, b)
                 oof[name] = p
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}
+        self.oof_, self.folds_ = oof, folds
         # acute.metrics.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
         self.ranking_ = ranked(list(self.scores_), self.scores_.__getitem__, digits=9)
         self.best_ = next(n for n in self.ranking_ if n in cands)

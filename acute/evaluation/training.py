@@ -10,9 +10,9 @@ folder. The command line and the demo only parse, call this and print.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
 from ..store.pooling import store_states
+from .certification import certify_probe, check_certification
 from .crossval import split_ids
 
 __all__ = ["TrainedProbe", "held_out_metrics", "probe_estimator", "train_probe"]
@@ -37,7 +38,9 @@ class TrainedProbe:
     ``selection``: ``auto``'s cross-validated comparison (None for a named probe); ``auto``: the
     fitted :class:`~acute.estimators.registry.AutoEstimator` behind it, or None;
     ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
-    without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest.
+    without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest;
+    ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
+    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none).
     """
 
     probe: ActivationProbe
@@ -49,12 +52,14 @@ class TrainedProbe:
     auto: AutoEstimator | None = None
     model_name: str | None = None
     model_fingerprint: dict | None = None
+    train_index: np.ndarray | None = None
+    certificates: list = field(default_factory=list)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the probe folder (``probe.safetensors`` + ``probe.json``) atomically."""
         return self.probe.save(path, model_name=self.model_name, model_fingerprint=self.model_fingerprint,
                                training_summary=self.training_summary, metrics=self.held_out,
-                               selection=self.selection)
+                               selection=self.selection, certificates=self.certificates)
 
 
 def _parse_layer(layer: Any) -> int | str | None:
@@ -116,15 +121,27 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
 
 def train_probe(store, estimator: str | None = None, *, view: str | None = None, layer: Any = None,
                 test_fraction: float = 0.0, seed: int = 0, n_jobs: int | None = None,
-                n_estimators: int | None = None, store_path: str | os.PathLike | None = None) -> TrainedProbe:
+                n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
+                max_error: float | Sequence[float] | None = None, delta: float = 0.1,
+                calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
+                certify_backend: str = "mapie") -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
-    were left out. ``store_path`` (default: the store's own path) is recorded in the summary."""
+    were left out. ``store_path`` (default: the store's own path) is recorded in the summary.
+
+    ``max_error`` (one alpha or several): also certify the trust threshold at each, with
+    probability ``1 - delta``, on the out-of-fold predictions of the training records or on
+    ``calibration_store`` (named ``calibration_path``), with ``certify_backend``
+    (:func:`acute.evaluation.certification.certify_probe`); bad values and too few calibration
+    records are refused before anything is fitted."""
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
+    idx = np.flatnonzero(train)
+    if max_error is not None:  # refuse what cannot be certified before fitting anything
+        check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
+                            calibration_path=calibration_path, backend=certify_backend)
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
-    idx = np.flatnonzero(train)
     est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
             confidence=store.raw_confidence[idx])
     auto, selection, probe = None, None, est
@@ -137,6 +154,10 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                "accuracy_train": float(np.mean(store.correct[train])),
                "split": {"test_fraction": test_fraction, "seed": seed}, **collection_settings(m)}
     held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
-    return TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
-                        n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
-                        model_fingerprint=store_identity(m))
+    trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
+                           n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
+                           model_fingerprint=store_identity(m), train_index=idx)
+    if max_error is not None:
+        certify_probe(trained, store, max_error, delta, calibration_store=calibration_store,
+                      calibration_path=calibration_path, backend=certify_backend)
+    return trained

@@ -107,6 +107,7 @@ __all__ = [
     "RULE",
     "binomial_p_values",
     "certify_threshold",
+    "check_max_error",
     "decide",
     "ltt_thresholds",
     "min_calibration_records",
@@ -203,6 +204,12 @@ def _check_level(value: Any, name: str, what: str) -> float:
     if not 0.0 < v < 1.0:  # also refuses NaN
         raise InputError(f"{name} must lie strictly between 0 and 1 ({what}), got {value!r}")
     return v
+
+
+def check_max_error(max_error: Any, name: str = "max_error") -> float:
+    """``max_error`` (alpha) as a float strictly inside (0, 1); :class:`InputError` naming ``name``
+    otherwise (NaN, booleans and non-numbers included)."""
+    return _check_level(max_error, name, "the error rate allowed among trusted answers")
 
 
 def _check_alpha_delta(max_error: Any, delta: Any) -> tuple[float, float]:

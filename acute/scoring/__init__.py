@@ -1,12 +1,17 @@
-"""Live scoring: generate (or take) an answer, read the probe's confidence, decide at a risk level.
+"""Live scoring: generate (or take) an answer, read the probe's confidence, decide by a risk level or a
+certified threshold.
 
-* :mod:`~acute.scoring.risk`: the one trust rule (trust iff confidence > risk) and its risk check;
+* :mod:`~acute.scoring.risk`: the risk rule (trust iff confidence > risk) and its risk check;
+* :mod:`~acute.scoring.rules`: the rule chosen by the caller: a risk level or the probe's
+  certified threshold at ``max_error`` (trust iff confidence >= it);
 * :mod:`~acute.scoring.scorer`: :class:`Scorer` and :class:`ScoredGeneration`.
 """
 
 from __future__ import annotations
 
 from .risk import check_risk, decide
+from .rules import DecisionRule, decision_rule
 from .scorer import ScoredGeneration, Scorer, probe_task, task_from_settings
 
-__all__ = ["ScoredGeneration", "Scorer", "check_risk", "decide", "probe_task", "task_from_settings"]
+__all__ = ["DecisionRule", "ScoredGeneration", "Scorer", "check_risk", "decide", "decision_rule", "probe_task",
+           "task_from_settings"]

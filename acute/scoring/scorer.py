@@ -3,7 +3,10 @@
 ``Scorer(model, tokenizer, probe).generate(prompt, risk=u)`` returns the answer, the model's
 raw confidence, the probe's calibrated confidence and the decision: trust iff the
 confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to the
-cost of abstaining on a right one, as in euro).
+cost of abstaining on a right one, as in euro). ``generate(prompt, max_error=alpha)`` decides by
+the threshold the probe certified at that alpha instead (trust iff confidence >= it; the probe
+must carry that certificate, ``acute export --max-error``): :mod:`acute.scoring.rules`. Each
+answer names its rule and threshold.
 
 ``Scorer.score_response(prompt, response, risk=u)`` (and ``score_responses`` for a batch) does
 the same for an answer produced elsewhere, without generating: the response is recorded by
@@ -21,7 +24,7 @@ import numpy as np
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
 from ..validation import check_count
-from .risk import check_risks, decide
+from .rules import DecisionRule, decision_rules
 
 __all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
 
@@ -33,7 +36,11 @@ class ScoredGeneration:
     ``question`` is the text asked (the string given, or the last user message), ``prompt`` the
     fully formatted prompt the model saw, ``answer`` the generated text (stripped),
     ``raw_confidence`` the product of its token probabilities, ``confidence`` the probe's
-    P(correct), ``trust`` whether ``confidence > risk``.
+    P(correct), ``trust`` the decision of its rule: ``confidence > risk`` (``rule`` ``"risk"``)
+    or ``confidence >= threshold`` (``rule`` ``"certificate"``: ``risk`` is None, ``max_error``
+    the alpha asked for and ``certificate`` what the probe's certificate says,
+    :meth:`acute.scoring.rules.DecisionRule.fields`). ``threshold`` is the value compared with
+    (the risk level itself under the risk rule).
     """
 
     question: str
@@ -41,21 +48,41 @@ class ScoredGeneration:
     answer: str
     raw_confidence: float
     confidence: float
-    risk: float
+    risk: float | None
     trust: bool
     n_tokens: int
     finish_reason: str
+    rule: str = "risk"
+    threshold: float | None = None
+    max_error: float | None = None
+    certificate: dict | None = None
+
+    def __post_init__(self):
+        if self.rule == "risk" and self.threshold is None:
+            self.threshold = self.risk
 
     @property
     def decision(self) -> str:
         """``"trust"`` or ``"abstain"``."""
         return "trust" if self.trust else "abstain"
 
+    def decision_fields(self) -> dict[str, Any]:
+        """``risk``, ``rule``, ``threshold`` and, for a certificate, ``max_error`` and
+        ``certificate``: what every answer says of how it was decided."""
+        out = {"risk": self.risk, "rule": self.rule, "threshold": self.threshold}
+        if self.rule != "risk":
+            out.update(max_error=self.max_error, certificate=self.certificate)
+        return out
+
     def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
-        """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on request)."""
+        """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on
+        request; ``max_error`` and ``certificate`` only for the certificate rule)."""
         d = asdict(self)
         if not include_prompt:
             d.pop("prompt")
+        if self.rule == "risk":
+            d.pop("max_error")
+            d.pop("certificate")
         d["decision"] = self.decision
         return d
 
@@ -130,21 +157,31 @@ class Scorer:
             return self.task.prompt(self.tokenizer, ex, chat=self.chat)
         return format_prompt(self.tokenizer, item, chat=self.chat)
 
-    def generate(self, prompts, risk: float | Sequence[float] = 0.5):
-        """Score one prompt (str or chat messages) or a list of them, at one risk level or one
-        per prompt.
+    def rules(self, n: int, risk=None, max_error=None) -> list[DecisionRule]:
+        """The decision rule of each of ``n`` prompts (:func:`acute.scoring.rules.decision_rules`):
+        a risk level (default 0.5) or the certificate this probe carries at ``max_error``."""
+        return decision_rules(self.probe, risk, max_error, n)
+
+    def generate(self, prompts, risk: float | Sequence[float] | None = None, *,
+                 max_error: float | Sequence[float] | None = None):
+        """Score one prompt (str or chat messages) or a list of them, deciding at one risk level
+        or one per prompt (default 0.5), or by the threshold the probe certified at ``max_error``
+        (one alpha, or one per prompt with ``None`` where a risk level applies); not both for
+        one prompt.
 
         Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
         order (an empty list for an empty list). Scoring in a batch gives the same answers and
         confidences as scoring one at a time (up to float rounding of padded batches). Raises
-        ``ValueError`` for a risk outside [0, 1] and for a prompt longer than the context window.
+        ``ValueError`` for a risk outside [0, 1], a ``max_error`` the probe carries no valid
+        certificate for (:class:`InputError` naming it) and a prompt longer than the context
+        window.
         """
         from ..extraction import generate_and_record
 
         single = isinstance(prompts, str) or (
             isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
         items = [prompts] if single else list(prompts)
-        risks = check_risks(risk, len(items))
+        rules = self.rules(len(items), risk, max_error)
         if not items:
             return []
         texts = [self.format(p) for p in items]
@@ -152,25 +189,28 @@ class Scorer:
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
                                    pool=self.pool, on_too_long="error")
-        out = self._scored(items, texts, gens, [g.text for g in gens], risks)
+        out = self._scored(items, texts, gens, [g.text for g in gens], rules)
         return out[0] if single else out
 
-    def score_response(self, prompt_or_messages, response: str, risk: float = 0.5) -> ScoredGeneration:
+    def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
+                       max_error: float | None = None) -> ScoredGeneration:
         """Score one given ``response`` to a prompt (str or chat messages) without generating.
 
         See :meth:`score_responses`; returns one :class:`ScoredGeneration`."""
         if not isinstance(response, str):
             raise InputError(f"response must be a string, got {type(response).__name__}")
-        return self.score_responses([prompt_or_messages], [response], risk=risk)[0]
+        return self.score_responses([prompt_or_messages], [response], risk=risk, max_error=max_error)[0]
 
     def score_responses(self, prompts: Sequence, responses: Sequence[str],
-                        risk: float | Sequence[float] = 0.5) -> list[ScoredGeneration]:
+                        risk: float | Sequence[float] | None = None, *,
+                        max_error: float | Sequence[float] | None = None) -> list[ScoredGeneration]:
         """Score given responses (answers from another engine, logs) to their prompts.
 
         Each response is recorded by teacher forcing (:func:`acute.extraction.record_responses`:
         the text tokenized after the prompt, the EOS the model finds most likely appended,
         pooled like the probe's training store) and scored by the probe; the fields are those
-        of :meth:`generate` (``answer`` is the response, stripped). Prompts are built the way
+        of :meth:`generate` (``answer`` is the response, stripped; ``risk`` and ``max_error``
+        choose the rule as there). Prompts are built the way
         the probe's training store built them: for a store of generated answers, a string is
         a question (wrapped in the task's prompt, see :meth:`format`) and messages go through
         the chat template; for a store of given responses (``acute collect --responses``), a
@@ -188,14 +228,14 @@ class Scorer:
         for i, r in enumerate(responses):
             if not isinstance(r, str) or not r.strip():
                 raise InputError(f"responses[{i}] must be a non-empty string, got {r!r}")
-        risks = check_risks(risk, len(items))
+        rules = self.rules(len(items), risk, max_error)
         if not items:
             return []
         texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
         gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
                                 batch_size=self.batch_size, stop_strings=self.stop_strings,
                                 on_too_long="error")
-        return self._scored(items, texts, gens, responses, risks)
+        return self._scored(items, texts, gens, responses, rules)
 
     def _response_prompt(self, item, where: str) -> str:
         """The prompt a given response answers, formatted as the probe's training store was."""
@@ -223,20 +263,21 @@ class Scorer:
     def _trained_task(self):
         return _probe_summary(self.probe).get("task")
 
-    def _scored(self, items, texts, gens, answers, risks: list[float]) -> list[ScoredGeneration]:
+    def _scored(self, items, texts, gens, answers, rules: list[DecisionRule]) -> list[ScoredGeneration]:
         from ..store.pooling import DEFAULT_POOLING, generation_states
 
         states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
         conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
-        trust = decide(conf, risks)
-        return [
-            ScoredGeneration(question=_question_of(item), prompt=t, answer=a.strip(),
-                             raw_confidence=float(r), confidence=float(c), risk=u,
-                             trust=bool(k), n_tokens=int(len(g.token_ids)),
-                             finish_reason=g.finish_reason)
-            for item, t, g, a, r, c, k, u in zip(items, texts, gens, answers, raw, conf, trust, risks)
-        ]
+        out = []
+        for item, t, g, a, r, c, rule in zip(items, texts, gens, answers, raw, conf, rules):
+            f = rule.fields()
+            out.append(ScoredGeneration(
+                question=_question_of(item), prompt=t, answer=a.strip(), raw_confidence=float(r),
+                confidence=float(c), risk=f["risk"], trust=bool(rule.decide(np.array([c]))[0]),
+                n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason, rule=f["rule"],
+                threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate")))
+        return out
 
 
 #: ``Task.settings()`` keys that are not constructor options

@@ -2,11 +2,12 @@
 
 Endpoints (built by :func:`create_app` around one :class:`acute.scoring.scorer.Scorer`):
 
-* ``POST /v1/score``: ``{"prompt" | "messages", "risk", "max_new_tokens"?}`` -> the answer, its raw
-  and probe confidence and the decision at that risk; a JSON list of requests is scored together
-  and answered as a list.
+* ``POST /v1/score``: ``{"prompt" | "messages", "risk" | "max_error", "max_new_tokens"?}`` -> the
+  answer, its raw and probe confidence and the decision at that risk, or by the threshold the
+  probe certified at that max_error, naming its rule and threshold; a JSON list of requests is
+  scored together and answered as a list.
 * ``POST /v1/chat/completions``: OpenAI-compatible (greedy decoding only), streaming or not, with
-  an ``acute`` object (confidence, raw confidence, decision, risk) on each choice.
+  an ``acute`` object (confidence, raw confidence, decision, its rule and threshold) on each choice.
 * ``GET /v1/models``, ``GET /healthz``.
 
 Concurrent requests are grouped by a :class:`Batcher` (up to ``max_batch`` requests, waiting at

@@ -120,7 +120,13 @@ def _add_error_handlers(app) -> None:
 
 def _resolve(settings: ServeSettings, scorer) -> ServeSettings:
     """``settings`` with the new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times the
-    scorer's default); ``InputError`` when a set limit is below that default."""
+    scorer's default); ``InputError`` when a set limit is below that default, or when the probe
+    carries no valid certificate at ``default_max_error``."""
+    if settings.default_max_error is not None:  # the probe must carry it: refused before serving
+        from ..scoring.rules import decision_rule
+
+        decision_rule(scorer.probe, max_error=settings.default_max_error,
+                      max_error_name="default max_error (--max-error)")
     limit = settings.max_new_tokens_limit
     if limit is None:
         return dataclasses.replace(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * scorer.max_new_tokens)
@@ -203,7 +209,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
             if not items or len(items) > settings.max_batch:
                 raise RequestError(f"a list of requests must hold 1 to {settings.max_batch} of them "
                                    f"(--max-batch), got {len(items)}")
-            jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit)
+            jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit, scorer.probe)
                     for i, obj in enumerate(items)]
             results = await wait_for(request, jobs)
         except ClientGone:
@@ -214,7 +220,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     async def chat(request):
         try:
-            job, req = chat_job(await body_of(request), settings)
+            job, req = chat_job(await body_of(request), settings, scorer.probe)
             [result] = await wait_for(request, [job])
         except ClientGone:
             return Response(status_code=499)

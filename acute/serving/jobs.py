@@ -31,16 +31,18 @@ class JobCancelled(Exception):
 
 @dataclasses.dataclass
 class Job:
-    """One prompt to score: ``item`` (a string or chat messages), the ``risk`` level, optional
+    """One prompt to score: ``item`` (a string or chat messages), its rule (the ``risk`` level, or
+    ``max_error``: the probe's certified threshold at that alpha; exactly one is set), optional
     generation settings (``None``/empty: the scorer's), and ``param``, the request field that
     errors about the prompt name. ``future`` receives a :class:`JobResult` or an exception."""
 
     item: Any
-    risk: float
+    risk: float | None
     max_new_tokens: int | None = None
     stop: tuple[str, ...] = ()
     param: str = "prompt"
     response: str | None = None  #: an answer to score as given (teacher-forced), not generated
+    max_error: float | None = None  #: decide by the certificate at this alpha instead of ``risk``
     future: Future = dataclasses.field(default_factory=Future, repr=False)
     abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
@@ -163,10 +165,13 @@ def _stop_when_abandoned(model, jobs: Sequence[Job]):
 def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     """Generate and score the jobs, or (when they carry responses) score the given responses."""
     items = [job.item for job in jobs]
+    rule = {"risk": [job.risk for job in jobs]}
+    if any(job.max_error is not None for job in jobs):  # (rules do not change generation)
+        rule["max_error"] = [job.max_error for job in jobs]
     with _stop_when_abandoned(scorer.model, jobs):
         if jobs[0].response is None:
-            return scorer.generate(items, risk=[job.risk for job in jobs])
-        return scorer.score_responses(items, [job.response for job in jobs], risk=[job.risk for job in jobs])
+            return scorer.generate(items, **rule)
+        return scorer.score_responses(items, [job.response for job in jobs], **rule)
 
 
 def _run_isolated(scorer, jobs: Sequence[Job]) -> list:

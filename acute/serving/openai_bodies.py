@@ -31,16 +31,17 @@ def score_body(result: JobResult, *, model: str, estimator: str, latency_ms: flo
     """The ``/v1/score`` answer for one scored job."""
     s = result.scored
     return {"answer": s.answer, "raw_confidence": s.raw_confidence, "confidence": s.confidence,
-            "decision": s.decision, "risk": s.risk, "estimator": estimator, "model": model,
+            "decision": s.decision, **s.decision_fields(), "estimator": estimator, "model": model,
             "latency_ms": round(latency_ms, 3), "n_tokens": s.n_tokens,
             "finish_reason": _finish_reason(s.finish_reason)}
 
 
 def acute_object(result: JobResult, estimator: str) -> dict:
-    """The ``acute`` object added to a chat choice."""
+    """The ``acute`` object added to a chat choice: the confidences, the decision and its rule
+    (``risk``, ``rule``, ``threshold``; for a certificate ``max_error`` and ``certificate``)."""
     s = result.scored
     return {"confidence": s.confidence, "raw_confidence": s.raw_confidence, "decision": s.decision,
-            "risk": s.risk, "estimator": estimator}
+            **s.decision_fields(), "estimator": estimator}
 
 
 def _usage(result: JobResult) -> dict:
@@ -117,13 +118,22 @@ def public_summary(summary: Any) -> dict | None:
     return _public({k: summary[k] for k in _SHOWN_SUMMARY if k in summary})
 
 
+def _certificates(probe) -> list[dict]:
+    """The certified thresholds a client may ask for by ``max_error`` (no file locations)."""
+    from ..estimators.certificates import certificate_summary
+
+    return [{**certificate_summary(e), "valid": e["valid"], "threshold": e["threshold"]}
+            for e in getattr(probe, "certificates", None) or []]
+
+
 def models_body(settings: ServeSettings, probe, created: int) -> dict:
-    """``GET /v1/models``: the served model with its probe's estimator, fingerprint and public
-    training summary (:func:`public_summary`)."""
+    """``GET /v1/models``: the served model with its probe's estimator, fingerprint, public
+    training summary (:func:`public_summary`) and certified thresholds (``certificates``: alpha,
+    delta, threshold, valid, calibration n and coverage, backend, source)."""
     fingerprint = getattr(probe, "model_fingerprint", None)
     summary = getattr(probe, "training_summary", None) or getattr(probe, "training_summary_", None)
     return {"object": "list", "data": [{
         "id": settings.model_name, "object": "model", "created": created, "owned_by": "acute",
         "estimator": estimator_name(probe), "fingerprint": fingerprint,
-        "training_summary": public_summary(summary),
+        "training_summary": public_summary(summary), "certificates": _certificates(probe),
     }]}

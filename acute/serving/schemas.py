@@ -28,6 +28,7 @@ def _schemas() -> SimpleNamespace:
     from ..scoring.risk import RISK_MAX, RISK_MIN
 
     Risk = Annotated[float, Field(gt=RISK_MIN, lt=RISK_MAX, allow_inf_nan=False)]  # check_risk(strict=True)
+    MaxError = Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]  # check_max_error
     Count = Annotated[int, Field(ge=1)]
     Number = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -48,7 +49,8 @@ def _schemas() -> SimpleNamespace:
         prompt: Optional[str] = None
         messages: Optional[list[Message]] = None
         response: Optional[str] = None  # an answer produced elsewhere: scored as given, not generated
-        risk: Risk
+        risk: Optional[Risk] = None  # exactly one of risk and max_error (checked by _rule)
+        max_error: Optional[MaxError] = None
         max_new_tokens: Optional[Count] = None
 
     class StreamOptions(Strict):
@@ -58,7 +60,8 @@ def _schemas() -> SimpleNamespace:
     class ChatRequest(Strict):
         messages: list[Message]
         model: Optional[str] = None
-        risk: Optional[Risk] = None  # acute's own field
+        risk: Optional[Risk] = None  # acute's own fields, at most one of them
+        max_error: Optional[MaxError] = None
         stream: Optional[bool] = None
         stream_options: Optional[StreamOptions] = None
         max_tokens: Optional[Count] = None
@@ -190,12 +193,36 @@ def _shown(value: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[:width] + "..."
 
 
-def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None) -> Job:
+def _rule(probe, risk: float | None, max_error: float | None, name) -> dict:
+    """``{"risk", "max_error"}`` of a job, at most one set; ``RequestError`` naming ``max_error``
+    when both are given or when ``probe`` carries no valid certificate at it (checked here, so
+    the request is refused before anything is generated)."""
+    if risk is not None and max_error is not None:
+        raise RequestError(f"give {name('risk')} (a risk level) or {name('max_error')} (a certified "
+                           "threshold), not both", param=name("max_error"))
+    if max_error is not None and probe is not None:
+        from ..errors import InputError
+        from ..scoring.rules import decision_rule
+
+        try:
+            decision_rule(probe, max_error=max_error, max_error_name=name("max_error"))
+        except InputError as e:
+            raise RequestError(str(e), param=name("max_error"), code="certificate_not_available") from None
+    return {"risk": risk, "max_error": max_error}
+
+
+def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None, probe=None) -> Job:
     """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field,
-    also for more new tokens than ``max_new_tokens_limit``)."""
+    also for more new tokens than ``max_new_tokens_limit``, for neither or both of ``risk`` and
+    ``max_error``, and for a ``max_error`` ``probe`` carries no valid certificate for)."""
     req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
     where = param_name(prefix)
     name = (lambda field: f"{where}.{field}" if where else field)
+    if req.risk is None and req.max_error is None:
+        raise RequestError(f"{name('risk')} is required (a risk level in (0, 1)), or "
+                           f"{name('max_error')} (decide by the probe's certified threshold)",
+                           param=name("risk"))
+    rule = _rule(probe, req.risk, req.max_error, name)
     if (req.prompt is None) == (req.messages is None):
         raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
     if req.response is not None and not req.response.strip():
@@ -204,17 +231,19 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
     if req.prompt is not None:
         if not req.prompt.strip():
             raise RequestError(f"{name('prompt')} is empty", param=name("prompt"))
-        return Job(item=req.prompt, risk=req.risk, max_new_tokens=req.max_new_tokens, param=name("prompt"),
-                   response=req.response)
-    return Job(item=_messages(req.messages, name("messages")), risk=req.risk,
-               max_new_tokens=req.max_new_tokens, param=name("messages"), response=req.response)
+        return Job(item=req.prompt, max_new_tokens=req.max_new_tokens, param=name("prompt"),
+                   response=req.response, **rule)
+    return Job(item=_messages(req.messages, name("messages")), max_new_tokens=req.max_new_tokens,
+               param=name("messages"), response=req.response, **rule)
 
 
-def chat_job(obj: Any, settings: ServeSettings):
+def chat_job(obj: Any, settings: ServeSettings, probe=None):
     """``(job, request)`` from a ``/v1/chat/completions`` body; ``RequestError`` (400, or 404 for
     another model) naming the field for anything not in OpenAI's schema, of the wrong type, that
-    would change greedy decoding, or that asks for more than ``settings.max_new_tokens_limit``
-    new tokens."""
+    would change greedy decoding, that asks for more than ``settings.max_new_tokens_limit``
+    new tokens, that gives both ``risk`` and ``max_error``, or a ``max_error`` ``probe`` carries
+    no valid certificate for. A request naming neither is decided by the server's default
+    (``settings.default_max_error`` when set, else ``settings.default_risk``)."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
         value = getattr(req, field)
@@ -228,7 +257,11 @@ def chat_job(obj: Any, settings: ServeSettings):
     for field in ("max_tokens", "max_completion_tokens"):
         _check_new_tokens(getattr(req, field), settings.max_new_tokens_limit, field)
     limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
-    job = Job(item=_messages(req.messages), risk=settings.default_risk if req.risk is None else req.risk,
-              max_new_tokens=min(limits) if limits else None, stop=_stop_strings(req.stop),
-              param="messages")
+    if req.risk is None and req.max_error is None:  # the server's default rule (checked at start)
+        rule = ({"risk": None, "max_error": settings.default_max_error} if settings.default_max_error is not None
+                else {"risk": settings.default_risk, "max_error": None})
+    else:
+        rule = _rule(probe, req.risk, req.max_error, lambda field: field)
+    job = Job(item=_messages(req.messages), max_new_tokens=min(limits) if limits else None,
+              stop=_stop_strings(req.stop), param="messages", **rule)
     return job, req

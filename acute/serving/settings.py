@@ -7,6 +7,7 @@ import ipaddress
 import os
 
 from ..errors import InputError
+from ..metrics.certify import check_max_error
 from ..scoring.risk import check_risk
 
 __all__ = ["API_KEY_ENV", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings", "check_bind", "is_loopback",
@@ -30,7 +31,9 @@ class ServeSettings:
     :data:`NEW_TOKENS_LIMIT_FACTOR` times the scorer's default), ``api_key`` the bearer key every
     ``/v1`` request must carry (``None``: none needed, and then only loopback ``Host`` values,
     or those in ``allowed_hosts``, are served), ``default_risk`` the risk of a chat request
-    without one, ``model_name`` the model id clients see and send.
+    that names no rule (neither ``risk`` nor ``max_error``), ``default_max_error`` (when set) the
+    certified threshold such a request is decided by instead (the probe must carry it,
+    :mod:`acute.scoring.rules`), ``model_name`` the model id clients see and send.
 
     Connections (uvicorn's settings where it has one, see :func:`acute.serving.server.make_server`):
     ``max_connections`` open connections or running requests before new requests get 503,
@@ -51,6 +54,7 @@ class ServeSettings:
     api_key: str | None = None
     allowed_hosts: tuple[str, ...] = ()
     default_risk: float = 0.5
+    default_max_error: float | None = None
     retry_after_s: int = 1
     max_connections: int = 512
     read_timeout_s: float = 10.0
@@ -71,6 +75,8 @@ class ServeSettings:
         if not 0 <= float(self.shutdown_timeout_s) <= 3600:
             raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
         check_risk(self.default_risk, strict=True, name="default risk")
+        if self.default_max_error is not None:
+            check_max_error(self.default_max_error, name="default max_error (--max-error)")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("the API key is empty; give a non-empty key or none")
         if not self.model_name:

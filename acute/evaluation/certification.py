@@ -1,0 +1,224 @@
+"""Certified trust thresholds for an exported probe (``acute export --max-error --delta``).
+
+:func:`certify_probe` calibrates a Learn-then-Test threshold
+(:func:`acute.metrics.certify.certify_threshold`) for a trained probe on labelled records the
+probe was **not fitted on**, and records it on the :class:`~acute.evaluation.training.TrainedProbe`
+(``probe.json``'s ``certificates``, :mod:`acute.estimators.certificates`). Two sources:
+
+* ``"out-of-fold"`` (default): the cross-fitted predictions of the probe's own training records.
+  For the default export (``auto`` with ``refit`` set) and ``--estimator auto`` these are the
+  out-of-fold predictions its cross-validated comparison already made
+  (:attr:`AutoEstimator.oof_`, 5 stratified folds seeded by ``seed``); for a named probe or a
+  ``--view`` probe the same folds are fitted here. Each record's confidence comes from a probe
+  fitted without it, so the test is sound for probes fitted on 4/5 of the records; the exported
+  probe, fitted on all of them, is taken to be at least as good (the usual cross-fitting
+  assumption, not part of the theorem). With ``--estimator auto`` the probe was also chosen on
+  these predictions, a mild optimism. For the guarantee exactly as stated use a calibration store.
+* ``"calibration-store"``: every record of a separate store, scored by the exported probe. It
+  must come from the same model (fingerprint and weights) with the same prompt format (chat
+  template or not, prompts of given responses) as the training store
+  (:class:`~acute.errors.IncompatibleStoreError` naming both otherwise), and share no record
+  with the training records of the same task.
+
+The guarantee is for answers like the calibration records (exchangeable with them): calibrate
+on the questions the gate will see.
+
+:func:`check_certification` refuses, before anything is fitted, a ``max_error`` or ``delta``
+outside (0, 1) and fewer calibration records than
+:func:`~acute.metrics.certify.min_calibration_records` (saying how many would be needed). With
+enough records a certificate may still be invalid (no threshold passed): it is recorded as such,
+with its reason and the projected number of records that would certify one; never a silent
+fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..collect import store_identity
+from ..errors import IncompatibleStoreError, InputError
+from ..estimators.certificates import certificate_entry
+from ..metrics.certify import certify_threshold, check_max_error, min_calibration_records
+from ..store.pooling import store_states
+
+__all__ = ["CV_FOLDS", "calibration_confidence", "certify_probe", "check_calibration_store",
+           "check_certification"]
+
+#: folds of the out-of-fold calibration (those of ``auto``'s comparison)
+CV_FOLDS = 5
+
+
+def _alphas(max_error: float | Sequence[float]) -> list[float]:
+    values = list(max_error) if isinstance(max_error, (list, tuple, np.ndarray)) else [max_error]
+    if not values:
+        raise InputError("max_error: give at least one error rate to certify")
+    return values
+
+
+def _prompt_format(manifest: dict) -> dict:
+    """What a store's prompts looked like: the chat flag and, for given responses, their kind."""
+    gen = manifest.get("generation") or {}
+    responses = manifest.get("responses") or {}
+    return {"chat": gen.get("chat"), "prompts": responses.get("prompt_format", "generated answers")}
+
+
+def check_calibration_store(store: Any, calibration_store: Any, *, store_name: str = "the training store",
+                            calibration_name: str = "the calibration store",
+                            train_ids: Sequence[Any] | None = None) -> None:
+    """Refuse (:class:`IncompatibleStoreError` naming both) a calibration store of another model
+    (fingerprint, weights digest) or prompt format than ``store``; refuse (InputError) one that
+    is the training store or shares record ids with its training records (``train_ids``, default
+    all of them) of the same task: the probe was fitted on those."""
+    a, b = store.manifest, calibration_store.manifest
+    ia, ib = store_identity(a), store_identity(b)
+    if not ia or not ib:
+        which = store_name if not ia else calibration_name
+        raise IncompatibleStoreError(f"{which} records no model fingerprint, so {calibration_name} "
+                                     f"cannot be shown to come from the model of {store_name}")
+    diffs = [f"{k}: {store_name} has {ia[k]!r}, {calibration_name} {ib[k]!r}"
+             for k in sorted(set(ia) & set(ib)) if ia[k] != ib[k]]
+    pa, pb = _prompt_format(a), _prompt_format(b)
+    diffs += [f"prompt format ({k}): {store_name} has {pa[k]!r}, {calibration_name} {pb[k]!r}"
+              for k in pa if pa[k] != pb[k]]
+    if diffs:
+        raise IncompatibleStoreError(
+            f"{calibration_name} cannot certify a probe trained on {store_name}: its records come "
+            f"from another model or prompt format ({'; '.join(diffs)}); calibrate on records of "
+            f"the same model collected the same way")
+    pa_, pb_ = getattr(store, "path", None), getattr(calibration_store, "path", None)
+    if pa_ is not None and pb_ is not None and Path(pa_).resolve() == Path(pb_).resolve():
+        raise InputError(f"calibration_store: {calibration_name} is {store_name} itself; the probe "
+                         f"was fitted on its records (leave --calibration-store out to calibrate on "
+                         f"their out-of-fold predictions)")
+    if a.get("task") == b.get("task"):
+        shared = set(map(str, store.ids if train_ids is None else train_ids)) & set(map(str, calibration_store.ids))
+        if shared:
+            raise InputError(
+                f"calibration_store: {len(shared)} of the {len(calibration_store)} record ids of "
+                f"{calibration_name} are training records of the probe (same task "
+                f"{a.get('task')!r}, e.g. {sorted(shared)[0]!r}); the probe was fitted on them, so "
+                f"they cannot certify it: calibrate on records it was not fitted on")
+
+
+def check_certification(store: Any, max_error: float | Sequence[float], delta: float, *,
+                        train_index: Sequence[int] | None = None, calibration_store: Any = None,
+                        calibration_path: str | os.PathLike | None = None,
+                        fwer: str = "bonferroni_holm", backend: str = "mapie") -> list[float]:
+    """The error rates to certify a probe trained on the rows ``train_index`` of ``store``
+    (default: all) at, checked before anything is fitted: each ``max_error`` and ``delta`` in
+    (0, 1), given once; the backend usable (MAPIE installed for ``"mapie"``); a
+    ``calibration_store`` compatible with ``store`` (:func:`check_calibration_store`); and enough
+    calibration records to certify anything at all (:class:`InputError` naming the argument
+    and saying how many would be needed)."""
+    alphas = [check_max_error(a) for a in _alphas(max_error)]
+    if len({round(a, 9) for a in alphas}) != len(alphas):
+        raise InputError(f"max_error: give each error rate once, got {alphas}")
+    idx = np.arange(len(store)) if train_index is None else np.asarray(train_index)
+    if calibration_store is not None:
+        name = str(calibration_path) if calibration_path is not None else "the calibration store"
+        path = getattr(store, "path", None)
+        check_calibration_store(store, calibration_store, calibration_name=name,
+                                store_name="the training store" + (f" {path}" if path else ""),
+                                train_ids=[store.ids[i] for i in idx])
+        n, source = len(calibration_store), f"all records of {name}"
+    else:
+        n, source = idx.size, f"out-of-fold predictions of the {idx.size} training records"
+    for alpha in alphas:
+        n_min = min_calibration_records(alpha, delta, fwer=fwer)  # checks max_error and delta
+        if n < n_min:
+            raise InputError(
+                f"max_error={alpha:g}, delta={delta:g}: the {n} calibration records ({source}) "
+                f"cannot certify any threshold even if every one were trusted and correct: at "
+                f"least {n_min} are needed ({fwer} over the default 100 thresholds); label more "
+                f"records, pass a calibration store (--calibration-store) with more, or raise "
+                f"max_error or delta. A useful certificate usually needs far more: "
+                f"benchmarks/certify_labels.md")
+        try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
+            certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer,
+                              backend=backend)
+        except InputError as e:
+            raise InputError(f"{e} (the command line's --certify-backend)") from None
+    return alphas
+
+
+def _train_index(trained, store) -> np.ndarray:
+    idx = getattr(trained, "train_index", None)
+    if idx is None:
+        raise InputError("certify_probe needs the TrainedProbe that train_probe returned for this store")
+    idx = np.asarray(idx)
+    if idx.size and idx.max() >= len(store):
+        raise InputError(f"the trained probe's training records do not belong to this store "
+                         f"({len(store)} records)")
+    return idx
+
+
+def _cross_fitted(trained, store, idx: np.ndarray, seed: int) -> np.ndarray:
+    """Out-of-fold P(correct) of the training records ``idx``: ``auto``'s, when it made them, else
+    a clone of the probe fitted on each of the same folds."""
+    auto = trained.auto
+    if auto is not None and getattr(auto, "oof_", None) is not None:
+        return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64)
+    from sklearn.base import clone
+    from sklearn.model_selection import StratifiedKFold
+
+    y = np.asarray(store.correct)[idx].astype(np.int64)
+    raw = np.asarray(store.raw_confidence, dtype=np.float64)[idx]
+    states = store_states(store, getattr(trained.probe, "pooling", "mean"))
+    X = np.asarray(states[idx], dtype=np.float32)
+    out = np.empty(idx.size)
+    for tr, te in StratifiedKFold(CV_FOLDS, shuffle=True, random_state=seed).split(np.zeros(y.size), y):
+        est = clone(trained.probe).fit(X[tr], y[tr], confidence=raw[tr])
+        out[te] = est.predict_proba(X[te], confidence=raw[te])[:, 1]
+    return out
+
+
+def calibration_confidence(trained, store, *, calibration_store: Any = None,
+                           seed: int | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(confidence, correct, source details)`` of the calibration records: the out-of-fold
+    predictions of the training records, or the exported probe on every record of
+    ``calibration_store`` (see the module doc)."""
+    if seed is None:
+        seed = int((trained.training_summary.get("split") or {}).get("seed", 0))
+    if calibration_store is None:
+        idx = _train_index(trained, store)
+        conf = _cross_fitted(trained, store, idx, seed)
+        reused = trained.auto is not None and getattr(trained.auto, "oof_", None) is not None
+        folds = {"n_splits": CV_FOLDS, "seed": seed, "estimator": trained.label,
+                 "from": "auto's cross-validated comparison" if reused else "cross-fitted for the certificate"}
+        return conf, np.asarray(store.correct)[idx].astype(bool), {"source": "out-of-fold", "folds": folds}
+    probe = trained.probe
+    states = np.asarray(store_states(calibration_store, getattr(probe, "pooling", "mean")), dtype=np.float32)
+    raw = np.asarray(calibration_store.raw_confidence, dtype=np.float64)
+    conf = probe.predict_proba(states, confidence=raw)[:, 1]
+    path = getattr(calibration_store, "path", None)
+    return (conf, np.asarray(calibration_store.correct).astype(bool),
+            {"source": "calibration-store",
+             "calibration_store": None if path is None else str(Path(path).resolve())})
+
+
+def certify_probe(trained, store, max_error: float | Sequence[float], delta: float = 0.1, *,
+                  calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
+                  backend: str = "mapie", fwer: str = "bonferroni_holm") -> list[dict]:
+    """Certify the trust threshold of ``trained`` (a :class:`~acute.evaluation.training.TrainedProbe`
+    of ``store``) at each ``max_error`` (one alpha or several) with probability ``1 - delta``,
+    on records the probe was not fitted on (module doc), and record the certificates on it
+    (``trained.certificates``, written to ``probe.json`` by ``trained.save``). Returns the
+    ``probe.json`` entries, valid or saying why not (:mod:`acute.estimators.certificates`).
+    ``calibration_path``: how the calibration store is named in errors and in the entry
+    (default: its own path). Refuses what :func:`check_certification` refuses."""
+    idx = _train_index(trained, store)
+    alphas = check_certification(store, max_error, delta, train_index=idx,
+                                 calibration_store=calibration_store,
+                                 calibration_path=calibration_path, fwer=fwer, backend=backend)
+    conf, correct, details = calibration_confidence(trained, store, calibration_store=calibration_store)
+    if calibration_path is not None and "calibration_store" in details:
+        details["calibration_store"] = str(Path(calibration_path).resolve())
+    entries = [certificate_entry(certify_threshold(conf, correct, alpha, delta, fwer=fwer, backend=backend),
+                                 backend=backend, **details)
+               for alpha in alphas]
+    trained.certificates = entries
+    return entries
