@@ -247,7 +247,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
       record ids in both are an error unless ``allow_overlap``.
 
     ``estimators``: names from ``ESTIMATORS`` (default: all). ``probe_params`` go to every
-    ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
+    ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too (threads of each forest
+    fit; None: the probes' default, all cores; the numbers do not depend on it); ``random_state=seed``.
+    ``results.json``'s ``params`` record ``total_seconds`` (the fits and predictions) and
+    ``fit_seconds`` (per estimator, summed over folds; a fit shared between estimators counts for
+    the one fitted first, :func:`acute.evaluation.crossval.fit_predict`; folds read from
+    ``fold_cache`` count nothing).
     Every row carries its paired difference to the best baseline (``diff_auc_euro_all``,
     ``diff_smece``, with paired bootstrap intervals; see :func:`evaluate_predictions`).
     ``controls`` (default: all of :data:`acute.estimators.controls.CONTROLS`, or a list, or False) are
@@ -289,8 +294,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if group_by is not None and not cv_mode:
         raise InputError("group_by needs cross-validation (no test_fraction, no test store)")
     log = _FitLog()
+    fit_seconds: dict[str, float] = {}
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
-                  metadata_fields=fields)
+                  metadata_fields=fields, timings=fit_seconds)
     if cv_mode:
         pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by, fold_cache)
     else:
@@ -305,6 +311,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         r.update(log.row_extra(r["estimator"]))
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
               "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
+              "fit_seconds": {n: round(fit_seconds[n], 3) for n in names if n in fit_seconds},
               "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
               "group_by": group_by, "within_group": group_note,
               "interval": "95% percentile bootstrap over records (paired: the same resamples for every "
