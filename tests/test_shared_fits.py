@@ -203,3 +203,43 @@ def test_timings_name_every_fitted_estimator():
     fit_predict(names, states["mean"][:40], y[:40], conf[:40], states["mean"][40:], conf[40:],
                 probe_params=SMALL, timings=seconds)
     assert set(seconds) == set(names) and all(s >= 0 for s in seconds.values())
+
+
+# ------------------------------------------------------------------ the learning curve
+class ArrayStore:
+    """The attributes evaluate_store reads from a store, over arrays."""
+
+    def __init__(self, ids, y, conf, mean):
+        self.ids, self.correct, self.raw_confidence, self.layer_means = list(ids), y.astype(bool), conf, mean
+        self.manifest = {"model": "synthetic", "task": "planted"}
+        self.records = [{"id": i} for i in ids]
+
+    def __len__(self):
+        return len(self.ids)
+
+
+def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
+    from acute.estimators.baselines import BASELINES
+    from acute.evaluation import evaluate_store
+    from acute.evaluation.learning_curve import learning_curve
+
+    ids, y, conf, states = planted(n=60, seed=7)
+    mean = states["mean"]
+    res = evaluate_store(ArrayStore(ids, y, conf, mean), estimators=list(BASELINES) + ["acute-pca10-stacked"],
+                         controls=False, cv=3, repeats=1, n_bootstrap=0, probe_params=SMALL, progress=False)
+    folds = cv_folds(ids, y, n_splits=3, n_repeats=2, seed=0)
+    pool = min(tr.size for rep in folds for tr, _ in rep)
+    whole = sum(tr.size == pool for tr, _ in folds[0])
+    assert whole >= 1
+    kw = dict(estimators=["acute-pca10-stacked"], sizes=[20, pool], n_splits=3, repeats=2, seed=0,
+              probe_params=SMALL, n_bootstrap=10)
+    fresh = learning_curve(mean, y, conf, ids, **kw)
+    reused = learning_curve(mean, y, conf, ids, evaluation=res, **kw)
+    assert fresh.n_reused == 0 and reused.n_reused == whole * (len(BASELINES) + 1)
+    for name in fresh.values:
+        for metric in ("auc_euro_all", "smece"):
+            np.testing.assert_allclose(reused.values[name][metric], fresh.values[name][metric], rtol=0, atol=1e-12)
+    assert reused.to_markdown() == fresh.to_markdown()
+    assert len(reused.fit_seconds) == 2
+    other = learning_curve(mean, y, conf, ids, evaluation=res, **{**kw, "seed": 1})
+    assert other.n_reused == 0 and "not used" in caplog.text
