@@ -26,7 +26,7 @@ from numbers import Integral
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, clone
 
 from ..errors import InputError
 from ..validation import check_confidence, check_correct, check_layer_means
@@ -134,9 +134,12 @@ def search_layer(
     ``mean((P(correct) - correct)^2)``; the score of a layer is the mean over the ``cv`` folds
     of ``StratifiedKFold(cv, shuffle=True, random_state)`` (the same folds for every layer).
     Returns ``(best_layer, {layer: mean Brier score})``; the lowest score wins and ties go to
-    the earliest layer. Call it on the training split only.
+    the earliest layer. Call it on the training split only. The forests fit on ``n_jobs``
+    threads and predict on one (scikit-learn adds threaded trees' probabilities in the order the
+    threads finish), so the scores and the choice do not depend on ``n_jobs``.
     """
-    from sklearn.model_selection import StratifiedKFold, cross_val_score
+    from sklearn.metrics import brier_score_loss
+    from sklearn.model_selection import StratifiedKFold
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if candidates.size == 0:
@@ -152,8 +155,12 @@ def search_layer(
             x.shape[1], n_estimators=n_estimators, max_depth=max_depth,
             max_features=max_features, n_jobs=n_jobs, random_state=random_state,
         )
-        fold_scores = cross_val_score(forest, x, y, cv=folds, scoring="neg_brier_score")
-        scores[int(layer)] = float(-np.mean(fold_scores))
+        fold_scores = []
+        for tr, te in folds:  # cross_val_score's loop, but predicting on one thread (see below)
+            f = clone(forest).fit(x[tr], y[tr])
+            f.set_params(n_jobs=1)  # trees summed in their order: scores do not depend on n_jobs
+            fold_scores.append(brier_score_loss(y[te], f.predict_proba(x[te])[:, 1]))
+        scores[int(layer)] = float(np.mean(fold_scores))
     best = min(scores, key=lambda k: (scores[k], k))
     return best, scores
 

@@ -112,9 +112,13 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         Search every ``search_stride``-th layer of a third (named layers only).
     search_n_estimators : int, default 100
         Trees of the (cheaper, depth-8) forests of the layer search (named layers only).
-    n_jobs : int or None
-        Passed to the forests for fitting. Prediction sums the trees sequentially (the fitted
-        forest's ``n_jobs`` is set to 1) so results are bit-for-bit reproducible.
+    n_jobs : int or None, default -1
+        Threads fitting the forests (those of the layer search and of the calibration folds
+        too): -1 (default) all cores, 1 one thread (what ``acute run`` stages running side by
+        side ask for), None scikit-learn's default (one). The trees of a forest do not depend
+        on it (each tree's seed is drawn from ``random_state`` before the threads start) and
+        every prediction sums the trees on one thread in their order, so the probabilities are
+        bit-for-bit the same whatever ``n_jobs``.
     random_state : int or None, default 0
         Seeds the forests and folds: same data and seed give identical probabilities.
     pooling : str, default "mean"
@@ -135,7 +139,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     def __init__(self, view: str = "pca10", layer: int | str | None = None, append_confidence: bool = True,
                  n_estimators: int = 500, max_depth: int | None = 20, max_features: Any = 10,
                  min_samples_leaf: int = 1, calibration: str | None = None, cv: int = 3,
-                 search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = None, random_state: int | None = 0,
+                 search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = -1, random_state: int | None = 0,
                  pooling: str = "mean"):
         self.view = view
         self.layer = layer
@@ -185,12 +189,30 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     # -- API ---------------------------------------------------------------------------
 
-    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None, *,
+            forest_from: ActivationProbe | None = None, oof_proba: Any = None) -> ActivationProbe:
         """Fit the featurizer and forest (and optional calibration) on the training split.
+
+        Two keywords let a caller that has already fitted the same forests hand them over
+        (the probabilities equal a fit without them; :func:`acute.evaluation.crossval.fit_predict`
+        passes them between the estimators of one fold):
+
+        * ``forest_from``: a probe fitted on these same records whose final forest this probe's
+          would be, tree for tree (e.g. this plain probe's stacked variant: same view, layer,
+          pooling, ``append_confidence``, forest settings and ``random_state``; its calibration,
+          ``cv`` and ``n_jobs`` may differ). Its featurizer and forest are taken; a searched
+          layer (early/mid/late) is still searched by this probe's own folds, and the forest is
+          taken only when the search picks the layer ``forest_from`` reads.
+        * ``oof_proba``: out-of-fold forest P(correct) of these records over this probe's
+          calibration folds (``StratifiedKFold(cv, shuffle=True, random_state)``, each fold's
+          featurizer and forest fitted on its training part, e.g. by a plain probe of the same
+          view): used instead of fitting the ``cv`` fold forests (calibration only; not with a
+          searched layer, whose folds keep the layer chosen on all records).
 
         Raises ``ValueError`` for NaN/inf inputs (naming the argument and first bad row), a
         single class in ``correct``, fewer records than ``cv`` folds, an unknown view or
-        calibration, or a layer the model does not have.
+        calibration, a layer the model does not have, or a ``forest_from`` / ``oof_proba``
+        that cannot be this probe's.
         """
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
@@ -201,22 +223,34 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but layer_means has "
                              f"hidden size {X.shape[2]}, not a multiple of {blocks}")
         y = check_correct(correct, X.shape[0], both_classes=True)
-        uses_cv = self.calibration is not None or (
-            kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
-        )
-        if uses_cv:
+        searched = kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
+        if self.calibration is not None or searched:
             check_cv(self.cv, y)
         elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
             raise InputError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
+        if forest_from is not None:
+            self._check_twin(forest_from, X, y)
 
-        featurizer = self._featurizer().fit(X, y, confidence=conf)
-        features = self._features(featurizer, X, conf)
-        forest = self._forest(features.shape[1]).fit(features, y)
-        forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
+        forest = None
+        if forest_from is not None and not searched:
+            featurizer, forest = forest_from.featurizer_, forest_from.forest_
+        else:
+            featurizer = self._featurizer().fit(X, y, confidence=conf)
+            if forest_from is not None and int(featurizer.layer_) == forest_from.layer_:
+                forest = forest_from.forest_
+        if forest is None:
+            features = self._features(featurizer, X, conf)
+            forest = self._forest(features.shape[1]).fit(features, y)
+            forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
 
         self.oof_proba_ = None
         if self.calibration is not None:
-            self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
+            if oof_proba is None:
+                self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
+            else:
+                self.oof_proba_ = self._check_oof(oof_proba, X.shape[0], searched)
+        elif oof_proba is not None:
+            raise InputError("oof_proba is for a probe with a calibration; this one has none")
         self.calibration_params_: dict[str, np.ndarray] = fit_calibration(self.calibration, self.oof_proba_, y, conf)
 
         self.featurizer_ = featurizer
@@ -244,6 +278,37 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         }
         return self
 
+    #: the settings that decide a probe's final forest, given its featurizer (see fit's forest_from)
+    _FOREST_SETTINGS = ("view", "layer", "append_confidence", "n_estimators", "max_depth", "max_features",
+                        "min_samples_leaf", "random_state", "pooling")
+
+    def _check_twin(self, twin: Any, X: np.ndarray, y: np.ndarray) -> None:
+        if not isinstance(twin, ActivationProbe) or not hasattr(twin, "forest_"):
+            raise InputError(f"forest_from must be a fitted ActivationProbe, got {type(twin).__name__}")
+        mine, theirs = self.get_params(), twin.get_params()
+        differ = [k for k in self._FOREST_SETTINGS if mine[k] != theirs[k]]
+        if self.random_state is None:
+            differ.append("random_state (None: the forests are not reproducible)")
+        if differ:
+            raise InputError(f"forest_from fits another forest than this probe would: {', '.join(differ)} "
+                             f"differ ({ {k: theirs[k] for k in differ if k in theirs} } there)")
+        summary = twin.training_summary_
+        if (twin.n_layer_outputs_, twin.hidden_size_) != X.shape[1:] or summary["n_records"] != X.shape[0] \
+                or summary["n_correct"] != int(y.sum()):
+            raise InputError(f"forest_from was fitted on {summary['n_records']} records of shape "
+                             f"[{twin.n_layer_outputs_}, {twin.hidden_size_}] ({summary['n_correct']} correct), "
+                             f"not on these {X.shape[0]} of shape {list(X.shape[1:])} ({int(y.sum())} correct)")
+
+    def _check_oof(self, oof_proba: Any, n: int, searched: bool) -> np.ndarray:
+        if searched:
+            raise InputError("oof_proba cannot stand in for a searched layer's folds (they keep the layer "
+                             "chosen on all records); fit without it")
+        oof = np.asarray(oof_proba, dtype=np.float64)
+        if oof.shape != (n,) or not np.isfinite(oof).all() or oof.min() < 0 or oof.max() > 1:
+            raise InputError(f"oof_proba must be {n} finite probabilities in [0, 1] (one per record), "
+                             f"got shape {oof.shape}")
+        return oof
+
     # A hand loop rather than CalibratedClassifierCV(ensemble=False): the folds refit the
     # featurizer on layer_means while the raw confidence is a separate input, and the stacked
     # calibration needs that confidence too, which scikit-learn's calibrators cannot take.
@@ -262,6 +327,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             c_te = None if conf is None else conf[test]
             feats = self._features(f, X[train], c_tr)
             forest = self._forest(feats.shape[1]).fit(feats, y[train])
+            forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
             oof[test] = forest.predict_proba(self._features(f, X[test], c_te))[:, 1]
         return oof
 

@@ -310,7 +310,20 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             raise InputError(f"refit must be 'best' or one of the candidates {cands}, got {self.refit!r}")
         return cands, refs
 
-    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
+    def fit(self, layer_means: Any, correct: Any, confidence: Any = None, *,
+            shared: Mapping[str, Any] | None = None) -> AutoEstimator:
+        """Compare the candidates by cross-validation on these records and refit the chosen one.
+
+        ``shared`` (optional): ``{name: probe}`` already fitted on these same records by
+        :func:`make_estimator` with this estimator's ``random_state`` and ``probe_params`` (e.g.
+        the other estimators of an evaluation's fold). A stacked probe of a candidate's view
+        whose ``cv`` is this estimator's has fitted, in its out-of-fold probabilities
+        (``oof_proba_``), exactly the fold forests this estimator would fit for that view, and a
+        fitted candidate is exactly its refit: those are taken instead of refitting (a probe
+        whose settings differ is not used). Without it, a stacked refit still takes the
+        out-of-fold forests of its view from the comparison (:meth:`ActivationProbe.fit`'s
+        ``oof_proba``). The scores and the refit probe equal a fit without either.
+        """
         from sklearn.model_selection import StratifiedKFold
 
         from .features import check_cv
@@ -333,10 +346,14 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         for name in cands:
             view = name.removesuffix("-stacked")
             if view not in forest_oof:
-                forest_oof[view] = np.empty(len(y))
-                for tr, te in folds:
-                    est = self._make(view).fit(X[tr], y[tr], confidence=conf[tr])
-                    forest_oof[view][te] = est.predict_proba(X[te], confidence=conf[te])[:, 1]
+                twin = self._shared(shared, f"{view}-stacked", y)
+                if twin is not None and twin.cv == self.cv and self.random_state is not None:
+                    forest_oof[view] = np.asarray(twin.oof_proba_, dtype=np.float64)
+                else:
+                    forest_oof[view] = np.empty(len(y))
+                    for tr, te in folds:
+                        est = self._make(view).fit(X[tr], y[tr], confidence=conf[tr])
+                        forest_oof[view][te] = est.predict_proba(X[te], confidence=conf[te])[:, 1]
             if name == view:
                 oof[name] = forest_oof[view]
             else:  # cross-fitted stacker on the out-of-fold forest probabilities
@@ -359,9 +376,36 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                              f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
                              f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
                              "measurable over the raw confidence")
-        self.estimator_ = self._make(self.chosen_).fit(X, y, confidence=conf)
+        self.estimator_ = self._refit(X, y, conf, forest_oof, shared)
         self.classes_ = np.array([0, 1])
         return self
+
+    def _shared(self, shared: Mapping[str, Any] | None, name: str, y: np.ndarray):
+        """``shared[name]`` when it is what ``self._make(name)`` fitted on these records would be."""
+        est = (shared or {}).get(name)
+        if est is None or not hasattr(est, "forest_"):
+            return None
+        want, got = self._make(name).get_params(), est.get_params()
+        want.pop("n_jobs", None)
+        got.pop("n_jobs", None)
+        summary = getattr(est, "training_summary_", {})
+        if want != got or summary.get("n_records") != y.size or summary.get("n_correct") != int(y.sum()):
+            return None
+        return est
+
+    def _refit(self, X: np.ndarray, y: np.ndarray, conf: np.ndarray, forest_oof: Mapping[str, np.ndarray],
+               shared: Mapping[str, Any] | None):
+        """The chosen probe fitted on all records: a shared one, else a fit that takes its view's
+        out-of-fold forests from the comparison when they are its calibration folds' (a stacked
+        candidate whose ``cv`` is this estimator's, with a seed)."""
+        est = self._shared(shared, self.chosen_, y)
+        if est is not None:
+            return est
+        est = self._make(self.chosen_)
+        view = self.chosen_.removesuffix("-stacked")
+        if self.chosen_ != view and est.cv == self.cv and self.random_state is not None:
+            return est.fit(X, y, confidence=conf, oof_proba=forest_oof[view])
+        return est.fit(X, y, confidence=conf)
 
     def selection(self) -> dict[str, Any]:
         """What was chosen and why, JSON-ready: ``chosen``, ``criterion``, ``cv``, ``scores``

@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -25,8 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..estimators.controls import META_INPUT, TEXT_INPUT, metadata_matrix
-from ..estimators.registry import (PROBE_ESTIMATORS, STACKED_VARIANTS, estimator_input, make_estimator, probe_kwargs,
-                         split_pooling)
+from ..estimators.registry import (ACUTE_VARIANTS, AUTO, STACKED_VARIANTS, estimator_input, make_estimator,
+                                   split_pooling)
 from ..errors import InputError
 from ..metrics import metric_over_resamples
 from ..store.pooling import DEFAULT_POOLING, store_states
@@ -137,43 +138,61 @@ def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repea
 def fit_predict(names: Sequence[str], layer_means_train, correct_train, confidence_train,
                 layer_means_test, confidence_test, *, random_state: int = 0,
                 n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
-                on_fit: Callable[[str, Any], None] | None = None) -> dict[str, np.ndarray]:
+                on_fit: Callable[[str, Any], None] | None = None,
+                timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Fit each named estimator on the training records and predict P(correct) on the test ones.
 
-    A plain probe whose stacked variant is also requested is read off the stacked probe's final
-    forest (``predict_proba(..., calibrated=False)``: the same forest, fitted once), except for
-    the views that search their layer (early/mid/late): a stacked probe searches with its own
-    5 folds, the plain one with 3, so their layers and forests may differ.
+    The estimators of one call share the fits that are the same (each prediction equals the
+    estimator's own fit to the last bit; tests/test_shared_fits.py):
+
+    * the stacked probes are fitted first; a plain probe whose stacked variant is also named
+      takes that probe's final forest (:meth:`ActivationProbe.fit`'s ``forest_from``: the same
+      view, pooling, seed and forest settings fit the same trees), except that a searched layer
+      (early/mid/late) is searched by the plain probe's own 3 folds (the stacked probe's 5 may
+      pick another layer) and the forest is taken only when both pick the same layer;
+    * ``auto`` takes its candidates' out-of-fold forests from the stacked probes of their views
+      and its refit from the named candidates (:meth:`AutoEstimator.fit`'s ``shared``).
+
     ``layer_means_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
     read other poolings (:func:`states_for`); None when only baselines are named.
     ``on_fit(name, estimator)`` is called after each fit (e.g. to record a chosen layer).
+    ``timings`` (a dict), when given, gets each estimator's seconds (fit and prediction) added
+    under its name; a fit shared with an estimator fitted earlier is counted there.
+    ``n_jobs``: threads of each forest fit (None: the probes' default, all cores).
     """
     out: dict[str, np.ndarray] = {}
     fitted: dict[str, Any] = {}
-    order = sorted(names, key=lambda n: 0 if split_pooling(n)[0] in STACKED_VARIANTS else 1)  # stacked first
-    for name in order:
+    for name in sorted(names, key=_fit_order):
         base, spec = split_pooling(name)
         stacked_twin = f"{base}-stacked" + (f"@{spec}" if spec else "")
         x_train, x_test = _input_of(layer_means_train, name), _input_of(layer_means_test, name)
-        if base in PROBE_ESTIMATORS and stacked_twin in fitted and not _searches_layer(name):
-            est = fitted[stacked_twin]
-            p = est.predict_proba(x_test, confidence=confidence_test, calibrated=False)[:, 1]
-        else:
-            est = make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
-            est.fit(x_train, correct_train, confidence=confidence_train)
-            p = est.predict_proba(x_test, confidence=confidence_test)[:, 1]
-            fitted[name] = est
+        t0 = time.perf_counter()
+        est = make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
+        shared: dict[str, Any] = {}
+        if base in ACUTE_VARIANTS and stacked_twin in fitted:
+            shared["forest_from"] = fitted[stacked_twin]
+        elif base == AUTO:
+            shared["shared"] = fitted
+        est.fit(x_train, correct_train, confidence=confidence_train, **shared)
+        p = est.predict_proba(x_test, confidence=confidence_test)[:, 1]
+        fitted[name] = est
         out[name] = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+        if timings is not None:
+            timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
         if on_fit is not None:
             on_fit(name, est)
     return {n: out[n] for n in names}
 
 
-def _searches_layer(name: str) -> bool:
-    from ..estimators.features import NAMED_LAYERS
-
-    kw = probe_kwargs(name)
-    return kw.get("view") in NAMED_LAYERS or kw.get("layer") in NAMED_LAYERS
+def _fit_order(name: str) -> int:
+    """Stacked probes first (their forests serve the plain ones), then the plain probes (``auto``'s
+    candidates), then ``auto``, then the rest."""
+    base = split_pooling(name)[0]
+    if base in STACKED_VARIANTS:
+        return 0
+    if base in ACUTE_VARIANTS:
+        return 1
+    return 2 if base == AUTO else 3
 
 
 def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence,
@@ -182,7 +201,7 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
                           progress: Callable[[Iterable], Iterable] | None = None,
                           on_fit: Callable[[str, Any], None] | None = None,
                           cache_dir: str | os.PathLike | None = None,
-                          cache_key: str = "") -> dict[str, np.ndarray]:
+                          cache_key: str = "", timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
     (from :func:`cv_folds`). ``layer_means`` (the states, as in :func:`fit_predict`) may be
     memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
@@ -193,7 +212,8 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
     key and record ids), the estimator names, the fold's indices, the labels, the confidences,
     ``random_state`` and ``probe_params``; a rerun reads a fold whose key matches instead of
     refitting it, so an evaluation that is killed resumes fold by fold (its predictions equal a
-    run without a cache: the fits are deterministic). ``on_fit`` is not called for read folds.
+    run without a cache: the fits are deterministic). ``on_fit`` is not called for read folds,
+    nor are their seconds added to ``timings`` (see :func:`fit_predict`).
     The key does not cover acute's own code: after changing an estimator's code, delete the
     folder."""
     y = np.asarray(correct).astype(np.int64)
@@ -217,7 +237,7 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
         lm_tr = take_rows(layer_means, tr) if needs_states else None
         lm_te = take_rows(layer_means, te) if needs_states else None
         preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
-                            n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit)
+                            n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit, timings=timings)
         for nm, p in preds.items():
             out[nm][r, te] = p
         if path is not None:

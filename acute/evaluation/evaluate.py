@@ -98,6 +98,46 @@ class EvaluationResult:
                 return r
         raise KeyError(estimator)
 
+    def selection(self, chosen: str) -> dict[str, Any]:
+        """How ``chosen`` (an evaluated probe, e.g. the one exported) compares with the other
+        activation-based estimators and the baselines of this evaluation, in the layout of
+        :meth:`acute.estimators.registry.AutoEstimator.selection` (what ``probe.json`` records as
+        ``selection``): ``chosen``, ``best_by_cv`` (the best of them by the evaluation's
+        auc-euro (all), ties by smECE), ``refit`` (``chosen``), ``criterion``, ``cv`` (the
+        evaluation's folds), ``candidates``, ``scores`` (best first), ``best_baseline`` and
+        ``warning`` (when a baseline scored above ``chosen``). A probe exported on all of the
+        evaluated records gets the evaluation's out-of-fold comparison instead of refitting one."""
+        from ..estimators.registry import estimator_group
+        from ..metrics.specs import ranked
+
+        by_name = {r["estimator"]: r for r in self.rows}
+        if chosen not in by_name:
+            raise InputError(f"{chosen!r} was not evaluated (evaluated: {', '.join(by_name)})")
+        groups = {n: estimator_group(n) for n in by_name if is_estimator(n)}
+        cands = [n for n, g in groups.items() if g in ("acute", "stacked", "auto")]
+        if chosen not in cands:
+            raise InputError(f"{chosen!r} is not a probe: only a probe is exported")
+        names = [n for n in by_name if groups.get(n) in ("baseline", "acute", "stacked", "auto")
+                 and np.isfinite(by_name[n].get("auc_euro_all", np.nan))]
+        keys = ("auc_euro_all", "smece", "auroc")
+        scores = {n: {k: float(by_name[n].get(k, np.nan)) for k in keys} for n in names}
+        ranking = ranked(names, scores.__getitem__, digits=9)
+        best = next((n for n in ranking if n in cands), chosen)
+        best_baseline = next((n for n in ranking if groups[n] == "baseline"), None)
+        warning = None
+        if best_baseline is not None and chosen in ranking and ranking.index(best_baseline) < ranking.index(chosen):
+            b, c = scores[best_baseline], scores[chosen]
+            warning = (f"the baseline {best_baseline} scored above {chosen} in this evaluation (auc-euro "
+                       f"{b['auc_euro_all']:.4f} vs {c['auc_euro_all']:.4f}); on this data the hidden states "
+                       "add nothing measurable over the raw confidence")
+        split = self.split
+        return {"chosen": chosen, "best_by_cv": best, "refit": chosen,
+                "criterion": "the evaluation's out-of-fold auc-euro (all), ties by smECE",
+                "cv": {"source": "evaluation", "mode": split.get("mode"), "n_splits": split.get("n_splits"),
+                       "n_repeats": split.get("n_repeats"), "random_state": split.get("seed")},
+                "candidates": cands, "scores": [{"estimator": n, **scores[n]} for n in ranking],
+                "best_baseline": best_baseline, "warning": warning}
+
     def to_markdown(self) -> str:
         """The results table (:func:`acute.evaluation.markdown.results_markdown`)."""
         return results_markdown(self.rows)
@@ -247,7 +287,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
       record ids in both are an error unless ``allow_overlap``.
 
     ``estimators``: names from ``ESTIMATORS`` (default: all). ``probe_params`` go to every
-    ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too; ``random_state=seed``.
+    ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too (threads of each forest
+    fit; None: the probes' default, all cores; the numbers do not depend on it); ``random_state=seed``.
+    ``results.json``'s ``params`` record ``total_seconds`` (the fits and predictions) and
+    ``fit_seconds`` (per estimator, summed over folds; a fit shared between estimators counts for
+    the one fitted first, :func:`acute.evaluation.crossval.fit_predict`; folds read from
+    ``fold_cache`` count nothing).
     Every row carries its paired difference to the best baseline (``diff_auc_euro_all``,
     ``diff_smece``, with paired bootstrap intervals; see :func:`evaluate_predictions`).
     ``controls`` (default: all of :data:`acute.estimators.controls.CONTROLS`, or a list, or False) are
@@ -289,8 +334,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if group_by is not None and not cv_mode:
         raise InputError("group_by needs cross-validation (no test_fraction, no test store)")
     log = _FitLog()
+    fit_seconds: dict[str, float] = {}
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
-                  metadata_fields=fields)
+                  metadata_fields=fields, timings=fit_seconds)
     if cv_mode:
         pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by, fold_cache)
     else:
@@ -305,6 +351,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         r.update(log.row_extra(r["estimator"]))
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
               "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
+              "fit_seconds": {n: round(fit_seconds[n], 3) for n in names if n in fit_seconds},
               "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
               "group_by": group_by, "within_group": group_note,
               "interval": "95% percentile bootstrap over records (paired: the same resamples for every "

@@ -30,6 +30,7 @@ highest auc-euro at the largest size ("best baseline") next to the requested pro
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -39,6 +40,8 @@ from ..estimators.baselines import BASELINES
 from ..estimators.registry import ESTIMATORS, estimator_group, is_estimator
 from ..errors import InputError
 from ..metrics.specs import best_of
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_BOOTSTRAP", "DEFAULT_REPEATS", "DEFAULT_SIZES", "INTERVAL_METHOD", "LearningCurve",
            "learning_curve", "resolve_sizes", "write_learning_curve"]
@@ -102,7 +105,8 @@ class LearningCurve:
     interval, for the shown estimators (None, or an estimator not in it: its intervals are the
     2.5th to 97.5th percentiles of its repeats); ``interval``: how the intervals are
     computed (``method``, ``level``, ``n_bootstrap``, ``seed``); ``n_records``, ``accuracy``,
-    ``n_splits``, ``repeats``.
+    ``n_splits``, ``repeats``; ``fit_seconds`` (per size: fitting and predicting, all folds) and
+    ``n_reused`` (estimator fits read from the evaluation the curve extends instead of refitted).
     """
 
     def __init__(self, sizes, values, best_baseline, shown, n_records, accuracy, n_splits, repeats,
@@ -117,6 +121,8 @@ class LearningCurve:
         self.n_splits = n_splits
         self.repeats = repeats
         self.boot = boot
+        self.fit_seconds: list[float] = []  # per size, set by learning_curve
+        self.n_reused = 0
         self.interval = ({"method": INTERVAL_METHOD, "level": 0.95, "n_bootstrap": int(n_bootstrap),
                           "seed": int(seed)} if boot is not None else
                          {"method": "2.5th and 97.5th percentiles of the repeats", "level": 0.95,
@@ -182,7 +188,8 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
                    sizes: Sequence[int] | None = None, n_splits: int = 5, repeats: int = DEFAULT_REPEATS,
                    seed: int = 0, n_jobs: int | None = None, n_bootstrap: int = DEFAULT_BOOTSTRAP,
                    probe_params: Mapping[str, Any] | None = None,
-                   progress: Callable[[Iterable], Iterable] | None = None) -> LearningCurve:
+                   progress: Callable[[Iterable], Iterable] | None = None,
+                   evaluation: Any = None) -> LearningCurve:
     """auc-euro (all) and smECE against the number of training records (see module doc).
 
     ``estimators``: probe names (or ``auto``) of :data:`acute.estimators.registry.ESTIMATORS`; the six
@@ -193,7 +200,19 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     module doc; the record resamples are drawn from ``seed``). Raises ``ValueError`` for an
     unknown estimator (listing the known names), a size larger than a training fold, too few
     records of a class for the folds, or ``n_bootstrap < 1``.
+
+    ``evaluation``: the :class:`acute.evaluation.evaluate.EvaluationResult` of these same records
+    (and states) that this curve extends. Its folds are this curve's first repeats' (both are
+    :func:`acute.evaluation.crossval.cv_folds` of the same ids, labels and seed), so where a
+    training subset is a whole training fold of the evaluation (the largest size, on the folds
+    whose training part has exactly that many records) the evaluated estimators' out-of-fold
+    predictions are read from it instead of refitted: the same fits, the same numbers. An
+    evaluation of other records, folds, seed or ``probe_params`` is not used (logged).
+    ``fit_seconds`` (per size) and ``n_reused`` (fits read from ``evaluation``) of the result
+    say where the time went.
     """
+    import time
+
     from .. import metrics
     from .crossval import cv_folds, fit_predict, take_rows
     from ..validation import check_count
@@ -212,16 +231,24 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     sizes = resolve_sizes(sizes, pool)
     lm = take_rows(layer_means, slice(None)) if probes else None
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
+    evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names)
+    seconds, n_reused = [0.0] * len(sizes), 0
     jobs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
     it: Iterable = jobs if progress is None else progress(jobs)
     for r, k, tr, te in it:
         for i, size in enumerate(sizes):
+            t0 = time.perf_counter()
             sub = _subset(tr, y, min(size, tr.size), seed * 1_000_003 + r * 1009 + k)
-            preds = fit_predict(names, take_rows(lm, sub), y[sub], conf[sub],
+            have = evaluated.get(r, {}) if sub.size == tr.size else {}
+            todo = [n for n in names if n not in have]
+            preds = fit_predict(todo, take_rows(lm, sub), y[sub], conf[sub],
                                 take_rows(lm, te), conf[te], random_state=seed,
-                                n_jobs=n_jobs, probe_params=probe_params)
+                                n_jobs=n_jobs, probe_params=probe_params) if todo else {}
+            preds.update({n: p[te] for n, p in have.items()})
+            n_reused += len(have)
             for n, p in preds.items():
                 oof[n][i, r, te] = p
+            seconds[i] += time.perf_counter() - t0
     values = {n: {"auc_euro_all": np.array([[metrics.auc_euro(o[i, r], y) for r in range(repeats)]
                                             for i in range(len(sizes))]),
                   "smece": np.array([[metrics.smece(o[i, r], y) for r in range(repeats)]
@@ -229,8 +256,45 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
               for n, o in oof.items()}
     best = best_of(BASELINES, lambda n: {k: v[-1].mean() for k, v in values[n].items()})
     boot = _bootstrap_means({n: oof[n] for n in [best] + probes}, y, n_bootstrap, seed)
-    return LearningCurve(sizes, values, best, [best] + probes, int(y.size), float(y.mean()), n_splits, repeats,
-                         boot=boot, n_bootstrap=n_bootstrap, seed=seed)
+    lc = LearningCurve(sizes, values, best, [best] + probes, int(y.size), float(y.mean()), n_splits, repeats,
+                       boot=boot, n_bootstrap=n_bootstrap, seed=seed)
+    lc.fit_seconds, lc.n_reused = seconds, n_reused
+    return lc
+
+
+def _evaluated_repeats(evaluation: Any, folds, ids: Sequence[Any], y: np.ndarray, seed: int,
+                       probe_params: Mapping[str, Any] | None, names: Sequence[str]) -> dict[int, dict[str, np.ndarray]]:
+    """``{repeat: {name: out-of-fold predictions [n]}}`` of ``evaluation`` for the repeats whose
+    folds are ``folds``' and the ``names`` it evaluated; empty when it cannot stand in for this
+    curve's fits (another mode, seed, records, labels or probe settings: the reason is logged)."""
+    if evaluation is None:
+        return {}
+    split = getattr(evaluation, "split", None) or {}
+    preds = getattr(evaluation, "cv_predictions", None)
+    params = getattr(evaluation, "params", None) or {}
+
+    def settings(p):
+        return {k: v for k, v in (p or {}).items() if v is not None}
+
+    why = None
+    if split.get("mode") != "cv" or preds is None or split.get("group_by") is not None:
+        why = "it is not a cross-validation grouped by record id"
+    elif split.get("seed") != seed or split.get("n_splits") != len(folds[0]):
+        why = f"its seed and folds ({split.get('seed')}, {split.get('n_splits')}) are not {seed}, {len(folds[0])}"
+    elif [str(i) for i in evaluation.test_ids] != [str(i) for i in ids] \
+            or not np.array_equal(np.asarray(evaluation.test_correct, dtype=np.int64), y):
+        why = "it scored other records or labels"
+    elif settings(params.get("probe_params")) != settings(probe_params):
+        why = f"its probe_params {params.get('probe_params')} are not {dict(probe_params or {})}"
+    if why is not None:
+        logger.warning("learning curve: the evaluation given is not used: %s", why)
+        return {}
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for r, rep in enumerate(folds[: len(evaluation.fold_of or [])]):
+        fold_of = np.asarray(evaluation.fold_of[r])
+        if all(np.array_equal(np.flatnonzero(fold_of == k), np.sort(te)) for k, (_, te) in enumerate(rep)):
+            out[r] = {n: np.asarray(preds[n][r], dtype=np.float64) for n in names if n in preds}
+    return out
 
 
 def _bootstrap_means(oof: Mapping[str, np.ndarray], y: np.ndarray, n_bootstrap: int,

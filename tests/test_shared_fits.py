@@ -1,0 +1,245 @@
+"""Shared fits within one evaluation (issue 28) and forests on every core.
+
+Every estimator's predictions in a shared ``fit_predict`` / ``cross_val_predictions`` equal its
+own fit, made here estimator by estimator (an independent path); the forests, layer searches and
+out-of-fold forests do not depend on ``n_jobs``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from acute.errors import InputError
+from acute.estimators import ESTIMATORS, make_estimator
+from acute.estimators.controls import CONTROLS, META_INPUT, TEXT_INPUT
+from acute.estimators.probes import ActivationProbe, forest_arrays
+from acute.estimators.registry import AutoEstimator, estimator_input
+from acute.evaluation import crossval
+from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict, take_rows
+
+SMALL = {"n_estimators": 8, "search_n_estimators": 6}
+POOLED = ["acute-cosine@last-answer", "acute-cosine-stacked@last-answer"]
+
+
+def planted(n=90, n_out=5, d=24, seed=3):
+    """Correctness written into layer 2 onwards (mean and last-answer states), an uninformative
+    raw confidence, and the metadata and prompt texts the controls read."""
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(size=n)
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-10 * (t - 0.5)))).astype(np.int64)
+    states = {}
+    for k, spec in enumerate(("mean", "last-prompt", "last-answer")):
+        h = rng.normal(scale=0.3, size=(n, n_out, d))
+        h[:, 2:, 3 + k] += 2.0 * t[:, None]
+        states[spec] = h.astype(np.float32)
+    conf = rng.uniform(0.5, 1.0, size=n)
+    cats = np.array(["a", "b", "c"])[rng.integers(0, 3, size=n)]
+    states[META_INPUT] = np.stack([cats, np.where(t > 0.5, "hard", "easy")], axis=1).astype(object)
+    states[TEXT_INPUT] = np.array([f"question {i} about {c}" for i, c in enumerate(cats)], dtype=object)
+    return [f"q{i}" for i in range(n)], y, conf, states
+
+
+def own_fit(name, x_tr, y_tr, c_tr, x_te, c_te, **kw):
+    est = make_estimator(name, random_state=0, probe_params=SMALL, **kw)
+    est.fit(x_tr, y_tr, confidence=c_tr)
+    return np.clip(est.predict_proba(x_te, confidence=c_te)[:, 1], 0.0, 1.0)
+
+
+def inputs(states, name):
+    spec = estimator_input(name)
+    return None if spec is None else states[spec]
+
+
+NAMES = list(ESTIMATORS) + list(CONTROLS) + POOLED
+
+
+def test_every_estimator_equals_its_own_fit_in_a_shared_cross_validation():
+    ids, y, conf, states = planted()
+    folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=0)
+    seen: dict[str, list] = {}
+    got = cross_val_predictions(NAMES, states, y, conf, folds, random_state=0, probe_params=SMALL,
+                                on_fit=lambda n, e: seen.setdefault(n, []).append(e))
+    for name in NAMES:
+        want = np.full(y.size, np.nan)
+        for tr, te in folds[0]:
+            tr, te = np.sort(tr), np.sort(te)
+            x = inputs(states, name)
+            want[te] = own_fit(name, None if x is None else take_rows(x, tr), y[tr], conf[tr],
+                               None if x is None else take_rows(x, te), conf[te])
+        np.testing.assert_allclose(got[name][0], want, rtol=0, atol=1e-12, err_msg=name)
+    # the fits were shared: plain views read their stacked twin's forest, auto its candidates
+    for k in range(3):
+        for view in ("acute-cosine", "acute-pca10", "acute-pca20", "acute-cosine@last-answer"):
+            twin = view.replace("@", "-stacked@") if "@" in view else f"{view}-stacked"
+            assert seen[view][k].forest_ is seen[twin][k].forest_, view
+        auto = seen["auto"][k]
+        assert auto.estimator_ is seen[auto.chosen_][k]
+    searched = [(seen[v][k].layer_ == seen[f"{v}-stacked"][k].layer_,
+                 seen[v][k].forest_ is seen[f"{v}-stacked"][k].forest_)
+                for v in ("acute-early", "acute-mid", "acute-late") for k in range(3)]
+    assert all(same == shared for same, shared in searched)  # shared exactly when the layers agree
+    assert any(shared for _, shared in searched)
+
+
+def test_fit_predict_shares_fits_in_a_held_out_split_too(monkeypatch):
+    """Fewer forests are fitted than estimator by estimator, with the same predictions."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    ids, y, conf, states = planted(n=80, seed=8)
+    mean = states["mean"]
+    names = ["platt", "acute-cosine", "acute-pca10", "acute-mid", "acute-cosine-stacked",
+             "acute-pca10-stacked", "acute-mid-stacked", "auto"]
+    fits = []
+    real = RandomForestClassifier.fit
+    monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
+    got = fit_predict(names, mean[:60], y[:60], conf[:60], mean[60:], conf[60:], probe_params=SMALL)
+    shared = len(fits)
+    fits.clear()
+    for name in names:
+        want = own_fit(name, mean[:60], y[:60], conf[:60], mean[60:], conf[60:])
+        np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
+    # not refitted: the plain cosine and pca10 forests (2), mid's final forest (1: its third has one
+    # layer, so both searches pick it), auto's 2 x 5 out-of-fold forests and its refit (11)
+    assert shared == len(fits) - 14
+
+
+def test_the_fold_cache_keeps_working_with_shared_fits(tmp_path, monkeypatch):
+    ids, y, conf, states = planted(n=60, seed=4)
+    names = ["raw", "platt", "acute-pca10", "acute-pca10-stacked", "acute-cosine", "acute-cosine-stacked", "auto"]
+    folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=1)
+    kw = dict(random_state=1, probe_params=SMALL, cache_key="planted")
+    first = cross_val_predictions(names, states["mean"], y, conf, folds, cache_dir=tmp_path, **kw)
+    assert len(list(tmp_path.glob("r0-f*.npz"))) == 3
+    monkeypatch.setattr(crossval, "fit_predict", lambda *a, **k: pytest.fail("a cached fold was refitted"))
+    again = cross_val_predictions(names, states["mean"], y, conf, folds, cache_dir=tmp_path, **kw)
+    for name in names:
+        np.testing.assert_array_equal(again[name], first[name])
+    monkeypatch.undo()
+    fresh = cross_val_predictions(names, states["mean"], y, conf, folds, random_state=1, probe_params=SMALL)
+    for name in names:
+        np.testing.assert_array_equal(fresh[name], first[name])
+
+
+def test_auto_alone_takes_its_stacked_refit_from_the_comparison():
+    """AutoEstimator(refit=stacked) hands its out-of-fold forests to the refit: the same probe as
+    fitted on its own (what the export ships)."""
+    _, y, conf, states = planted(n=70, seed=6)
+    X = states["mean"]
+    auto = AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
+    alone = make_estimator("acute-pca10-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
+    np.testing.assert_allclose(auto.estimator_.oof_proba_, alone.oof_proba_, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
+    shared = AutoEstimator(probe_params=SMALL).fit(X, y, confidence=conf, shared={"acute-pca10-stacked": alone})
+    plain = AutoEstimator(probe_params=SMALL).fit(X, y, confidence=conf)
+    assert shared.scores_ == plain.scores_ and shared.chosen_ == plain.chosen_
+    # a probe fitted with other settings is not shared
+    other = make_estimator("acute-pca10-stacked", probe_params={"n_estimators": 9}).fit(X, y, confidence=conf)
+    assert AutoEstimator(probe_params=SMALL)._shared({"acute-pca10-stacked": other}, "acute-pca10-stacked", y) is None
+
+
+def test_forest_from_and_oof_proba_refuse_what_cannot_be_this_probes():
+    _, y, conf, states = planted(n=60, seed=2)
+    X = states["mean"]
+    stacked = make_estimator("acute-cosine-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
+    with pytest.raises(InputError, match="n_estimators"):
+        make_estimator("acute-cosine", probe_params={"n_estimators": 5}).fit(X, y, confidence=conf,
+                                                                            forest_from=stacked)
+    with pytest.raises(InputError, match="view"):
+        make_estimator("acute-pca10", probe_params=SMALL).fit(X, y, confidence=conf, forest_from=stacked)
+    with pytest.raises(InputError, match="fitted on 60 records"):
+        make_estimator("acute-cosine", probe_params=SMALL).fit(X[:50], y[:50], confidence=conf[:50],
+                                                               forest_from=stacked)
+    with pytest.raises(InputError, match="searched layer"):
+        make_estimator("acute-mid-stacked", probe_params=SMALL).fit(X, y, confidence=conf,
+                                                                    oof_proba=np.full(60, 0.5))
+    with pytest.raises(InputError, match="no calibration|has none"):
+        make_estimator("acute-cosine", probe_params=SMALL).fit(X, y, confidence=conf, oof_proba=np.full(60, 0.5))
+    with pytest.raises(InputError, match="60 finite"):
+        make_estimator("acute-cosine-stacked", probe_params=SMALL).fit(X, y, confidence=conf,
+                                                                       oof_proba=np.full(59, 0.5))
+
+
+# ------------------------------------------------------------------ all cores, same numbers
+def test_forests_use_every_core_by_default():
+    assert ActivationProbe().n_jobs == -1
+    assert make_estimator("acute-mid").n_jobs == -1
+    assert make_estimator("acute-mid")._featurizer().n_jobs == -1
+    assert make_estimator("auto")._make("acute-cosine").n_jobs == -1
+    assert make_estimator("acute-mid", n_jobs=1).n_jobs == 1  # acute run's configured n_jobs is kept
+
+
+@pytest.mark.parametrize("name", ["acute-pca10-stacked", "acute-mid-stacked", "question-only"])
+def test_fits_do_not_depend_on_n_jobs(name):
+    """The same trees, layer search scores and out-of-fold forests on one thread or two."""
+    _, y, conf, states = planted(n=80, seed=5)
+    X = states[estimator_input(name)]
+    kw = {"n_estimators": 16, "search_n_estimators": 16}
+    one = make_estimator(name, n_jobs=1, probe_params=kw).fit(X, y, confidence=conf)
+    two = make_estimator(name, n_jobs=2, probe_params=kw).fit(X, y, confidence=conf)
+    a, b = forest_arrays(one.forest_), forest_arrays(two.forest_)
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    np.testing.assert_array_equal(one.oof_proba_, two.oof_proba_)
+    assert one.cv_scores_ == two.cv_scores_
+    np.testing.assert_array_equal(one.predict_proba(X, conf), two.predict_proba(X, conf))
+
+
+def test_cross_validation_does_not_depend_on_n_jobs():
+    ids, y, conf, states = planted(n=70, seed=9)
+    names = ["platt", "acute-mid", "acute-mid-stacked", "acute-cosine", "acute-cosine-stacked", "auto"]
+    folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=0)
+    one = cross_val_predictions(names, states["mean"], y, conf, folds, n_jobs=1, probe_params=SMALL)
+    every = cross_val_predictions(names, states["mean"], y, conf, folds, n_jobs=-1, probe_params=SMALL)
+    for name in names:
+        np.testing.assert_array_equal(one[name], every[name], err_msg=name)
+
+
+def test_timings_name_every_fitted_estimator():
+    ids, y, conf, states = planted(n=60, seed=1)
+    names = ["raw", "platt", "acute-cosine", "acute-cosine-stacked"]
+    seconds: dict[str, float] = {}
+    fit_predict(names, states["mean"][:40], y[:40], conf[:40], states["mean"][40:], conf[40:],
+                probe_params=SMALL, timings=seconds)
+    assert set(seconds) == set(names) and all(s >= 0 for s in seconds.values())
+
+
+# ------------------------------------------------------------------ the learning curve
+class ArrayStore:
+    """The attributes evaluate_store reads from a store, over arrays."""
+
+    def __init__(self, ids, y, conf, mean):
+        self.ids, self.correct, self.raw_confidence, self.layer_means = list(ids), y.astype(bool), conf, mean
+        self.manifest = {"model": "synthetic", "task": "planted"}
+        self.records = [{"id": i} for i in ids]
+
+    def __len__(self):
+        return len(self.ids)
+
+
+def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
+    from acute.estimators.baselines import BASELINES
+    from acute.evaluation import evaluate_store
+    from acute.evaluation.learning_curve import learning_curve
+
+    ids, y, conf, states = planted(n=60, seed=7)
+    mean = states["mean"]
+    res = evaluate_store(ArrayStore(ids, y, conf, mean), estimators=list(BASELINES) + ["acute-pca10-stacked"],
+                         controls=False, cv=3, repeats=1, n_bootstrap=0, probe_params=SMALL, progress=False)
+    folds = cv_folds(ids, y, n_splits=3, n_repeats=2, seed=0)
+    pool = min(tr.size for rep in folds for tr, _ in rep)
+    whole = sum(tr.size == pool for tr, _ in folds[0])
+    assert whole >= 1
+    kw = dict(estimators=["acute-pca10-stacked"], sizes=[20, pool], n_splits=3, repeats=2, seed=0,
+              probe_params=SMALL, n_bootstrap=10)
+    fresh = learning_curve(mean, y, conf, ids, **kw)
+    reused = learning_curve(mean, y, conf, ids, evaluation=res, **kw)
+    assert fresh.n_reused == 0 and reused.n_reused == whole * (len(BASELINES) + 1)
+    for name in fresh.values:
+        for metric in ("auc_euro_all", "smece"):
+            np.testing.assert_allclose(reused.values[name][metric], fresh.values[name][metric], rtol=0, atol=1e-12)
+    assert reused.to_markdown() == fresh.to_markdown()
+    assert len(reused.fit_seconds) == 2
+    other = learning_curve(mean, y, conf, ids, evaluation=res, **{**kw, "seed": 1})
+    assert other.n_reused == 0 and "not used" in caplog.text
