@@ -191,7 +191,7 @@ def add_train_export(sub, model_opts) -> None:
                        help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
                             "exact binomial test (default %(default)s)")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
-        t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+        t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
         if name == "train":
             t.add_argument("--test-fraction", type=float, default=0.3,
@@ -214,7 +214,7 @@ def add_evaluate(sub, model_opts) -> None:
     e.add_argument("--seed", type=int, default=0, help="seed of the folds, forests and resamples (default %(default)s)")
     e.add_argument("--n-bootstrap", type=int, default=1000,
                    help="bootstrap resamples of the intervals (default %(default)s; 0: none)")
-    e.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+    e.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
     e.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
     e.add_argument("--search-n-estimators", type=int, default=None,
                    help="trees of the forests that pick the early/mid/late layer")
@@ -247,7 +247,7 @@ def add_learning_curve(sub, model_opts) -> None:
     lc.add_argument("--repeats", type=int, default=5, help="repeats of the cross-validation (default %(default)s)")
     lc.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
     lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
-    lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
+    lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
     lc.add_argument("--quiet", action="store_true", help="no progress bar")
     lc.set_defaults(func=cmd_learning_curve)
 

@@ -119,7 +119,8 @@ def _worker_evaluate(p: dict) -> dict:
                                estimators=lc.get("estimators") or (DEFAULT_ESTIMATOR,),
                                n_splits=cv or 5, repeats=lc.get("repeats", LC_REPEATS), seed=p["seed"],
                                n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
-                               progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr))
+                               progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr),
+                               evaluation=res)
         write_learning_curve(curve, Path(p["eval_dir"]) / "learning-curve", params=lc,
                              model=p["model"], task=p["task_key"])
     return {"work_s": round(time.perf_counter() - t0, 2), "records": len(sub), **res.split,
