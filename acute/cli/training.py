@@ -30,7 +30,8 @@ def _train(args, test_fraction: float):
                           seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
                           store_path=args.store, max_error=args.max_error,
                           delta=0.1 if args.delta is None else args.delta, calibration_store=calibration,
-                          calibration_path=args.calibration_store, certify_backend=args.certify_backend)
+                          calibration_path=args.calibration_store, certify_backend=args.certify_backend,
+                          precheck=args.precheck)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -62,16 +63,28 @@ def _print_certificates(entries) -> None:
               file=sys.stderr)
 
 
+def _print_precheck(trained, out, records: str) -> None:
+    """Say where the question-only probe went and how to gate with it."""
+    if trained.precheck is None:
+        return
+    print(f"precheck (question-only: last-prompt states, no raw confidence) fitted on {records} records, "
+          f"written to {Path(out) / 'precheck'}; skip generating with `acute score --precheck U0` "
+          "or a request's precheck")
+
+
 def cmd_train(args) -> int:
     _, trained = _train(args, args.test_fraction)
     print(f"probe ({trained.label}) fitted on {trained.n_train} records, written to {args.out}")
+    _print_precheck(trained, args.out, str(trained.n_train))
     held = trained.held_out
     if held:
         print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f}); "
               "for intervals use `acute evaluate` (cross-validated)")
-        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}")
+        pre = trained.precheck_held_out
+        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}" + (f" {'precheck':>8}" if pre else ""))
         for k in ("smece", "auc_euro", "brier"):
-            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}")
+            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}"
+                  + (f" {pre[k]:>8.4f}" if pre else ""))
     _print_certificates(trained.certificates)
     return 0
 
@@ -80,6 +93,7 @@ def cmd_export(args) -> int:
     """Fit on every record of the store (after evaluating with train/evaluate) and export."""
     store, trained = _train(args, 0.0)
     print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
+    _print_precheck(trained, args.out, f"all {len(store)}")
     _print_certificates(trained.certificates)
     return 0
 
@@ -190,6 +204,9 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
                        help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
                             "exact binomial test (default %(default)s)")
+        t.add_argument("--precheck", action="store_true",
+                       help="also fit the question-only probe (last-prompt states, no raw confidence) into "
+                            "OUT/precheck: decides before generating (acute score --precheck U0)")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: one)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
