@@ -18,12 +18,14 @@ logger = logging.getLogger(__name__)
 
 def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
-    from ..evaluation.training import train_probe
+    from ..evaluation.training import check_precheck_store, train_probe
 
     if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error rate "
                          "to certify among trusted answers)")
     store = open_labelled_store(args.store, args.allow_partial)
+    if args.precheck:  # a store without last-prompt states fails before anything is fitted
+        check_precheck_store(store, "--precheck")
     calibration = (open_labelled_store(args.calibration_store, args.allow_partial)
                    if args.calibration_store else None)
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,

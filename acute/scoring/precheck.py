@@ -58,11 +58,16 @@ def precheck_thresholds(value: Any, n: int, name: str = "precheck") -> list[floa
     return [None if value is None else check_precheck(value, name)] * n
 
 
-def require_precheck(precheck_probe: Any, name: str) -> None:
-    """:class:`InputError` naming ``name`` when there is no question-only probe to precheck with."""
+def require_precheck(precheck_probe: Any, name: str, folder: Any = None) -> None:
+    """:class:`InputError` naming ``name`` (and the probe ``folder`` when known) when there is no
+    question-only probe to precheck with."""
     if precheck_probe is None:
-        raise InputError(f"{name}: this probe has no question-only probe to precheck with (no "
-                         f"precheck/ in its probe folder); {PRECHECK_REMEDY}")
+        where = "this probe" if folder is None else f"the probe folder {folder}"
+        remedy = (PRECHECK_REMEDY if folder is None else
+                  f"export one with `acute export --store STORE --out {folder} --precheck` (fitted on the "
+                  f"same store's last-prompt states, written to {folder}/precheck)")
+        raise InputError(f"{name}: {where} has no question-only probe to precheck with (no precheck/ "
+                         f"folder); {remedy}")
 
 
 @dataclass

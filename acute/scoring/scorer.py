@@ -298,15 +298,29 @@ class Scorer:
         out = self._prechecked(items, [self.format(p) for p in items], levels)
         return out[0] if single else out
 
-    def _prechecked(self, items, texts, levels) -> list[PrecheckResult]:
+    def prompt_states(self, prompts) -> np.ndarray:
+        """float32 ``[n, L+1, d]``: the states at the last token of each prompt (str or chat
+        messages; a list of them), formatted as :meth:`generate` formats it, from one forward
+        pass each: what the question-only probe reads, equal to the ``last-prompt`` states
+        collection records for the same prompt up to float rounding."""
+        items = [prompts] if _is_single(prompts) else list(prompts)
+        return self._prompt_pass([self.format(p) for p in items])[0]
+
+    def _prompt_pass(self, texts) -> tuple[np.ndarray, list[int]]:
         from ..extraction import record_prompt_states
 
         passes = record_prompt_states(self.model, self.tokenizer, texts, batch_size=self.batch_size)
-        states = np.stack([p.last_prompt for p in passes]).astype(np.float32, copy=False)
+        if not passes:
+            return np.zeros((0, 0, 0), dtype=np.float32), []
+        return (np.stack([p.last_prompt for p in passes]).astype(np.float32, copy=False),
+                [p.prompt_tokens for p in passes])
+
+    def _prechecked(self, items, texts, levels) -> list[PrecheckResult]:
+        states, lengths = self._prompt_pass(texts)
         conf = self.precheck_probe.predict_proba(states)[:, 1]
         return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), risk=u,
-                               trust=bool(risk_decide(np.array([c]), u)[0]), prompt_tokens=p.prompt_tokens)
-                for item, t, p, c, u in zip(items, texts, passes, conf, levels)]
+                               trust=bool(risk_decide(np.array([c]), u)[0]), prompt_tokens=n)
+                for item, t, n, c, u in zip(items, texts, lengths, conf, levels)]
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
                        max_error: float | None = None) -> ScoredGeneration:
