@@ -321,3 +321,80 @@ def test_acute_score_precheck_without_a_question_only_probe(collected, capsys, t
     assert main(["score", "Who?", "--probe", str(tmp_path / "p"), "--precheck", "0.2"]) == 2
     err = capsys.readouterr().err
     assert "--precheck" in err and f"acute export --store STORE --out {tmp_path / 'p'} --precheck" in err
+
+
+# ------------------------------------------------------------------ 5. the benchmark
+def _signal_store(path, n=150, seed=0):
+    """``n`` records whose last-prompt states and raw confidence carry the label; 1-8 tokens."""
+    from scipy.special import expit
+
+    rng = np.random.default_rng(seed)
+    y = rng.uniform(size=n) < 0.5
+    sign = (2 * y - 1)[:, None]
+    lm, lp, la = (rng.normal(size=(n, 4, 12)) for _ in range(3))
+    lm[:, :, 0] += sign
+    lp[:, :, 1] += 1.5 * sign
+    raw = expit((2 * y - 1) + rng.normal(size=n))
+    lengths = rng.integers(1, 9, size=n)
+    logprobs = [np.full(k, np.log(r) / k) for k, r in zip(lengths, raw)]
+    m = {"model": "tiny", "num_layers": 3, "hidden_size": 12, "task": "default",
+         "generation": {"max_new_tokens": 8, "do_sample": False, "chat": False, "pool": "decoding"}}
+    recs = [{"id": f"q{i}", "prompt": f"Q{i}?", "generation": "a", "answer": "a", "gold": ["a"],
+             "correct": bool(y[i]), "finish_reason": "eos", "meta": {}} for i in range(n)]
+    with StoreWriter(path, m, dtype="float32") as w:
+        w.add(recs, lm, logprobs, last_prompt=lp, last_answer=la)
+    return open_store(path), lengths
+
+
+def _bench():
+    import runpy
+    from pathlib import Path
+
+    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "precheck.py"))
+
+
+def test_the_benchmark_cost_model_and_policy():
+    bench = _bench()
+    answer = np.array([[0.9, 0.2, 0.7]])
+    np.testing.assert_array_equal(bench["two_stage"](answer, np.array([[0.5, 0.1, 0.3]]), 0.3),
+                                  [[0.9, 0.0, 0.0]])  # > u0 answers; <= u0 abstains
+    n_tokens = np.array([4.0, 2.0, 6.0])  # generating: 4 + 2 + 6 = 12 steps with a prompt pass of 1
+    skipped = np.array([False, True, True])
+    # two-stage: 3 prechecks + the first record's 4 = 7 of 12
+    assert bench["saved_fraction"](skipped, n_tokens, 1.0) == pytest.approx(1 - 7 / 12)
+    # a prompt pass of 3 steps: generating costs 6 + 4 + 8 = 18, two-stage 9 + 6 = 15
+    assert bench["saved_fraction"](skipped, n_tokens, 3.0) == pytest.approx(1 - 15 / 18)
+
+
+def test_the_benchmark_on_a_tiny_store(tmp_path, capsys):
+    store, lengths = _signal_store(tmp_path / "s")
+    out = tmp_path / "precheck.md"
+    _bench()["main"](["--store", str(tmp_path / "s"), "--thresholds", "0.001,0.5,0.999", "--cv", "3",
+                      "--n-estimators", "5", "--n-bootstrap", "20", "--out", str(out)])
+    text = out.read_text()
+    assert text in capsys.readouterr().out  # printed too
+    assert "## tiny, task default" in text and "150 records" in text
+    for name in ("acute-pca10-stacked", "question-only", "platt"):
+        assert f"| {name} |" in text
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+            for line in text.splitlines() if line.startswith("| 0.")}
+    assert set(rows) == {"0.001", "0.5", "0.999"}
+    assert rows["0.001"][1].startswith("+0.0000") and rows["0.001"][2] == "0.0%"  # nothing skipped
+    assert rows["0.999"][2] == "100.0%"  # everything skipped: only the prompt passes are paid
+    assert rows["0.999"][4] == f"{1 - lengths.size / lengths.sum():+.1%}"
+    assert 0 < float(rows["0.5"][2].rstrip("%")) < 100
+    assert "estimated from the recorded token counts" in text
+
+
+def test_the_benchmark_refuses_a_store_without_last_prompt_states(tmp_path):
+    rng = np.random.default_rng(0)
+    m = {"model": "tiny", "num_layers": 2, "hidden_size": 4, "task": "default",
+         "generation": {"max_new_tokens": 4, "do_sample": False, "chat": False, "pool": "decoding"}}
+    recs = [{"id": f"q{i}", "prompt": "Q?", "generation": "a", "answer": "a", "gold": ["a"],
+             "correct": bool(i % 2), "finish_reason": "eos", "meta": {}} for i in range(20)]
+    with StoreWriter(tmp_path / "old", m, dtype="float32") as w:
+        w.add(recs, rng.normal(size=(20, 3, 4)), [np.array([-0.5])] * 20)
+    with pytest.raises(InputError, match="acute rerecord"):
+        _bench()["main"](["--store", str(tmp_path / "old"), "--out", str(tmp_path / "x.md")])
+    with pytest.raises(SystemExit):
+        _bench()["main"](["--store", str(tmp_path / "old"), "--thresholds", "0.2,1.5"])
