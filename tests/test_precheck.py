@@ -266,6 +266,17 @@ def test_a_precheck_threshold_outside_0_1_is_refused_by_name(scorer, bad):
             scorer.precheck("a?", risk=bad)
 
 
+def test_a_prompt_too_long_is_refused_as_without_a_precheck(scorer):
+    long = "Mars Venus " * 200  # > the tiny model's 256 positions
+    with pytest.raises(InputError, match=r"prompts\[0\] has \d+ tokens, more than the context window of 256"):
+        scorer.precheck(long)
+    with pytest.raises(InputError) as plain:
+        scorer.generate(["2+2=", long])
+    with pytest.raises(InputError) as gated:
+        scorer.generate(["2+2=", long], precheck=0.5)
+    assert str(gated.value) == str(plain.value) and "prompts[1]" in str(plain.value)
+
+
 def test_a_probe_without_a_question_only_probe_says_how_to_export_one(loaded, collected, tmp_path):
     model, tok = loaded
     _, _, store = collected

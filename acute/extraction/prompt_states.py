@@ -90,8 +90,8 @@ def record_prompt_states(model: nn.Module, tokenizer: Any, prompts: Sequence[str
     keep = within_context_window(
         model, [len(ids) + reserve for ids in encoded], on_too_long,
         lambda i, limit: (f"prompts[{i}] has {len(encoded[i])} tokens"
-                          + (f"; with max_new_tokens={reserve}" if reserve else "")
-                          + f" it exceeds the context window of {limit} positions"))
+                          + (f"; with max_new_tokens={reserve} it exceeds" if reserve else ", more than")
+                          + f" the context window of {limit} positions"))
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
     lengths = [len(ids) for ids in encoded]
