@@ -66,14 +66,17 @@ def _read_score_rows(source: str):
 
 
 def _score_all(scorer, prompts: list, responses: list, risk: float | None,
-               max_error: float | None = None) -> list:
+               max_error: float | None = None, precheck: float | None = None) -> list:
     """Generate and score the prompts without a response, score the given responses (one batch
-    each), in input order, deciding at ``risk`` or by the certificate at ``max_error``."""
+    each), in input order, deciding at ``risk`` or by the certificate at ``max_error``; with
+    ``precheck``, a prompt is generated only when its precheck passes."""
     given = [i for i, r in enumerate(responses) if r is not None]
     todo = [i for i, r in enumerate(responses) if r is None]
     out: list = [None] * len(prompts)
     if todo:
-        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk, max_error=max_error)):
+        gate = {} if precheck is None else {"precheck": precheck}
+        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk, max_error=max_error,
+                                              **gate)):
             out[i] = s
     if given:
         scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given],
@@ -83,9 +86,28 @@ def _score_all(scorer, prompts: list, responses: list, risk: float | None,
     return out
 
 
+def _print_scored(s, rule) -> None:
+    """One scored answer for people: what was asked, answered and decided, and why."""
+    print(f"question:       {s.question}")
+    if s.precheck is not None:
+        p = s.precheck
+        how = (">" if p["decision"] == "trust" else "<=")
+        then = "answered" if s.generated else "abstained without generating an answer"
+        print(f"precheck:       {p['confidence']:.3f} {how} {p['threshold']:g} (question-only P(correct)): {then}")
+    if not s.generated:
+        print("answer:         (not generated)")
+        print("decision:       abstain (refused by the precheck before generating: no answer, no tokens)")
+        return
+    print(f"answer:         {s.answer}")
+    print(f"raw confidence: {s.raw_confidence:.3f}")
+    print(f"confidence:     {s.confidence:.3f}")
+    print(f"decision:       {s.decision} ({rule.describe()})")
+
+
 def cmd_score(args) -> int:
     from ..models import load_model
     from ..estimators.probes import load_probe
+    from ..scoring.precheck import check_precheck, require_precheck
     from ..scoring.rules import decision_rule
     from ..scoring.scorer import Scorer
 
@@ -99,6 +121,11 @@ def cmd_score(args) -> int:
         decision_rule(None, args.risk, **names)  # a bad risk level fails before anything is loaded
     elif args.risk is not None:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
+    if args.precheck is not None:
+        check_precheck(args.precheck, "--precheck")
+        if args.response is not None:
+            raise InputError("--precheck decides before generating, and --response scores an answer given; "
+                             "leave out one of them")
     if args.probe:
         probe_dir = Path(args.probe)
     else:
@@ -109,24 +136,25 @@ def cmd_score(args) -> int:
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
     rule = decision_rule(probe, args.risk, args.max_error, **names)  # before the model is loaded
+    if args.precheck is not None:
+        require_precheck(probe.precheck, "--precheck", probe_dir)
     ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
                                else (None, [args.question], [args.response]))
+    if args.precheck is not None and any(r is not None for r in responses):
+        line = next(i for i, r in zip(ids, responses) if r is not None)
+        raise InputError(f"--precheck decides before generating, and {args.jsonl} row {line!r} gives a "
+                         "'response' to score as given; leave out --precheck or the responses")
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
-    scored = _score_all(scorer, prompts, responses, args.risk, args.max_error)
+    scored = _score_all(scorer, prompts, responses, args.risk, args.max_error, args.precheck)
     if args.jsonl:
         for i, s in zip(ids, scored):
             print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
         return 0
-    s = scored[0]
-    print(f"question:       {s.question}")
-    print(f"answer:         {s.answer}")
-    print(f"raw confidence: {s.raw_confidence:.3f}")
-    print(f"confidence:     {s.confidence:.3f}")
-    print(f"decision:       {s.decision} ({rule.describe()})")
+    _print_scored(scored[0], rule)
     return 0
 
 
@@ -195,6 +223,9 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("--max-error", type=float, default=None, metavar="ALPHA",
                    help="decide by the threshold the probe certified at this error rate instead "
                         "(acute export --max-error): trust iff confidence >= it")
+    s.add_argument("--precheck", type=float, default=None, metavar="U0",
+                   help="two-stage gate: generate only when the question-only probe (acute export --precheck) "
+                        "gives P(correct) > U0 in (0, 1); otherwise abstain without generating")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",

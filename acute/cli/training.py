@@ -18,19 +18,22 @@ logger = logging.getLogger(__name__)
 
 def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
-    from ..evaluation.training import train_probe
+    from ..evaluation.training import check_precheck_store, train_probe
 
     if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error rate "
                          "to certify among trusted answers)")
     store = open_labelled_store(args.store, args.allow_partial)
+    if args.precheck:  # a store without last-prompt states fails before anything is fitted
+        check_precheck_store(store, "--precheck")
     calibration = (open_labelled_store(args.calibration_store, args.allow_partial)
                    if args.calibration_store else None)
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
                           seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
                           store_path=args.store, max_error=args.max_error,
                           delta=0.1 if args.delta is None else args.delta, calibration_store=calibration,
-                          calibration_path=args.calibration_store, certify_backend=args.certify_backend)
+                          calibration_path=args.calibration_store, certify_backend=args.certify_backend,
+                          precheck=args.precheck)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -62,16 +65,28 @@ def _print_certificates(entries) -> None:
               file=sys.stderr)
 
 
+def _print_precheck(trained, out, records: str) -> None:
+    """Say where the question-only probe went and how to gate with it."""
+    if trained.precheck is None:
+        return
+    print(f"precheck (question-only: last-prompt states, no raw confidence) fitted on {records} records, "
+          f"written to {Path(out) / 'precheck'}; skip generating with `acute score --precheck U0` "
+          "or a request's precheck")
+
+
 def cmd_train(args) -> int:
     _, trained = _train(args, args.test_fraction)
     print(f"probe ({trained.label}) fitted on {trained.n_train} records, written to {args.out}")
+    _print_precheck(trained, args.out, str(trained.n_train))
     held = trained.held_out
     if held:
         print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f}); "
               "for intervals use `acute evaluate` (cross-validated)")
-        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}")
+        pre = trained.precheck_held_out
+        print(f"{'':<10} {'probe':>8} {'raw':>8} {'platt':>8}" + (f" {'precheck':>8}" if pre else ""))
         for k in ("smece", "auc_euro", "brier"):
-            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}")
+            print(f"{k:<10} {held[k]:>8.4f} {held['raw_' + k]:>8.4f} {held['platt_' + k]:>8.4f}"
+                  + (f" {pre[k]:>8.4f}" if pre else ""))
     _print_certificates(trained.certificates)
     return 0
 
@@ -80,6 +95,7 @@ def cmd_export(args) -> int:
     """Fit on every record of the store (after evaluating with train/evaluate) and export."""
     store, trained = _train(args, 0.0)
     print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
+    _print_precheck(trained, args.out, f"all {len(store)}")
     _print_certificates(trained.certificates)
     return 0
 
@@ -190,6 +206,9 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
                        help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
                             "exact binomial test (default %(default)s)")
+        t.add_argument("--precheck", action="store_true",
+                       help="also fit the question-only probe (last-prompt states, no raw confidence) into "
+                            "OUT/precheck: decides before generating (acute score --precheck U0)")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")

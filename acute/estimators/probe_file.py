@@ -26,6 +26,14 @@ A probe that reads other pooled states than the mean (``input.pooling`` in ``pro
 :mod:`acute.store.pooling`) is format version 3: its input is ``[n, L+1, w]`` with ``w = k * d``
 for ``k`` concatenated states (``input.hidden_size`` stays the model's ``d``); a manifest
 without ``input.pooling`` reads the mean.
+
+A probe folder may also hold a **question-only probe** in ``precheck/`` (its own ``probe.json``
+and ``probe.safetensors``, the same format): it reads the ``last-prompt`` states, takes no raw
+confidence, and decides before anything is generated (``acute export --precheck``,
+:meth:`acute.scoring.Scorer.precheck`). The answer probe's ``probe.json`` names it
+(``precheck``: its folder, estimator, pooling and the sha256 of its ``probe.json``), so a
+question-only probe copied in from another export is refused; :func:`load_probe` loads it as
+``ExportedProbe.precheck``.
 """
 
 from __future__ import annotations
@@ -63,7 +71,10 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST_FILE",
+    "PRECHECK_DIR",
+    "PRECHECK_POOLING",
     "ExportedProbe",
+    "check_precheck_probe",
     "apply_calibration",
     "forest_arrays",
     "forest_proba",
@@ -75,6 +86,10 @@ FORMAT = "acute-probe"
 FORMAT_VERSION = 3  # the newest version this release reads and writes (2: stacked probes, 3: pooling)
 MANIFEST_FILE = "probe.json"
 ARRAYS_FILE = "probe.safetensors"
+#: the folder of the question-only probe inside a probe folder
+PRECHECK_DIR = "precheck"
+#: the states a question-only probe reads (the only ones that exist before the answer)
+PRECHECK_POOLING = "last-prompt"
 FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
 
 
@@ -215,8 +230,9 @@ class ExportedProbe:
     ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection`` (how ``auto`` chose
     the probe, or None), ``certificates`` (the certified thresholds it carries, a list of
     ``probe.json`` entries, :mod:`acute.estimators.certificates`; empty for a probe exported
-    without one), ``n_layer_outputs``, ``hidden_size``. The constructor validates every array and
-    certificate (:class:`ProbeFormatError`).
+    without one), ``n_layer_outputs``, ``hidden_size``, ``precheck`` (the question-only probe
+    saved beside it in ``precheck/``, an :class:`ExportedProbe`, or None). The constructor
+    validates every array and certificate (:class:`ProbeFormatError`).
     """
 
     def __init__(self, manifest: dict, arrays: dict[str, np.ndarray], source: str = ARRAYS_FILE):
@@ -242,6 +258,7 @@ class ExportedProbe:
         self._blocks = pooling_blocks(self.pooling)
         self._kind = view_kind(self.view)
         self._cal_params = calibration_params(self.calibration, arrays)
+        self.precheck: ExportedProbe | None = None
 
     def __repr__(self) -> str:
         return (f"ExportedProbe(view={self.view!r}, layers={self.layers if self._kind == 'mean' else 'all'}, "
@@ -311,15 +328,15 @@ class ExportedProbe:
             )
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``probe.safetensors`` and ``probe.json`` into directory ``path`` atomically.
+        """Write ``probe.safetensors`` and ``probe.json`` (and, with :attr:`precheck`, the
+        question-only probe in ``precheck/``) into directory ``path`` atomically.
 
         The files are written into a temporary sibling directory that is renamed into place,
         so a crash never leaves a half-written probe. An existing probe directory (holding only
-        ``probe.json``/``probe.safetensors``) is replaced; an existing file or any other
-        non-empty directory raises ``ValueError``. Returns ``path``.
+        ``probe.json``/``probe.safetensors`` and a ``precheck/`` probe) is replaced, its
+        question-only probe too; an existing file or any other non-empty directory raises
+        ``ValueError``. Returns ``path``.
         """
-        from safetensors.numpy import save_file
-
         path = Path(path)
         if path.exists():
             if not path.is_dir():
@@ -328,28 +345,22 @@ class ExportedProbe:
             if entries and not _is_probe_dir(path, entries):
                 raise InputError(
                     f"{path} is a non-empty directory that is not an acute probe directory "
-                    f"(holding only {MANIFEST_FILE} and {ARRAYS_FILE}); refusing to overwrite it"
+                    f"(holding only {MANIFEST_FILE}, {ARRAYS_FILE} and a {PRECHECK_DIR}/ probe); "
+                    "refusing to overwrite it"
                 )
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         try:
-            arrays_path = tmp / ARRAYS_FILE
-            save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
-                      metadata={"format": FORMAT,
-                                "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
-            default_mode(arrays_path)  # safetensors writes 0600 files
-            manifest = dict(self.manifest)
-            manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
-            manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
-            with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as fh:
-                json.dump(manifest, fh, indent=2, allow_nan=False)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            with open(arrays_path, "rb") as fh:
-                os.fsync(fh.fileno())
-            for p in (tmp, arrays_path, tmp / MANIFEST_FILE):
-                default_mode(p)
+            extra = None
+            if self.precheck is not None:
+                check_precheck_probe(self.precheck, "the question-only probe to save")
+                sub = tmp / PRECHECK_DIR
+                sub.mkdir()
+                self.precheck._write(sub)
+                extra = {"precheck": {"path": PRECHECK_DIR, "pooling": self.precheck.pooling,
+                                      "estimator": "question-only",
+                                      "manifest_sha256": _sha256(sub / MANIFEST_FILE)}}
+            manifest = self._write(tmp, extra)
             if path.exists():
                 old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
                 os.replace(path, old)
@@ -363,10 +374,54 @@ class ExportedProbe:
         self.manifest = manifest
         return path
 
+    def _write(self, folder: Path, extra: dict | None = None) -> dict:
+        """Write this probe's two files into the existing ``folder`` (fsync'ed, default modes);
+        ``extra`` entries are added to the manifest (a ``precheck`` entry is replaced or
+        dropped). Returns the manifest written."""
+        from safetensors.numpy import save_file
 
-def _is_probe_dir(path: Path, entries: set[str]) -> bool:
-    if not entries <= {MANIFEST_FILE, ARRAYS_FILE} or MANIFEST_FILE not in entries:
+        arrays_path = folder / ARRAYS_FILE
+        save_file({k: np.ascontiguousarray(v) for k, v in self.arrays.items()}, str(arrays_path),
+                  metadata={"format": FORMAT,
+                            "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
+        default_mode(arrays_path)  # safetensors writes 0600 files
+        manifest = {k: v for k, v in self.manifest.items() if k != "precheck"}
+        manifest.update(extra or {})
+        manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
+        manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
+        with open(folder / MANIFEST_FILE, "w", encoding="utf-8") as fh:
+            json.dump(manifest, fh, indent=2, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        with open(arrays_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        for p in (folder, arrays_path, folder / MANIFEST_FILE):
+            default_mode(p)
+        return manifest
+
+
+def check_precheck_probe(probe: Any, where: str) -> None:
+    """Raise :class:`ProbeFormatError` naming ``where`` unless ``probe`` can decide before an
+    answer exists: it reads the ``last-prompt`` states only and needs no raw confidence."""
+    pooling = getattr(probe, "pooling", DEFAULT_POOLING)
+    if pooling != PRECHECK_POOLING:
+        raise ProbeFormatError(f"{where} reads the {pooling!r} states; a question-only probe reads "
+                               f"{PRECHECK_POOLING!r} (the prompt's last token), the only states that "
+                               "exist before the answer")
+    if getattr(probe, "append_confidence", False) or getattr(probe, "calibration", None) == "stacked":
+        raise ProbeFormatError(f"{where} needs the raw confidence, which does not exist before the "
+                               "answer; a question-only probe uses none")
+
+
+def _is_probe_dir(path: Path, entries: set[str], nested: bool = True) -> bool:
+    allowed = {MANIFEST_FILE, ARRAYS_FILE} | ({PRECHECK_DIR} if nested else set())
+    if not entries <= allowed or MANIFEST_FILE not in entries:
         return False
+    if PRECHECK_DIR in entries:
+        sub = path / PRECHECK_DIR
+        if not sub.is_dir() or not _is_probe_dir(sub, {p.name for p in sub.iterdir()}, nested=False):
+            return False
     try:
         manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -505,12 +560,42 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe:
     Raises ``FileNotFoundError`` naming a missing directory/file, and :class:`ProbeFormatError`
     (a ``ValueError``) naming the file when ``probe.json`` is not a valid manifest, when
     ``probe.safetensors`` does not match its recorded sha256 (truncated or tampered), or when
-    an array has the wrong dtype/shape/structure.
+    an array has the wrong dtype/shape/structure. A question-only probe the manifest names
+    (``precheck``) is loaded too, as ``.precheck``: missing, another export's (its
+    ``probe.json`` sha256 differs) or one that needs more than the last-prompt states is a
+    :class:`ProbeFormatError`.
     """
+    probe = _load_one(Path(path))
+    entry = probe.manifest.get("precheck")
+    if entry is not None:
+        probe.precheck = _load_precheck(Path(path), entry)
+    return probe
+
+
+def _load_precheck(path: Path, entry: Any) -> ExportedProbe:
+    """The question-only probe the manifest entry ``entry`` names in probe folder ``path``."""
+    man = path / MANIFEST_FILE
+    if not isinstance(entry, dict) or entry.get("path") != PRECHECK_DIR:  # never another path
+        raise ProbeFormatError(f"{man}: 'precheck' must name the folder {PRECHECK_DIR!r}, got {entry!r}")
+    sub = path / PRECHECK_DIR
+    if not (sub / MANIFEST_FILE).is_file():
+        raise ProbeFormatError(f"{man} names a question-only probe in {sub}, but {sub / MANIFEST_FILE} "
+                               "is missing; export the probe again (acute export --precheck)")
+    if _sha256(sub / MANIFEST_FILE) != entry.get("manifest_sha256"):
+        raise ProbeFormatError(f"{sub / MANIFEST_FILE}: sha256 does not match the one {man} records; "
+                               "this question-only probe was not exported with this answer probe")
+    probe = _load_one(sub)
+    if probe.manifest.get("precheck") is not None:
+        raise ProbeFormatError(f"{sub / MANIFEST_FILE}: a question-only probe holds no precheck of its own")
+    check_precheck_probe(probe, str(sub))
+    return probe
+
+
+def _load_one(path: Path) -> ExportedProbe:
+    """One probe folder's own files (see :func:`load_probe`)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"probe directory {path} does not exist")
     man_path, arr_path = path / MANIFEST_FILE, path / ARRAYS_FILE

@@ -22,11 +22,16 @@ from ..estimators.baselines import make_baseline
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
+from ..store.format import REMEDY
 from ..store.pooling import store_states
 from .certification import certify_probe, check_certification
 from .crossval import split_ids
 
-__all__ = ["TrainedProbe", "held_out_metrics", "probe_estimator", "train_probe"]
+__all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_store", "held_out_metrics", "probe_estimator",
+           "train_probe"]
+
+#: the question-only estimator ``precheck=True`` fits (:mod:`acute.estimators.controls`)
+PRECHECK_ESTIMATOR = "question-only"
 
 
 @dataclass
@@ -40,7 +45,10 @@ class TrainedProbe:
     ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
     without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest;
     ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
-    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none).
+    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none);
+    ``precheck``: the question-only probe fitted on the same records' last-prompt states
+    (``train_probe(precheck=True)``), or None, and ``precheck_held_out`` its
+    :func:`held_out_metrics`.
     """
 
     probe: ActivationProbe
@@ -54,12 +62,26 @@ class TrainedProbe:
     model_fingerprint: dict | None = None
     train_index: np.ndarray | None = None
     certificates: list = field(default_factory=list)
+    precheck: ActivationProbe | None = None
+    precheck_held_out: dict | None = None
+
+    def export(self):
+        """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
+        question-only probe as its ``precheck`` when one was fitted."""
+        exported = self.probe.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
+                                     training_summary=self.training_summary, metrics=self.held_out,
+                                     selection=self.selection, certificates=self.certificates)
+        if self.precheck is not None:
+            summary = {**self.training_summary, "estimator": PRECHECK_ESTIMATOR}
+            exported.precheck = self.precheck.export(model_name=self.model_name,
+                                                     model_fingerprint=self.model_fingerprint,
+                                                     training_summary=summary, metrics=self.precheck_held_out)
+        return exported
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the probe folder (``probe.safetensors`` + ``probe.json``) atomically."""
-        return self.probe.save(path, model_name=self.model_name, model_fingerprint=self.model_fingerprint,
-                               training_summary=self.training_summary, metrics=self.held_out,
-                               selection=self.selection, certificates=self.certificates)
+        """Write the probe folder (``probe.safetensors`` + ``probe.json``, and the question-only
+        probe in ``precheck/``) atomically."""
+        return self.export().save(path)
 
 
 def _parse_layer(layer: Any) -> int | str | None:
@@ -119,12 +141,22 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
     return out
 
 
+def check_precheck_store(store, name: str = "precheck") -> None:
+    """:class:`InputError` naming ``name`` and the ``acute rerecord`` remedy unless ``store``
+    keeps the last-prompt states a question-only probe is fitted on."""
+    if "last-prompt" not in getattr(store, "poolings", ()):
+        where = getattr(store, "path", "the store")
+        raise InputError(f"{name}: the question-only probe is fitted on the store's last-prompt states, "
+                         f"and {where} holds only {', '.join(store.poolings)} (collected before acute "
+                         f"kept them); {REMEDY}")
+
+
 def train_probe(store, estimator: str | None = None, *, view: str | None = None, layer: Any = None,
                 test_fraction: float = 0.0, seed: int = 0, n_jobs: int | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = 0.1,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                certify_backend: str = "mapie") -> TrainedProbe:
+                certify_backend: str = "mapie", precheck: bool = False) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -134,7 +166,14 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     probability ``1 - delta``, on the out-of-fold predictions of the training records or on
     ``calibration_store`` (named ``calibration_path``), with ``certify_backend``
     (:func:`acute.evaluation.certification.certify_probe`); bad values and too few calibration
-    records are refused before anything is fitted."""
+    records are refused before anything is fitted.
+
+    ``precheck``: also fit the question-only probe (:data:`PRECHECK_ESTIMATOR`: the PCA-10
+    forest over the same records' last-prompt states, no raw confidence, Platt-calibrated), which
+    :meth:`TrainedProbe.save` writes beside the probe in ``precheck/``; a store without
+    last-prompt states is refused first (:func:`check_precheck_store`)."""
+    if precheck:
+        check_precheck_store(store)
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
     idx = np.flatnonzero(train)
     if max_error is not None:  # refuse what cannot be certified before fitting anything
@@ -160,4 +199,10 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     if max_error is not None:
         certify_probe(trained, store, max_error, delta, calibration_store=calibration_store,
                       calibration_path=calibration_path, backend=certify_backend)
+    if precheck:
+        q = make_estimator(PRECHECK_ESTIMATOR, random_state=seed, n_jobs=n_jobs,
+                           probe_params={"n_estimators": n_estimators})
+        trained.precheck = q.fit(_rows(store, q.pooling, idx), store.correct[idx])
+        if test.any():
+            trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))
     return trained

@@ -58,6 +58,10 @@ returns (captured by a forward hook on the model, i.e. before any logits process
 temperature or top-k; Gemma's final-logit soft-capping, part of the model, is included), gathered
 once the token is known.
 
+The states at a prompt's last token alone (what a question-only probe reads before anything is
+generated) come from one forward pass over the prompt (``prompt_states.record_prompt_states``),
+with the same hooks: they equal the recorder's ``last_prompt`` up to float rounding.
+
 Responses produced elsewhere are recorded by teacher forcing (``responses.record_responses``): one
 forward pass over prompt + response, pooled by the same :class:`LayerPooler` (weights over the
 fed positions instead of one position per decoding step), gives the same pooled states, token
@@ -70,6 +74,7 @@ from .responses import record_responses, response_token_ids
 from .generate import Generation, generate_and_record
 from .layers import LayerMap, context_window, find_layers
 from .pooler import LayerPooler
+from .prompt_states import PromptState, record_prompt_states
 from .recorder import HiddenStateRecorder, RecordedBatch
 from .continuations import continuation_logprobs, token_continuation_logprobs
 
@@ -78,6 +83,7 @@ __all__ = [
     "HiddenStateRecorder",
     "LayerMap",
     "LayerPooler",
+    "PromptState",
     "MIN_SHARED_PREFIX",
     "PREFIX_GROUP_DEPTH",
     "RecordedBatch",
@@ -86,6 +92,7 @@ __all__ = [
     "context_window",
     "find_layers",
     "generate_and_record",
+    "record_prompt_states",
     "record_responses",
     "response_token_ids",
     "continuation_logprobs",

@@ -12,6 +12,11 @@ answer names its rule and threshold.
 the same for an answer produced elsewhere, without generating: the response is recorded by
 teacher forcing (:func:`acute.extraction.record_responses`), which gives the states and raw
 confidence the recorder would have recorded had the model generated it.
+
+``Scorer.precheck(prompt, risk=u)`` decides before generating, with the question-only probe
+exported beside the answer probe (``acute export --precheck``): one forward pass over the
+prompt, P(correct) and trust iff it exceeds u. ``generate(prompt, precheck=u0)`` is the
+two-stage gate: it generates only for the prompts whose precheck passes (:mod:`acute.scoring.precheck`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import numpy as np
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
 from ..validation import check_count
-from .rules import DecisionRule, decision_rules
+from .precheck import PrecheckResult, precheck_thresholds, require_precheck
+from .risk import decide as risk_decide
+from .rules import DEFAULT_RISK, DecisionRule, decision_rules
 
 __all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
 
@@ -41,13 +48,20 @@ class ScoredGeneration:
     the alpha asked for and ``certificate`` what the probe's certificate says,
     :meth:`acute.scoring.rules.DecisionRule.fields`). ``threshold`` is the value compared with
     (the risk level itself under the risk rule).
+
+    Decided in two stages (``generate(..., precheck=u0)``), ``precheck`` holds the precheck's
+    ``confidence``, ``threshold`` (u0) and ``decision`` (:meth:`PrecheckResult.fields`) and
+    ``generated`` says whether the answer was generated: when the precheck abstained it was
+    not (``answer`` ``""``, ``raw_confidence`` and ``confidence`` None, ``n_tokens`` 0,
+    ``finish_reason`` ``"precheck"``, decision ``"abstain"``). Without a precheck both are left
+    out of :meth:`to_dict`.
     """
 
     question: str
     prompt: str
     answer: str
-    raw_confidence: float
-    confidence: float
+    raw_confidence: float | None
+    confidence: float | None
     risk: float | None
     trust: bool
     n_tokens: int
@@ -56,6 +70,8 @@ class ScoredGeneration:
     threshold: float | None = None
     max_error: float | None = None
     certificate: dict | None = None
+    generated: bool = True
+    precheck: dict | None = None
 
     def __post_init__(self):
         if self.rule == "risk" and self.threshold is None:
@@ -76,15 +92,25 @@ class ScoredGeneration:
 
     def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
         """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on
-        request; ``max_error`` and ``certificate`` only for the certificate rule)."""
+        request; ``max_error`` and ``certificate`` only for the certificate rule; ``generated``
+        and ``precheck`` only when decided in two stages)."""
         d = asdict(self)
         if not include_prompt:
             d.pop("prompt")
         if self.rule == "risk":
             d.pop("max_error")
             d.pop("certificate")
+        if self.precheck is None:
+            d.pop("generated")
+            d.pop("precheck")
         d["decision"] = self.decision
         return d
+
+
+def _is_single(prompts: Any) -> bool:
+    """Whether ``prompts`` is one prompt (a string or one chat) rather than a list of them."""
+    return isinstance(prompts, str) or (
+        isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
 
 
 def _question_of(item: Any) -> str:
@@ -113,17 +139,31 @@ class Scorer:
     when that is an open-QA task; an :class:`acute.tasks.Task` is used as given; ``None`` (or
     no usable recorded task) sends a question as is (one user message when the tokenizer has
     a chat template). Chat message lists are never wrapped.
+
+    ``precheck_probe`` is the question-only probe :meth:`precheck` and ``generate(...,
+    precheck=u0)`` decide with (default: the one exported beside ``probe``, its ``precheck``
+    attribute, or None); it is checked against the model like ``probe`` and must read the
+    last-prompt states only, without the raw confidence.
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
                  chat: bool | None = None, batch_size: int = BATCH_SIZE,
-                 stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False):
+                 stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False,
+                 precheck_probe=None):
+        from ..estimators.probe_file import check_precheck_probe
         from ..models import model_identity
 
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
-        _check_probe_model(probe, model_identity(model), allow_other_weights)
+        identity = model_identity(model)
+        _check_probe_model(probe, identity, allow_other_weights)
+        if precheck_probe is None:
+            precheck_probe = getattr(probe, "precheck", None)
+        if precheck_probe is not None:
+            check_precheck_probe(precheck_probe, "precheck_probe")
+            _check_probe_model(precheck_probe, identity, allow_other_weights)
+        self.precheck_probe = precheck_probe
         if isinstance(task, str):
             if task != "auto":
                 raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
@@ -163,34 +203,124 @@ class Scorer:
         return decision_rules(self.probe, risk, max_error, n)
 
     def generate(self, prompts, risk: float | Sequence[float] | None = None, *,
-                 max_error: float | Sequence[float] | None = None):
+                 max_error: float | Sequence[float] | None = None,
+                 precheck: float | Sequence[float | None] | None = None):
         """Score one prompt (str or chat messages) or a list of them, deciding at one risk level
         or one per prompt (default 0.5), or by the threshold the probe certified at ``max_error``
         (one alpha, or one per prompt with ``None`` where a risk level applies); not both for
         one prompt.
 
+        ``precheck`` (one threshold u0 in (0, 1), or one per prompt with ``None`` where there is
+        none) makes it a two-stage gate: those prompts are first prechecked (:meth:`precheck`)
+        and only those whose question-only P(correct) exceeds u0 are generated and decided as
+        usual; the others are answered without generating (decision ``"abstain"``,
+        ``generated`` False, see :class:`ScoredGeneration`). The generated answers equal those
+        of a call without ``precheck``.
+
         Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
         order (an empty list for an empty list). Scoring in a batch gives the same answers and
         confidences as scoring one at a time (up to float rounding of padded batches). Raises
         ``ValueError`` for a risk outside [0, 1], a ``max_error`` the probe carries no valid
-        certificate for (:class:`InputError` naming it) and a prompt longer than the context
-        window.
+        certificate for, a precheck threshold outside (0, 1) or without a question-only probe
+        (:class:`InputError` naming it) and a prompt longer than the context window.
         """
-        from ..extraction import generate_and_record
-
-        single = isinstance(prompts, str) or (
-            isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
+        single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
         rules = self.rules(len(items), risk, max_error)
+        gates = precheck_thresholds(precheck, len(items))
+        gated = [i for i, u in enumerate(gates) if u is not None]
+        if gated:
+            require_precheck(self.precheck_probe, "precheck")
         if not items:
             return []
         texts = [self.format(p) for p in items]
+        checked: dict[int, PrecheckResult] = {}
+        if gated:
+            self._check_fits(texts)  # before the precheck, so that errors name the prompt as given
+            checked = dict(zip(gated, self._prechecked([items[i] for i in gated], [texts[i] for i in gated],
+                                                       [gates[i] for i in gated])))
+        todo = [i for i in range(len(items)) if i not in checked or checked[i].trust]
+        out: list[ScoredGeneration | None] = [None] * len(items)
+        for i, s in zip(todo, self._generated([items[i] for i in todo], [texts[i] for i in todo],
+                                              [rules[i] for i in todo])):
+            if i in checked:
+                s.precheck = checked[i].fields()
+            out[i] = s
+        for i, c in checked.items():
+            if not c.trust:
+                out[i] = _skipped(items[i], texts[i], c, rules[i])
+        return out[0] if single else out
+
+    def _generated(self, items, texts, rules) -> list[ScoredGeneration]:
+        """Generate and score ``texts`` (formatted ``items``), decided by ``rules``."""
+        from ..extraction import generate_and_record
+
+        if not items:
+            return []
         gens = generate_and_record(self.model, self.tokenizer, texts,
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
                                    pool=self.pool, on_too_long="error")
-        out = self._scored(items, texts, gens, [g.text for g in gens], rules)
+        return self._scored(items, texts, gens, [g.text for g in gens], rules)
+
+    def _check_fits(self, texts: Sequence[str]) -> None:
+        """:class:`InputError` for the first prompt that does not fit the context window with
+        ``max_new_tokens`` (as :func:`acute.extraction.generate_and_record` says it)."""
+        from ..extraction.batching import tokenize, within_context_window
+
+        lengths = [len(ids) for ids in tokenize(self.tokenizer, list(texts))]
+        within_context_window(self.model, [n + self.max_new_tokens for n in lengths], "error",
+                              lambda i, limit: (f"prompts[{i}] has {lengths[i]} tokens; with max_new_tokens="
+                                                f"{self.max_new_tokens} it exceeds the context window of "
+                                                f"{limit} positions"))
+
+    def precheck(self, prompts, risk: float | Sequence[float] | None = None):
+        """Decide before generating: the question-only probe's P(correct) of the answer the
+        model would give to one prompt (str or chat messages) or a list of them, and trust iff
+        it exceeds ``risk`` (one level in (0, 1) or one per prompt; default 0.5).
+
+        One forward pass over each prompt, formatted exactly as :meth:`generate` formats it
+        (:meth:`format`), with the recorder's layer indexing
+        (:func:`acute.extraction.record_prompt_states`); no token is decoded. Returns a
+        :class:`~acute.scoring.precheck.PrecheckResult` for a single prompt, else a list of
+        them in input order. Raises :class:`InputError` when the scorer has no question-only
+        probe (``acute export --precheck`` makes one), for a risk outside (0, 1) and for a
+        prompt longer than the context window.
+        """
+        single = _is_single(prompts)
+        items = [prompts] if single else list(prompts)
+        levels = precheck_thresholds(DEFAULT_RISK if risk is None else risk, len(items), name="risk")
+        require_precheck(self.precheck_probe, "Scorer.precheck")
+        if any(u is None for u in levels):
+            raise InputError("risk: every prompt needs a risk level in (0, 1)")
+        if not items:
+            return []
+        out = self._prechecked(items, [self.format(p) for p in items], levels)
         return out[0] if single else out
+
+    def prompt_states(self, prompts) -> np.ndarray:
+        """float32 ``[n, L+1, d]``: the states at the last token of each prompt (str or chat
+        messages; a list of them), formatted as :meth:`generate` formats it, from one forward
+        pass each: what the question-only probe reads, equal to the ``last-prompt`` states
+        collection records for the same prompt up to float rounding."""
+        items = [prompts] if _is_single(prompts) else list(prompts)
+        return self._prompt_pass([self.format(p) for p in items])[0]
+
+    def _prompt_pass(self, texts) -> tuple[np.ndarray, list[int]]:
+        from ..extraction import record_prompt_states
+
+        passes = record_prompt_states(self.model, self.tokenizer, texts, batch_size=self.batch_size)
+        if not passes:
+            return np.zeros((0, 0, 0), dtype=np.float32), []
+        return (np.stack([p.last_prompt for p in passes]).astype(np.float32, copy=False),
+                [p.prompt_tokens for p in passes])
+
+    def _prechecked(self, items, texts, levels) -> list[PrecheckResult]:
+        states, lengths = self._prompt_pass(texts)
+        conf = self.precheck_probe.predict_proba(states)[:, 1]
+        return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), risk=u,
+                               trust=bool(risk_decide(np.array([c]), u)[0]), prompt_tokens=n)
+                for item, t, n, c, u in zip(items, texts, lengths, conf, levels)]
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
                        max_error: float | None = None) -> ScoredGeneration:
@@ -278,6 +408,16 @@ class Scorer:
                 n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason, rule=f["rule"],
                 threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate")))
         return out
+
+
+def _skipped(item, text: str, checked: PrecheckResult, rule: DecisionRule) -> ScoredGeneration:
+    """The answer to a prompt its precheck refused: nothing generated, decision abstain."""
+    f = rule.fields()
+    return ScoredGeneration(
+        question=_question_of(item), prompt=text, answer="", raw_confidence=None, confidence=None,
+        risk=f["risk"], trust=False, n_tokens=0, finish_reason="precheck", rule=f["rule"],
+        threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate"),
+        generated=False, precheck=checked.fields())
 
 
 #: ``Task.settings()`` keys that are not constructor options

@@ -160,6 +160,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     settings = _resolve(settings or ServeSettings(**options), scorer)
     estimator = estimator_name(scorer.probe)
+    precheck_probe = getattr(scorer, "precheck_probe", None)
     log = _FailureLog()
     batcher = Batcher(functools.partial(score_jobs, scorer, batch_size=settings.max_batch,
                                         protect_text=not settings.allow_control_tokens),
@@ -198,7 +199,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     async def models(request):
         authorize(request, settings.api_key)
-        return JSONResponse(models_body(settings, scorer.probe, started))
+        return JSONResponse(models_body(settings, scorer.probe, started, precheck_probe))
 
     async def score(request):
         t0 = time.perf_counter()
@@ -209,8 +210,8 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
             if not items or len(items) > settings.max_batch:
                 raise RequestError(f"a list of requests must hold 1 to {settings.max_batch} of them "
                                    f"(--max-batch), got {len(items)}")
-            jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit, scorer.probe)
-                    for i, obj in enumerate(items)]
+            jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit, scorer.probe,
+                              precheck_probe) for i, obj in enumerate(items)]
             results = await wait_for(request, jobs)
         except ClientGone:
             return Response(status_code=499)
@@ -220,7 +221,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     async def chat(request):
         try:
-            job, req = chat_job(await body_of(request), settings, scorer.probe)
+            job, req = chat_job(await body_of(request), settings, scorer.probe, precheck_probe)
             [result] = await wait_for(request, [job])
         except ClientGone:
             return Response(status_code=499)

@@ -33,8 +33,10 @@ class JobCancelled(Exception):
 class Job:
     """One prompt to score: ``item`` (a string or chat messages), its rule (the ``risk`` level, or
     ``max_error``: the probe's certified threshold at that alpha; exactly one is set), optional
-    generation settings (``None``/empty: the scorer's), and ``param``, the request field that
-    errors about the prompt name. ``future`` receives a :class:`JobResult` or an exception."""
+    generation settings (``None``/empty: the scorer's), an optional ``precheck`` threshold (the
+    two-stage gate: generated only when the question-only probe's P(correct) exceeds it), and
+    ``param``, the request field that errors about the prompt name. ``future`` receives a
+    :class:`JobResult` or an exception."""
 
     item: Any
     risk: float | None
@@ -43,6 +45,7 @@ class Job:
     param: str = "prompt"
     response: str | None = None  #: an answer to score as given (teacher-forced), not generated
     max_error: float | None = None  #: decide by the certificate at this alpha instead of ``risk``
+    precheck: float | None = None  #: generate only when the question-only P(correct) exceeds it
     future: Future = dataclasses.field(default_factory=Future, repr=False)
     abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
@@ -168,6 +171,8 @@ def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     rule = {"risk": [job.risk for job in jobs]}
     if any(job.max_error is not None for job in jobs):  # (rules do not change generation)
         rule["max_error"] = [job.max_error for job in jobs]
+    if any(job.precheck is not None for job in jobs):  # (nor does a precheck the answers it lets through)
+        rule["precheck"] = [job.precheck for job in jobs]
     with _stop_when_abandoned(scorer.model, jobs):
         if jobs[0].response is None:
             return scorer.generate(items, **rule)

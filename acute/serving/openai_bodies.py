@@ -27,21 +27,32 @@ def _finish_reason(reason: str) -> str:
     return "length" if reason == "length" else "stop"
 
 
+def _precheck_fields(scored) -> dict:
+    """``generated`` and ``precheck`` (its confidence, threshold and decision) of an answer
+    decided in two stages; nothing for one without a precheck."""
+    if scored.precheck is None:
+        return {}
+    return {"generated": scored.generated, "precheck": dict(scored.precheck)}
+
+
 def score_body(result: JobResult, *, model: str, estimator: str, latency_ms: float) -> dict:
-    """The ``/v1/score`` answer for one scored job."""
+    """The ``/v1/score`` answer for one scored job (with ``generated`` and ``precheck`` when the
+    request gave a precheck; refused before generating: ``answer`` ``""``, the confidences
+    null, decision ``"abstain"``, ``n_tokens`` 0)."""
     s = result.scored
     return {"answer": s.answer, "raw_confidence": s.raw_confidence, "confidence": s.confidence,
             "decision": s.decision, **s.decision_fields(), "estimator": estimator, "model": model,
             "latency_ms": round(latency_ms, 3), "n_tokens": s.n_tokens,
-            "finish_reason": _finish_reason(s.finish_reason)}
+            "finish_reason": _finish_reason(s.finish_reason), **_precheck_fields(s)}
 
 
 def acute_object(result: JobResult, estimator: str) -> dict:
     """The ``acute`` object added to a chat choice: the confidences, the decision and its rule
-    (``risk``, ``rule``, ``threshold``; for a certificate ``max_error`` and ``certificate``)."""
+    (``risk``, ``rule``, ``threshold``; for a certificate ``max_error`` and ``certificate``), and
+    for a request with a precheck ``generated`` and ``precheck``."""
     s = result.scored
     return {"confidence": s.confidence, "raw_confidence": s.raw_confidence, "decision": s.decision,
-            **s.decision_fields(), "estimator": estimator}
+            **s.decision_fields(), "estimator": estimator, **_precheck_fields(s)}
 
 
 def _usage(result: JobResult) -> dict:
@@ -126,14 +137,19 @@ def _certificates(probe) -> list[dict]:
             for e in getattr(probe, "certificates", None) or []]
 
 
-def models_body(settings: ServeSettings, probe, created: int) -> dict:
+def models_body(settings: ServeSettings, probe, created: int, precheck_probe=None) -> dict:
     """``GET /v1/models``: the served model with its probe's estimator, fingerprint, public
-    training summary (:func:`public_summary`) and certified thresholds (``certificates``: alpha,
-    delta, threshold, valid, calibration n and coverage, backend, source)."""
+    training summary (:func:`public_summary`), certified thresholds (``certificates``: alpha,
+    delta, threshold, valid, calibration n and coverage, backend, source) and ``precheck`` (the
+    question-only probe requests may precheck with: its estimator and the states it reads; null
+    without one)."""
     fingerprint = getattr(probe, "model_fingerprint", None)
     summary = getattr(probe, "training_summary", None) or getattr(probe, "training_summary_", None)
+    precheck = None if precheck_probe is None else {
+        "estimator": "question-only", "pooling": getattr(precheck_probe, "pooling", None)}
     return {"object": "list", "data": [{
         "id": settings.model_name, "object": "model", "created": created, "owned_by": "acute",
         "estimator": estimator_name(probe), "fingerprint": fingerprint,
         "training_summary": public_summary(summary), "certificates": _certificates(probe),
+        "precheck": precheck,
     }]}

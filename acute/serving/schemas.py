@@ -51,6 +51,7 @@ def _schemas() -> SimpleNamespace:
         response: Optional[str] = None  # an answer produced elsewhere: scored as given, not generated
         risk: Optional[Risk] = None  # exactly one of risk and max_error (checked by _rule)
         max_error: Optional[MaxError] = None
+        precheck: Optional[Risk] = None  # generate only when the question-only P(correct) exceeds it
         max_new_tokens: Optional[Count] = None
 
     class StreamOptions(Strict):
@@ -62,6 +63,7 @@ def _schemas() -> SimpleNamespace:
         model: Optional[str] = None
         risk: Optional[Risk] = None  # acute's own fields, at most one of them
         max_error: Optional[MaxError] = None
+        precheck: Optional[Risk] = None
         stream: Optional[bool] = None
         stream_options: Optional[StreamOptions] = None
         max_tokens: Optional[Count] = None
@@ -211,10 +213,33 @@ def _rule(probe, risk: float | None, max_error: float | None, name) -> dict:
     return {"risk": risk, "max_error": max_error}
 
 
-def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None, probe=None) -> Job:
+def _precheck(threshold: float | None, precheck_probe, name, response: str | None = None) -> dict:
+    """``{"precheck": threshold}`` of a job; ``RequestError`` naming ``precheck`` when the server
+    has no question-only probe (code ``precheck_not_available``) or the request gives an answer
+    to score (nothing to skip)."""
+    if threshold is None:
+        return {}
+    if response is not None:
+        raise RequestError(f"{name('precheck')} decides before generating, and {name('response')} gives "
+                           "an answer to score as given; leave out one of them", param=name("precheck"))
+    if precheck_probe is None:
+        from ..errors import InputError
+        from ..scoring.precheck import require_precheck
+
+        try:
+            require_precheck(None, name("precheck"))
+        except InputError as e:
+            raise RequestError(f"{e} (then serve that probe folder)", param=name("precheck"),
+                               code="precheck_not_available") from None
+    return {"precheck": threshold}
+
+
+def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None, probe=None,
+              precheck_probe=None) -> Job:
     """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field,
     also for more new tokens than ``max_new_tokens_limit``, for neither or both of ``risk`` and
-    ``max_error``, and for a ``max_error`` ``probe`` carries no valid certificate for)."""
+    ``max_error``, for a ``max_error`` ``probe`` carries no valid certificate for, and for a
+    ``precheck`` without a question-only probe ``precheck_probe`` or with a ``response``)."""
     req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
     where = param_name(prefix)
     name = (lambda field: f"{where}.{field}" if where else field)
@@ -222,7 +247,8 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
         raise RequestError(f"{name('risk')} is required (a risk level in (0, 1)), or "
                            f"{name('max_error')} (decide by the probe's certified threshold)",
                            param=name("risk"))
-    rule = _rule(probe, req.risk, req.max_error, name)
+    rule = {**_rule(probe, req.risk, req.max_error, name),
+            **_precheck(req.precheck, precheck_probe, name, req.response)}
     if (req.prompt is None) == (req.messages is None):
         raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
     if req.response is not None and not req.response.strip():
@@ -237,12 +263,13 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
                param=name("messages"), response=req.response, **rule)
 
 
-def chat_job(obj: Any, settings: ServeSettings, probe=None):
+def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None):
     """``(job, request)`` from a ``/v1/chat/completions`` body; ``RequestError`` (400, or 404 for
     another model) naming the field for anything not in OpenAI's schema, of the wrong type, that
     would change greedy decoding, that asks for more than ``settings.max_new_tokens_limit``
-    new tokens, that gives both ``risk`` and ``max_error``, or a ``max_error`` ``probe`` carries
-    no valid certificate for. A request naming neither is decided by the server's default
+    new tokens, that gives both ``risk`` and ``max_error``, a ``max_error`` ``probe`` carries
+    no valid certificate for, or a ``precheck`` without a question-only probe
+    (``precheck_probe``). A request naming neither rule is decided by the server's default
     (``settings.default_max_error`` when set, else ``settings.default_risk``)."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
@@ -262,6 +289,7 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None):
                 else {"risk": settings.default_risk, "max_error": None})
     else:
         rule = _rule(probe, req.risk, req.max_error, lambda field: field)
+    rule.update(_precheck(req.precheck, precheck_probe, lambda field: field))
     job = Job(item=_messages(req.messages), max_new_tokens=min(limits) if limits else None,
               stop=_stop_strings(req.stop), param="messages", **rule)
     return job, req
