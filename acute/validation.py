@@ -10,7 +10,7 @@ accepted or refused the same way everywhere, with the same message:
 * **correct** (:func:`check_correct`): a 1-D array of booleans or 0/1 numbers; anything else
   (2, 0.5, NaN, strings) is refused, naming the first bad row. Returned as int64 0/1. With
   ``both_classes=True`` a single class is refused too (a calibrator or probe needs both).
-* **layer_means** (:func:`check_layer_means`): a 3-D real array ``[n, L+1, d]`` with at least one
+* **states** (:func:`check_states`): a 3-D real array ``[n, L+1, d]`` with at least one
   record, two layer outputs and one hidden dimension, all finite (the first bad row named).
   Returned without copying where possible.
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_confidence", "check_correct", "check_count", "check_layer_means"]
+__all__ = ["check_confidence", "check_correct", "check_count", "check_states"]
 
 
 def _numeric(x: Any, name: str, what: str) -> np.ndarray:
@@ -111,9 +111,9 @@ def first_nonfinite_row(arr: np.ndarray, chunk: int = 256) -> int | None:
     return None
 
 
-def check_layer_means(layer_means: Any, name: str = "layer_means") -> np.ndarray:
+def check_states(states: Any, name: str = "states") -> np.ndarray:
     """Validated pooled hidden states ``[n, L+1, d]`` (dtype kept, no copy if possible)."""
-    arr = np.asarray(layer_means)
+    arr = np.asarray(states)
     if arr.ndim != 3:
         raise InputError(f"{name} must have shape [n, L+1, d]; got shape {arr.shape}")
     if arr.shape[0] == 0:

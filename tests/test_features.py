@@ -16,7 +16,7 @@ from acute.estimators.features import (
     append_confidence,
     check_confidence,
     check_correct,
-    check_layer_means,
+    check_states,
     cosine_to_last,
     layer_thirds,
     make_featurizer,
@@ -39,19 +39,19 @@ def planted(n=300, n_out=10, d=8, layers=(2, 5, 8), strength=1.0, seed=0):
 # ------------------------------------------------------------------------ validation
 
 
-def test_check_layer_means_names_argument_and_first_bad_row():
+def test_check_states_names_argument_and_first_bad_row():
     X = np.zeros((10, 3, 4), dtype=np.float32)
     X[7, 1, 2] = np.nan
     X[9, 0, 0] = np.inf
-    with pytest.raises(ValueError, match=r"layer_means.*row 7"):
-        check_layer_means(X)
+    with pytest.raises(ValueError, match=r"states.*row 7"):
+        check_states(X)
     X[7, 1, 2] = 0.0
-    with pytest.raises(ValueError, match=r"layer_means.*row 9"):
-        check_layer_means(X)
+    with pytest.raises(ValueError, match=r"states.*row 9"):
+        check_states(X)
     with pytest.raises(ValueError, match=r"\[n, L\+1, d\]"):
-        check_layer_means(np.zeros((10, 4)))
+        check_states(np.zeros((10, 4)))
     with pytest.raises(ValueError, match="no records"):
-        check_layer_means(np.zeros((0, 3, 4)))
+        check_states(np.zeros((0, 3, 4)))
 
 
 def test_check_correct_and_confidence():
@@ -115,7 +115,7 @@ def test_meanpool_int_layer():
     np.testing.assert_array_equal(out, X[:, 8].astype(np.float64))
     names = mp.get_feature_names_out()
     assert names[0] == "L8.d0" and names[-1] == "L8.d7" and len(names) == 8
-    with pytest.raises(ValueError, match=r"layer_means has shape \[n, 9, 8\].*\[n, 10, 8\]"):
+    with pytest.raises(ValueError, match=r"states has shape \[n, 9, 8\].*\[n, 10, 8\]"):
         mp.transform(X[:, :9])
     with pytest.raises(ValueError, match="layer=40"):
         MeanPool(40).fit(X)

@@ -428,7 +428,7 @@ def test_bad_inputs(data):
     (X, y, c), (Xt, _, ct) = data
     bad = X.copy()
     bad[3, 2, 1] = np.nan
-    with pytest.raises(ValueError, match=r"layer_means.*row 3"):
+    with pytest.raises(ValueError, match=r"states.*row 3"):
         small().fit(bad, y, c)
     badc = c.copy()
     badc[11] = np.inf
@@ -466,7 +466,7 @@ def test_bad_inputs_at_predict(fitted, data, tmp_path):
     bad = Xt.copy()
     bad[5, 0, 0] = np.inf
     for model in (fitted, exported):
-        with pytest.raises(ValueError, match=r"layer_means.*row 5"):
+        with pytest.raises(ValueError, match=r"states.*row 5"):
             model.predict_proba(bad, ct)
         with pytest.raises(ValueError, match="confidence is required"):
             model.predict_proba(Xt)

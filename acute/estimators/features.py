@@ -1,6 +1,6 @@
 """Featurizers that turn pooled hidden states into probe features.
 
-Every featurizer is a scikit-learn transformer over ``layer_means``, an array of shape
+Every featurizer is a scikit-learn transformer over ``states``, an array of shape
 ``[n, L+1, d]`` indexed like transformers' ``output_hidden_states``: index 0 is the embedding
 output, index ``i`` the output of decoder layer ``i`` and index ``L`` the final-norm output.
 ``fit`` sees the training split only; ``transform`` returns float64 features ``[n, k]``.
@@ -14,7 +14,7 @@ output, index ``i`` the output of decoder layer ``i`` and index ``L`` the final-
 * :class:`LayerPCA` - per-layer PCA, ``m`` components per layer, concatenated
   (``(L+1) * m`` features). Named views ``pca10`` / ``pca20`` (see :func:`make_featurizer`).
 
-The featurizers only look at ``layer_means``; the raw confidence is appended as one more
+The featurizers only look at ``states``; the raw confidence is appended as one more
 feature by :func:`append_confidence` (``ActivationProbe(append_confidence=True)`` does this).
 The pure functions :func:`cosine_to_last` and :func:`pca_project` are what both the
 featurizers and the exported numpy probe call, so fitted and exported features are identical.
@@ -29,7 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 
 from ..errors import InputError
-from ..validation import check_confidence, check_correct, check_layer_means
+from ..validation import check_confidence, check_correct, check_states
 
 NAMED_LAYERS = ("early", "mid", "late")
 VIEWS = ("mean", "early", "mid", "late", "cosine", "pca10", "pca20")
@@ -46,7 +46,7 @@ __all__ = [
     "check_confidence",
     "check_correct",
     "check_cv",
-    "check_layer_means",
+    "check_states",
     "cosine_to_last",
     "layer_thirds",
     "make_featurizer",
@@ -80,7 +80,7 @@ def resolve_layer(layer: Any, n_layer_outputs: int, name: str = "layer") -> int:
     layer = int(layer)
     if not -n_layer_outputs <= layer < n_layer_outputs:
         raise InputError(
-            f"{name}={layer} is out of range: layer_means has {n_layer_outputs} layer outputs "
+            f"{name}={layer} is out of range: states has {n_layer_outputs} layer outputs "
             f"(valid {-n_layer_outputs}..{n_layer_outputs - 1})"
         )
     return layer % n_layer_outputs
@@ -114,7 +114,7 @@ def _search_forest(n_features: int, *, n_estimators: int, max_depth: int | None,
 
 
 def search_layer(
-    layer_means: np.ndarray,
+    states: np.ndarray,
     correct: np.ndarray,
     candidates: np.ndarray,
     confidence: np.ndarray | None = None,
@@ -129,7 +129,7 @@ def search_layer(
     """Pick the candidate layer whose probe scores best by stratified cross-validation.
 
     For each candidate layer ``l`` a random forest (``n_estimators`` trees, ``max_depth``,
-    ``max_features``) is trained on ``layer_means[:, l]`` (plus ``confidence`` as one more
+    ``max_features``) is trained on ``states[:, l]`` (plus ``confidence`` as one more
     column when given) on ``cv - 1`` folds and scored on the held-out fold by the Brier score
     ``mean((P(correct) - correct)^2)``; the score of a layer is the mean over the ``cv`` folds
     of ``StratifiedKFold(cv, shuffle=True, random_state)`` (the same folds for every layer).
@@ -148,7 +148,7 @@ def search_layer(
     folds = list(StratifiedKFold(cv, shuffle=True, random_state=random_state).split(np.zeros(len(y)), y))
     scores: dict[int, float] = {}
     for layer in candidates:
-        x = np.asarray(layer_means[:, int(layer)], dtype=np.float64)
+        x = np.asarray(states[:, int(layer)], dtype=np.float64)
         if confidence is not None:
             x = append_confidence(x, confidence)
         forest = _search_forest(
@@ -192,10 +192,10 @@ class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
-        X = check_layer_means(X)
+        X = check_states(X)
         if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):
             raise InputError(
-                f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but {type(self).__name__} "
+                f"states has shape [n, {X.shape[1]}, {X.shape[2]}] but {type(self).__name__} "
                 f"was fitted on [n, {self.n_layer_outputs_}, {self.hidden_size_}]"
             )
         return X
@@ -239,7 +239,7 @@ class MeanPool(_LayerMeansTransformer):
 
     def fit(self, X: Any, y: Any = None, confidence: Any = None) -> MeanPool:
         """Fix (or search for) the layer. ``y``/``confidence`` are used only by a named layer."""
-        X = check_layer_means(X)
+        X = check_states(X)
         n_outputs = X.shape[1]
         if isinstance(self.layer, str):
             if self.layer not in NAMED_LAYERS:
@@ -247,7 +247,7 @@ class MeanPool(_LayerMeansTransformer):
             third = layer_thirds(n_outputs)[self.layer]
             if third.size == 0:
                 raise InputError(
-                    f"layer={self.layer!r} needs at least 3 decoder layers; layer_means has "
+                    f"layer={self.layer!r} needs at least 3 decoder layers; states has "
                     f"{n_outputs} layer outputs ({n_outputs - 1} decoder layers)"
                 )
             if y is None:
@@ -271,7 +271,7 @@ class MeanPool(_LayerMeansTransformer):
         return self
 
     def transform(self, X: Any) -> np.ndarray:
-        """Return ``layer_means[:, layer_]`` as float64 ``[n, d]``."""
+        """Return ``states[:, layer_]`` as float64 ``[n, d]``."""
         X = self._check_transform_input(X)
         return np.asarray(X[:, self.layer_], dtype=np.float64)
 
@@ -280,7 +280,7 @@ class MeanPool(_LayerMeansTransformer):
         return np.array([f"L{self.layer_}.d{j}" for j in range(self.hidden_size_)], dtype=object)
 
 
-def cosine_to_last(layer_means: np.ndarray, blocks: int = 1) -> np.ndarray:
+def cosine_to_last(states: np.ndarray, blocks: int = 1) -> np.ndarray:
     """Cosine similarity of each layer output ``0..L-1`` to the last one, float64 ``[n, blocks * L]``.
 
     With ``blocks`` > 1 the hidden axis holds that many concatenated pooled states
@@ -288,17 +288,17 @@ def cosine_to_last(layer_means: np.ndarray, blocks: int = 1) -> np.ndarray:
     (block-major columns). Computed in float64 one layer at a time. A pair where either vector
     has zero norm has no defined angle; its similarity is set to 0.0 (documented convention).
     """
-    n, n_out, width = layer_means.shape
+    n, n_out, width = states.shape
     if blocks < 1 or width % blocks:
         raise InputError(f"hidden size {width} does not split into {blocks} pooled states")
     d = width // blocks
     out = np.zeros((n, blocks * (n_out - 1)), dtype=np.float64)
     for b in range(blocks):
         cols = slice(b * d, (b + 1) * d)
-        last = np.asarray(layer_means[:, -1, cols], dtype=np.float64)
+        last = np.asarray(states[:, -1, cols], dtype=np.float64)
         last_norm = np.linalg.norm(last, axis=1)
         for i in range(n_out - 1):
-            h = np.asarray(layer_means[:, i, cols], dtype=np.float64)
+            h = np.asarray(states[:, i, cols], dtype=np.float64)
             denom = np.linalg.norm(h, axis=1) * last_norm
             dot = np.einsum("nd,nd->n", h, last)
             ok = denom > 0
@@ -319,7 +319,7 @@ class CosineToLast(_LayerMeansTransformer):
 
     def fit(self, X: Any, y: Any = None, confidence: Any = None) -> CosineToLast:
         """Record ``[L+1, d]``; nothing is learned."""
-        X = check_layer_means(X)
+        X = check_states(X)
         if X.shape[2] % self.blocks:
             raise InputError(f"hidden size {X.shape[2]} does not split into blocks={self.blocks} pooled states")
         self._record_shape(X)
@@ -348,17 +348,17 @@ def _single_thread_blas():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def pca_project(layer_means: np.ndarray, means: np.ndarray, components: np.ndarray) -> np.ndarray:
+def pca_project(states: np.ndarray, means: np.ndarray, components: np.ndarray) -> np.ndarray:
     """Project every layer onto its principal components: float64 ``[n, (L+1) * m]``.
 
     ``means`` is ``[L+1, d]`` and ``components`` ``[L+1, m, d]`` (orthonormal rows); the
     columns are layer-major: layer 0's ``m`` scores, then layer 1's, ...
     """
     n_out, m = components.shape[0], components.shape[1]
-    out = np.empty((layer_means.shape[0], n_out * m), dtype=np.float64)
+    out = np.empty((states.shape[0], n_out * m), dtype=np.float64)
     with _single_thread_blas():
         for layer in range(n_out):
-            x = np.asarray(layer_means[:, layer], dtype=np.float64) - means[layer]
+            x = np.asarray(states[:, layer], dtype=np.float64) - means[layer]
             out[:, layer * m : (layer + 1) * m] = x @ components[layer].T
     return out
 
@@ -410,7 +410,7 @@ class LayerPCA(_LayerMeansTransformer):
 
     def fit(self, X: Any, y: Any = None, confidence: Any = None) -> LayerPCA:
         """Fit one PCA per layer output on the training split."""
-        X = check_layer_means(X)
+        X = check_states(X)
         n, n_out, d = X.shape
         m = self.n_components
         if isinstance(m, bool) or not isinstance(m, Integral) or m < 1:

@@ -60,7 +60,7 @@ from .features import (
     VIEWS,
     append_confidence,
     check_confidence,
-    check_layer_means,
+    check_states,
     cosine_to_last,
     pca_project,
 )
@@ -192,13 +192,13 @@ def view_kind(view: str) -> str:
     raise InputError(f"unknown view {view!r}; choose one of {VIEWS}")
 
 
-def _view_features(kind: str, layer_means: np.ndarray, arrays: dict[str, np.ndarray], blocks: int = 1) -> np.ndarray:
+def _view_features(kind: str, states: np.ndarray, arrays: dict[str, np.ndarray], blocks: int = 1) -> np.ndarray:
     """Features of a view from exported arrays (the same functions the featurizers call)."""
     if kind == "mean":
-        return np.asarray(layer_means[:, int(arrays["layers"][0])], dtype=np.float64)
+        return np.asarray(states[:, int(arrays["layers"][0])], dtype=np.float64)
     if kind == "cosine":
-        return cosine_to_last(layer_means, blocks)
-    return pca_project(layer_means, arrays["pca.means"], arrays["pca.components"])
+        return cosine_to_last(states, blocks)
+    return pca_project(states, arrays["pca.means"], arrays["pca.components"])
 
 
 def check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict | None:
@@ -265,13 +265,13 @@ class ExportedProbe:
                 f"n_features={len(self.feature_names)}, calibration={self.calibration!r}, "
                 f"model={self.model_name!r})")
 
-    def features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def features(self, states: Any, confidence: Any = None) -> np.ndarray:
         """The forest's input features ``[n, len(feature_names)]`` (float64)."""
-        X = check_layer_means(layer_means)
+        X = check_states(states)
         width = self.hidden_size * self._blocks
         if X.shape[1:] != (self.n_layer_outputs, width):
             raise InputError(
-                f"layer_means has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
+                f"states has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
                 f"[n, {self.n_layer_outputs}, {width}] (pooling {self.pooling!r})"
             )
         f = _view_features(self._kind, X, self.arrays, self._blocks)
@@ -279,17 +279,17 @@ class ExportedProbe:
             f = append_confidence(f, check_confidence(confidence, X.shape[0]))
         return f
 
-    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, states: Any, confidence: Any = None) -> np.ndarray:
         """``[n, 2]`` probabilities; column 1 is P(correct). Pure numpy."""
-        p = forest_proba(self.features(layer_means, confidence), self.arrays)
+        p = forest_proba(self.features(states, confidence), self.arrays)
         if self.calibration == "stacked":
             confidence = check_confidence(confidence, p.shape[0])
         p = apply_calibration(p, self.calibration, self._cal_params, confidence)
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
         """1 where P(correct) > 0.5, else 0."""
-        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
 
     def check_model(self, fingerprint: dict, allow_other_weights: bool = False) -> None:
         """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.

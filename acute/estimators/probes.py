@@ -1,7 +1,7 @@
 """ACUTE activation probes: a random forest over hidden-state features whose P(correct) is the
 confidence, optionally stacked with the raw confidence.
 
-* :class:`ActivationProbe` - scikit-learn classifier over ``layer_means`` ``[n, L+1, d]``
+* :class:`ActivationProbe` - scikit-learn classifier over ``states`` ``[n, L+1, d]``
   (+ the raw confidence). ``predict_proba(...)[:, 1]`` is P(correct).
 * :meth:`ActivationProbe.save` / :func:`load_probe` - a probe directory (``probe.safetensors`` +
   ``probe.json``), read and scored in pure numpy by :class:`ExportedProbe`; the file format
@@ -32,7 +32,7 @@ from .features import (
     check_confidence,
     check_correct,
     check_cv,
-    check_layer_means,
+    check_states,
     make_featurizer,
 )
 from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration, fit_stacker, stack_features
@@ -124,7 +124,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     pooling : str, default "mean"
         Which pooled states the probe reads (:mod:`acute.store.pooling`): ``"mean"``,
         ``"last-prompt"``, ``"last-answer"`` or several joined by ``+``, whose states are
-        concatenated along the hidden axis (``layer_means`` is then ``[n, L+1, k*d]``). The
+        concatenated along the hidden axis (``states`` is then ``[n, L+1, k*d]``). The
         probe only records it (and splits the cosine view per state); its caller passes those
         states. It is written to the export, so ``Scorer`` feeds the same states.
 
@@ -175,21 +175,21 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             min_samples_leaf=self.min_samples_leaf, n_jobs=self.n_jobs, random_state=self.random_state,
         )
 
-    def _features(self, featurizer, layer_means: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
-        f = featurizer.transform(layer_means)
+    def _features(self, featurizer, states: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
+        f = featurizer.transform(states)
         return append_confidence(f, confidence) if self.append_confidence else f
 
     def _needs_confidence(self) -> bool:
         return bool(self.append_confidence) or self.calibration == "stacked"
 
-    def _inputs(self, layer_means: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        X = check_layer_means(layer_means)
+    def _inputs(self, states: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        X = check_states(states)
         conf = check_confidence(confidence, X.shape[0]) if self._needs_confidence() else None
         return X, conf
 
     # -- API ---------------------------------------------------------------------------
 
-    def fit(self, layer_means: Any, correct: Any, confidence: Any = None, *,
+    def fit(self, states: Any, correct: Any, confidence: Any = None, *,
             forest_from: ActivationProbe | None = None, oof_proba: Any = None) -> ActivationProbe:
         """Fit the featurizer and forest (and optional calibration) on the training split.
 
@@ -218,9 +218,9 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         kind = view_kind(self.view)
         blocks = pooling_blocks(self.pooling)
-        X, conf = self._inputs(layer_means, confidence)
+        X, conf = self._inputs(states, confidence)
         if X.shape[2] % blocks:
-            raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but layer_means has "
+            raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but states has "
                              f"hidden size {X.shape[2]}, not a multiple of {blocks}")
         y = check_correct(correct, X.shape[0], both_classes=True)
         searched = kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
@@ -310,7 +310,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         return oof
 
     # A hand loop rather than CalibratedClassifierCV(ensemble=False): the folds refit the
-    # featurizer on layer_means while the raw confidence is a separate input, and the stacked
+    # featurizer on states while the raw confidence is a separate input, and the stacked
     # calibration needs that confidence too, which scikit-learn's calibrators cannot take.
     def _out_of_fold_proba(self, featurizer, X: np.ndarray, y: np.ndarray, conf: np.ndarray | None) -> np.ndarray:
         from sklearn.model_selection import StratifiedKFold
@@ -337,28 +337,28 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
-    def transform_features(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def transform_features(self, states: Any, confidence: Any = None) -> np.ndarray:
         """The forest's input features ``[n, len(feature_names_)]`` (float64)."""
         self._check_fitted()
-        X, conf = self._inputs(layer_means, confidence)
+        X, conf = self._inputs(states, confidence)
         return self._features(self.featurizer_, X, conf)
 
-    def predict_proba(self, layer_means: Any, confidence: Any = None, *, calibrated: bool = True) -> np.ndarray:
+    def predict_proba(self, states: Any, confidence: Any = None, *, calibrated: bool = True) -> np.ndarray:
         """``[n, 2]`` probabilities; column 1 is P(correct) (calibrated when ``calibration``).
 
         ``calibrated=False`` returns the final forest's own P(correct), before any calibration:
         for a stacked probe that is what the plain probe of the same view and seed predicts."""
         self._check_fitted()
-        X, conf = self._inputs(layer_means, confidence)
+        X, conf = self._inputs(states, confidence)
         features = self._features(self.featurizer_, X, conf)
         p = self.forest_.predict_proba(features)[:, list(self.forest_.classes_).index(1)]
         if calibrated:
             p = apply_calibration(p, self.calibration, self.calibration_params_, conf)
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
         """1 where P(correct) > 0.5, else 0."""
-        return self.classes_[(self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(int)]
+        return self.classes_[(self.predict_proba(states, confidence)[:, 1] > 0.5).astype(int)]
 
     def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
                training_summary: dict | None = None, metrics: dict | None = None,

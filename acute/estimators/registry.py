@@ -1,11 +1,11 @@
 """Every estimator of the evaluation table by name, with one interface, and the default.
 
 ``make_estimator(name)`` returns an unfitted scikit-learn-style estimator with
-``fit(layer_means, correct, confidence=None)`` and ``predict_proba(layer_means, confidence=None)``
+``fit(states, correct, confidence=None)`` and ``predict_proba(states, confidence=None)``
 (``[:, 1]`` is P(correct)) for every name in :data:`ESTIMATORS`:
 
 * the six baselines (``raw``, ``hre``, ``nwkr``, ``platt``, ``isotonic``, ``beta``), which read
-  the raw confidence only and ignore ``layer_means`` (:class:`ConfidenceEstimator`);
+  the raw confidence only and ignore ``states`` (:class:`ConfidenceEstimator`);
 * the paper's six ACUTE probes ``acute-early`` ... ``acute-pca20`` (a random forest whose
   P(correct) is the confidence);
 * their stacked variants ``acute-<view>-stacked``: the forest's out-of-fold P(correct) and the
@@ -221,20 +221,20 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
 
 
 class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
-    """A baseline of :mod:`acute.estimators.baselines` behind the probes' interface: ``layer_means`` is
+    """A baseline of :mod:`acute.estimators.baselines` behind the probes' interface: ``states`` is
     accepted and ignored, ``confidence`` is required. Fitted: ``baseline_``, ``classes_``."""
 
     def __init__(self, baseline: str = "platt"):
         self.baseline = baseline
 
-    def fit(self, layer_means: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
+    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
         if confidence is None:
             raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
         self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, states: Any = None, confidence: Any = None) -> np.ndarray:
         if not hasattr(self, "baseline_"):
             from sklearn.exceptions import NotFittedError
 
@@ -243,8 +243,8 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
             raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
         return self.baseline_.predict_proba(confidence)
 
-    def predict(self, layer_means: Any = None, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+    def predict(self, states: Any = None, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
 
 
 # --------------------------------------------------------------------------------- auto
@@ -310,7 +310,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             raise InputError(f"refit must be 'best' or one of the candidates {cands}, got {self.refit!r}")
         return cands, refs
 
-    def fit(self, layer_means: Any, correct: Any, confidence: Any = None, *,
+    def fit(self, states: Any, correct: Any, confidence: Any = None, *,
             shared: Mapping[str, Any] | None = None) -> AutoEstimator:
         """Compare the candidates by cross-validation on these records and refit the chosen one.
 
@@ -327,11 +327,11 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         from sklearn.model_selection import StratifiedKFold
 
         from .features import check_cv
-        from ..validation import check_confidence, check_correct, check_layer_means
+        from ..validation import check_confidence, check_correct, check_states
         from .calibration import apply_stacker, fit_stacker
 
         cands, refs = self._check_names()
-        X = check_layer_means(layer_means)
+        X = check_states(states)
         y = check_correct(correct, X.shape[0], both_classes=True)
         conf = check_confidence(confidence, X.shape[0])
         check_cv(self.cv, y)
@@ -426,12 +426,12 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             "warning": self.warning_,
         }
 
-    def predict_proba(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, states: Any, confidence: Any = None) -> np.ndarray:
         if not hasattr(self, "estimator_"):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
-        return self.estimator_.predict_proba(layer_means, confidence=confidence)
+        return self.estimator_.predict_proba(states, confidence=confidence)
 
-    def predict(self, layer_means: Any, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(layer_means, confidence)[:, 1] > 0.5).astype(np.int64)
+    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
+        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)

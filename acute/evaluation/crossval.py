@@ -41,7 +41,7 @@ __all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_
 def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None):
     """What the estimators ``names`` read from ``store`` beside the raw confidence
     (:func:`acute.estimators.registry.estimator_input`): None when only baselines are named, the
-    ``layer_means`` array (float32, in memory) when every reader reads the mean, else
+    ``states`` array (float32, in memory) when every reader reads the mean, else
     ``{input: array}``: hidden states per pooling spec (:mod:`acute.store.pooling`; the store names a
     pooling it lacks), the ``[n, fields]`` metadata strings of ``metadata_fields``
     (:func:`acute.estimators.controls.metadata_matrix`) and the prompt texts (object arrays)."""
@@ -135,8 +135,8 @@ def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repea
     return out
 
 
-def fit_predict(names: Sequence[str], layer_means_train, correct_train, confidence_train,
-                layer_means_test, confidence_test, *, random_state: int = 0,
+def fit_predict(names: Sequence[str], states_train, correct_train, confidence_train,
+                states_test, confidence_test, *, random_state: int = 0,
                 n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                 on_fit: Callable[[str, Any], None] | None = None,
                 timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
@@ -153,7 +153,7 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
     * ``auto`` takes its candidates' out-of-fold forests from the stacked probes of their views
       and its refit from the named candidates (:meth:`AutoEstimator.fit`'s ``shared``).
 
-    ``layer_means_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
+    ``states_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
     read other poolings (:func:`states_for`); None when only baselines are named.
     ``on_fit(name, estimator)`` is called after each fit (e.g. to record a chosen layer).
     ``timings`` (a dict), when given, gets each estimator's seconds (fit and prediction) added
@@ -165,7 +165,7 @@ def fit_predict(names: Sequence[str], layer_means_train, correct_train, confiden
     for name in sorted(names, key=_fit_order):
         base, spec = split_pooling(name)
         stacked_twin = f"{base}-stacked" + (f"@{spec}" if spec else "")
-        x_train, x_test = _input_of(layer_means_train, name), _input_of(layer_means_test, name)
+        x_train, x_test = _input_of(states_train, name), _input_of(states_test, name)
         t0 = time.perf_counter()
         est = make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
         shared: dict[str, Any] = {}
@@ -195,7 +195,7 @@ def _fit_order(name: str) -> int:
     return 2 if base == AUTO else 3
 
 
-def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence,
+def cross_val_predictions(names: Sequence[str], states, correct, confidence,
                           folds: list[list[tuple[np.ndarray, np.ndarray]]], *, random_state: int = 0,
                           n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                           progress: Callable[[Iterable], Iterable] | None = None,
@@ -203,7 +203,7 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
                           cache_dir: str | os.PathLike | None = None,
                           cache_key: str = "", timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
-    (from :func:`cv_folds`). ``layer_means`` (the states, as in :func:`fit_predict`) may be
+    (from :func:`cv_folds`). ``states`` (the states, as in :func:`fit_predict`) may be
     memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
     of (repeat, fold) pairs.
 
@@ -234,8 +234,8 @@ def cross_val_predictions(names: Sequence[str], layer_means, correct, confidence
                 for nm in names:
                     out[nm][r, te] = cached[nm]
                 continue
-        lm_tr = take_rows(layer_means, tr) if needs_states else None
-        lm_te = take_rows(layer_means, te) if needs_states else None
+        lm_tr = take_rows(states, tr) if needs_states else None
+        lm_te = take_rows(states, te) if needs_states else None
         preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
                             n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit, timings=timings)
         for nm, p in preds.items():

@@ -183,7 +183,7 @@ class LearningCurve:
         return "\n".join(parts) + "\n"
 
 
-def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
+def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
                    estimators: Sequence[str] = ("acute-pca10", "acute-pca10-stacked"),
                    sizes: Sequence[int] | None = None, n_splits: int = 5, repeats: int = DEFAULT_REPEATS,
                    seed: int = 0, n_jobs: int | None = None, n_bootstrap: int = DEFAULT_BOOTSTRAP,
@@ -193,7 +193,7 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     """auc-euro (all) and smECE against the number of training records (see module doc).
 
     ``estimators``: probe names (or ``auto``) of :data:`acute.estimators.registry.ESTIMATORS`; the six
-    baselines are added. ``layer_means``: the mean states, or ``{pooling spec: array}`` for
+    baselines are added. ``states``: the mean states, or ``{pooling spec: array}`` for
     probes that read other poolings (:func:`acute.evaluation.crossval.states_for`). ``sizes`` default to
     50, 100, 200, ... below the training-fold size, then the full fold. ``repeats`` (default
     :data:`DEFAULT_REPEATS`) fold assignments; ``n_bootstrap`` draws for each interval (see the
@@ -229,7 +229,7 @@ def learning_curve(layer_means, correct, confidence, ids: Sequence[Any], *,
     folds = cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed)
     pool = min(tr.size for rep in folds for tr, _ in rep)
     sizes = resolve_sizes(sizes, pool)
-    lm = take_rows(layer_means, slice(None)) if probes else None
+    lm = take_rows(states, slice(None)) if probes else None
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
     evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names)
     seconds, n_reused = [0.0] * len(sizes), 0
