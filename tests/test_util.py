@@ -116,10 +116,11 @@ def test_one_label_rule_everywhere():
 def test_one_list_of_metric_specs_drives_the_tables():
     from acute import metrics
     from acute.evaluation import TABLE_COLUMNS, evaluate_predictions, results_markdown
+    from acute.evaluation.markdown import selective_markdown
     from acute.report import REPORT_METRICS
 
     assert [k for k, _, _ in TABLE_COLUMNS] == [m.name for m in metrics.METRIC_SPECS]
-    assert REPORT_METRICS == TABLE_COLUMNS[:6]
+    assert REPORT_METRICS == TABLE_COLUMNS[:6] + tuple(c for c in TABLE_COLUMNS if c[0] in ("aurc", "coverage_10"))
     assert metrics.METRICS["smece"].direction == -1 and metrics.METRICS["auroc"].direction == 1
     assert metrics.METRICS["brier"].format(0.12345) == "0.123" and metrics.METRICS["brier"].format(math.nan) == "n/a"
     y = np.array([1, 0, 1, 1, 0, 0, 1, 0])
@@ -128,4 +129,6 @@ def test_one_list_of_metric_specs_drives_the_tables():
     for spec in metrics.METRIC_SPECS[1:]:
         assert row[spec.name] == pytest.approx(spec.fn(c, y))
     header = results_markdown([row]).splitlines()[0]
-    assert all(m.header in header for m in metrics.METRIC_SPECS)
+    assert all(m.header in header for m in metrics.METRIC_SPECS if m.table == "calibration")
+    selective = selective_markdown([row]).splitlines()[0]
+    assert all(m.header in selective for m in metrics.METRIC_SPECS if m.table == "selective")
