@@ -27,6 +27,11 @@ as an abstention at every risk level u (its confidence is 0). Per u0 the table g
   a CPU a long prompt costs more, so raise it there). Saved = 1 - (two-stage cost / generating
   everything).
 
+With ``--evaluation EVAL_DIR`` (one per ``--store``, in the same order) nothing is fitted: the
+out-of-fold predictions of every repeat that ``acute evaluate`` (or ``acute run``'s evaluate
+stage) wrote for these rows (``predictions.csv``, ``predictions-repeat*.csv``) are read instead,
+so the gate is measured on exactly the evaluation's folds.
+
 The rows of the answer probe alone, the question-only probe alone and Platt are printed above
 for reference. Writes ``--out`` (default ``benchmarks/precheck.md``, one section per store)
 and prints it.
@@ -61,14 +66,39 @@ def saved_fraction(skipped: np.ndarray, n_tokens: np.ndarray, prompt_pass_cost: 
     return 1.0 - gated / everything
 
 
+def evaluation_predictions(eval_dir: str | Path, ids, names) -> dict[str, np.ndarray]:
+    """``{name: [repeats, n]}``: an evaluation's out-of-fold predictions of ``names`` (every
+    repeat's file), ordered as ``ids``; SystemExit naming the file when a column or record is missing."""
+    import csv
+
+    folder = Path(eval_dir)
+    files = [folder / "predictions.csv"] + sorted(folder.glob("predictions-repeat*.csv"),
+                                                  key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
+    want = [str(i) for i in ids]
+    out: dict[str, list] = {n: [] for n in names}
+    for f in files:
+        if not f.is_file():
+            raise SystemExit(f"{f} does not exist: --evaluation must be an evaluation folder")
+        with open(f, newline="", encoding="utf-8") as fh:
+            rows = {r["id"]: r for r in csv.DictReader(fh)}
+        missing = [n for n in names if rows and n not in next(iter(rows.values()))]
+        if missing or set(want) - set(rows):
+            raise SystemExit(f"{f}: no predictions for {missing or 'some of the store records'}; "
+                             "evaluate the store with these estimators first")
+        for n in names:
+            out[n].append([float(rows[i][n]) for i in want])
+    return {n: np.asarray(v, dtype=np.float64) for n, v in out.items()}
+
+
 def _iv(row: dict, key: str) -> str:
     lo, hi = row.get(f"diff_{key}_ci_low"), row.get(f"diff_{key}_ci_high")
     value = f"{row[f'diff_{key}']:+.4f}"
     return value if lo is None else f"{value} [{lo:+.4f}, {hi:+.4f}]"
 
 
-def store_section(store, args, thresholds: list[float]) -> str:
-    """The markdown section of one store: the reference rows and one row per threshold."""
+def store_section(store, args, thresholds: list[float], evaluation: str | None = None) -> str:
+    """The markdown section of one store: the reference rows and one row per threshold (from the
+    out-of-fold predictions of ``evaluation`` when given, else fitted here)."""
     from acute.evaluation.crossval import cross_val_predictions, cv_folds, states_for
     from acute.evaluation.table import evaluate_predictions
     from acute.evaluation.training import check_precheck_store
@@ -78,11 +108,16 @@ def store_section(store, args, thresholds: list[float]) -> str:
     y = np.asarray(store.correct).astype(bool)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)
     n_tokens = np.array([int(r.get("n_tokens") or 0) for r in store.records], dtype=np.float64)
-    folds = cv_folds(store.ids, y, n_splits=args.cv, n_repeats=args.repeats, seed=args.seed)
     t0 = time.perf_counter()
-    preds = cross_val_predictions(names, states_for(store, names), y, raw, folds, random_state=args.seed,
-                                  n_jobs=args.n_jobs, probe_params={"n_estimators": args.n_estimators})
-    fit_s = time.perf_counter() - t0
+    if evaluation is not None:
+        preds = evaluation_predictions(evaluation, store.ids, names)
+        source = f"the out-of-fold predictions of {evaluation} ({preds[names[0]].shape[0]} repeats; nothing fitted here)"
+    else:
+        folds = cv_folds(store.ids, y, n_splits=args.cv, n_repeats=args.repeats, seed=args.seed)
+        preds = cross_val_predictions(names, states_for(store, names), y, raw, folds, random_state=args.seed,
+                                      n_jobs=args.n_jobs, probe_params={"n_estimators": args.n_estimators})
+        source = (f"{args.cv}-fold x {args.repeats} cross-validation (seed {args.seed}), every record out of fold; "
+                  f"fits {time.perf_counter() - t0:.0f} s")
     answer, question = preds[args.estimator], preds[QUESTION_ONLY]
     gated = {f"two-stage@{u0:g}": two_stage(answer, question, u0) for u0 in thresholds}
     rows = evaluate_predictions({**preds, **gated}, y, n_bootstrap=args.n_bootstrap, seed=args.seed,
@@ -91,8 +126,7 @@ def store_section(store, args, thresholds: list[float]) -> str:
     m = store.manifest
     lines = [f"## {m.get('model')}, task {m.get('task')} ({store.path})", "",
              f"{len(store)} records, accuracy {y.mean():.3f}, mean {n_tokens.mean():.1f} generated tokens; "
-             f"{args.cv}-fold x {args.repeats} cross-validation (seed {args.seed}), every record out of fold; "
-             f"{args.n_bootstrap} paired bootstrap resamples; fits {fit_s:.0f} s.", "",
+             f"{source}; {args.n_bootstrap} paired bootstrap resamples.", "",
              f"| estimator | uses | auc-euro all | Δ vs {args.estimator} [95% paired] | smECE | AUROC |",
              "|---|---|---:|---:|---:|---:|"]
     for name in names:
@@ -122,6 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--store", action="append", required=True, help="a store with last-prompt states (repeatable)")
     ap.add_argument("--thresholds", default=DEFAULT_THRESHOLDS,
                     help=f"comma-separated precheck thresholds u0 in (0, 1) (default {DEFAULT_THRESHOLDS})")
+    ap.add_argument("--evaluation", action="append", default=None,
+                    help="the evaluation folder of each --store, same order (read its out-of-fold predictions)")
     ap.add_argument("--estimator", default="acute-pca10-stacked", help="the answer probe (default %(default)s)")
     ap.add_argument("--cv", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1)
@@ -144,8 +180,11 @@ def main(argv=None) -> int:
                                                           f"{args.thresholds!r}")
     if not thresholds or args.prompt_pass_cost < 0:
         ap.error("--thresholds needs at least one value and --prompt-pass-cost must be >= 0")
+    if args.evaluation is not None and len(args.evaluation) != len(args.store):
+        ap.error(f"--evaluation was given {len(args.evaluation)} times for {len(args.store)} --store")
     t0 = time.perf_counter()
-    sections = [store_section(open_store(path), args, thresholds) for path in args.store]
+    sections = [store_section(open_store(path), args, thresholds, ev)
+                for path, ev in zip(args.store, args.evaluation or [None] * len(args.store))]
     head = (f"# The precheck: deciding before generating\n\n`python benchmarks/precheck.py "
             f"{' '.join(sys.argv[1:] if argv is None else argv)}` ({time.perf_counter() - t0:.0f} s)\n\n")
     text = head + "\n".join(sections)

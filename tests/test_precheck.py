@@ -409,3 +409,25 @@ def test_the_benchmark_refuses_a_store_without_last_prompt_states(tmp_path):
         _bench()["main"](["--store", str(tmp_path / "old"), "--out", str(tmp_path / "x.md")])
     with pytest.raises(SystemExit):
         _bench()["main"](["--store", str(tmp_path / "old"), "--thresholds", "0.2,1.5"])
+
+
+def test_the_benchmark_reads_an_evaluation_and_equals_its_own_fits(tmp_path):
+    """--evaluation reads the out-of-fold predictions an evaluation wrote; on the same folds,
+    seed and forests they are what the benchmark fits itself, so both tables are equal."""
+    from acute.evaluation import evaluate_store, write_evaluation
+
+    store, _ = _signal_store(tmp_path / "s")
+    names = ["acute-pca10-stacked", "question-only", "platt"]
+    res = evaluate_store(store, estimators=names, cv=3, repeats=2, seed=0, n_bootstrap=0, controls=(),
+                         probe_params={"n_estimators": 5}, progress=False)
+    write_evaluation(res, tmp_path / "eval")
+    args = ["--store", str(tmp_path / "s"), "--thresholds", "0.3,0.6", "--cv", "3", "--repeats", "2",
+            "--n-estimators", "5", "--n-bootstrap", "20"]
+    _bench()["main"](args + ["--out", str(tmp_path / "fit.md")])
+    _bench()["main"](args + ["--evaluation", str(tmp_path / "eval"), "--out", str(tmp_path / "read.md")])
+
+    def table(path):
+        return [ln for ln in path.read_text().splitlines() if ln.startswith("| ")]
+
+    assert table(tmp_path / "fit.md") == table(tmp_path / "read.md")
+    assert "nothing fitted here" in (tmp_path / "read.md").read_text()
