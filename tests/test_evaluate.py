@@ -457,3 +457,44 @@ def test_plain_rows_equal_their_own_fit_when_read_off_the_stacked_probe():
     for name in ("acute-cosine", "acute-mid"):
         ref = make_estimator(name, probe_params=SMALL).fit(X[:60], y[:60], confidence=s.raw_confidence[:60])
         np.testing.assert_allclose(got[name], ref.predict_proba(X[60:], s.raw_confidence[60:])[:, 1], atol=1e-12)
+
+
+def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_path):
+    """benchmarks/parseable_only.py: the evaluation's out-of-fold predictions of every repeat,
+    restricted to the records whose answer parsed, give the table evaluate_predictions gives on
+    that subset (computed here directly)."""
+    import runpy
+    from pathlib import Path
+
+    from acute.store import StoreWriter
+
+    rng = np.random.default_rng(0)
+    n = 60
+    y = rng.uniform(size=n) < 0.6
+    failed = np.arange(n) % 10 == 0  # unparsed: labelled wrong
+    y[failed] = False
+    recs = [{"id": f"q{i}", "prompt": "Q?", "generation": "x", "answer": "x", "gold": ["A"], "correct": bool(y[i]),
+             "parse_error": "no option named" if failed[i] else None, "finish_reason": "eos", "meta": {}}
+            for i in range(n)]
+    m = {"model": "tiny", "num_layers": 2, "hidden_size": 4, "task": "default",
+         "generation": {"max_new_tokens": 4, "do_sample": False, "chat": False, "pool": "decoding"}}
+    with StoreWriter(tmp_path / "s", m, dtype="float32") as w:
+        w.add(recs, rng.normal(size=(n, 3, 4)), [np.array([-0.5])] * n)
+    preds = {"raw": rng.uniform(size=(2, n)), "platt": rng.uniform(size=(2, n))}
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    for r, name in enumerate(["predictions.csv", "predictions-repeat1.csv"]):
+        with open(ev / name, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "correct", "raw", "platt"])
+            for i in rng.permutation(n):  # any record order
+                w.writerow([f"q{i}", int(y[i]), preds["raw"][r, i], preds["platt"][r, i]])
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "parseable_only.py"))
+    text = bench["section"](ev, tmp_path / "s", 50)
+    keep = ~failed
+    want = {r["estimator"]: r for r in evaluate_predictions({k: v[:, keep] for k, v in preds.items()}, y[keep],
+                                                            n_bootstrap=50)}
+    assert "54 of 60 answers parsed" in text and "6 of the 6 unparsed are labelled wrong" in text
+    for name in ("raw", "platt"):
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} |"))
+        assert f"| {want[name]['auc_euro_all']:.4f} |" in line
