@@ -42,13 +42,17 @@ from __future__ import annotations
 
 import argparse
 import functools
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy.special import expit, logit
 from scipy.stats import norm
 
-from acute.metrics.certify import certify_threshold, ltt_thresholds, min_calibration_records
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from acute.metrics.certify import certify_threshold, ltt_thresholds, min_calibration_records  # noqa: E402
 from acute.errors import InputError
 from acute.metrics import auroc
 from acute.metrics.selective import coverage_at_error
@@ -170,15 +174,28 @@ def store_predictions(path: str, n_estimators: int | None, seed: int) -> tuple[n
     return y, {n: p[0] for n, p in preds.items()}
 
 
-def shown_estimators(y: np.ndarray, preds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The default, the best baseline (out-of-fold auc-euro) and raw, where present."""
+def evaluation_reference(predictions_path: str) -> str | None:
+    """The best baseline the evaluation itself named (``reference`` of the results.json beside
+    ``predictions.csv``: means over its repeats), so every table of a pair names the same one."""
+    import json
+
+    path = Path(predictions_path).with_name("results.json")
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("reference")
+    except (OSError, ValueError):
+        return None
+
+
+def shown_estimators(y: np.ndarray, preds: dict[str, np.ndarray], reference: str | None = None) -> dict[str, np.ndarray]:
+    """The default, the best baseline (``reference`` when given and present, else the baseline
+    with the highest out-of-fold auc-euro here) and raw, where present."""
     from acute.estimators.baselines import BASELINES
     from acute.estimators.registry import DEFAULT_ESTIMATOR
     from acute.metrics import METRICS
 
     score = METRICS["auc_euro_all"].fn
     baselines = [n for n in BASELINES if n in preds]
-    best = max(baselines, key=lambda n: score(preds[n], y)) if baselines else None
+    best = reference if reference in preds else (max(baselines, key=lambda n: score(preds[n], y)) if baselines else None)
     out, seen = {}, set()
     for label, name in ((f"default ({DEFAULT_ESTIMATOR})", DEFAULT_ESTIMATOR),
                         (f"best baseline ({best})", best), ("raw", "raw")):
@@ -215,11 +232,11 @@ def subsample_rows(conf: np.ndarray, y: np.ndarray, sizes, draws: int, rng: np.r
     return lines
 
 
-def run_real(y: np.ndarray, preds: dict[str, np.ndarray], draws: int, seed: int) -> str:
+def run_real(y: np.ndarray, preds: dict[str, np.ndarray], draws: int, seed: int, reference: str | None = None) -> str:
     rng = np.random.default_rng(seed)
     sizes = [n for n in REAL_SIZES if n <= y.size - MIN_TEST] or [y.size // 2]
     lines = []
-    for label, conf in shown_estimators(y, preds).items():
+    for label, conf in shown_estimators(y, preds, reference).items():
         lines += [f"### {label}: AUROC {auroc(conf, y):.2f}, accuracy {y.mean():.2f}, {y.size:,} records", "",
                   "| calibration n | alpha | certified | test coverage mean [p10, p90] | test error "
                   "among trusted | test error > alpha | empirical coverage@alpha (all, no guarantee) |",
@@ -248,7 +265,8 @@ def main(argv=None) -> None:
         print(f"delta = {DELTA}, Holm over the default grid (acute's binomial test), {args.draws} "
               f"subsamples per cell, seed {args.seed}; source {args.store or args.predictions}"
               + (f", n_estimators {args.n_estimators}" if args.store and args.n_estimators else "") + "\n")
-        print(run_real(y, preds, args.draws, args.seed))
+        print(run_real(y, preds, args.draws, args.seed,
+                       evaluation_reference(args.predictions) if args.predictions else None))
         print(f"({time.perf_counter() - start:.0f} s)")
         return
     table = run(args.draws, args.seed, args.backend)

@@ -290,6 +290,11 @@ def test_the_labels_benchmark_reads_a_store_and_a_predictions_file(stores, tmp_p
     assert "| 200 | 0.10 | 1.00 | 0.69" in out.split("### best baseline")[0]
     assert "| 100 | 0.05 | too few (< 135) |" in out
     assert "### best baseline (raw)" in out and "### raw" not in out  # raw and platt tie: shown once
+    # beside an evaluation's results.json, its own best baseline is shown (one name per pair)
+    (tmp_path / "results.json").write_text('{"reference": "platt"}')
+    mod["main"](["--predictions", str(tmp_path / "predictions.csv"), "--draws", "10"])
+    out = capsys.readouterr().out
+    assert "### best baseline (platt)" in out and "### raw" in out
 
 
 def test_cli_export_without_mapie_says_what_to_install(stores, tmp_path, capsys, monkeypatch):
