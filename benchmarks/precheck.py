@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 DEFAULT_THRESHOLDS = "0.1,0.2,0.3,0.4,0.5"
 QUESTION_ONLY = "question-only"
 BASELINE = "platt"
