@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 
 def read_predictions(eval_dir: Path, names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     files = [eval_dir / "predictions.csv"] + sorted(eval_dir.glob("predictions-repeat*.csv"))
