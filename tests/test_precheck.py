@@ -159,6 +159,11 @@ def test_cli_export_precheck(collected, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and f"written to {tmp_path / 'p' / 'precheck'}" in out and "acute score --precheck" in out
     assert load_probe(tmp_path / "p").precheck.pooling == "last-prompt"
+    code = main(["export", "--store", str(root / "store"), "--out", str(tmp_path / "q"), "--view", "pca10",
+                 "--n-estimators", "3", "--precheck", "question-only-cosine"])
+    out = capsys.readouterr().out
+    assert code == 0 and "precheck (cosine view" in out
+    assert json.loads((tmp_path / "q" / "probe.json").read_text())["precheck"]["estimator"] == "question-only-cosine"
 
 
 # ------------------------------------------------------------------ 2. the prompt pass
@@ -431,3 +436,22 @@ def test_the_benchmark_reads_an_evaluation_and_equals_its_own_fits(tmp_path):
 
     assert table(tmp_path / "fit.md") == table(tmp_path / "read.md")
     assert "nothing fitted here" in (tmp_path / "read.md").read_text()
+
+
+@pytest.mark.parametrize("name,view", [("question-only-cosine", "cosine"), ("question-only-mid", "mean")])
+def test_a_question_only_probe_of_another_view(collected, tmp_path, name, view):
+    """Every view is offered for the precheck: exported, named in probe.json, scored in numpy
+    as fitted; an unknown name is refused listing the known ones."""
+    _, _, store = collected
+    trained = train_probe(store, view="pca10", n_estimators=3, precheck=name)
+    assert trained.precheck.view == view and trained.precheck.append_confidence is False
+    trained.save(tmp_path / "p")
+    answer = json.loads((tmp_path / "p" / "probe.json").read_text())
+    pre = json.loads((tmp_path / "p" / "precheck" / "probe.json").read_text())
+    assert answer["precheck"]["estimator"] == name and pre["training_summary"]["estimator"] == name
+    assert pre["input"]["pooling"] == "last-prompt" and pre["view"] == view
+    X = np.asarray(store.states("last-prompt"), dtype=np.float32)
+    np.testing.assert_allclose(load_probe(tmp_path / "p").precheck.predict_proba(X)[:, 1],
+                               trained.precheck.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
+    with pytest.raises(InputError, match="question-only-cosine"):
+        train_probe(store, view="pca10", n_estimators=3, precheck="question-only-magic")

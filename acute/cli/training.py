@@ -69,7 +69,8 @@ def _print_precheck(trained, out, records: str) -> None:
     """Say where the question-only probe went and how to gate with it."""
     if trained.precheck is None:
         return
-    print(f"precheck (question-only: last-prompt states, no raw confidence) fitted on {records} records, "
+    print(f"precheck ({trained.precheck.view} view of the question-only probe: last-prompt states, no raw "
+          f"confidence) fitted on {records} records, "
           f"written to {Path(out) / 'precheck'}; skip generating with `acute score --precheck U0` "
           "or a request's precheck")
 
@@ -206,9 +207,11 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
                        help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
                             "exact binomial test (default %(default)s)")
-        t.add_argument("--precheck", action="store_true",
-                       help="also fit the question-only probe (last-prompt states, no raw confidence) into "
-                            "OUT/precheck: decides before generating (acute score --precheck U0)")
+        t.add_argument("--precheck", nargs="?", const=True, default=False, metavar="ESTIMATOR",
+                       help="also fit a question-only probe (last-prompt states, no raw confidence) into "
+                            "OUT/precheck: decides before generating (acute score --precheck U0); optionally "
+                            "its view: question-only (PCA-10, default), question-only-cosine, -pca20, -early, "
+                            "-mid or -late")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")

@@ -358,7 +358,8 @@ class ExportedProbe:
                 sub.mkdir()
                 self.precheck._write(sub)
                 extra = {"precheck": {"path": PRECHECK_DIR, "pooling": self.precheck.pooling,
-                                      "estimator": "question-only",
+                                      "estimator": (self.precheck.manifest.get("training_summary") or {}).get(
+                                          "estimator", "question-only"),
                                       "manifest_sha256": _sha256(sub / MANIFEST_FILE)}}
             manifest = self._write(tmp, extra)
             if path.exists():

@@ -45,6 +45,7 @@ from ..metrics.specs import ranked
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 
 __all__ = [
+    "QUESTION_ONLY_ESTIMATORS",
     "ACUTE_VARIANTS",
     "AUTO_CANDIDATES",
     "AutoEstimator",
@@ -88,6 +89,13 @@ _PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
 # raw confidence (none exists before the answer), Platt-calibrated on its out-of-fold forest.
 _QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
                                   "cv": STACK_CV, "pooling": "last-prompt"}
+# The question-only probe over every view (what ``acute export --precheck`` may ship): ``question-only`` is the
+# PCA-10 one (the control of every evaluation table), ``question-only-cosine``, ``question-only-mid``, ... the others.
+_QUESTION_VIEWS: dict[str, dict[str, Any]] = {
+    ("question-only" if kw["view"] == "pca10" else f"question-only-{name.removeprefix('acute-')}"):
+        {**kw, **{k: v for k, v in _QUESTION_ONLY.items() if k != "view"}} for name, kw in _VIEWS.items()
+}
+QUESTION_ONLY_ESTIMATORS: tuple[str, ...] = tuple(_QUESTION_VIEWS)
 
 ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
 STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
@@ -109,8 +117,8 @@ def split_pooling(name: Any) -> tuple[Any, str | None]:
     if not isinstance(name, str) or "@" not in name:
         return name, None
     base, spec = name.split("@", 1)
-    if base == "question-only":
-        raise UnknownEstimatorError(f"{name!r}: question-only reads the last-prompt states by definition; "
+    if base in _QUESTION_VIEWS:
+        raise UnknownEstimatorError(f"{name!r}: {base} reads the last-prompt states by definition; "
                                     "it takes no '@POOLING'")
     if base not in _PROBES:
         raise UnknownEstimatorError(f"{name!r}: only the probes read pooled states, so only they take "
@@ -123,7 +131,7 @@ def estimator_pooling(name: str) -> str | None:
     """The pooling spec an estimator reads: None for the baselines, ``"mean"`` for ``auto``
     and probes without a suffix."""
     base, spec = split_pooling(name)
-    if base == "question-only":
+    if base in _QUESTION_VIEWS:
         return _QUESTION_ONLY["pooling"]
     if estimator_group(base) in ("baseline", "control"):
         return None
@@ -153,13 +161,16 @@ def is_estimator(name: Any) -> bool:
 
 
 def estimator_group(name: str) -> str:
-    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"``, ``"auto"`` or
-    ``"control"`` (:mod:`acute.estimators.controls`; a ``@POOLING`` suffix does not change the group)."""
+    """``"baseline"``, ``"acute"`` (the paper's plain probes), ``"stacked"``, ``"auto"``,
+    ``"control"`` (:mod:`acute.estimators.controls`; a ``@POOLING`` suffix does not change the group)
+    or ``"question"`` (the question-only probes of the other views, :data:`QUESTION_ONLY_ESTIMATORS`)."""
     name = split_pooling(name)[0]
     if name in BASELINES:
         return "baseline"
     if name in CONTROLS:
         return "control"
+    if name in _QUESTION_VIEWS:
+        return "question"
     if name in _VIEWS:
         return "acute"
     if name in _STACKED:
@@ -170,7 +181,8 @@ def estimator_group(name: str) -> str:
 
 
 def _unknown(name: Any) -> UnknownEstimatorError:
-    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from {', '.join(ESTIMATORS + CONTROLS)} "
+    return UnknownEstimatorError(f"unknown estimator {name!r}; choose from "
+                                 f"{', '.join(ESTIMATORS + CONTROLS + tuple(q for q in QUESTION_ONLY_ESTIMATORS if q not in CONTROLS))} "
                                  "(a probe name may end in @POOLING, e.g. @last-answer)")
 
 
@@ -208,12 +220,12 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
                              probe_params=dict(probe_params or {}) or None)
     from .probes import ActivationProbe
 
-    kw = dict(_QUESTION_ONLY) if name == "question-only" else probe_kwargs(name)
+    kw = dict(_QUESTION_VIEWS[name]) if name in _QUESTION_VIEWS else probe_kwargs(name)
     kw["random_state"] = random_state
     if n_jobs is not None:
         kw["n_jobs"] = n_jobs
     for k, v in (probe_params or {}).items():
-        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name == "question-only"):
+        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name in _QUESTION_VIEWS):
             raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
         if v is not None:
             kw[k] = v

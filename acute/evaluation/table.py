@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
-from ..estimators.registry import estimator_pooling, is_estimator
+from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
 from ..metrics import METRIC_SPECS, best_of, bootstrap_indices, percentile_interval
 from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 from ..validation import check_confidence, check_correct, check_count
@@ -171,6 +171,8 @@ def estimator_uses(name: str) -> str:
     base = name.split("@", 1)[0]
     if base in CONTROL_USES:
         return CONTROL_USES[base]
+    if base in QUESTION_ONLY_ESTIMATORS:  # the question-only probe of another view
+        return CONTROL_USES["question-only"]
     if base == "raw":
         return "confidence"
     if base in BASELINES:

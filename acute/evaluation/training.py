@@ -47,8 +47,9 @@ class TrainedProbe:
     ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
     thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none);
     ``precheck``: the question-only probe fitted on the same records' last-prompt states
-    (``train_probe(precheck=True)``), or None, and ``precheck_held_out`` its
-    :func:`held_out_metrics`.
+    (``train_probe(precheck=True)``), or None, ``precheck_held_out`` its
+    :func:`held_out_metrics` and ``precheck_estimator`` its name (``question-only``, the PCA-10
+    view, or ``question-only-cosine``, ``-mid``, ...).
     """
 
     probe: ActivationProbe
@@ -64,6 +65,7 @@ class TrainedProbe:
     certificates: list = field(default_factory=list)
     precheck: ActivationProbe | None = None
     precheck_held_out: dict | None = None
+    precheck_estimator: str | None = None
 
     def export(self):
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
@@ -72,7 +74,7 @@ class TrainedProbe:
                                      training_summary=self.training_summary, metrics=self.held_out,
                                      selection=self.selection, certificates=self.certificates)
         if self.precheck is not None:
-            summary = {**self.training_summary, "estimator": PRECHECK_ESTIMATOR}
+            summary = {**self.training_summary, "estimator": self.precheck_estimator or PRECHECK_ESTIMATOR}
             exported.precheck = self.precheck.export(model_name=self.model_name,
                                                      model_fingerprint=self.model_fingerprint,
                                                      training_summary=summary, metrics=self.precheck_held_out)
@@ -141,6 +143,19 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
     return out
 
 
+def _precheck_name(precheck: bool | str) -> str | None:
+    """The question-only estimator ``train_probe(precheck=...)`` fits, or None."""
+    from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
+
+    if precheck is False or precheck is None:
+        return None
+    if precheck is True:
+        return PRECHECK_ESTIMATOR
+    if precheck not in QUESTION_ONLY_ESTIMATORS:
+        raise InputError(f"precheck must be True or one of {', '.join(QUESTION_ONLY_ESTIMATORS)}, got {precheck!r}")
+    return str(precheck)
+
+
 def check_precheck_store(store, name: str = "precheck") -> None:
     """:class:`InputError` naming ``name`` and the ``acute rerecord`` remedy unless ``store``
     keeps the last-prompt states a question-only probe is fitted on."""
@@ -156,7 +171,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = 0.1,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                certify_backend: str = "mapie", precheck: bool = False) -> TrainedProbe:
+                certify_backend: str = "mapie", precheck: bool | str = False) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -168,11 +183,14 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     (:func:`acute.evaluation.certification.certify_probe`); bad values and too few calibration
     records are refused before anything is fitted.
 
-    ``precheck``: also fit the question-only probe (:data:`PRECHECK_ESTIMATOR`: the PCA-10
+    ``precheck``: also fit a question-only probe: True for :data:`PRECHECK_ESTIMATOR` (the PCA-10
+    one), or the name of another view's (``question-only-cosine``, ``question-only-mid``, ...:
+    :data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`); the default is the PCA-10
     forest over the same records' last-prompt states, no raw confidence, Platt-calibrated), which
     :meth:`TrainedProbe.save` writes beside the probe in ``precheck/``; a store without
     last-prompt states is refused first (:func:`check_precheck_store`)."""
-    if precheck:
+    precheck_name = _precheck_name(precheck)
+    if precheck_name:
         check_precheck_store(store)
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
     idx = np.flatnonzero(train)
@@ -199,10 +217,11 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     if max_error is not None:
         certify_probe(trained, store, max_error, delta, calibration_store=calibration_store,
                       calibration_path=calibration_path, backend=certify_backend)
-    if precheck:
-        q = make_estimator(PRECHECK_ESTIMATOR, random_state=seed, n_jobs=n_jobs,
+    if precheck_name:
+        q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
                            probe_params={"n_estimators": n_estimators})
         trained.precheck = q.fit(_rows(store, q.pooling, idx), store.correct[idx])
+        trained.precheck_estimator = precheck_name
         if test.any():
             trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))
     return trained
