@@ -456,6 +456,10 @@ model = "{model_dir.as_posix()}"
     with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == list(SUMMARY_COLUMNS)
+    # each pair's own tables are kept beside the report (not its predictions)
+    copied = out / "evaluations" / "tiny" / "qa"
+    assert sorted(p.name for p in copied.iterdir()) == ["results.csv", "results.json", "results.md"]
+    assert json.loads((copied / "results.json").read_text()) == results
     assert [(r["model"], r["task"]) for r in rows] == [("tiny", "qa"), ("tiny", "qa2")]
     by = {r["estimator"]: r for r in results["results"]}
     ref = results["reference"]

@@ -247,9 +247,27 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
     return "\n".join(lines), json_ready(data)
 
 
+#: where the report keeps each evaluation's own tables (``<model>/<task>/results.{json,csv,md}``)
+EVALUATIONS_DIR = "evaluations"
+_TABLE_FILES = ("results.json", "results.csv", "results.md")
+
+
+def copy_evaluation_tables(eval_runs, dest: Path) -> None:
+    """Copy each evaluation's tables (not its predictions) to ``dest/<model>/<task>/``, so the
+    numbers of every pair are committed beside the report; folders of pairs this report did
+    not evaluate are kept (their rows are the summary's kept ones)."""
+    for model, task, path in eval_runs:
+        target = dest / model / task
+        target.mkdir(parents=True, exist_ok=True)
+        for name in _TABLE_FILES:
+            if (Path(path) / name).is_file():
+                write_text_atomic(target / name, (Path(path) / name).read_text(encoding="utf-8"))
+
+
 def write_report(inputs: ReportInputs) -> Path:
-    """Render the report and write ``README.md`` (and ``report.json``) into ``inputs.out_dir``;
-    returns the README path. The interpretation block of an existing README is kept."""
+    """Render the report and write ``README.md`` (and ``report.json``, ``summary.csv`` and each
+    evaluation's tables under ``evaluations/``) into ``inputs.out_dir``; returns the README path.
+    The interpretation block of an existing README is kept."""
     out_dir = Path(inputs.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     readme = out_dir / "README.md"
@@ -258,6 +276,7 @@ def write_report(inputs: ReportInputs) -> Path:
     md = md.replace("__INTERPRETATION__", preserved_block(old))
     data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_text_atomic(out_dir / "report.json", json.dumps(data, indent=1))
+    copy_evaluation_tables(inputs.eval_runs, out_dir / EVALUATIONS_DIR)
     if data.get("summary"):
         write_text_atomic(out_dir / "summary.csv", summary_csv(data["summary"]))
     write_text_atomic(readme, md)
