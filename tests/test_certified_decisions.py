@@ -9,14 +9,12 @@ also carries an invalid certificate at 0.05 and none at 0.2."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import threading
-import time
 
 import numpy as np
 import pytest
+from servers import running  # tests/servers.py
 
 import acute
 from acute.cli import main
@@ -182,29 +180,6 @@ def test_acute_score_refuses_a_certificate_it_cannot_use(setup, capsys, extra, m
 
 
 # ------------------------------------------------------------------------------ the service
-@contextlib.contextmanager
-def running(app):
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields the base URL."""
-    uvicorn = pytest.importorskip("uvicorn")
-    from acute.serving import bind_socket
-
-    sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    if hasattr(config, "install_signal_handlers"):
-        config.install_signal_handlers = False
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
-        sock.close()
 
 
 @pytest.fixture(scope="module")

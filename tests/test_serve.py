@@ -7,7 +7,6 @@ A real uvicorn server runs on a free loopback port in a background thread (and o
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from servers import running  # tests/servers.py
 
 fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
@@ -34,7 +34,7 @@ from acute.extraction import generate_and_record  # noqa: E402
 from acute.estimators import ActivationProbe, load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import (  # noqa: E402
-    Batcher, Job, ServerBusyError, bind_socket, check_bind, create_app, score_jobs,
+    Batcher, Job, ServerBusyError, check_bind, create_app, score_jobs,
 )
 
 GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
@@ -97,29 +97,6 @@ class GatedScorer(Scorer):
         self.entered.set()
         assert self.gate.wait(TIMEOUT), "gate never opened"
         return super().generate(prompts, risk=risk)
-
-
-@contextlib.contextmanager
-def running(app):
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields the base URL."""
-    sock = bind_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    if hasattr(config, "install_signal_handlers"):
-        config.install_signal_handlers = False
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
-        sock.close()
 
 
 def wait_until(predicate, what: str):

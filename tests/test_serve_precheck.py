@@ -6,13 +6,11 @@ answer equals ``Scorer.generate(..., precheck=u0)`` for that prompt alone, reque
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import threading
-import time
 
 import numpy as np
 import pytest
+from servers import running  # tests/servers.py
 
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
@@ -22,7 +20,7 @@ import acute  # noqa: E402
 from acute.estimators import ActivationProbe, load_probe, make_estimator  # noqa: E402
 from acute.extraction import generate_and_record  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
-from acute.serving import bind_socket, create_app  # noqa: E402
+from acute.serving import create_app  # noqa: E402
 
 GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
 NAME = "tiny-llama"
@@ -64,28 +62,6 @@ def probe_dirs(loaded, tmp_path_factory):
 def scorer(loaded, probe_dirs):
     model, tok = loaded
     return Scorer(model, tok, load_probe(probe_dirs[0]))
-
-
-@contextlib.contextmanager
-def running(app):
-    """Serve ``app`` with uvicorn on a free loopback port in a thread; yields the base URL."""
-    sock = bind_socket("127.0.0.1", 0)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    if hasattr(config, "install_signal_handlers"):
-        config.install_signal_handlers = False
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + TIMEOUT
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
-        sock.close()
 
 
 @pytest.fixture(scope="module")
