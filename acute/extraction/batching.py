@@ -183,7 +183,7 @@ ON_TOO_LONG = ("skip", "error")
 
 
 def within_context_window(model: nn.Module, lengths: Sequence[int], on_too_long: str,
-                          describe: Callable[[int, int], str]) -> list[int]:
+                          describe: Callable[[int, int], str], stacklevel: int = 3) -> list[int]:
     """The indices of ``lengths`` (positions each record needs) that fit the model's context
     window (:func:`~acute.extraction.layers.context_window`; all of them when it is unknown).
 
@@ -191,6 +191,7 @@ def within_context_window(model: nn.Module, lengths: Sequence[int], on_too_long:
     ``on_too_long="skip"`` it is left out with a ``UserWarning`` of that message (pointing at
     the caller's caller, i.e. the public function's), with ``"error"`` the first one raises
     :class:`InputError` with it. Raises :class:`InputError` for another ``on_too_long``.
+    ``stacklevel``: the warning's, for callers one level deeper.
     """
     if on_too_long not in ON_TOO_LONG:
         raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
@@ -201,7 +202,7 @@ def within_context_window(model: nn.Module, lengths: Sequence[int], on_too_long:
             message = describe(i, limit)
             if on_too_long == "error":
                 raise InputError(message)
-            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=3)
+            warnings.warn(message + "; skipped (None in the result)", UserWarning, stacklevel=stacklevel)
             continue
         keep.append(i)
     return keep
@@ -264,3 +265,21 @@ def length_blocks(widths: Sequence[int], overhead: int = PASS_OVERHEAD) -> list[
         blocks.append(list(range(cut[k], k)))
         k = cut[k]
     return blocks[::-1]
+
+
+def encode_prompts(model: nn.Module, tokenizer: Any, prompts: Sequence[str], reserve: int,
+                   on_too_long: str) -> tuple[list[list[int]], list[int]]:
+    """``(token ids of every prompt, indices of those that fit)``: each prompt tokenized
+    (:func:`tokenize`), an empty one refused naming its index, and the ones whose length plus
+    ``reserve`` positions (the new tokens to come) exceed the context window skipped or refused
+    as :func:`within_context_window` does, the message naming the index, its length and the window."""
+    encoded = tokenize(tokenizer, prompts)
+    for i, ids in enumerate(encoded):
+        if not ids:
+            raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
+    keep = within_context_window(
+        model, [len(ids) + reserve for ids in encoded], on_too_long,
+        lambda i, limit: (f"prompts[{i}] has {len(encoded[i])} tokens"
+                          + (f"; with max_new_tokens={reserve} it exceeds" if reserve else ", more than")
+                          + f" the context window of {limit} positions"), stacklevel=4)
+    return encoded, keep

@@ -17,20 +17,20 @@ from ..fileio import progress as _progress
 from ..errors import InputError
 
 from ..store.pooling import POOLS, PoolMode
-from .batching import (BATCH_SIZE, 
+from .batching import (
+    BATCH_SIZE,
     MIN_SHARED_PREFIX,
     cache_keyword,
     check_strings,
     cut_at_stop,
+    encode_prompts,
     left_pad,
     pad_after_prefix,
     padding_id,
     prefill,
     prefix_batches,
     resolve_eos,
-    tokenize,
     window_allows_prefix_cache,
-    within_context_window,
     batch_order,
 )
 from .recorder import HiddenStateRecorder
@@ -124,14 +124,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
         raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
-    encoded = tokenize(tokenizer, prompts)
-    for i, ids in enumerate(encoded):
-        if not ids:
-            raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
-    keep = within_context_window(
-        model, [len(ids) + max_new_tokens for ids in encoded], on_too_long,
-        lambda i, limit: (f"prompts[{i}] has {len(encoded[i])} tokens; with max_new_tokens="
-                          f"{max_new_tokens} it exceeds the context window of {limit} positions"))
+    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
     if reuse_prefix and sort_by_length:
         planned = prefix_batches(encoded, keep, batch_size)
     else:

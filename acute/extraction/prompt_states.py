@@ -21,8 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .batching import BATCH_SIZE, check_strings, left_pad, padding_id, resolve_eos, split_batches, tokenize, \
-    within_context_window
+from .batching import BATCH_SIZE, check_strings, encode_prompts, left_pad, padding_id, resolve_eos, split_batches
 from .layers import forward_accepts, model_device
 from .pooler import LayerPooler, check_dtype
 
@@ -83,15 +82,7 @@ def record_prompt_states(model: nn.Module, tokenizer: Any, prompts: Sequence[str
     if reserve < 0:
         raise InputError(f"reserve must be >= 0, got {reserve}")
     check_dtype(dtype)
-    encoded = tokenize(tokenizer, prompts)
-    for i, ids in enumerate(encoded):
-        if not ids:
-            raise InputError(f"prompts[{i}] is empty (tokenizes to no tokens)")
-    keep = within_context_window(
-        model, [len(ids) + reserve for ids in encoded], on_too_long,
-        lambda i, limit: (f"prompts[{i}] has {len(encoded[i])} tokens"
-                          + (f"; with max_new_tokens={reserve} it exceeds" if reserve else ", more than")
-                          + f" the context window of {limit} positions"))
+    encoded, keep = encode_prompts(model, tokenizer, prompts, reserve, on_too_long)
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
     lengths = [len(ids) for ids in encoded]
