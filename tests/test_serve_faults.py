@@ -650,11 +650,12 @@ def test_a_malformed_probe_is_one_line_from_the_cli(tiny_model_dir, probe_dir, t
 @pytest.fixture
 def fed(monkeypatch):
     """The token ids the extraction code feeds the model: every list ``tokenize`` returns to
-    generation (``generate``) and to teacher forcing (``responses``), in call order."""
-    from acute.extraction import generate, responses
+    generation (through ``batching.encode_prompts``) and to teacher forcing (``responses``), in
+    call order."""
+    from acute.extraction import batching, responses
 
     seen: list[list[list[int]]] = []
-    for module in (generate, responses):
+    for module in (batching, responses):
         real = module.tokenize
 
         def recording(tokenizer, texts, real=real):
