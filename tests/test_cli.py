@@ -102,10 +102,11 @@ def test_evaluate(work, capsys):
     assert rc == 0
     ev = work / "mixed" / "evaluation"
     res = json.loads((ev / "results.json").read_text())
-    from acute.estimators import ESTIMATORS
+    from acute.estimators import TABLE_ESTIMATORS
 
-    # every estimator, then the control rows the store can feed (acute.estimators.controls)
-    assert res["complete"] and [r["estimator"] for r in res["results"]] == list(ESTIMATORS) + res["params"]["controls"]
+    # the default table, then the control rows the store can feed (acute.estimators.controls)
+    assert res["complete"] and [r["estimator"] for r in res["results"]] == (list(TABLE_ESTIMATORS)
+                                                                            + res["params"]["controls"])
     assert res["params"]["probe_params"] == {"n_estimators": 10, "search_n_estimators": 10}
     assert res["split"]["mode"] == "cv" and (res["split"]["n_splits"], res["split"]["n_repeats"]) == (5, 2)
     assert "| acute-pca10 |" in out and "| platt |" in out and "| acute-pca10-stacked |" in out

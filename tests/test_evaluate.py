@@ -498,3 +498,18 @@ def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_pat
     for name in ("raw", "platt"):
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {name} |"))
         assert f"| {want[name]['auc_euro_all']:.4f} |" in line
+
+
+def test_the_default_table_and_all():
+    """No names: the baselines, the two forests without a layer search plain and stacked, auto;
+    'all' (or ['all']): every estimator of the registry, in its order; names are kept as given."""
+    from acute.estimators.baselines import BASELINES
+    from acute.estimators.registry import ESTIMATORS
+    from acute.evaluation.evaluate import _check_names
+
+    assert _check_names(None) == list(BASELINES) + ["acute-pca10", "acute-cosine", "acute-pca10-stacked",
+                                                    "acute-cosine-stacked", "auto"]
+    assert _check_names("all") == _check_names(["all"]) == list(ESTIMATORS) and "acute-mid" in ESTIMATORS
+    assert _check_names(["platt", "acute-mid"]) == ["platt", "acute-mid"]
+    with pytest.raises(ValueError, match="duplicates"):
+        _check_names(["platt", "platt"])

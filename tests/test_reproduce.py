@@ -164,12 +164,11 @@ def test_report_numbers_agree_with_the_evaluation(driven):
     results = json.loads((driven["work"] / "tiny" / "qa" / "eval" / "results.json").read_text())
     per_model = report["tasks"]["qa"]["per_model"]["tiny"]
     average = report["tasks"]["qa"]["average"]
-    from acute.estimators import ESTIMATORS
-
+    from acute.estimators import TABLE_ESTIMATORS
     from acute.estimators.controls import CONTROLS
 
-    # every estimator, then the controls this store feeds (the rest are named in "skipped")
-    assert [r["estimator"] for r in results["results"]] == list(ESTIMATORS) + results["params"]["controls"]
+    # the default table, then the controls this store feeds (the rest are named in "skipped")
+    assert [r["estimator"] for r in results["results"]] == list(TABLE_ESTIMATORS) + results["params"]["controls"]
     assert set(results["params"]["controls"]) | set(results["skipped"]) == set(CONTROLS)
     for row in results["results"]:
         est = row["estimator"]
@@ -320,6 +319,11 @@ def test_config_errors_name_the_key(tmp_path):
         rp.load_config(write('[run]\ntest_fraction = 1.5\n' + base))
     with pytest.raises(ValueError, match="missing 'data'"):
         rp.load_config(write('[tasks.a]\n[models.m]\n'))
+    # estimators: names checked, ["all"] for every one (the default table when absent)
+    assert rp.load_config(write('[run]\nestimators = ["all"]\n' + base)).estimators == ["all"]
+    assert rp.load_config(write(base)).estimators is None
+    with pytest.raises(ValueError, match=r"run\.estimators.*unknown"):
+        rp.load_config(write('[run]\nestimators = ["platt", "temperature"]\n' + base))
     with pytest.raises(FileNotFoundError):
         rp.load_config(tmp_path / "nope.toml")
 
@@ -468,6 +472,7 @@ model = "{model_dir.as_posix()}"
     assert float(rows[0]["diff"]) == pytest.approx(
         by["acute-pca10-stacked"]["auc_euro_all"] - by[ref]["auc_euro_all"], abs=1e-6)
     assert int(rows[0]["n_records"]) == N_ROWS
+    assert (rows[0]["folds"], rows[0]["repeats"]) == ("3", "1")
     # the controls' columns: the constant's auc-euro and the skill over it, the corrected t-interval
     # around the difference, Holm's verdict across the two rows
     assert float(rows[0]["constant_auc_euro"]) == pytest.approx(by["constant"]["auc_euro_all"], abs=1e-6)

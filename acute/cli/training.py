@@ -241,8 +241,8 @@ def add_evaluate(sub, model_opts) -> None:
     e.add_argument("--search-n-estimators", type=int, default=None,
                    help="trees of the forests that pick the early/mid/late layer")
     e.add_argument("--estimators", default=None,
-                   help="comma-separated subset, e.g. raw,platt,acute-pca10,acute-pca10-stacked,auto "
-                        "(default: all)")
+                   help="comma-separated estimators, e.g. raw,platt,acute-mid,acute-pca20-stacked, or 'all' "
+                        "(default: the baselines, acute-pca10 and acute-cosine plain and stacked, auto)")
     e.add_argument("--reliability", choices=["all", "best"], default="all",
                    help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
     e.add_argument("--group-by", default=None, metavar="FIELD",

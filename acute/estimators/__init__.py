@@ -23,14 +23,14 @@ from .probe_file import (ARRAYS_FILE, MANIFEST_FILE, ExportedProbe, apply_calibr
 from .calibration import fit_platt, fit_stacker
 from .probes import ActivationProbe
 from .registry import (ACUTE_VARIANTS, AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, PROBE_ESTIMATORS,
-                       STACKED_VARIANTS, AutoEstimator, ConfidenceEstimator, estimator_group, estimator_input,
+                       STACKED_VARIANTS, TABLE_ESTIMATORS, AutoEstimator, ConfidenceEstimator, estimator_group, estimator_input,
                        estimator_pooling, is_estimator, make_estimator, probe_kwargs, split_pooling)
 
 __all__ = [
     "ACUTE_VARIANTS", "ARRAYS_FILE", "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "BASELINES",
     "CONTROLS", "ConfidenceEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS", "ExportedProbe", "MANIFEST_FILE",
-    "ModelMismatchError", "PROBE_ESTIMATORS", "ProbeFormatError", "STACKED_VARIANTS", "UnknownEstimatorError",
-    "apply_calibration", "estimator_group", "estimator_input", "estimator_pooling", "fit_platt", "fit_stacker",
+    "ModelMismatchError", "PROBE_ESTIMATORS", "ProbeFormatError", "STACKED_VARIANTS", "TABLE_ESTIMATORS",
+    "UnknownEstimatorError", "apply_calibration", "estimator_group", "estimator_input", "estimator_pooling", "fit_platt", "fit_stacker",
     "forest_arrays", "forest_proba", "is_estimator", "load_probe", "make_baseline", "make_estimator",
     "probe_kwargs", "split_pooling", "stack_features",
 ]

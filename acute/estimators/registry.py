@@ -57,6 +57,7 @@ __all__ = [
     "ESTIMATORS",
     "PROBE_ESTIMATORS",
     "STACKED_VARIANTS",
+    "TABLE_ESTIMATORS",
     "UnknownEstimatorError",
     "estimator_group",
     "estimator_input",
@@ -103,6 +104,16 @@ PROBE_ESTIMATORS: tuple[str, ...] = ACUTE_VARIANTS + STACKED_VARIANTS
 DEFAULT_ESTIMATOR = "acute-pca10-stacked"
 AUTO = "auto"
 ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS + STACKED_VARIANTS + (AUTO,)
+# What ``acute evaluate`` and ``acute run`` fit when no estimators are named: the six baselines, the
+# paper's two forests without a layer search (PCA-10 and cosine), their stacked twins (the default
+# among them) and ``auto`` (whose candidates these four are, so it costs one refit). The views left
+# out (``--estimators all`` or naming them includes them): early / mid / late search a layer by their
+# own cross-validation and with their stacked twins made 65% of the full table's fitting time on a
+# 2,041-record store (benchmarks/evaluate_speed.md) without beating the cosine view on the built-in
+# questions (docs/probes); pca20 costs as much as pca10 again.
+TABLE_ESTIMATORS: tuple[str, ...] = BASELINES + (
+    "acute-pca10", "acute-cosine", "acute-pca10-stacked", "acute-cosine-stacked", AUTO,
+)
 # The candidates of ``auto``: the views without a per-fit layer search (each candidate costs
 # cv + 1 forest fits per fit; a searched mean view adds a 3-fold search over a third of the
 # layers to each), plain and stacked.

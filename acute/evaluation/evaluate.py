@@ -41,7 +41,8 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
 from ..estimators.features import NAMED_LAYERS
-from ..estimators.registry import ESTIMATORS, estimator_input, estimator_pooling, is_estimator, make_estimator
+from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_input, estimator_pooling, is_estimator,
+                                   make_estimator)
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import ids_digest, split_ids
 from .markdown import results_markdown, selective_markdown
@@ -220,8 +221,14 @@ def _check_probe_inputs(names: Sequence[str], shape: tuple[int, ...], n_train: i
                              f"and {where} has {n_train} records; leave {n} out of estimators")
 
 
-def _check_names(estimators: Sequence[str] | None) -> list[str]:
-    names = list(ESTIMATORS if estimators is None else estimators)
+def _check_names(estimators: Sequence[str] | str | None) -> list[str]:
+    """The estimator names of an evaluation: :data:`TABLE_ESTIMATORS` for None, every one of
+    :data:`ESTIMATORS` for ``"all"`` (or ``["all"]``), else the names given, checked."""
+    if estimators is None:
+        return list(TABLE_ESTIMATORS)
+    if estimators == "all" or list(estimators) == ["all"]:
+        return list(ESTIMATORS)
+    names = list(estimators)
     if not names:
         raise InputError("estimators is empty: nothing to evaluate")
     unknown = [n for n in names if not is_estimator(n)]
@@ -286,7 +293,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     * separate test store (``test_store`` given): all of ``store`` trains, ``test_store`` tests;
       record ids in both are an error unless ``allow_overlap``.
 
-    ``estimators``: names from ``ESTIMATORS`` (default: all). ``probe_params`` go to every
+    ``estimators``: names from ``ESTIMATORS``, ``"all"`` for every one, default
+    ``TABLE_ESTIMATORS`` (the baselines, the PCA-10 and cosine probes plain and stacked, ``auto``:
+    the searched early / mid / late views and pca20 only when named). ``probe_params`` go to every
     ``ActivationProbe`` (e.g. ``{"n_estimators": 20}``), ``n_jobs`` too (threads of each forest
     fit; None: the probes' default, all cores; the numbers do not depend on it); ``random_state=seed``.
     ``results.json``'s ``params`` record ``total_seconds`` (the fits and predictions) and

@@ -141,10 +141,15 @@ def _count(value: Any, where: str) -> int:
     return value
 
 
-def _estimator_list(names: Any, where: str) -> list[str] | None:
+def _estimator_list(names: Any, where: str, allow_all: bool = False) -> list[str] | None:
+    """Checked estimator names (None when absent); ``["all"]`` stands for every estimator where
+    ``allow_all`` (the evaluation's list)."""
     if names is None:
         return None
     from ..estimators.registry import ESTIMATORS, is_estimator
+
+    if allow_all and names == ["all"]:
+        return ["all"]
 
     bad = [n for n in names if not is_estimator(n)]
     if bad or not names:
@@ -296,7 +301,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
         probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),
         figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats,
-        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators"),
+        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators", allow_all=True),
         learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
                                   {"estimators": list, "repeats": int}),
         transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",

@@ -16,9 +16,9 @@ from .tables import markdown_table
 __all__ = ["SUMMARY_COLUMNS", "kept_summary_rows", "summary_csv", "summary_markdown", "summary_rows"]
 
 
-SUMMARY_COLUMNS = ("model", "task", "n_records", "accuracy", "best_baseline", "best_baseline_auc_euro",
-                   "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high", "default_smece",
-                   "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
+SUMMARY_COLUMNS = ("model", "task", "n_records", "folds", "repeats", "accuracy", "best_baseline",
+                   "best_baseline_auc_euro", "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high",
+                   "default_smece", "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
                    "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
                    "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default",
                    "evaluation")
@@ -43,7 +43,7 @@ def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[st
                     kept[k] = None
                 elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation"):
                     kept[k] = v
-                elif k == "n_records":
+                elif k in ("n_records", "folds", "repeats"):
                     kept[k] = int(v)
                 elif k == "holm_significant":
                     kept[k] = v == "True"
@@ -57,7 +57,8 @@ def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[st
 def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> list[dict[str, Any]]:
     """One row per evaluation (:data:`SUMMARY_COLUMNS`): the ``default`` estimator against the
     evaluation's best baseline (its ``reference``: highest auc-euro all among the baselines), with
-    the paired difference in auc-euro (all), its 95% bootstrap interval (``ci_*``) and its
+    the cross-validation's ``folds`` and ``repeats`` (None for a held-out split), the paired
+    difference in auc-euro (all), its 95% bootstrap interval (``ci_*``) and its
     corrected resampled t-interval over folds x repeats (``t_ci_*``), as the evaluation computed
     them (means over cross-validation repeats); the constant control's auc-euro and the default's
     skill over it; the difference to the best of the baselines and the metadata / text controls
@@ -79,6 +80,7 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
         sp = run.results.get("split", {})
         out.append({"model": run.model, "task": run.task,
                     "n_records": int(sp.get("n_records", sp.get("n_train", 0) + sp.get("n_test", 0)) or run.n),
+                    "folds": sp.get("n_splits"), "repeats": sp.get("n_repeats"),
                     "accuracy": d["accuracy"], "best_baseline": ref, "best_baseline_auc_euro": b["auc_euro_all"],
                     "default_estimator": default, "default_auc_euro": d["auc_euro_all"],
                     "diff": d.get("diff_auc_euro_all"), "ci_low": d.get("diff_auc_euro_all_ci_low"),
@@ -130,13 +132,14 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                 f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
                 if r.get("best_meta_baseline") else "n/a")
         model = r["model"] + (" (kept)" if r.get("evaluation") == "kept" else "")
-        body.append([model, r["task"], r["n_records"], f(r["accuracy"]), r["best_baseline"],
+        cv = f"{r['folds']}x{r['repeats']}" if r.get("folds") and r.get("repeats") else "n/a"
+        body.append([model, r["task"], r["n_records"], cv, f(r["accuracy"]), r["best_baseline"],
                      f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
                      f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
                      f(r.get("question_only_auc_euro"), "{:.4f}"),
                      f"{f(r.get('within_group_auroc_raw'))} / {f(r.get('within_group_auroc_default'))}",
                      f(r["default_smece"]), f(r["best_baseline_smece"])])
-    return "\n".join(markdown_table(["model", "task", "records", "accuracy", "best baseline", "its auc-euro",
+    return "\n".join(markdown_table(["model", "task", "records", "folds x repeats", "accuracy", "best baseline", "its auc-euro",
                               f"{rows[0]['default_estimator'] if rows else 'default'} auc-euro",
                               "difference [bootstrap] t[corrected t]", "constant", "skill",
                               "vs best with metadata/text", "question-only", "within-group AUROC raw / default",
