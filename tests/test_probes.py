@@ -168,6 +168,48 @@ def test_stacked_calibration_is_a_logistic_on_out_of_fold_forest_and_confidence_
     assert w > 0 and v > 0  # both carry signal in this data
 
 
+def test_out_of_bag_stacking_calibrates_on_each_records_trees_that_left_it_out(data):
+    """oof='oob': the same trees as the plain probe; the stacker is fitted on each training
+    record's mean P(correct) over the trees whose bootstrap sample (redrawn here from each tree's
+    seed, as the forest drew it) did not contain it; a record no tree left out is left out."""
+    from scipy.special import logit
+
+    (X, y, c), (Xt, _, ct) = data
+    n = len(y)
+
+    def by_hand(probe):
+        feats = probe._features(probe.featurizer_, X, c)
+        total, count = np.zeros(n), np.zeros(n)
+        for tree in probe.forest_.estimators_:
+            drawn = np.random.RandomState(tree.random_state).randint(0, n, n)
+            out = np.setdiff1d(np.arange(n), drawn)
+            total[out] += tree.predict_proba(feats[out])[:, 1]
+            count[out] += 1
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+    p = small(view="pca10", calibration="stacked", cv=4, oof="oob").fit(X, y, c)
+    plain = small(view="pca10").fit(X, y, c)
+    np.testing.assert_array_equal(p.predict_proba(Xt, ct, calibrated=False), plain.predict_proba(Xt, ct))
+    np.testing.assert_allclose(p.oof_proba_, by_hand(p), atol=1e-12)
+    few = small(view="pca10", calibration="stacked", oof="oob", n_estimators=6).fit(X, y, c)
+    expected = by_hand(few)
+    held = np.isfinite(expected)
+    assert 0 < (~held).sum() < 40  # 6 trees: some records are in every bootstrap sample
+    np.testing.assert_allclose(few.oof_proba_[held], expected[held], atol=1e-12)
+    assert np.isnan(few.oof_proba_[~held]).all()
+
+    def f(q, conf):
+        return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
+
+    lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(f(expected[held], c[held]), y[held])
+    np.testing.assert_allclose([few.calibration_params_[k] for k in ("w", "v")], lr.coef_[0], rtol=1e-4)
+    # the 5-fold default differs (other held-out probabilities), and a bad source is refused
+    assert not np.allclose(small(view="pca10", calibration="stacked", cv=4).fit(X, y, c).calibration_params_["w"],
+                           p.calibration_params_["w"])
+    with pytest.raises(ValueError, match="oof must be one of"):
+        small(view="pca10", calibration="stacked", oof="bag").fit(X, y, c)
+
+
 def test_stacked_probe_needs_confidence_even_without_the_confidence_feature(data):
     (X, y, c), (Xt, _, ct) = data
     p = small(view="cosine", calibration="stacked", append_confidence=False).fit(X, y, c)

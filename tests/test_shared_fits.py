@@ -243,3 +243,34 @@ def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
     assert len(reused.fit_seconds) == 2
     other = learning_curve(mean, y, conf, ids, evaluation=res, **{**kw, "seed": 1})
     assert other.n_reused == 0 and "not used" in caplog.text
+
+
+OOB = {"n_estimators": 40, "search_n_estimators": 6, "oof": "oob"}
+
+
+def test_out_of_bag_stacking_shares_one_forest_per_view(monkeypatch):
+    """probe_params oof='oob': every estimator equals its own fit; each view's stacked probe, plain
+    probe and auto's comparison read one forest (auto's held-out probabilities are the stacked
+    probe's out-of-bag ones), and the question-only control fits one forest, not six."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    ids, y, conf, states = planted(n=90, seed=5)
+    names = ["platt", "acute-pca10", "acute-cosine", "acute-pca10-stacked", "acute-cosine-stacked", "auto",
+             "question-only"]
+    tr, te = np.arange(60), np.arange(60, 90)
+    fits = []
+    real = RandomForestClassifier.fit
+    monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
+    seen = {}
+    got = fit_predict(names, take_rows(states, tr), y[tr], conf[tr], take_rows(states, te), conf[te],
+                      probe_params=OOB, on_fit=seen.__setitem__)
+    assert len(fits) == 3  # pca10, cosine, question-only
+    assert seen["auto"].estimator_ is seen[seen["auto"].chosen_]
+    for name in names:
+        x = inputs(states, name)
+        est = make_estimator(name, random_state=0, probe_params=OOB)
+        est.fit(None if x is None else x[tr], y[tr], confidence=conf[tr])
+        want = np.clip(est.predict_proba(None if x is None else x[te], confidence=conf[te])[:, 1], 0, 1)
+        np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
+    auto = seen["auto"]
+    np.testing.assert_allclose(auto.oof_["acute-pca10"], seen["acute-pca10-stacked"].oof_proba_, rtol=0, atol=0)

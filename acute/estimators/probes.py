@@ -61,9 +61,25 @@ __all__ = [
     "forest_arrays",
     "forest_proba",
     "load_probe",
+    "OOF_SOURCES",
 ]
 
+#: where a calibrated probe's held-out forest probabilities come from (ActivationProbe's ``oof``)
+OOF_SOURCES = ("cv", "oob")
 
+
+def _oob_of(forest) -> np.ndarray | None:
+    """A fitted forest's out-of-bag P(correct) per training record, NaN for a record no tree left
+    out (scikit-learn gives those rows zeros); None for a forest fitted without ``oob_score``."""
+    import warnings
+
+    oob = getattr(forest, "oob_decision_function_", None)
+    if oob is None:
+        return None
+    oob = np.asarray(oob, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.where(oob.sum(axis=1) > 0, oob[:, 1], np.nan)
 
 
 # ------------------------------------------------------------------------------ probe
@@ -108,6 +124,15 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     cv : int, default 3
         Folds of the layer search and of the calibration (5 is a good choice for
         ``"stacked"``: the out-of-fold forests then see 80% of the records).
+    oof : {"cv", "oob"}, default "cv"
+        Where a calibration's held-out forest probabilities come from: ``"cv"`` the ``cv`` fold
+        forests above (each refits the featurizer: ``cv + 1`` forests per fit), ``"oob"`` the
+        final forest's own out-of-bag probabilities (each record's mean over the trees whose
+        bootstrap sample left it out, scikit-learn's ``oob_decision_function_``): one forest per
+        fit, the same trees. A record no tree left out (likely only with a few dozen trees) is
+        left out of the calibration fit (``oof_proba_`` is NaN there); the featurizer is fitted on
+        all records, which for PCA and cosine uses no label (``benchmarks/oob_stacking.md``
+        measures the difference).
     search_stride : int, default 1
         Search every ``search_stride``-th layer of a third (named layers only).
     search_n_estimators : int, default 100
@@ -138,7 +163,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def __init__(self, view: str = "pca10", layer: int | str | None = None, append_confidence: bool = True,
                  n_estimators: int = 500, max_depth: int | None = 20, max_features: Any = 10,
-                 min_samples_leaf: int = 1, calibration: str | None = None, cv: int = 3,
+                 min_samples_leaf: int = 1, calibration: str | None = None, cv: int = 3, oof: str = "cv",
                  search_stride: int = 1, search_n_estimators: int = 100, n_jobs: int | None = -1, random_state: int | None = 0,
                  pooling: str = "mean"):
         self.view = view
@@ -150,6 +175,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         self.min_samples_leaf = min_samples_leaf
         self.calibration = calibration
         self.cv = cv
+        self.oof = oof
         self.search_stride = search_stride
         self.search_n_estimators = search_n_estimators
         self.n_jobs = n_jobs
@@ -170,10 +196,16 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         max_features = self.max_features
         if isinstance(max_features, Integral) and not isinstance(max_features, bool):
             max_features = min(int(max_features), n_features)
+        # out-of-bag probabilities change nothing in the trees (each tree's bootstrap sample is
+        # drawn from its own seed either way), so a forest with them serves a plain twin too
         return RandomForestClassifier(
             n_estimators=self.n_estimators, max_depth=self.max_depth, max_features=max_features,
             min_samples_leaf=self.min_samples_leaf, n_jobs=self.n_jobs, random_state=self.random_state,
+            oob_score=self._uses_oob(),
         )
+
+    def _uses_oob(self) -> bool:
+        return self.calibration is not None and self.oof == "oob"
 
     def _features(self, featurizer, states: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
         f = featurizer.transform(states)
@@ -216,6 +248,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         """
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
+        if self.oof not in OOF_SOURCES:
+            raise InputError(f"oof must be one of {OOF_SOURCES}; got {self.oof!r}")
         kind = view_kind(self.view)
         blocks = pooling_blocks(self.pooling)
         X, conf = self._inputs(states, confidence)
@@ -232,11 +266,14 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             self._check_twin(forest_from, X, y)
 
         forest = None
-        if forest_from is not None and not searched:
+        # a twin's forest without out-of-bag probabilities cannot feed an out-of-bag calibration
+        twin_ok = forest_from is not None and (not self._uses_oob() or _oob_of(forest_from.forest_) is not None)
+        if forest_from is not None and not searched and twin_ok:
             featurizer, forest = forest_from.featurizer_, forest_from.forest_
         else:
-            featurizer = self._featurizer().fit(X, y, confidence=conf)
-            if forest_from is not None and int(featurizer.layer_) == forest_from.layer_:
+            featurizer = (forest_from.featurizer_ if forest_from is not None and not searched
+                          else self._featurizer().fit(X, y, confidence=conf))
+            if twin_ok and int(featurizer.layer_) == forest_from.layer_:
                 forest = forest_from.forest_
         if forest is None:
             features = self._features(featurizer, X, conf)
@@ -245,13 +282,15 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
         self.oof_proba_ = None
         if self.calibration is not None:
-            if oof_proba is None:
-                self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
-            else:
+            if oof_proba is not None:
                 self.oof_proba_ = self._check_oof(oof_proba, X.shape[0], searched)
+            elif self._uses_oob():
+                self.oof_proba_ = _oob_of(forest)
+            else:
+                self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
         elif oof_proba is not None:
             raise InputError("oof_proba is for a probe with a calibration; this one has none")
-        self.calibration_params_: dict[str, np.ndarray] = fit_calibration(self.calibration, self.oof_proba_, y, conf)
+        self.calibration_params_: dict[str, np.ndarray] = self._fit_calibration(self.oof_proba_, y, conf)
 
         self.featurizer_ = featurizer
         self.forest_ = forest
@@ -298,6 +337,20 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"forest_from was fitted on {summary['n_records']} records of shape "
                              f"[{twin.n_layer_outputs_}, {twin.hidden_size_}] ({summary['n_correct']} correct), "
                              f"not on these {X.shape[0]} of shape {list(X.shape[1:])} ({int(y.sum())} correct)")
+
+    def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None) -> dict:
+        """The calibration map on the records with a held-out forest probability (all of them
+        but those no tree left out of its bootstrap sample, under ``oof="oob"``)."""
+        if oof is None:
+            return fit_calibration(self.calibration, None, y, conf)
+        held = np.isfinite(oof)
+        if held.all():
+            return fit_calibration(self.calibration, oof, y, conf)
+        y_held = y[held]
+        if y_held.size == 0 or y_held.min() == y_held.max():
+            raise InputError(f"only {int(held.sum())} of {y.size} records are out of bag for some tree of the "
+                             f"{self.n_estimators}-tree forest, not both classes: too few trees for oof='oob'")
+        return fit_calibration(self.calibration, oof[held], y_held, None if conf is None else conf[held])
 
     def _check_oof(self, oof_proba: Any, n: int, searched: bool) -> np.ndarray:
         if searched:
@@ -405,7 +458,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
                 "n_trees": len(self.forest_.estimators_),
                 "n_nodes": int(arrays["trees.offsets"][-1]),
             },
-            "calibration": None if self.calibration is None else {"method": self.calibration, "cv": self.cv},
+            "calibration": None if self.calibration is None else {"method": self.calibration, "cv": self.cv,
+                                                                  "oof": self.oof},
             "training_summary": summary,
             "metrics": metrics or {},
         }

@@ -366,11 +366,19 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             oof[name] = np.empty(len(y))
             for tr, te in folds:
                 oof[name][te] = ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
+        fitted = dict(shared or {})  # out-of-bag stacked probes fitted here join the shared ones
         for name in cands:
             view = name.removesuffix("-stacked")
             if view not in forest_oof:
-                twin = self._shared(shared, f"{view}-stacked", y)
-                if twin is not None and twin.cv == self.cv and self.random_state is not None:
+                stacked = f"{view}-stacked"
+                twin = self._shared(fitted, stacked, y)
+                if twin is None and self.random_state is not None and self._make(stacked).oof == "oob":
+                    # out-of-bag stacking: the view's held-out forest probabilities are the stacked
+                    # probe's own out-of-bag ones (one forest on all records), not fold forests
+                    twin = fitted[stacked] = self._make(stacked).fit(X, y, confidence=conf)
+                oob = twin is not None and twin.oof == "oob" and bool(np.isfinite(twin.oof_proba_).all())
+                folds_match = twin is not None and twin.oof == "cv" and twin.cv == self.cv
+                if twin is not None and self.random_state is not None and (oob or folds_match):
                     forest_oof[view] = np.asarray(twin.oof_proba_, dtype=np.float64)
                 else:
                     forest_oof[view] = np.empty(len(y))
@@ -399,7 +407,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                              f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
                              f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
                              "measurable over the raw confidence")
-        self.estimator_ = self._refit(X, y, conf, forest_oof, shared)
+        self.estimator_ = self._refit(X, y, conf, forest_oof, fitted)
         self.classes_ = np.array([0, 1])
         return self
 
@@ -426,7 +434,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             return est
         est = self._make(self.chosen_)
         view = self.chosen_.removesuffix("-stacked")
-        if self.chosen_ != view and est.cv == self.cv and self.random_state is not None:
+        if self.chosen_ != view and est.oof == "cv" and est.cv == self.cv and self.random_state is not None:
             return est.fit(X, y, confidence=conf, oof_proba=forest_oof[view])
         return est.fit(X, y, confidence=conf)
 
