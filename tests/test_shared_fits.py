@@ -18,7 +18,9 @@ from acute.estimators.registry import AutoEstimator, estimator_input
 from acute.evaluation import crossval
 from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict, take_rows
 
-SMALL = {"n_estimators": 8, "search_n_estimators": 6}
+# the 5-fold stacking (oof="cv"), whose fold forests the estimators share; OOB below: the default
+SMALL = {"n_estimators": 8, "search_n_estimators": 6, "oof": "cv"}
+OOB = {"n_estimators": 40, "search_n_estimators": 6}
 POOLED = ["acute-cosine@last-answer", "acute-cosine-stacked@last-answer"]
 
 
@@ -40,8 +42,8 @@ def planted(n=90, n_out=5, d=24, seed=3):
     return [f"q{i}" for i in range(n)], y, conf, states
 
 
-def own_fit(name, x_tr, y_tr, c_tr, x_te, c_te, **kw):
-    est = make_estimator(name, random_state=0, probe_params=SMALL, **kw)
+def own_fit(name, x_tr, y_tr, c_tr, x_te, c_te, params=SMALL, **kw):
+    est = make_estimator(name, random_state=0, probe_params=params, **kw)
     est.fit(x_tr, y_tr, confidence=c_tr)
     return np.clip(est.predict_proba(x_te, confidence=c_te)[:, 1], 0.0, 1.0)
 
@@ -54,11 +56,12 @@ def inputs(states, name):
 NAMES = list(ESTIMATORS) + list(CONTROLS) + POOLED
 
 
-def test_every_estimator_equals_its_own_fit_in_a_shared_cross_validation():
+@pytest.mark.parametrize("params", [SMALL, OOB], ids=["5-fold stacking", "out-of-bag stacking"])
+def test_every_estimator_equals_its_own_fit_in_a_shared_cross_validation(params):
     ids, y, conf, states = planted()
     folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=0)
     seen: dict[str, list] = {}
-    got = cross_val_predictions(NAMES, states, y, conf, folds, random_state=0, probe_params=SMALL,
+    got = cross_val_predictions(NAMES, states, y, conf, folds, random_state=0, probe_params=params,
                                 on_fit=lambda n, e: seen.setdefault(n, []).append(e))
     for name in NAMES:
         want = np.full(y.size, np.nan)
@@ -66,7 +69,7 @@ def test_every_estimator_equals_its_own_fit_in_a_shared_cross_validation():
             tr, te = np.sort(tr), np.sort(te)
             x = inputs(states, name)
             want[te] = own_fit(name, None if x is None else take_rows(x, tr), y[tr], conf[tr],
-                               None if x is None else take_rows(x, te), conf[te])
+                               None if x is None else take_rows(x, te), conf[te], params=params)
         np.testing.assert_allclose(got[name][0], want, rtol=0, atol=1e-12, err_msg=name)
     # the fits were shared: plain views read their stacked twin's forest, auto its candidates
     for k in range(3):
@@ -245,11 +248,8 @@ def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
     assert other.n_reused == 0 and "not used" in caplog.text
 
 
-OOB = {"n_estimators": 40, "search_n_estimators": 6, "oof": "oob"}
-
-
 def test_out_of_bag_stacking_shares_one_forest_per_view(monkeypatch):
-    """probe_params oof='oob': every estimator equals its own fit; each view's stacked probe, plain
+    """Out-of-bag stacking (the default): every estimator equals its own fit; each view's stacked probe, plain
     probe and auto's comparison read one forest (auto's held-out probabilities are the stacked
     probe's out-of-bag ones), and the question-only control fits one forest, not six."""
     from sklearn.ensemble import RandomForestClassifier

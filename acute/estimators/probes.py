@@ -276,8 +276,12 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             if twin_ok and int(featurizer.layer_) == forest_from.layer_:
                 forest = forest_from.forest_
         if forest is None:
+            import warnings
+
             features = self._features(featurizer, X, conf)
-            forest = self._forest(features.shape[1]).fit(features, y)
+            with warnings.catch_warnings():  # records in every bootstrap sample: handled by _oob_of
+                warnings.filterwarnings("ignore", message="Some inputs do not have OOB scores")
+                forest = self._forest(features.shape[1]).fit(features, y)
             forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
 
         self.oof_proba_ = None

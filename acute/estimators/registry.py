@@ -8,7 +8,7 @@
   the raw confidence only and ignore ``states`` (:class:`ConfidenceEstimator`);
 * the paper's six ACUTE probes ``acute-early`` ... ``acute-pca20`` (a random forest whose
   P(correct) is the confidence);
-* their stacked variants ``acute-<view>-stacked``: the forest's out-of-fold P(correct) and the
+* their stacked variants ``acute-<view>-stacked``: the forest's out-of-bag P(correct) (``oof="oob"``) and the
   raw confidence combined by a two-feature logistic regression (``calibration="stacked"``);
 * ``auto`` (:class:`AutoEstimator`): picks among the probes by cross-validation on its training
   records only, then refits the winner on all of them.
@@ -80,16 +80,22 @@ _VIEWS: dict[str, dict[str, Any]] = {
     "acute-pca10": {"view": "pca10"},
     "acute-pca20": {"view": "pca20"},
 }
-# 5 folds for the out-of-fold forests of a stacked probe: each sees 80% of the records
+# 5 folds for a stacked probe's layer search (early / mid / late) and, with oof="cv", its out-of-fold
+# forests (each sees 80% of the records)
 STACK_CV = 5
+# The stacked probes and the question-only control calibrate on their forest's out-of-bag
+# probabilities: one forest per fit instead of six, tying the 5-fold stacking on every store measured
+# (the rule and the numbers: benchmarks/oob_stacking.md); probe_params = {"oof": "cv"} restores it.
+STACK_OOF = "oob"
 _STACKED: dict[str, dict[str, Any]] = {
-    f"{name}-stacked": {**kw, "calibration": "stacked", "cv": STACK_CV} for name, kw in _VIEWS.items()
+    f"{name}-stacked": {**kw, "calibration": "stacked", "cv": STACK_CV, "oof": STACK_OOF}
+    for name, kw in _VIEWS.items()
 }
 _PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
 # The question-only control (acute.estimators.controls): a probe over the prompt's last-token states, with no
 # raw confidence (none exists before the answer), Platt-calibrated on its out-of-fold forest.
 _QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
-                                  "cv": STACK_CV, "pooling": "last-prompt"}
+                                  "cv": STACK_CV, "oof": STACK_OOF, "pooling": "last-prompt"}
 # The question-only probe over every view (what ``acute export --precheck`` may ship): ``question-only`` is the
 # PCA-10 one (the control of every evaluation table), ``question-only-cosine``, ``question-only-mid``, ... the others.
 _QUESTION_VIEWS: dict[str, dict[str, Any]] = {
