@@ -78,6 +78,7 @@ n_bootstrap = 20
 protocol_n_bootstrap = 20
 batch_size = 1
 probe_params = {{ n_estimators = 8, search_n_estimators = 8 }}
+estimators = ["all"]
 
 [tasks.qa]
 task = "jsonl"
@@ -164,11 +165,11 @@ def test_report_numbers_agree_with_the_evaluation(driven):
     results = json.loads((driven["work"] / "tiny" / "qa" / "eval" / "results.json").read_text())
     per_model = report["tasks"]["qa"]["per_model"]["tiny"]
     average = report["tasks"]["qa"]["average"]
-    from acute.estimators import TABLE_ESTIMATORS
+    from acute.estimators import ESTIMATORS
     from acute.estimators.controls import CONTROLS
 
-    # the default table, then the controls this store feeds (the rest are named in "skipped")
-    assert [r["estimator"] for r in results["results"]] == list(TABLE_ESTIMATORS) + results["params"]["controls"]
+    # every estimator (estimators = ["all"]), then the controls this store feeds (the rest are named in "skipped")
+    assert [r["estimator"] for r in results["results"]] == list(ESTIMATORS) + results["params"]["controls"]
     assert set(results["params"]["controls"]) | set(results["skipped"]) == set(CONTROLS)
     for row in results["results"]:
         est = row["estimator"]
