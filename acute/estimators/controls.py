@@ -18,7 +18,7 @@ it may use (:data:`CONTROL_USES`):
   confidence), in the same regularised logistic regression. Sees the question as the model saw
   it (its template and demonstrations included), never the model's states.
 * ``question-only``: the PCA-10 forest over the hidden states at the prompt's last token, before
-  any answer token, Platt-calibrated on its out-of-fold probabilities, without the raw confidence
+  any answer token, Platt-calibrated on its out-of-bag probabilities, without the raw confidence
   (which does not exist before answering). Says how much of the signal exists before the model
   answers.
 

@@ -114,10 +114,11 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         Fully grown leaves (the forest average smooths them).
     calibration : None, "platt", "isotonic" or "stacked"
         None (default): the forest's P(correct) is the confidence, no recalibration (as in
-        ACUTE). Otherwise a calibration map is fitted on out-of-fold forest probabilities
-        (``StratifiedKFold(cv)``; the featurizer is refitted in each fold, except that a
-        searched layer is kept fixed to avoid a nested search) and applied to the final forest,
-        which is fitted on all training records. ``"stacked"`` combines the forest with the
+        ACUTE). Otherwise a calibration map is fitted on held-out forest probabilities (see
+        ``oof``: out-of-fold ones over ``StratifiedKFold(cv)``, the featurizer refitted in each
+        fold except that a searched layer is kept fixed to avoid a nested search, or the final
+        forest's out-of-bag ones) and applied to the final forest, which is fitted on all
+        training records. ``"stacked"`` combines the forest with the
         raw confidence: a logistic regression on ``[logit(forest P(correct)), logit(raw
         confidence)]`` (:func:`fit_stacker`), so the probe can never do much worse than Platt
         scaling of the raw confidence and adds what the hidden states know beyond it.
