@@ -24,6 +24,8 @@ def data(n=150, seed=0):
 def test_resolve_sizes():
     assert resolve_sizes(None, 120) == [50, 100, 120]
     assert resolve_sizes(None, 50) == [50]
+    assert resolve_sizes(None, 1632) == [50, 100, 200, 400, 800, 1632]  # not 1600: within 10% of the fold
+    assert resolve_sizes(None, 1760) == [50, 100, 200, 400, 800, 1600, 1760]
     assert resolve_sizes([40, 20], 120) == [20, 40]
     with pytest.raises(ValueError, match="size 200 is larger than the 120 training records"):
         resolve_sizes([50, 200], 120)
