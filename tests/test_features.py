@@ -275,3 +275,20 @@ def test_top_components_equal_scikit_learns_pca(n, d, m):
     np.testing.assert_allclose(mean, ref.mean_, atol=1e-12)
     np.testing.assert_allclose(comps, ref.components_, atol=1e-9)
     np.testing.assert_allclose(ratio, ref.explained_variance_ratio_, atol=1e-12)
+
+
+def test_top_components_of_fewer_records_than_dimensions_without_variance():
+    """n < d takes the Gram matrix's eigenpairs; a layer whose top eigenvalues are not all clearly
+    positive (here: no variance, or rank 2 for 3 components) keeps the covariance path: finite
+    unit components, zero ratios where there is no variance."""
+    from acute.estimators.features import top_components
+
+    rng = np.random.default_rng(0)
+    flat = np.ones((30, 100)) * 3.0
+    mean, comps, ratio = top_components(flat, 5)
+    assert np.isfinite(comps).all() and np.allclose(np.linalg.norm(comps, axis=1), 1) and (ratio == 0).all()
+    rank2 = rng.normal(size=(30, 2)) @ rng.normal(size=(2, 100))
+    _, comps, ratio = top_components(rank2, 3)
+    ref = PCA(3, svd_solver="full").fit(rank2)
+    np.testing.assert_allclose(np.abs(comps[:2] @ ref.components_[:2].T), np.eye(2), atol=1e-9)
+    np.testing.assert_allclose(ratio[:2], ref.explained_variance_ratio_[:2], atol=1e-12)

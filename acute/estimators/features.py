@@ -372,20 +372,32 @@ def top_components(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.nd
     ``scipy.linalg.eigh(subset_by_index=...)``): for d = 1536 (Qwen2.5-1.5B) and n = 1633 that is
     0.69 s a layer against scikit-learn's 1.84 s for the full decomposition, equal to it within
     floating-point rounding (tests/test_features.py), which makes the PCA views affordable on
-    29 layers x 6 fits per outer fold. With fewer records than dimensions (a stacked probe's
-    inner folds: 1306 records of 1536 dimensions) it replaces a full SVD of the n x d matrix;
-    the covariance then has rank n - 1 and its top m < n eigenpairs are still the principal
-    components."""
+    29 layers x 6 fits per outer fold. With fewer records than dimensions (800 training records
+    of 1536 dimensions, a learning curve's 50) the top eigenpairs of the n x n Gram matrix
+    ``xc xc' / (n - 1)`` give the same eigenvalues and, through ``xc' u``, the same directions,
+    for a problem of n instead of d; the covariance path stays for a (near-)degenerate layer
+    whose top m eigenvalues are not all clearly positive."""
     from scipy.linalg import eigh
 
     n, d = x.shape
     mean = x.mean(axis=0)
     xc = x - mean
-    cov = xc.T @ xc / max(n - 1, 1)
-    w, v = eigh(cov, subset_by_index=[d - m, d - 1])
-    w, v = w[::-1], v[:, ::-1].T.copy()
+    scale = max(n - 1, 1)
+    v = None
+    if n < d:  # the n x n Gram matrix has the same nonzero eigenvalues: a smaller problem
+        gram = xc @ xc.T / scale
+        w, u = eigh(gram, subset_by_index=[n - m, n - 1])
+        total = float(np.trace(gram))
+        if total > 0 and (w > 1e-10 * total).all():  # well-defined directions: v = xc' u / |xc' u|
+            v = (xc.T @ u).T
+            v /= np.linalg.norm(v, axis=1, keepdims=True)
+    if v is None:
+        cov = xc.T @ xc / scale
+        w, v = eigh(cov, subset_by_index=[d - m, d - 1])
+        v = v.T
+        total = float(np.trace(cov))
+    w, v = w[::-1], v[::-1].copy()
     v *= np.where(v[np.arange(m), np.abs(v).argmax(axis=1)] < 0, -1.0, 1.0)[:, None]
-    total = float(np.trace(cov))
     ratio = np.nan_to_num(np.clip(w, 0.0, None) / total) if total > 0 else np.zeros(m)
     return mean, v, ratio
 

@@ -114,9 +114,9 @@ ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS + STACKED_VARIANTS + (A
 # paper's two forests without a layer search (PCA-10 and cosine), their stacked twins (the default
 # among them) and ``auto`` (whose candidates these four are, so it costs one refit). The views left
 # out (``--estimators all`` or naming them includes them): early / mid / late search a layer by their
-# own cross-validation and with their stacked twins made 65% of the full table's fitting time on a
-# 2,041-record store (benchmarks/evaluate_speed.md) without beating the cosine view on the built-in
-# questions (docs/probes); pca20 costs as much as pca10 again.
+# own cross-validation; on a 2,041-record store the full table (5-fold stacking then) had not finished
+# its fits after 14 minutes where this one took 7 (benchmarks/evaluate_speed.md), and they did not beat
+# the cosine view on the built-in questions (docs/probes); pca20 costs as much as pca10 again.
 TABLE_ESTIMATORS: tuple[str, ...] = BASELINES + (
     "acute-pca10", "acute-cosine", "acute-pca10-stacked", "acute-cosine-stacked", AUTO,
 )
