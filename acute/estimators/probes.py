@@ -132,8 +132,9 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         bootstrap sample left it out, scikit-learn's ``oob_decision_function_``): one forest per
         fit, the same trees. A record no tree left out (likely only with a few dozen trees) is
         left out of the calibration fit (``oof_proba_`` is NaN there); the featurizer is fitted on
-        all records, which for PCA and cosine uses no label (``benchmarks/oob_stacking.md``
-        measures the difference).
+        all records, which for PCA and cosine uses no label, and a searched layer is the one chosen
+        on all records, as the ``"cv"`` folds keep it (``benchmarks/oob_stacking.md`` measures
+        the difference).
     search_stride : int, default 1
         Search every ``search_stride``-th layer of a third (named layers only).
     search_n_estimators : int, default 100
