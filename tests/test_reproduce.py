@@ -564,3 +564,31 @@ def test_an_earlier_summary_keeps_the_pairs_this_report_did_not_evaluate(tmp_pat
     assert kept[0]["n_records"] == 600 and kept[0]["skill"] is None
     assert "| m (kept) | t |" in summary_markdown(kept)
     assert kept_summary_rows(tmp_path / "missing.csv", set()) == []
+
+
+def test_pairs_of_an_earlier_report_are_kept_in_their_own_table(driven, tmp_path):
+    """A summary row whose evaluation is gone moves to summary-kept.csv and its own section, out of
+    summary.csv and its Holm correction; regenerating again keeps it (read back from either file)."""
+    import csv
+    import shutil
+
+    from acute.report import SUMMARY_COLUMNS, ReportInputs, summary_csv, write_report
+
+    out = tmp_path / "results"
+    shutil.copytree(driven["out"], out)
+    with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    old = {k: None for k in SUMMARY_COLUMNS} | {"model": "gone", "task": "qa", "n_records": 900, "diff": 0.02,
+                                                "default_estimator": "acute-cosine-stacked"}
+    (out / "summary.csv").write_text(summary_csv([old]), encoding="utf-8")
+    evals = [("tiny", t, driven["work"] / "tiny" / t / "eval") for t in ("qa", "qa2")
+             if (driven["work"] / "tiny" / t / "eval" / "results.json").is_file()]
+    inputs = ReportInputs(out_dir=out, eval_runs=evals, protocol_runs=[], models=["tiny"], tasks=["qa", "qa2"])
+    for _ in range(2):
+        text = write_report(inputs).read_text(encoding="utf-8")
+        with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
+            assert [(r["model"], r["task"]) for r in csv.DictReader(fh)] == [(r["model"], r["task"]) for r in rows]
+        with open(out / "summary-kept.csv", newline="", encoding="utf-8") as fh:
+            kept = list(csv.DictReader(fh))
+        assert [(r["model"], r["task"], r["evaluation"], r["diff"]) for r in kept] == [("gone", "qa", "kept", "0.02")]
+        assert "### Earlier evaluations (kept)" in text and "| gone (kept) | qa |" in text

@@ -33,6 +33,9 @@ from .figures import learning_curve_section, task_figures, transfer_section
 from ..evaluation.markdown import results_markdown, selective_markdown
 from .runs import EvalRun, average_summaries, load_eval_run, run_summary
 from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_rows
+
+#: the rows of earlier reports this report has no evaluation for (beside summary.csv)
+KEPT_SUMMARY = "summary-kept.csv"
 from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
                      comparison_markdown, compact_gap_table, estimator_markdown, markdown_table, md_sections,
                      preserved_block, timings_markdown)
@@ -127,8 +130,13 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
     all_runs.sort(key=lambda r: (inputs.models.index(r.model) if r.model in inputs.models else 1 << 30,
                                  inputs.tasks.index(r.task) if r.task in inputs.tasks else 1 << 30))
     summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
-    summary += kept_summary_rows(out_dir / "summary.csv", {(r["model"], r["task"]) for r in summary})
-    data["summary"] = summary
+    # pairs of earlier reports whose evaluations are not on this machine: their own table and file
+    # (another default, other repeats: not one estimand with this run's rows), never dropped
+    present = {(r["model"], r["task"]) for r in summary}
+    kept: list[dict] = []
+    for name in (KEPT_SUMMARY, "summary.csv"):
+        kept += kept_summary_rows(out_dir / name, present | {(r["model"], r["task"]) for r in kept})
+    data["summary"], data["summary_kept"] = summary, kept
     if summary:
         lines += ["## Summary: the default estimator against the best baseline and the controls", "",
                   f"Per model and task: `{DEFAULT_ESTIMATOR}` (acute's default) minus the best of the six "
@@ -141,11 +149,15 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
                   "minus the best of the baselines and the controls that know the metadata (`platt+meta`) "
                   "or the question text (`tfidf+platt`); `question-only` reads the prompt's last-token states "
                   "before any answer; within-group AUROC ranks answers inside each category or subject. "
-                  "Rows marked (kept) are carried over from the earlier report: their evaluations are not "
-                  "on this machine, so they show the default of that time. "
-                  "n/a: the evaluation did not compute it (older evaluations, or a store without metadata "
-                  "or last-prompt states). Machine-readable: [summary.csv](summary.csv).", "",
+                  "n/a: the evaluation did not compute it (a store without metadata or last-prompt states). "
+                  "Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]
+    if kept:
+        lines += ["### Earlier evaluations (kept)", "",
+                  "Pairs of earlier reports whose evaluations are not on this machine, carried over as they "
+                  "were: they show the default of their time and their own cross-validation, so they are not "
+                  "compared with the rows above, nor part of its Holm correction. Machine-readable: "
+                  f"[{KEPT_SUMMARY}]({KEPT_SUMMARY}).", "", summary_markdown(kept)]
 
     avg_by_task: dict[str, dict] = {}
     fig_dir = out_dir / "figures"
@@ -279,5 +291,7 @@ def write_report(inputs: ReportInputs) -> Path:
     copy_evaluation_tables(inputs.eval_runs, out_dir / EVALUATIONS_DIR)
     if data.get("summary"):
         write_text_atomic(out_dir / "summary.csv", summary_csv(data["summary"]))
+    if data.get("summary_kept"):
+        write_text_atomic(out_dir / KEPT_SUMMARY, summary_csv(data["summary_kept"]))
     write_text_atomic(readme, md)
     return readme
