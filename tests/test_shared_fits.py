@@ -274,3 +274,23 @@ def test_out_of_bag_stacking_shares_one_forest_per_view(monkeypatch):
         np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
     auto = seen["auto"]
     np.testing.assert_allclose(auto.oof_["acute-pca10"], seen["acute-pca10-stacked"].oof_proba_, rtol=0, atol=0)
+
+
+def test_auto_alone_with_out_of_bag_stacking_fits_one_forest_per_view(monkeypatch):
+    """Standalone auto (what acute train runs) under out-of-bag stacking: each view's forest is
+    fitted once, for its stacked probe, and serves the comparison and a plain or stacked refit;
+    the refit equals the probe fitted on its own."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    _, y, conf, states = planted(n=70, seed=6)
+    X = states["mean"]
+    fits = []
+    real = RandomForestClassifier.fit
+    monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
+    for refit in ("acute-pca10", "acute-pca10-stacked"):
+        fits.clear()
+        auto = AutoEstimator(candidates=("acute-pca10", "acute-pca10-stacked"), refit=refit,
+                             probe_params=OOB).fit(X, y, confidence=conf)
+        assert len(fits) == 1, refit
+        alone = make_estimator(refit, probe_params=OOB).fit(X, y, confidence=conf)
+        np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)

@@ -93,7 +93,7 @@ _STACKED: dict[str, dict[str, Any]] = {
 }
 _PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
 # The question-only control (acute.estimators.controls): a probe over the prompt's last-token states, with no
-# raw confidence (none exists before the answer), Platt-calibrated on its out-of-fold forest.
+# raw confidence (none exists before the answer), Platt-calibrated on its forest's out-of-bag probabilities.
 _QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
                                   "cv": STACK_CV, "oof": STACK_OOF, "pooling": "last-prompt"}
 # The question-only probe over every view (what ``acute export --precheck`` may ship): ``question-only`` is the
@@ -287,10 +287,11 @@ def _score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
 class AutoEstimator(ClassifierMixin, BaseEstimator):
     """Choose a probe by cross-validation on the training records only, then refit it on all.
 
-    For each ``candidates`` probe the records get out-of-fold predictions from
-    ``StratifiedKFold(cv, shuffle=True, random_state)``; a stacked candidate reuses the
-    out-of-fold forest probabilities of its plain view (the forests are the same) and is
-    scored by cross-fitting its two-feature logistic on them over the same folds. The
+    For each ``candidates`` probe the records get held-out predictions: the view's forest
+    probabilities out of fold over ``StratifiedKFold(cv, shuffle=True, random_state)``, or, when
+    the view's stacked probe calibrates out of bag (``oof="oob"``, the default), that probe's
+    out-of-bag probabilities (one forest on all records, which the refit then reuses); a stacked
+    candidate is scored by cross-fitting its two-feature logistic on them over the folds. The
     baselines (``references``) are scored on the same folds. The probe with the highest
     out-of-fold auc-euro (all) wins (ties: lower smECE) and is refitted on every record; the
     baselines are references only, because what ``auto`` picks must be exportable as a probe.
@@ -442,6 +443,9 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         view = self.chosen_.removesuffix("-stacked")
         if self.chosen_ != view and est.oof == "cv" and est.cv == self.cv and self.random_state is not None:
             return est.fit(X, y, confidence=conf, oof_proba=forest_oof[view])
+        twin = self._shared(shared, f"{view}-stacked", y) if self.chosen_ == view else None
+        if twin is not None:  # a plain winner: its stacked probe fitted its forest already
+            return est.fit(X, y, confidence=conf, forest_from=twin)
         return est.fit(X, y, confidence=conf)
 
     def selection(self) -> dict[str, Any]:
