@@ -145,16 +145,13 @@ MIN_TEST = 300  # records kept out of every calibration subsample, to measure te
 
 
 def read_predictions(path: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(correct, {estimator: out-of-fold P(correct)}) from an evaluation's predictions.csv."""
-    import csv
+    """(correct, {estimator: out-of-fold P(correct)}) from an evaluation's predictions.csv (repeat 0)."""
+    from acute.evaluation import read_predictions as read_evaluation
 
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows or "correct" not in rows[0]:
-        raise InputError(f"{path}: expected a header 'id,correct,<estimator>...' and rows")
-    names = [k for k in rows[0] if k not in ("id", "correct")]
-    y = np.array([float(r["correct"]) for r in rows]) > 0.5
-    return y, {n: np.array([float(r[n]) for r in rows]) for n in names}
+    if Path(path).name != "predictions.csv":
+        raise InputError(f"{path}: --predictions takes an evaluation's predictions.csv")
+    _, y, preds = read_evaluation(Path(path).parent)
+    return y > 0, {n: v[0] for n, v in preds.items()}
 
 
 def store_predictions(path: str, n_estimators: int | None, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -13,34 +13,15 @@ paired bootstrap intervals (the same resampled records for both).
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def read_predictions(eval_dir: Path, names: list[str]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    files = [eval_dir / "predictions.csv"] + sorted(eval_dir.glob("predictions-repeat*.csv"))
-    ids, correct, preds = None, None, {n: [] for n in names}
-    for f in files:
-        with open(f, newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-        rows.sort(key=lambda r: r["id"])
-        if ids is None:
-            ids = [r["id"] for r in rows]
-            correct = np.array([int(r["correct"]) for r in rows])
-        elif [r["id"] for r in rows] != ids:
-            raise SystemExit(f"{f}: other records than {files[0]}")
-        for n in names:
-            preds[n].append([float(r[n]) for r in rows])
-    return correct, {n: np.array(v) for n, v in preds.items()}
-
-
 def main(argv=None) -> int:
-    from acute.evaluation import evaluate_predictions
+    from acute.evaluation import evaluate_predictions, read_predictions
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True)
@@ -51,7 +32,7 @@ def main(argv=None) -> int:
     print(f"| model | task | n | {args.a} minus {args.b}: auc-euro all [95% paired] | smECE [95% paired] |")
     print("|---|---|---:|---:|---:|")
     for eval_dir in sorted(Path(args.work).glob("*/*/eval")):
-        y, preds = read_predictions(eval_dir, [args.a, args.b])
+        _, y, preds = read_predictions(eval_dir, [args.a, args.b])
         rows = evaluate_predictions(preds, y, n_bootstrap=args.n_bootstrap, reference=args.b)
         r = rows[0]
         print(f"| {eval_dir.parts[-3]} | {eval_dir.parts[-2]} | {y.size} | "

@@ -32,9 +32,6 @@ from typing import Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from precheck import evaluation_predictions  # noqa: E402  (the evaluation's out-of-fold predictions)
 
 
 def evaluation_folds(eval_dir: Path, ids: Sequence[str], repeats: int | None):
@@ -54,6 +51,7 @@ def evaluation_folds(eval_dir: Path, ids: Sequence[str], repeats: int | None):
 
 
 def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:
+    from acute.evaluation import read_predictions
     from acute.evaluation.crossval import cross_val_predictions, states_for
     from acute.evaluation.table import evaluate_predictions
     from acute.store import open_store
@@ -63,7 +61,9 @@ def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:
     folds, seed, probe_params = evaluation_folds(eval_dir, store.ids, args.repeats)
     y = np.asarray(store.correct).astype(np.int64)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)
-    cv = evaluation_predictions(eval_dir, store.ids, names)
+    ids, _, cv = read_predictions(eval_dir, names)
+    if ids != [str(i) for i in store.ids]:
+        raise SystemExit(f"{eval_dir}: its predictions are not of the records of {pair / 'store'}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     oob = cross_val_predictions(list(names), states_for(store, names), y, raw, folds, random_state=seed,

@@ -17,7 +17,6 @@ fitted with the unparseable records in their training folds. Appends a section t
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -25,30 +24,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from acute.evaluation import read_predictions  # noqa: E402
 from acute.evaluation.table import evaluate_predictions  # noqa: E402
 from acute.store import open_store  # noqa: E402
 
 
-def read_repeats(eval_dir: Path) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
-    """(ids, correct, {estimator: [repeats, n]}) of an evaluation folder, every repeat's file."""
-    files = [eval_dir / "predictions.csv"] + sorted(eval_dir.glob("predictions-repeat*.csv"),
-                                                    key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
-    ids, y, preds = None, None, {}
-    for f in files:
-        with open(f, newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-        if ids is None:
-            ids = [r["id"] for r in rows]
-            y = np.array([int(r["correct"]) for r in rows])
-            preds = {n: [] for n in rows[0] if n not in ("id", "correct")}
-        by_id = {r["id"]: r for r in rows}
-        for n in preds:
-            preds[n].append([float(by_id[i][n]) for i in ids])
-    return ids, y, {n: np.asarray(v) for n, v in preds.items()}
-
-
 def section(eval_dir: Path, store_dir: Path, n_bootstrap: int) -> str:
-    ids, y, preds = read_repeats(eval_dir)
+    ids, y, preds = read_predictions(eval_dir)
     failed = {str(r["id"]) for r in open_store(store_dir).records if r.get("parse_error")}
     keep = np.array([i not in failed for i in ids])
     lines = [f"## {eval_dir}", "",

@@ -71,25 +71,20 @@ def saved_fraction(skipped: np.ndarray, n_tokens: np.ndarray, prompt_pass_cost: 
 def evaluation_predictions(eval_dir: str | Path, ids, names) -> dict[str, np.ndarray]:
     """``{name: [repeats, n]}``: an evaluation's out-of-fold predictions of ``names`` (every
     repeat's file), ordered as ``ids``; SystemExit naming the file when a column or record is missing."""
-    import csv
+    from acute.errors import InputError
+    from acute.evaluation import read_predictions
 
-    folder = Path(eval_dir)
-    files = [folder / "predictions.csv"] + sorted(folder.glob("predictions-repeat*.csv"),
-                                                  key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
-    want = [str(i) for i in ids]
-    out: dict[str, list] = {n: [] for n in names}
-    for f in files:
-        if not f.is_file():
-            raise SystemExit(f"{f} does not exist: --evaluation must be an evaluation folder")
-        with open(f, newline="", encoding="utf-8") as fh:
-            rows = {r["id"]: r for r in csv.DictReader(fh)}
-        missing = [n for n in names if rows and n not in next(iter(rows.values()))]
-        if missing or set(want) - set(rows):
-            raise SystemExit(f"{f}: no predictions for {missing or 'some of the store records'}; "
-                             "evaluate the store with these estimators first")
-        for n in names:
-            out[n].append([float(rows[i][n]) for i in want])
-    return {n: np.asarray(v, dtype=np.float64) for n, v in out.items()}
+    try:
+        got, _, preds = read_predictions(eval_dir, names)
+    except InputError as e:
+        raise SystemExit(str(e)) from None
+    where = {str(i): k for k, i in enumerate(got)}
+    missing = [i for i in map(str, ids) if i not in where]
+    if missing:
+        raise SystemExit(f"{eval_dir}: no predictions for {len(missing)} of the store's records (e.g. {missing[0]!r}); "
+                         "evaluate this store first")
+    order = np.array([where[str(i)] for i in ids])
+    return {n: v[:, order] for n, v in preds.items()}
 
 
 def _iv(row: dict, key: str) -> str:

@@ -513,3 +513,29 @@ def test_the_default_table_and_all():
     assert _check_names(["platt", "acute-mid"]) == ["platt", "acute-mid"]
     with pytest.raises(ValueError, match="duplicates"):
         _check_names(["platt", "platt"])
+
+
+def test_read_predictions_gives_back_what_the_evaluation_wrote(cross_validated, tmp_path):
+    """Every repeat's out-of-fold predictions, in the written record order, equal the result's
+    arrays; a missing folder, another repeat's records or an unknown column name the file."""
+    import shutil
+
+    from acute.evaluation import read_predictions
+
+    store, out, res = cross_validated
+    ids, y, preds = read_predictions(out)
+    assert ids == list(store.ids) and y.tolist() == store.correct.astype(int).tolist()
+    assert list(preds) == list(res.cv_predictions)
+    for name, arr in res.cv_predictions.items():
+        np.testing.assert_array_equal(preds[name], arr)
+    assert list(read_predictions(out, ["platt"])[2]) == ["platt"]
+    with pytest.raises(ValueError, match="is not an evaluation folder"):
+        read_predictions(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="no column for"):
+        read_predictions(out, ["temperature"])
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    lines = (bad / "predictions-repeat1.csv").read_text().splitlines()
+    (bad / "predictions-repeat1.csv").write_text("\n".join(lines[:-1]) + "\n")
+    with pytest.raises(ValueError, match="predictions-repeat1.csv: its records are not those of"):
+        read_predictions(bad)

@@ -21,7 +21,7 @@ import numpy as np
 from ..fileio import fsync_dir, json_ready
 from .table import best_estimators
 
-__all__ = ["intro_markdown", "write_evaluation"]
+__all__ = ["intro_markdown", "read_predictions", "write_evaluation"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,44 @@ def intro_markdown(res) -> str:
             f"bias, so it is centred on its estimate); differences also show the corrected resampled "
             f"t-interval over folds x repeats (Nadeau and Bengio 2003).{paired}"
             f"{' Controls left out:' if left else ''}{left}\n\n")
+
+
+def read_predictions(eval_dir, names: Sequence[str] | None = None
+                     ) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
+    """What :func:`write_evaluation` wrote as predictions, read back: ``(ids, correct, {name:
+    [repeats, n]})`` from ``predictions.csv`` and every ``predictions-repeat<r>.csv`` (in ``r``
+    order), records in ``predictions.csv``'s order, ``correct`` as int ``[n]``; ``names`` (default:
+    every estimator column). A missing folder or file, a repeat with other records or a name that is
+    no column is an :class:`~acute.errors.InputError` naming the file."""
+    from ..errors import InputError
+
+    folder = Path(eval_dir)
+    first = folder / "predictions.csv"
+    if not first.is_file():
+        raise InputError(f"{first} does not exist: {folder} is not an evaluation folder")
+    files = [first] + sorted(folder.glob("predictions-repeat*.csv"), key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
+    ids: list[str] = []
+    correct = np.zeros(0, dtype=np.int64)
+    out: dict[str, list] = {}
+    for f in files:
+        with open(f, newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+        if not rows or "id" not in rows[0] or "correct" not in rows[0]:
+            raise InputError(f"{f}: expected a header 'id,correct,<estimator>...' and rows")
+        by_id = {r["id"]: r for r in rows}
+        if f == first:
+            ids = [r["id"] for r in rows]
+            correct = np.array([int(r["correct"]) for r in rows], dtype=np.int64)
+            wanted = [k for k in rows[0] if k not in ("id", "correct")] if names is None else list(names)
+            out = {n: [] for n in wanted}
+        elif set(by_id) != set(ids):
+            raise InputError(f"{f}: its records are not those of {first}")
+        missing = [n for n in out if n not in rows[0]]
+        if missing:
+            raise InputError(f"{f}: no column for {missing}; evaluate with these estimators first")
+        for n in out:
+            out[n].append([float(by_id[i][n]) for i in ids])
+    return ids, correct, {n: np.asarray(v, dtype=np.float64) for n, v in out.items()}
 
 
 def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[str, np.ndarray]) -> None:
