@@ -71,15 +71,11 @@ OOF_SOURCES = ("cv", "oob")
 def _oob_of(forest) -> np.ndarray | None:
     """A fitted forest's out-of-bag P(correct) per training record, NaN for a record no tree left
     out (scikit-learn gives those rows zeros); None for a forest fitted without ``oob_score``."""
-    import warnings
-
     oob = getattr(forest, "oob_decision_function_", None)
     if oob is None:
         return None
     oob = np.asarray(oob, dtype=np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return np.where(oob.sum(axis=1) > 0, oob[:, 1], np.nan)
+    return np.where(oob.sum(axis=1) > 0, oob[:, 1], np.nan)
 
 
 # ------------------------------------------------------------------------------ probe
