@@ -205,6 +205,21 @@ def test_readme_has_every_section_and_table(driven):
     assert (driven["out"] / "timings.json").is_file()
 
 
+def test_force_reruns_the_selected_stages_only(driven, capsys):
+    """``--force`` reruns complete stages (the report here); the others stay skipped."""
+    argv = driven["argv"] + ["--stages", "evaluate,report"]
+    assert rp.main(argv + ["--plan", "--force"]) == 0
+    plan = capsys.readouterr().out
+    assert "evaluate/tiny/qa" in plan and "complete, would skip" not in plan
+    assert rp.main(argv + ["--plan"]) == 0
+    assert capsys.readouterr().out.count("complete, would skip") == 2
+    before = (driven["out"] / "README.md").stat().st_mtime_ns
+    assert rp.main(driven["argv"] + ["--stages", "report", "--force"]) == 0
+    last = json.loads((driven["work"] / "timings.json").read_text(encoding="utf-8"))["invocations"][-1]
+    assert [(j["key"], j["status"]) for j in last["jobs"]] == [("report", "ran")]
+    assert (driven["out"] / "README.md").stat().st_mtime_ns > before
+
+
 def test_changed_settings_rerun_only_what_depends_on_them(driven, tmp_path):
     cfg_text = driven["cfg"].read_text(encoding="utf-8")
     changed = tmp_path / "changed.toml"

@@ -3,7 +3,7 @@ protocol studies -> ``docs/results/README.md``.
 
     acute run CONFIG [--out docs/results] [--work runs/reproduce]
         [--only MODEL/TASK ...] [--stages collect,evaluate,protocol,report]
-        [--data-root DIR] [--plan]
+        [--data-root DIR] [--plan] [--force]
 
 For every model and task of the TOML config (see ``examples/reproduce.toml``):
 
@@ -21,7 +21,8 @@ For every model and task of the TOML config (see ``examples/reproduce.toml``):
 
 Resumable: a stage whose outputs are complete and were made with the same settings (a hash of
 the settings that determine them, stored next to the outputs) is skipped; collection resumes
-record by record. Each stage of each model and task runs in its own Python process
+record by record. ``--force`` runs the selected stages even when they are complete (after a code
+change their settings hash does not see); a forced collection still only adds missing records. Each stage of each model and task runs in its own Python process
 (``python -m acute.pipeline _worker ...``), so its peak resident memory is measured alone (the
 process's ``VmHWM``, see :func:`own_peak_rss_mb`); wall time, CPU time (``os.wait4``) and peak
 memory go to ``<work>/timings.json``. A failed stage is recorded and the others go on; the exit status is 1
@@ -65,6 +66,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--data-root", default=None, help="folder the tasks' data paths are relative to "
                    "(default: the config's run.data_root, $ACUTE_DATA, or ../shared/data)")
     p.add_argument("--plan", action="store_true", help="print the jobs and whether each would run, then exit")
+    p.add_argument("--force", action="store_true",
+                   help="run the selected stages even when their outputs are complete (e.g. after a code "
+                        "change; a collection still resumes and only adds missing records)")
     args = p.parse_args(argv)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     bad = [s for s in stages if s not in STAGES]
@@ -116,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for j in jobs:
             if j.stage == "report":
                 _prepare_report(j, cfg, work, out, timings)
-            state = "complete, would skip" if j.is_complete() else "would run"
+            state = "complete, would skip" if j.is_complete() and not args.force else "would run"
             print(f"{j.key:60s} {state}")
         return 0
 
@@ -137,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             entry = {"status": "blocked", "wall_s": 0.0, "detail": f"needs {', '.join(blocked)}"}
             print(f"{tag}: blocked ({entry['detail']} failed)", flush=True)
             failed.add(job.key)
-        elif job.is_complete():
+        elif job.is_complete() and not args.force:
             entry = {"status": "skipped", "wall_s": 0.0, "detail": f"complete (settings {job.hash})"}
             print(f"{tag}: skipped, outputs complete (settings {job.hash})", flush=True)
         else:
