@@ -22,8 +22,9 @@ For every model and task of the TOML config (see ``examples/reproduce.toml``):
 Resumable: a stage whose outputs are complete and were made with the same settings (a hash of
 the settings that determine them, stored next to the outputs) is skipped; collection resumes
 record by record. ``--force`` runs the selected stages even when they are complete (after a code
-change their settings hash does not see); a forced collection still only adds missing records. Each stage of each model and task runs in its own Python process
-(``python -m acute.pipeline _worker ...``), so its peak resident memory is measured alone (the
+change their settings hash does not see); a forced collection still only adds missing records.
+Each stage of each model and task runs in its own Python process (``python -m acute.pipeline
+_worker ...``), so its peak resident memory is measured alone (the
 process's ``VmHWM``, see :func:`own_peak_rss_mb`); wall time, CPU time (``os.wait4``) and peak
 memory go to ``<work>/timings.json``. A failed stage is recorded and the others go on; the exit status is 1
 when any stage failed.
