@@ -85,6 +85,7 @@ task = "jsonl"
 data = "qa.jsonl"
 records = {N_ROWS}
 protocol = 4
+shard_size = 16
 description = "Tiny open-QA fixture."
 
 [models.tiny]
@@ -144,6 +145,9 @@ def test_collected_labels_and_recorded_split(driven):
     pair = driven["work"] / "tiny" / "qa"
     store = open_store(pair / "store")
     assert len(store) == N_ROWS
+    # the task's shard_size reached the collector: 40 records committed as 16 + 16 + 8
+    assert sorted(p.name for p in (pair / "store").glob("shard-*.safetensors")) == [
+        "shard-00000.safetensors", "shard-00001.safetensors", "shard-00002.safetensors"]
     got = {str(i): bool(c) for i, c in zip(store.ids, store.correct)}
     assert got == driven["expected"]  # the subprocess generated what the fixture predicted
     split = json.loads((pair / "eval" / "split.json").read_text(encoding="utf-8"))
@@ -335,6 +339,9 @@ def test_config_errors_name_the_key(tmp_path):
         rp.load_config(write('[run]\ntest_fraction = 1.5\n' + base))
     with pytest.raises(ValueError, match="missing 'data'"):
         rp.load_config(write('[tasks.a]\n[models.m]\n'))
+    for key in ("shard_size", "max_new_tokens"):
+        with pytest.raises(ValueError, match=rf"tasks\.a\.{key}: must be >= 1, got 0"):
+            rp.load_config(write(base.replace("records = 5", f"records = 5\n{key} = 0")))
     # estimators: names checked, ["all"] for every one (the default table when absent)
     assert rp.load_config(write('[run]\nestimators = ["all"]\n' + base)).estimators == ["all"]
     assert rp.load_config(write(base)).estimators is None
@@ -342,6 +349,21 @@ def test_config_errors_name_the_key(tmp_path):
         rp.load_config(write('[run]\nestimators = ["platt", "temperature"]\n' + base))
     with pytest.raises(FileNotFoundError):
         rp.load_config(tmp_path / "nope.toml")
+
+
+def test_shard_size_is_no_part_of_the_collection_identity(tmp_path):
+    """Records per shard change no record: a collection resumed with another shard size is the
+    same work (same stage hash), so the run neither redoes it nor treats the store as stale."""
+    def jobs(extra):
+        p = tmp_path / "c.toml"
+        p.write_text(f'[tasks.a]\ndata = "x.jsonl"\nrecords = 5\n{extra}[models.m]\n', encoding="utf-8")
+        cfg = rp.load_config(p, data_root=tmp_path)
+        assert cfg.tasks[0].shard_size == (8 if extra else None)
+        return {j.stage: j for j in rp.plan_jobs(cfg, tmp_path / "w", tmp_path / "o", stages=["collect"])}
+
+    plain, small = jobs(""), jobs("shard_size = 8\n")
+    assert plain["collect"].hash == small["collect"].hash
+    assert small["collect"].payload["task"]["shard_size"] == 8
 
 
 @pytest.mark.parametrize("name", ["reproduce.toml", "reproduce-smoke.toml"])

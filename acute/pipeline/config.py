@@ -39,7 +39,7 @@ _RUN_KEYS = {
 
 
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
-              "description", "group_by"}
+              "description", "group_by", "shard_size"}
 
 
 _MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
@@ -64,6 +64,9 @@ class TaskSpec:
     protocol: int = 0
     description: str = ""
     group_by: str | None = None  #: metadata field whose values the evaluation's folds keep apart
+    #: records per committed store shard (a kill loses at most one uncommitted shard); None: the
+    #: collector's default. Not part of :meth:`identity`: it changes no record
+    shard_size: int | None = None
 
     def identity(self) -> dict:
         """Everything that determines prompts, labels and the example pool (for the built-in
@@ -138,6 +141,13 @@ def _count(value: Any, where: str) -> int:
     value = _check_type(value, int, where)
     if value < 0:
         raise InputError(f"{where}: must be >= 0, got {value}")
+    return value
+
+
+def _positive(value: Any, where: str) -> int:
+    value = _check_type(value, int, where)
+    if value < 1:
+        raise InputError(f"{where}: must be >= 1, got {value}")
     return value
 
 
@@ -242,8 +252,8 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
                 or not all(isinstance(d, str) and d for d in data):
             raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
         mnt = t.get("max_new_tokens")
-        if mnt is not None and (_check_type(mnt, int, f"{where}.max_new_tokens") < 1):
-            raise InputError(f"{where}.max_new_tokens: must be >= 1, got {mnt}")
+        if mnt is not None:
+            _positive(mnt, f"{where}.max_new_tokens")
         tasks.append(TaskSpec(
             key=key, task=task_name,
             data=tuple(str((root / d).resolve()) for d in data),
@@ -255,6 +265,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
             description=_check_type(t.get("description", ""), str, f"{where}.description"),
             group_by=_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t else None,
+            shard_size=_positive(t["shard_size"], f"{where}.shard_size") if "shard_size" in t else None,
         ))
     batch_default = run.get("batch_size", 8)
     models = []
@@ -266,9 +277,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_MODEL_KEYS)}")
         if "/" in key or key.startswith("."):
             raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
-        bs = _check_type(m.get("batch_size", batch_default), int, f"{where}.batch_size")
-        if bs < 1:
-            raise InputError(f"{where}.batch_size: must be >= 1, got {bs}")
+        bs = _positive(m.get("batch_size", batch_default), f"{where}.batch_size")
         source = _check_type(m.get("model", key), str, f"{where}.model")
         src_path = Path(source).expanduser()
         if not src_path.is_absolute() and (path.parent / src_path).exists():

@@ -84,7 +84,8 @@ def _worker_collect(p: dict) -> dict:
     t0 = time.perf_counter()
     summary = collect(model, tok, task, chosen, p["store_dir"], model_name=p["model"],
                       batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
-                      dtype=p["store_dtype"], chat=p["task"].get("chat"), progress=True)
+                      dtype=p["store_dtype"], chat=p["task"].get("chat"), progress=True,
+                      **({"shard_size": p["task"]["shard_size"]} if p["task"].get("shard_size") else {}))
     for line in summary.lines():
         print(f"  {line}", flush=True)
     return {"load_s": round(load_s, 2), "work_s": round(time.perf_counter() - t0, 2),
