@@ -141,6 +141,22 @@ def test_manifest_contents(tmp_path):
     assert open_store(tmp_path / "s").manifest == m
 
 
+def test_manifest_counts_every_committed_shard_while_collecting(tmp_path):
+    """A long collection's manifest (and ``acute verify``) shows what is committed so far: after
+    two shards of 4 (q0, q3, q6 correct) and 1 buffered record, 8 records, 3 correct, still
+    collecting; the only problem verify names is the unfinished status."""
+    records, lm, lps = make_data(9)
+    w = StoreWriter(tmp_path / "s", make_manifest(), shard_size=4)
+    w.add(records, lm, lps)
+    m = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert (m["num_records"], m["num_shards"], m["status"]) == (8, 2, "collecting")
+    assert m["summary"]["num_correct"] == 3 and m["summary"]["accuracy"] == pytest.approx(3 / 8)
+    assert verify_store(tmp_path / "s")["problems"] == ["status is 'collecting': the collection did not finish"]
+    w.close()
+    m = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert (m["num_records"], m["num_shards"], m["status"]) == (9, 3, "complete")
+
+
 def test_num_layers_inferred_when_manifest_lacks_it(tmp_path):
     man = make_manifest()
     del man["num_layers"], man["hidden_size"], man["model_fingerprint"]

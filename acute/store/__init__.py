@@ -54,7 +54,8 @@ Manifest: whatever the caller passes (conventionally ``model``, ``model_fingerpr
 ``dtype`` (the *storage* dtype of the hidden states, set by the writer), ``poolings`` (see
 above; absent in older stores and while a new one has no records), ``acute_version``,
 ``created``, ``updated``, ``shard_size``, ``status`` (``"collecting"``, ``"complete"`` or
-``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (updated at close, or by
+``"interrupted"``), ``num_records``, ``num_shards`` and ``summary`` (a single writer updates
+them after every committed shard and at close; part writers leave them to
 :func:`finalize_store`). Readers never trust ``num_records``; the committed shards are the truth.
 Resuming requires a ``format_version`` this acute reads, the manifests to agree on
 :data:`COMPAT_KEYS` and, when the stored manifest records them, on ``generation`` and

@@ -391,6 +391,8 @@ class StoreWriter:
             self._pending.discard(rec["id"])
         self._tally.add_shard(rec for rec, _, _, _ in batch)
         self._next_index += 1
+        if self.part is None:  # the counts and accuracy so far, for whoever watches a long collection
+            self._write_manifest()
 
     def close(self) -> None:
         """Commit buffered records (one last, possibly smaller shard), finalise the manifest (a
