@@ -663,6 +663,13 @@ def test_apigen_labelling_and_normalisation():
     for junk in ["I cannot help with that.", json.dumps(CALLS)[:-3], '[{"arguments": {}}]', '"text"']:
         d = task.label_details(ex, junk)
         assert d["parse_error"] is True and d["correct"] is False and task.extract(ex, junk) is None
+    # the platt+meta control's field is on every record, parsed or not: the gold's number of calls
+    from acute.estimators.controls import metadata_matrix
+
+    records = [{"id": "7", "meta": task.label_details(ex, text)}
+               for text in (json.dumps(CALLS[:1]), "I cannot help with that.")]
+    assert task.metadata_fields == ("n_gold_calls",)
+    assert metadata_matrix(records, task.metadata_fields).tolist() == [["2"], ["2"]]
 
 
 def test_normalize_value_and_parse_calls():

@@ -219,6 +219,9 @@ class APIGenTask(Task):
     default_split = "test"
     max_new_tokens = 256
     stop_strings = ()
+    #: how many calls the request needs (3, 4, 5+ in the shared sample): what a curator knows of
+    #: the question without the model, like a difficulty; the record's ``n_calls`` is the answer's
+    metadata_fields = ("n_gold_calls",)
 
     def _read(self, path: Path, split: str) -> list[Example]:
         if path.is_dir():
