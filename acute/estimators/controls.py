@@ -10,8 +10,8 @@ it may use (:data:`CONTROL_USES`):
   estimator's auc-euro is measured from (the skill column).
 * ``platt+meta``: logistic regression on logit(raw confidence) plus one-hot columns of the
   record's metadata (built-in questions: category and difficulty; MMLU: subject; TruthfulQA:
-  category; APIGen: the gold's number of calls), L2-regularised with the strength chosen by an inner 5-fold cross-validation
-  (``GridSearchCV`` over ``C``, log-loss). A metadata value unseen in training gets no column (its
+  category; APIGen: the gold's number of calls), L2-regularised with the strength chosen by an
+  inner 5-fold cross-validation (``GridSearchCV`` over ``C``, log-loss). A metadata value unseen in training gets no column (its
   one-hots are all zero), so under folds grouped by that field the control falls back to the
   confidence term. Uses the confidence and the metadata.
 * ``tfidf+platt``: the prompt text's TF-IDF (word 1-2 grams, scikit-learn) plus logit(raw
