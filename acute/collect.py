@@ -30,8 +30,8 @@ from .errors import InputError, ModelMismatchError
 from .validation import check_count
 
 __all__ = ["CollectSummary", "ResponseRow", "build_manifest", "collect", "collect_responses",
-           "collection_settings", "example_record", "read_responses", "rerecord_store",
-           "store_identity"]
+           "collection_settings", "example_record", "length_windows", "read_responses",
+           "rerecord_store", "store_identity"]
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +176,27 @@ def _record(record_id, task_name: str | None, prompt: str, generation, *, answer
 # --------------------------------------------------------------------------------------------
 
 
+def _chunk_size(batch_size: int) -> int:
+    """Records the recorder gets at once: enough to group shared prefixes and sort by length."""
+    return max(batch_size * 32, 64)
+
+
+def length_windows(lengths: Sequence[int], window: int) -> list[int]:
+    """An order of the indices of ``lengths``: consecutive windows of ``window`` indices, each
+    sorted longest first (ties keep input order).
+
+    A collection generates in this order, so that every batch of its recorder holds prompts of
+    similar length (little padding) even when shards are smaller than the recorder's chunk.
+    Windows keep the input order between them, so the records of any whole windows committed
+    are the same set as those of an unsorted run that got as far.
+    """
+    window = check_count(window, "window")
+    order: list[int] = []
+    for start in range(0, len(lengths), window):
+        order += sorted(range(start, min(start + window, len(lengths))), key=lambda i: -lengths[i])
+    return order
+
+
 def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: CollectSummary) -> None:
     """Commit the records of ``todo`` chunk by chunk: ``run_chunk(part)`` returns
     ``(records, generations)`` for a chunk (lists; skipped items left out).
@@ -189,7 +210,7 @@ def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: Collec
     committed as soon as its records exist and a kill loses at most the records of one
     uncommitted shard.
     """
-    chunk = max(batch_size * 32, 64)
+    chunk = _chunk_size(batch_size)
     i = 0
     while i < len(todo):
         n = min(chunk, writer.shard_size - writer.num_buffered)
@@ -296,6 +317,10 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         todo = [ex for ex in examples if ex.id not in done]
         summary.resumed = len(examples) - len(todo)
         mine = todo[rank::world]
+        if len(mine) > shard_size:  # shards cut the recorder's chunks: sort across them
+            lengths = [len(tokenizer(task.prompt(tokenizer, ex, chat=chat), add_special_tokens=False)["input_ids"])
+                       for ex in mine]
+            mine = [mine[i] for i in length_windows(lengths, _chunk_size(batch_size))]
         bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
                            + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
 

@@ -159,6 +159,40 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
     assert len(open_store(tmp_path / "store")) == 24
 
 
+def test_length_windows_sorts_each_window_longest_first():
+    from acute.collect import length_windows
+
+    lengths = [3, 9, 1, 9, 5, 2, 8]
+    # windows [0..2] [3..5] [6]: by length, longest first, ties in input order
+    assert length_windows(lengths, 3) == [1, 0, 2, 3, 4, 5, 6]
+    assert length_windows(lengths, 100) == [1, 3, 6, 4, 0, 5, 2]
+    assert length_windows([], 4) == []
+    with pytest.raises(ValueError, match="window"):
+        length_windows(lengths, 0)
+
+
+def test_small_shards_are_filled_in_length_order_across_shards(loaded, tmp_path, monkeypatch):
+    """Shards of 2 with a 64-record chunk: the records are generated longest prompt first across
+    shards (little padding in each batch), and the store holds the same records, answers and
+    labels as one collected in a single shard."""
+    model, tok = loaded
+    path = tmp_path / "q.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i, n in enumerate([1, 6, 2, 9, 3, 7]):
+            f.write(json.dumps({"id": f"q{i}", "question": "Count: " + "one " * n, "answers": ["x"]}) + "\n")
+    task = qa_task(path)
+    monkeypatch.setattr(task, "is_correct", hash_rule)
+    kw = dict(model_name="tiny", batch_size=2, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    collect(model, tok, task, task.load(), tmp_path / "small", shard_size=2, **kw)
+    collect(model, tok, task, task.load(), tmp_path / "one", shard_size=256, **kw)
+    small, one = open_store(tmp_path / "small"), open_store(tmp_path / "one")
+    assert [str(i) for i in small.ids] == ["q3", "q5", "q1", "q4", "q2", "q0"]
+    by_id = {str(i): k for k, i in enumerate(one.ids)}
+    order = [by_id[str(i)] for i in small.ids]
+    assert [r["generation"] for r in small.records] == [one.records[k]["generation"] for k in order]
+    np.testing.assert_array_equal(small.correct, one.correct[order])
+
+
 def test_resume_refuses_other_generation_settings(loaded, tmp_path):
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 3))
