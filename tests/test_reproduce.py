@@ -441,14 +441,16 @@ def test_timings_table_totals():
 
 
 # ----------------------------------------------------------------------------- evidence settings
-def test_cross_validated_run_with_learning_curves_transfer_and_summary(tmp_path_factory, monkeypatch):
-    """cv / estimators / learning_curve / transfer in [run]: every record scored out of fold, a
-    learning curve per pair, a transfer table per model and summary.csv agreeing with results.json."""
-    import csv
+@pytest.fixture(scope="module")
+def cross_validated(tmp_path_factory):
+    """The driver with the evidence settings (cv, estimators, learning curves, transfer) on two
+    tasks of the tiny model: ``{"cfg", "out", "work", "rc"}``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        yield _drive_cross_validated(tmp_path_factory)
 
-    from acute.report import SUMMARY_COLUMNS
 
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def _drive_cross_validated(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("evidence")
     model_dir = _tiny_model_dir(root / "tiny-model")
     _write_fixture_data(root / "data", model_dir)
@@ -479,7 +481,19 @@ records = {N_ROWS}
 model = "{model_dir.as_posix()}"
 """, encoding="utf-8")
     out, work = root / "results", root / "work"
-    assert rp.main([str(cfg), "--out", str(out), "--work", str(work)]) == 0
+    rc = rp.main([str(cfg), "--out", str(out), "--work", str(work)])
+    return {"cfg": cfg, "out": out, "work": work, "rc": rc}
+
+
+def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_validated):
+    """cv / estimators / learning_curve / transfer in [run]: every record scored out of fold, a
+    learning curve per pair, a transfer table per model and summary.csv agreeing with results.json."""
+    import csv
+
+    from acute.report import SUMMARY_COLUMNS
+
+    out, work = cross_validated["out"], cross_validated["work"]
+    assert cross_validated["rc"] == 0
     timings = json.loads((work / "timings.json").read_text(encoding="utf-8"))
     assert [j["key"] for j in timings["invocations"][-1]["jobs"]] == [
         "collect/tiny/qa", "collect/tiny/qa2", "evaluate/tiny/qa", "evaluate/tiny/qa2",
@@ -498,10 +512,12 @@ model = "{model_dir.as_posix()}"
     with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == list(SUMMARY_COLUMNS)
-    # each pair's own tables are kept beside the report (not its predictions)
+    # each pair's own tables and learning-curve table are kept beside the report (not its predictions)
     copied = out / "evaluations" / "tiny" / "qa"
-    assert sorted(p.name for p in copied.iterdir()) == ["results.csv", "results.json", "results.md"]
+    assert sorted(p.name for p in copied.iterdir()) == ["learning-curve.json", "results.csv", "results.json",
+                                                        "results.md"]
     assert json.loads((copied / "results.json").read_text()) == results
+    assert json.loads((copied / "learning-curve.json").read_text()) == lc
     assert [(r["model"], r["task"]) for r in rows] == [("tiny", "qa"), ("tiny", "qa2")]
     by = {r["estimator"]: r for r in results["results"]}
     ref = results["reference"]
@@ -629,3 +645,173 @@ def test_pairs_of_an_earlier_report_are_kept_in_their_own_table(driven, tmp_path
             kept = list(csv.DictReader(fh))
         assert [(r["model"], r["task"], r["evaluation"], r["diff"]) for r in kept] == [("gone", "qa", "kept", "0.02")]
         assert "### Earlier evaluations (kept)" in text and "| gone (kept) | qa |" in text
+
+
+# ----------------------------------------------------------------------------- committed tables
+def _csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _section(text: str, heading: str) -> str:
+    """``heading``'s line and what follows up to the next heading of its level or above."""
+    level = heading.split(" ")[0]
+    start = text.index(heading + "\n")
+    ends = [i for i in (text.find("\n" + "#" * n + " ", start + 1) for n in range(1, len(level) + 1)) if i >= 0]
+    return text[start:min(ends, default=len(text))]
+
+
+def _report_only(fixture: dict, out: Path, work: Path) -> str:
+    # --force: the report's settings hash covers the work folder, not the committed tables edited here
+    argv = [str(fixture["cfg"]), "--out", str(out), "--work", str(work), "--stages", "report", "--force"]
+    assert rp.main(argv) == 0
+    return (out / "README.md").read_text(encoding="utf-8")
+
+
+def _replaced_machine(cross_validated: dict, tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of the report and work folder where the pair tiny/qa2 was evaluated on another
+    machine: its store and evaluation folder are gone, its tables are committed in the report."""
+    import shutil
+
+    out, work = tmp_path / "results", tmp_path / "work"
+    shutil.copytree(cross_validated["out"], out)
+    shutil.copytree(cross_validated["work"], work)
+    shutil.rmtree(work / "tiny" / "qa2")
+    timings = json.loads((work / "timings.json").read_text(encoding="utf-8"))  # nor are its stage times
+    timings["stages"] = {k: v for k, v in timings["stages"].items() if not k.endswith("/tiny/qa2")}
+    (work / "timings.json").write_text(json.dumps(timings), encoding="utf-8")
+    return out, work
+
+
+def test_a_pair_evaluated_elsewhere_is_read_back_from_its_committed_tables(cross_validated, tmp_path):
+    """A planned pair without an evaluation folder here stays in the report from the tables an
+    earlier report committed (same settings): the same summary row with evaluation "committed
+    tables" (in summary.csv, so in its Holm correction), the same per-task section, its figures
+    kept on disk and shown, its learning-curve row and plot; once its learning-curve.json is
+    gone (tables committed before the report kept it) the earlier README's row is kept verbatim."""
+    before = (cross_validated["out"] / "README.md").read_text(encoding="utf-8")
+    rows_before = _csv_rows(cross_validated["out"] / "summary.csv")
+    out, work = _replaced_machine(cross_validated, tmp_path)
+    kept = {name: (out / "figures" / name).read_bytes()
+            for name in ("qa2-euro-curves.png", "qa2-reliability.png", "learning-curve-tiny-qa2.png")}
+    (out / "figures" / "gone-euro-curves.png").write_bytes(b"a task no longer in the report")
+    lc_row = next(line for line in _section(before, "## Learning curves").splitlines()
+                  if line.startswith("| tiny | qa2 |"))
+    for lc_table in (True, False):  # the learning-curve row from learning-curve.json, then from the earlier README
+        if not lc_table:
+            (out / "evaluations" / "tiny" / "qa2" / "learning-curve.json").unlink()
+        text = _report_only(cross_validated, out, work)
+        rows = _csv_rows(out / "summary.csv")
+        assert [(r["model"], r["task"], r["evaluation"]) for r in rows] == [
+            ("tiny", "qa", "this run"), ("tiny", "qa2", "committed tables")]
+        assert [dict(r, evaluation=None) for r in rows] == [dict(r, evaluation=None) for r in rows_before]
+        assert not (out / "summary-kept.csv").exists() and "(kept)" not in text
+        assert "Read back from the tables an earlier report committed" in text and "tiny/qa2." in text
+        assert _section(text, "### qa2") == _section(before, "### qa2")  # tables, sizes, figures as before
+        for name, data in kept.items():
+            assert (out / "figures" / name).read_bytes() == data and f"(figures/{name})" in text
+        assert (out / "figures" / "qa-euro-curves.png").is_file()  # drawn again from qa's predictions
+        assert not (out / "figures" / "gone-euro-curves.png").exists()
+        assert lc_row in _section(text, "## Learning curves").splitlines()
+        assert "| tiny | qa2 | 40 | 40 |" in text and "| committed tables |" in text  # plan and status
+        # the wall times of qa2's stages are the earlier run's, carried over with its tables
+        stages = json.loads((out / "timings.json").read_text(encoding="utf-8"))["stages"]
+        assert {"collect/tiny/qa2", "evaluate/tiny/qa2"} <= set(stages)
+
+
+def test_committed_tables_of_other_settings_or_unfinished_stay_kept_rows(cross_validated, tmp_path):
+    """Committed tables of another cross-validation, or of an evaluation that did not finish, are
+    not read back: the pair stays a kept row of the earlier summary, as before."""
+    out, work = _replaced_machine(cross_validated, tmp_path)
+    path = out / "evaluations" / "tiny" / "qa2" / "results.json"
+    original = json.loads(path.read_text(encoding="utf-8"))
+    diff = next(r["diff"] for r in _csv_rows(out / "summary.csv") if r["task"] == "qa2")
+    for change in ({"split": {**original["split"], "n_repeats": 2}}, {"complete": False}):
+        path.write_text(json.dumps({**original, **change}), encoding="utf-8")
+        text = _report_only(cross_validated, out, work)
+        assert [(r["model"], r["task"]) for r in _csv_rows(out / "summary.csv")] == [("tiny", "qa")]
+        assert [(r["model"], r["task"], r["evaluation"], r["diff"]) for r in _csv_rows(out / "summary-kept.csv")] == [
+            ("tiny", "qa2", "kept", diff)]
+        assert "| tiny (kept) | qa2 |" in text and "### qa2" not in text
+
+
+def test_committed_tables_are_read_only_when_complete_and_of_the_same_settings(tmp_path, caplog):
+    from acute.report import committed_eval_run, settings_differences
+
+    folder = tmp_path / "evaluations" / "m" / "t"
+    folder.mkdir(parents=True)
+    results = {"complete": True, "split": {"mode": "cv", "seed": 0, "n_splits": 5, "n_repeats": 5, "n_records": 600,
+                                           "accuracy": 0.25, "group_by": None},
+               "params": {"estimators": ["raw", "platt", "constant"], "controls": ["constant"], "n_bootstrap": 1000,
+                          "probe_params": {"oof": "oob"}, "n_jobs": 1}, "results": []}
+    expected = {"split": {"mode": "cv", "seed": 0, "n_splits": 5, "n_repeats": 5, "group_by": None},
+                "params": {"estimators": ["raw", "platt"], "n_bootstrap": 1000, "probe_params": {"oof": "oob"}}}
+    (folder / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    run = committed_eval_run(folder, "m", "t", expected)  # the controls a store can feed are no setting
+    assert run is not None and run.tables_only
+    assert (run.n, run.accuracy, run.ids, run.predictions) == (600, 0.25, [], {})
+    assert settings_differences(results, {"split": {"n_repeats": 2}, "params": {"probe_params": {}}}) == [
+        "split.n_repeats = 5 (expected 2)", 'params.probe_params = {"oof": "oob"} (expected {})']
+    with caplog.at_level("WARNING", logger="acute.report.runs"):
+        assert committed_eval_run(folder, "m", "t", {"params": {"estimators": ["raw"]}}) is None
+        (folder / "results.json").write_text(json.dumps({**results, "complete": False}), encoding="utf-8")
+        assert committed_eval_run(folder, "m", "t", expected) is None
+    other, unfinished = (r.getMessage() for r in caplog.records)
+    assert str(folder / "results.json") in other and "params.estimators" in other
+    assert str(folder / "results.json") in unfinished and "not a complete evaluation" in unfinished
+
+
+def test_committed_tables_are_rows_of_the_holm_correction():
+    from acute.report import EvalRun, summary_rows
+
+    def run(model: str, p: float, tables_only: bool) -> EvalRun:
+        default = {"estimator": "acute-pca10-stacked", "accuracy": 0.5, "auc_euro_all": 0.80, "smece": 0.02,
+                   "diff_auc_euro_all": 0.01, "diff_auc_euro_all_t_p": p, "diff_auc_euro_all_boot_p": p}
+        results = {"reference": "platt", "split": {"mode": "cv", "n_splits": 5, "n_repeats": 5, "n_records": 2},
+                   "results": [default, {"estimator": "platt", "accuracy": 0.5, "auc_euro_all": 0.79, "smece": 0.02}]}
+        n = 0 if tables_only else 2
+        return EvalRun(model=model, task="t", path=Path(model), ids=["a", "b"][:n], correct=np.zeros(n, dtype=bool),
+                       predictions={} if tables_only else {"platt": np.full(2, 0.5)}, results=results)
+
+    rows = summary_rows([run("here", 0.03, False), run("elsewhere", 0.04, True)], "acute-pca10-stacked")
+    assert [(r["evaluation"], r["holm_significant"]) for r in rows] == [
+        ("this run", False), ("committed tables", False)]
+    # alone the first would survive (0.03 < 0.05): the committed row is one of Holm's family of two
+    assert summary_rows([run("here", 0.03, False)], "acute-pca10-stacked")[0]["holm_significant"] is True
+
+
+def test_learning_curve_rows_of_committed_pairs_without_their_table_come_from_the_earlier_readme(tmp_path):
+    from acute.report import EvalRun
+    from acute.report.figures import learning_curve_section
+
+    header = "| model | task | training records | best baseline | its auc-euro | acute-pca10-stacked auc-euro |"
+    previous = "\n".join([
+        "# Reproduction results", "", "## Learning curves", "", "auc-euro (all) ...:", "", header,
+        "|---|---:|---:|---:|---:|---:|", "| m | t | 200 / 800 | platt | 0.875 / 0.875 | 0.874 / 0.877 |",
+        "| m | u | 200 / 800 | raw | 0.700 / 0.700 | 0.700 / 0.700 |", "",
+        "![learning curve, m, t](figures/learning-curve-m-t.png)", "", "## Ablation: ACUTE views", "", "| a | b |"])
+    fig_dir = tmp_path / "figures"
+    fig_dir.mkdir()
+    (fig_dir / "learning-curve-m-t.png").write_bytes(b"png")
+
+    def tables_only(task: str) -> EvalRun:
+        folder = tmp_path / "evaluations" / "m" / task
+        folder.mkdir(parents=True, exist_ok=True)
+        return EvalRun(model="m", task=task, path=folder, ids=[], correct=np.zeros(0, dtype=bool), predictions={})
+
+    lines = learning_curve_section([tables_only("t")], fig_dir, previous)
+    assert [line for line in lines if line.startswith("| ")] == [
+        header, "| m | t | 200 / 800 | platt | 0.875 / 0.875 | 0.874 / 0.877 |"]
+    assert "![learning curve, m, t](figures/learning-curve-m-t.png)" in lines
+    # a committed learning-curve.json of other probes sets another header: the earlier rows do not fit it
+    other = tables_only("v")
+    (other.path / "learning-curve.json").write_text(json.dumps({
+        "sizes": [50, 100], "best_baseline": "platt", "shown": ["platt", "auto"],
+        "rows": [{"estimator": e, "size": n, "auc_euro_all_mean": 0.8} for e in ("platt", "auto") for n in (50, 100)]}))
+    lines = learning_curve_section([tables_only("t"), other], fig_dir, previous)
+    assert [line for line in lines if line.startswith("| ")] == [
+        "| model | task | training records | best baseline | its auc-euro | auto auc-euro |",
+        "| m | v | 50 / 100 | platt | 0.800 / 0.800 | 0.800 / 0.800 |"]
+    assert learning_curve_section([tables_only("t")], fig_dir, None) == []

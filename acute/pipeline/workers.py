@@ -227,23 +227,58 @@ def _plan_row(pair: Path, model: str, task: str, requested: int) -> dict:
     return row
 
 
+def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
+    """What an evaluation of ``cfg`` records in ``results.json`` about the settings the config
+    determines (``split``: mode, folds, repeats, seed, test fraction, groups; ``params``: the
+    evaluated estimators, bootstrap draws, probe params): :func:`_worker_evaluate`'s call of
+    :func:`acute.evaluation.evaluate.evaluate_store`, for
+    :func:`acute.report.runs.settings_differences`."""
+    from acute.estimators.registry import ESTIMATORS, TABLE_ESTIMATORS
+
+    # evaluate_store's reading of the estimator list: None = TABLE_ESTIMATORS, ["all"] = every one
+    names = (list(TABLE_ESTIMATORS) if cfg.estimators is None
+             else list(ESTIMATORS) if cfg.estimators == ["all"] else list(cfg.estimators))
+    split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
+    if cfg.cv:
+        split.update(n_splits=cfg.cv, n_repeats=cfg.repeats or 1, group_by=t.group_by)
+    else:
+        split["test_fraction"] = cfg.test_fraction
+    return {"split": split, "params": {"estimators": names, "n_bootstrap": cfg.n_bootstrap,
+                                       "probe_params": dict(cfg.probe_params or {}), "group_by": t.group_by}}
+
+
 def _worker_report(p: dict) -> dict:
-    from acute.report.render import ReportInputs, write_report
+    from acute.report.render import EVALUATIONS_DIR, ReportInputs, write_report
+    from acute.report.runs import committed_eval_run
 
     cfg = load_config(p["config"], data_root=p["data_root"])
     work, out = Path(p["work"]), Path(p["out"])
     timings = load_timings(work / "timings.json")
-    evals, protos, records, plan = [], [], {}, []
+    evals, protos, records, plan, committed = [], [], {}, [], []
     for m in cfg.models:
         for t in cfg.tasks:
             pair = pair_dir(work, m.key, t.key)
             records[(m.key, t.key)] = cfg.records(m, t)
             if cfg.records(m, t) > 0:
                 plan.append(_plan_row(pair, m.key, t.key, cfg.records(m, t)))
+            tables = out / EVALUATIONS_DIR / m.key / t.key
             if (pair / "evaluate.done.json").is_file() and (pair / "eval" / "results.json").is_file():
                 evals.append((m.key, t.key, pair / "eval"))
+            elif cfg.records(m, t) > 0 and (tables / "results.json").is_file():
+                # not evaluated here (another machine): the tables an earlier report committed, same settings
+                run = committed_eval_run(tables, m.key, t.key, _evaluation_settings(cfg, t))
+                if run is not None:
+                    committed.append((m.key, t.key, tables))
+                    if plan[-1]["stage"] == "not collected":
+                        plan[-1].update(collected=run.n, accuracy=run.accuracy, stage="committed tables")
             if (pair / "protocol.done.json").is_file() and (pair / "protocol" / "protocol.json").is_file():
                 protos.append((m.key, t.key, pair / "protocol"))
+    # the stage times of the pairs read back are those of the run that produced their tables
+    earlier = load_timings(out / "timings.json")["stages"]
+    back = {f"{m}/{t}" for m, t, _ in committed}
+    for key, entry in earlier.items():
+        if key not in timings["stages"] and key.split("/", 1)[-1] in back:
+            timings["stages"][key] = entry
     transfers = [(m.key, work / m.key / "transfer" / "transfer.json") for m in cfg.models
                  if (work / m.key / "transfer" / "transfer.done.json").is_file()
                  and (work / m.key / "transfer" / "transfer.json").is_file()]
@@ -259,12 +294,13 @@ def _worker_report(p: dict) -> dict:
         tasks=[t.key for t in cfg.tasks], task_info={t.key: _task_info(t, cfg) for t in cfg.tasks},
         records=records, stages=timings.get("stages", {}), failures=failures,
         command=p["command"], report_command=p["report_command"], figures_model=cfg.figures_model, settings=settings, transfer_runs=transfers,
-        plan=plan)
+        plan=plan, committed_runs=committed)
     t0 = time.perf_counter()
     path = write_report(inputs)
     write_json_atomic(out / "timings.json", timings)
     print(f"report written to {path}", flush=True)
-    return {"work_s": round(time.perf_counter() - t0, 2), "evaluations": len(evals), "protocol_runs": len(protos)}
+    return {"work_s": round(time.perf_counter() - t0, 2), "evaluations": len(evals), "protocol_runs": len(protos),
+            "committed_tables": len(committed)}
 
 
 _WORKERS = {"collect": _worker_collect, "evaluate": _worker_evaluate, "transfer": _worker_transfer,

@@ -12,6 +12,12 @@ everywhere (the evaluation's means over cross-validation repeats and its interva
   intervals (:func:`acute.report.runs.average_summaries`; the models' records are independent).
   The predictions are read only to draw the figures.
 
+A planned pair whose evaluation folder is not on this machine can stand in with the tables an
+earlier report committed (``evaluations/<model>/<task>/results.json``, same settings:
+:func:`acute.report.runs.committed_eval_run`): a tables-only run, in every table and the summary's
+Holm correction, with ``evaluation = "committed tables"``; its figures are the ones already in
+``figures/`` and its learning-curve row comes from the committed ``learning-curve.json``.
+
 Public functions are small and pure except :func:`load_eval_run` (reads files) and
 :func:`write_report` (writes files).
 """
@@ -20,16 +26,14 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..fileio import json_ready, write_text_atomic
-from .figures import learning_curve_section, task_figures, transfer_section
+from .figures import (LEARNING_CURVE_TABLE, clear_figures, kept_task_figures, learning_curve_figure,
+                      learning_curve_section, task_figure_names, task_figures, transfer_section)
 from ..evaluation.markdown import results_markdown, selective_markdown
 from .runs import EvalRun, average_summaries, load_eval_run, run_summary
 from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_rows
@@ -37,8 +41,8 @@ from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_r
 #: the rows of earlier reports this report has no evaluation for (beside summary.csv)
 KEPT_SUMMARY = "summary-kept.csv"
 from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
-                     comparison_markdown, compact_gap_table, estimator_markdown, markdown_table, md_sections,
-                     preserved_block, timings_markdown)
+                     comparison_markdown, compact_gap_table, estimator_markdown, image_captions, markdown_table,
+                     md_sections, preserved_block, timings_markdown)
 
 __all__ = ["ReportInputs", "render_report", "write_report"]
 
@@ -56,7 +60,10 @@ class ReportInputs:
     ``"<stage>/<model>/<task>"``; ``failures``: ``(key, message)``; ``command``: the command
     that regenerates the report; ``figures_model``: whose plots are copied (``None``: the first
     model with an evaluation of that task); ``transfer_runs``: ``(model, transfer.json)`` of the
-    transfer stage (:mod:`acute.evaluation.transfer`).
+    transfer stage (:mod:`acute.evaluation.transfer`); ``committed_runs``: ``(model, task,
+    evaluations/<model>/<task>)`` of planned pairs without an evaluation here whose committed
+    tables have this config's settings (checked by the caller,
+    :func:`acute.report.runs.committed_eval_run`), read as tables-only runs.
     """
 
     out_dir: Path
@@ -74,14 +81,22 @@ class ReportInputs:
     settings: dict[str, Any] = field(default_factory=dict)
     transfer_runs: list[tuple[str, Path]] = field(default_factory=list)  #: (model, transfer.json)
     plan: list[dict] = field(default_factory=list)  #: per planned pair: records, accuracy, stage
+    committed_runs: list[tuple[str, str, Path]] = field(default_factory=list)  #: (model, task, committed tables)
 
 
 # Long but linear: one block per README section, in the order they appear.
-def render_report(inputs: ReportInputs) -> tuple[str, dict]:
+def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[str, dict]:
     """Compute every table and return ``(markdown, data)``; draws each task's figures into
     ``inputs.out_dir/figures`` (from the test predictions of ``inputs.figures_model``, else the
-    first model with that task) and writes the combined protocol report
+    first model with predictions of that task) and writes the combined protocol report
     (:func:`acute.protocol.write_protocol_report`) into ``inputs.out_dir``.
+
+    A task whose runs are all tables-only (``inputs.committed_runs``) keeps the figures an
+    earlier report drew (captions from ``previous``, the earlier README), and so does a
+    tables-only pair's learning-curve plot; every other file in ``figures/`` is removed (drawn
+    again, or of a task no longer in the report). ``previous`` also gives the learning-curve rows
+    of tables-only pairs committed without ``learning-curve.json``
+    (:func:`acute.report.figures.learning_curve_section`).
 
     ``data`` holds the numbers of every table (JSON-ready), for ``report.json``.
     """
@@ -124,9 +139,14 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
 
     runs_by_task: dict[str, list[EvalRun]] = {}
     all_runs: list[EvalRun] = []
+    here = {(model, task) for model, task, _ in inputs.eval_runs}
     for model, task, path in inputs.eval_runs:
         all_runs.append(load_eval_run(path, model, task))
         runs_by_task.setdefault(task, []).append(all_runs[-1])
+    for model, task, path in inputs.committed_runs:
+        if (model, task) not in here:  # an evaluation of this machine wins
+            all_runs.append(load_eval_run(path, model, task, predictions=False))
+            runs_by_task.setdefault(task, []).append(all_runs[-1])
     all_runs.sort(key=lambda r: (inputs.models.index(r.model) if r.model in inputs.models else 1 << 30,
                                  inputs.tasks.index(r.task) if r.task in inputs.tasks else 1 << 30))
     summary = summary_rows(all_runs, DEFAULT_ESTIMATOR)
@@ -152,6 +172,11 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
                   "n/a: the evaluation did not compute it (a store without metadata or last-prompt states). "
                   "Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]
+        committed = [f"{r['model']}/{r['task']}" for r in summary if r["evaluation"] == "committed tables"]
+        if committed:
+            lines += ["Read back from the tables an earlier report committed (`evaluations/<model>/<task>/`, "
+                      "the same evaluation settings; their evaluation folders are not on this machine): "
+                      + ", ".join(committed) + ".", ""]
     if kept:
         lines += ["### Earlier evaluations (kept)", "",
                   "Pairs of earlier reports whose evaluations are not on this machine, carried over as they "
@@ -161,8 +186,11 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
 
     avg_by_task: dict[str, dict] = {}
     fig_dir = out_dir / "figures"
-    if fig_dir.is_dir():
-        shutil.rmtree(fig_dir)
+    # figures nothing here can draw again stay: a task known only from committed tables, a tables-only pair's curve
+    clear_figures(fig_dir, {learning_curve_figure(r.model, r.task) for r in all_runs if r.tables_only}
+                  | {name for t in inputs.tasks if runs_by_task.get(t) and all(r.tables_only for r in runs_by_task[t])
+                     for name in task_figure_names(t)})
+    captions = image_captions(previous)
     lines += ["## Calibration and selective trust per task", ""]
     for task in inputs.tasks:
         runs = runs_by_task.get(task)
@@ -182,7 +210,7 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
             sp = r.results.get("split", {})
             train = sp.get("n_train", f"{sp.get('n_splits')}-fold x {sp.get('n_repeats')}" if sp.get("mode") == "cv" else "")
             size_rows.append([r.model, inputs.records.get((r.model, task), ""), train,
-                              r.n, f"{float(np.mean(r.correct)):.3f}"])
+                              r.n, f"{r.accuracy:.3f}"])
         lines += markdown_table(["Model", "records requested", "train", "scored", "accuracy"], size_rows) + [""]
         lines += [f"Averaged over {len(runs)} model(s): " + ", ".join(r.model for r in runs), ""]
         lines += [estimator_markdown(avg, estimators)]
@@ -194,14 +222,15 @@ def render_report(inputs: ReportInputs) -> tuple[str, dict]:
             if selective:
                 lines += ["", selective]
             lines += ["</details>", ""]
-        fig_run = next((r for r in runs if r.model == inputs.figures_model), runs[0])
-        figs = task_figures(fig_run, task, fig_dir)
+        drawable = [r for r in runs if not r.tables_only]
+        fig_run = next((r for r in drawable if r.model == inputs.figures_model), drawable[0] if drawable else None)
+        figs = task_figures(fig_run, task, fig_dir) if fig_run else kept_task_figures(task, fig_dir, captions)
         if figs:
             lines += [" ".join(f"![{cap}]({rel})" for cap, rel in figs), ""]
         data["tasks"][task] = {"average": avg, "per_model": per_model_summary,
                                "models": [r.model for r in runs]}
 
-    lc_lines = learning_curve_section(all_runs, fig_dir)
+    lc_lines = learning_curve_section(all_runs, fig_dir, previous)
     if lc_lines:
         lines += ["## Learning curves", "",
                   "How many labelled answers a probe needs: each training fold of a stratified 5-fold "
@@ -265,26 +294,34 @@ _TABLE_FILES = ("results.json", "results.csv", "results.md")
 
 
 def copy_evaluation_tables(eval_runs, dest: Path) -> None:
-    """Copy each evaluation's tables (not its predictions) to ``dest/<model>/<task>/``, so the
-    numbers of every pair are committed beside the report; folders of pairs this report did
-    not evaluate are kept (their rows are the summary's kept ones)."""
+    """Copy each evaluation's tables (not its predictions) to ``dest/<model>/<task>/``, and its
+    learning curve's table (``learning-curve/learning_curve.json``: means per training size) as
+    ``learning-curve.json`` (a stale one goes when the evaluation has none), so the numbers of
+    every pair are committed beside the report and a later report can read them back as a
+    tables-only run; folders of pairs this report did not evaluate are kept."""
     for model, task, path in eval_runs:
         target = dest / model / task
         target.mkdir(parents=True, exist_ok=True)
         for name in _TABLE_FILES:
             if (Path(path) / name).is_file():
                 write_text_atomic(target / name, (Path(path) / name).read_text(encoding="utf-8"))
+        curve = Path(path) / "learning-curve" / "learning_curve.json"
+        if curve.is_file():
+            write_text_atomic(target / LEARNING_CURVE_TABLE, curve.read_text(encoding="utf-8"))
+        else:
+            (target / LEARNING_CURVE_TABLE).unlink(missing_ok=True)
 
 
 def write_report(inputs: ReportInputs) -> Path:
     """Render the report and write ``README.md`` (and ``report.json``, ``summary.csv`` and each
     evaluation's tables under ``evaluations/``) into ``inputs.out_dir``; returns the README path.
-    The interpretation block of an existing README is kept."""
+    The interpretation block of an existing README is kept, and so are its learning-curve rows
+    and figure captions of tables-only pairs (:func:`render_report`)."""
     out_dir = Path(inputs.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     readme = out_dir / "README.md"
     old = readme.read_text(encoding="utf-8") if readme.is_file() else None
-    md, data = render_report(inputs)
+    md, data = render_report(inputs, old)
     md = md.replace("__INTERPRETATION__", preserved_block(old))
     data["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_text_atomic(out_dir / "report.json", json.dumps(data, indent=1))

@@ -1,15 +1,19 @@
 """One evaluation folder as the report reads it (:class:`EvalRun`: its ``results.json`` and the
-test predictions the figures draw), and the report's numbers: each evaluation's own metric rows
+test predictions the figures draw, or its ``results.json`` alone: a tables-only run, e.g. the
+tables an earlier report committed), and the report's numbers: each evaluation's own metric rows
 (nothing is recomputed, so a pair shows one number everywhere) and their mean over models."""
 
 from __future__ import annotations
 
 import csv
+import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +21,10 @@ from ..errors import InputError
 from ..evaluation.table import TABLE_COLUMNS
 from ..fileio import read_json
 
-__all__ = ["REPORT_METRICS", "EvalRun", "average_summaries", "load_eval_run", "run_summary"]
+__all__ = ["REPORT_METRICS", "EvalRun", "average_summaries", "committed_eval_run", "load_eval_run", "run_summary",
+           "settings_differences"]
+
+logger = logging.getLogger(__name__)
 
 
 #: (key, column header, direction): the report's columns, from the evaluation's (``acute.evaluation.table``):
@@ -35,7 +42,9 @@ class EvalRun:
 
     ``ids`` and ``correct`` (bool[n]) of the test records, ``predictions`` (estimator ->
     float64[n] confidence, in the evaluation's order) and ``results`` (the parsed
-    ``results.json``).
+    ``results.json``). A tables-only run (:attr:`tables_only`: ``results.json`` alone, e.g. the
+    tables an earlier report committed) has no ids, labels or predictions; its :attr:`n` and
+    :attr:`accuracy` are the ones its ``results.json`` records.
     """
 
     model: str
@@ -47,8 +56,27 @@ class EvalRun:
     results: dict = field(repr=False, default_factory=dict)
 
     @property
+    def tables_only(self) -> bool:
+        """No test predictions, only the evaluation's tables (nothing to draw figures from)."""
+        return not self.predictions
+
+    @property
     def n(self) -> int:
-        return int(self.correct.size)
+        """Scored records: the test predictions', or for a tables-only run the count its
+        ``results.json`` records (a cross-validation's ``n_records``, a held-out split's ``n_test``)."""
+        if not self.tables_only:
+            return int(self.correct.size)
+        sp = self.results.get("split", {})
+        return int(sp.get("n_records", sp.get("n_test", 0)))
+
+    @property
+    def accuracy(self) -> float:
+        """Share of correct answers among the scored records (a tables-only run: its
+        ``results.json``'s ``split.accuracy``, or ``accuracy_test`` of a held-out split)."""
+        if not self.tables_only:
+            return float(np.mean(self.correct))
+        sp = self.results.get("split", {})
+        return float(sp.get("accuracy", sp.get("accuracy_test", math.nan)))
 
     def layer_of(self, estimator: str) -> int | None:
         """The layer an ACUTE single-layer variant chose (``None`` for other estimators)."""
@@ -58,21 +86,26 @@ class EvalRun:
         return None
 
 
-def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun:
-    """Read ``results.json`` and ``predictions.csv`` of an evaluation folder.
+def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str, predictions: bool = True) -> EvalRun:
+    """Read ``results.json`` and ``predictions.csv`` of an evaluation folder; with
+    ``predictions=False`` only ``results.json``: a tables-only run (``ids=[]``, ``predictions={}``,
+    an empty ``correct``; :attr:`EvalRun.n` and :attr:`EvalRun.accuracy` from its ``split``).
 
-    Raises ``FileNotFoundError`` when either file is missing and ``ValueError`` (naming the
+    Raises ``FileNotFoundError`` when a file it reads is missing and ``InputError`` (naming the
     file and line) when ``results.json`` is not a complete evaluation, a prediction is not a
     number in [0, 1] or ``correct`` is not 0/1.
     """
     folder = Path(eval_dir)
     res_path, pred_path = folder / "results.json", folder / "predictions.csv"
-    for p in (res_path, pred_path):
+    for p in (res_path, pred_path) if predictions else (res_path,):
         if not p.is_file():
             raise FileNotFoundError(f"{p} does not exist (run the evaluate stage first)")
     results = read_json(res_path, "run the evaluate stage first")
     if not isinstance(results, dict) or results.get("complete") is not True:
         raise InputError(f"{res_path}: not a complete evaluation (missing \"complete\": true)")
+    if not predictions:
+        return EvalRun(model=model, task=task, path=folder, ids=[], correct=np.zeros(0, dtype=bool),
+                       predictions={}, results=results)
     ids: list[str] = []
     correct: list[int] = []
     with open(pred_path, newline="", encoding="utf-8") as fh:
@@ -105,6 +138,49 @@ def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str) -> EvalRun
                    correct=np.asarray(correct, dtype=bool),
                    predictions={n: np.asarray(c, dtype=np.float64) for n, c in zip(names, cols)},
                    results=results)
+
+
+def settings_differences(results: Mapping[str, Any], expected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """How a ``results.json`` differs from the evaluation settings ``expected`` of it:
+    ``{"split": {key: value}, "params": {key: value}}``, compared as JSON (a key the evaluation
+    did not record counts as None). ``params.estimators`` are the evaluated estimators: the
+    recorded list is compared without its ``params.controls`` (which controls a store can feed is
+    no setting). Returns ``"<block>.<key> = <recorded> (expected <value>)"`` per difference."""
+    out = []
+    for block, wanted in expected.items():
+        recorded = results.get(block) or {}
+        for key, value in wanted.items():
+            got = recorded.get(key)
+            if block == "params" and key == "estimators" and isinstance(got, list):
+                got = [e for e in got if e not in (recorded.get("controls") or [])]
+            if _as_json(got) != _as_json(value):
+                out.append(f"{block}.{key} = {_as_json(got)} (expected {_as_json(value)})")
+    return out
+
+
+def committed_eval_run(folder: str | os.PathLike, model: str, task: str,
+                       expected: Mapping[str, Mapping[str, Any]]) -> EvalRun | None:
+    """The tables-only run (:func:`load_eval_run` with ``predictions=False``) of the evaluation
+    tables an earlier report committed in ``folder`` (its ``results.json``), when they are a
+    complete evaluation with the settings ``expected`` (:func:`settings_differences`): the same
+    estimand as an evaluation on this machine. Otherwise None, with a warning that names the
+    file and why (the pair then stays a kept row of the earlier summary)."""
+    path = Path(folder) / "results.json"
+    try:
+        run = load_eval_run(folder, model, task, predictions=False)
+    except (OSError, InputError) as exc:
+        logger.warning("%s/%s: the committed tables are not used: %s", model, task, exc)
+        return None
+    differ = settings_differences(run.results, expected)
+    if differ:
+        logger.warning("%s/%s: the committed tables %s are not used: other settings than this config's: %s",
+                       model, task, path, "; ".join(differ))
+        return None
+    return run
+
+
+def _as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def run_summary(run: EvalRun, metrics: Sequence[str] | None = None

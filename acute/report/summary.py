@@ -67,7 +67,10 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     baseline survives Holm's correction across the rows at ``alpha`` with both tests, i.e. Holm
     over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). Values an
     evaluation did not compute are None. Evaluations without ``default`` or without a reference
-    are skipped."""
+    are skipped. ``evaluation``: ``"this run"`` for an evaluation folder of this machine,
+    ``"committed tables"`` for a tables-only run (:attr:`EvalRun.tables_only`: an earlier
+    report's committed ``results.json`` of the same settings); both are rows of the one Holm
+    correction (the kept rows of :func:`kept_summary_rows` are not)."""
     from ..metrics.intervals import holm
 
     out = []
@@ -95,7 +98,7 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
                     "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
                     "within_group_auroc_default": d.get("within_group_auroc"),
-                    "evaluation": "this run", "_p": _joint_p(d)})
+                    "evaluation": "committed tables" if run.tables_only else "this run", "_p": _joint_p(d)})
     tested = [r for r in out if r["_p"] is not None]
     for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
         r["holm_significant"] = bool(significant)

@@ -15,7 +15,8 @@ from ..protocol import PAPER_SHIFTS
 from .runs import REPORT_METRICS
 
 __all__ = ["ACUTE_VIEWS", "INTERPRETATION_END", "INTERPRETATION_START", "PAPER_NUMBERS", "ablation_markdown",
-           "comparison_markdown", "estimator_markdown", "markdown_table", "preserved_block", "timings_markdown"]
+           "comparison_markdown", "estimator_markdown", "image_captions", "markdown_table", "preserved_block",
+           "timings_markdown"]
 
 
 #: ACUTE variants (evaluation names) -> the view they ablate
@@ -248,6 +249,11 @@ def md_sections(md: str, titles: Sequence[str]) -> str:
         if title in titles:
             keep.append("### " + p.rstrip() + "\n")
     return "\n".join(keep)
+
+
+def image_captions(md: str | None) -> dict[str, str]:
+    """``{relative path: caption}`` of the images (``![caption](path)``) of a markdown text."""
+    return {path: caption for caption, path in re.findall(r"!\[([^\]]*)\]\(([^)\s]+)\)", md or "")}
 
 
 def compact_gap_table(cells: Sequence[Mapping[str, Any]], estimator: str = "smECE",
