@@ -366,6 +366,39 @@ def test_shard_size_is_no_part_of_the_collection_identity(tmp_path):
     assert small["collect"].payload["task"]["shard_size"] == 8
 
 
+def test_stop_strings_override_the_tasks_and_are_part_of_the_collection_identity(tmp_path):
+    """A task's ``stop_strings`` replace the task's own (``[]``: none) in the task the collect
+    worker builds, so in its store's settings; they change records, so they change the collect
+    stage's hash; a run config without them keeps the hash it had."""
+    data = tmp_path / "x.jsonl"
+    data.write_text('{"id": "q1", "question": "Which?", "answers": ["B"], "incorrect": ["no", "never"]}\n',
+                    encoding="utf-8")
+
+    def plan(extra):
+        p = tmp_path / "c.toml"
+        p.write_text(f'[tasks.a]\ntask = "truthfulqa"\ndata = "x.jsonl"\nrecords = 1\n{extra}[models.m]\n',
+                     encoding="utf-8")
+        cfg = rp.load_config(p, data_root=tmp_path)
+        return cfg, {j.stage: j for j in rp.plan_jobs(cfg, tmp_path / "w", tmp_path / "o", stages=["collect"])}
+
+    (plain_cfg, plain), (none_cfg, none) = plan(""), plan("stop_strings = []\n")
+    _, blank_line = plan('stop_strings = ["\\n\\n"]\n')
+    assert plain_cfg.tasks[0].stop_strings is None and none_cfg.tasks[0].stop_strings == ()
+    assert "stop_strings" not in plain_cfg.tasks[0].identity()
+    assert len({plain["collect"].hash, none["collect"].hash, blank_line["collect"].hash}) == 3
+    from acute.pipeline.workers import load_task_examples
+
+    task, _ = load_task_examples(plain["collect"].payload["task"])
+    assert task.stop_strings == ("\n",) and task.settings()["stop_strings"] == ["\n"]  # the task's own
+    task, _ = load_task_examples(none["collect"].payload["task"])
+    assert task.stop_strings == () and task.settings()["stop_strings"] == []
+    task, _ = load_task_examples(blank_line["collect"].payload["task"])
+    assert task.stop_strings == ("\n\n",)
+    for bad in ('"\\n"', '[1]', '[""]'):
+        with pytest.raises(ValueError, match=r"tasks\.a\.stop_strings: expected a list of non-empty strings"):
+            plan(f"stop_strings = {bad}\n")
+
+
 @pytest.mark.parametrize("name", ["reproduce.toml", "reproduce-smoke.toml"])
 def test_shipped_configs_parse(name):
     cfg = rp.load_config(REPO / "examples" / name, data_root=REPO.parent / "shared" / "data")

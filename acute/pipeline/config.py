@@ -38,8 +38,8 @@ _RUN_KEYS = {
 }
 
 
-_TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "chat", "records", "protocol",
-              "description", "group_by", "shard_size"}
+_TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "stop_strings", "chat", "records",
+              "protocol", "description", "group_by", "shard_size"}
 
 
 _MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
@@ -51,7 +51,7 @@ class TaskSpec:
     task name of :func:`acute.tasks.get_task`, or ``"jsonl"`` for generic open QA over the data
     file), ``data`` (file(s) or folder(s), absolute; empty for ``task = "default"``: the built-in
     question set), ``split``, task ``options``,
-    ``max_new_tokens`` / ``chat`` overrides, default ``records`` and ``protocol`` rows."""
+    ``max_new_tokens`` / ``stop_strings`` / ``chat`` overrides, default ``records`` and ``protocol`` rows."""
 
     key: str
     task: str
@@ -67,12 +67,17 @@ class TaskSpec:
     #: records per committed store shard (a kill loses at most one uncommitted shard); None: the
     #: collector's default. Not part of :meth:`identity`: it changes no record
     shard_size: int | None = None
+    #: the answer's stop strings instead of the task's (``()``: none, only EOS and
+    #: ``max_new_tokens`` end it); None: the task's own
+    stop_strings: tuple[str, ...] | None = None
 
     def identity(self) -> dict:
         """Everything that determines prompts, labels and the example pool (for the built-in
         question set, which has no ``data``, the sha256 of its file: a regenerated set is new work)."""
         ident = {"task": self.task, "data": list(self.data), "split": self.split,
                  "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
+        if self.stop_strings is not None:  # absent otherwise: the hashes of earlier runs stay
+            ident["stop_strings"] = list(self.stop_strings)
         if not self.data:
             from ..tasks.qa import default_questions_path
 
@@ -254,12 +259,16 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         mnt = t.get("max_new_tokens")
         if mnt is not None:
             _positive(mnt, f"{where}.max_new_tokens")
+        stops = t.get("stop_strings")
+        if stops is not None and (not isinstance(stops, list) or not all(isinstance(x, str) and x for x in stops)):
+            raise InputError(f"{where}.stop_strings: expected a list of non-empty strings ([] for none), got {stops!r}")
         tasks.append(TaskSpec(
             key=key, task=task_name,
             data=tuple(str((root / d).resolve()) for d in data),
             split=_check_type(t["split"], str, f"{where}.split") if "split" in t else None,
             options=_check_type(t.get("options", {}), dict, f"{where}.options"),
             max_new_tokens=mnt,
+            stop_strings=None if stops is None else tuple(stops),
             chat=_check_type(t["chat"], bool, f"{where}.chat") if "chat" in t else None,
             records=_count(t.get("records", 0), f"{where}.records"),
             protocol=_count(t.get("protocol", 0), f"{where}.protocol"),

@@ -30,6 +30,8 @@ def load_task_examples(spec: dict) -> tuple[Any, list]:
     task = get_task(spec["data"][0], **options) if name == "jsonl" else get_task(name, **options)
     if spec.get("max_new_tokens"):
         task.max_new_tokens = int(spec["max_new_tokens"])
+    if spec.get("stop_strings") is not None:
+        task.stop_strings = tuple(spec["stop_strings"])
     examples, seen = [], {}
     for path in spec["data"] or [None]:  # no data: the built-in question set
         for ex in task.load(path, split=spec.get("split")):
