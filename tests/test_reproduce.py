@@ -437,6 +437,9 @@ def test_average_summaries_by_hand():
     c = {"raw": {"smece": {"estimate": 0.5, "low": None, "high": None}}}
     assert average_summaries([a, c])["raw"]["smece"] == {"estimate": pytest.approx(0.35), "low": None, "high": None}
     assert average_summaries([]) == {}
+    # one evaluation keeps its own asymmetric interval (smECE's [0.000, 0.022] is not made [-0.010, 0.012])
+    d = {"constant": {"smece": {"estimate": 0.001, "low": 0.0, "high": 0.022}}}
+    assert average_summaries([d]) == d
 
 
 def test_run_summary_reads_the_evaluations_rows():

@@ -116,7 +116,7 @@ def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[st
         "repeats, 95% percentile-bootstrap intervals over the records, smECE's shifted by the "
         "bootstrap bias), so a pair shows the same number in every table. The average over models "
         "is the mean of the per-model estimates; its interval combines the per-model intervals as "
-        "independent normal errors (mean -/+ 1.96 sqrt(sum se_i^2) / k). Best value of each column "
+        "independent normal errors (mean -/+ 1.96 sqrt(sum se_i^2) / k; one model: its own interval). Best value of each column "
         "in bold (accuracy has no direction). smECE, AURC: lower is better; auc-euro, coverage at "
         "10% error: higher is better.", ""]
 

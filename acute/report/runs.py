@@ -205,11 +205,15 @@ def average_summaries(per_run: Sequence[Mapping[str, Mapping[str, Mapping[str, f
     For every estimator present in all of them: estimate = the mean of the estimates; interval =
     estimate -/+ ``z`` x sqrt(sum of se_i^2) / k, with each se_i = its interval's half-width / z
     (a normal approximation: the evaluations are independent; the intervals, not the draws, are
-    what results.json keeps). No interval when any evaluation lacks one. An empty input gives ``{}``.
+    what results.json keeps). No interval when any evaluation lacks one. One evaluation is returned
+    as it is: its own (percentile) interval, not a symmetrised one that could leave [0, 1]. An
+    empty input gives ``{}``.
     """
     if not per_run:
         return {}
     k = len(per_run)
+    if k == 1:  # one evaluation: its own interval (percentile, often asymmetric, e.g. smECE near 0)
+        return {est: {key: dict(cell) for key, cell in metrics.items()} for est, metrics in per_run[0].items()}
     common = [e for e in per_run[0] if all(e in r for r in per_run[1:])]
     out: dict[str, dict[str, dict[str, float | None]]] = {}
     for est in common:
