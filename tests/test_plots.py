@@ -192,11 +192,15 @@ def test_reliability_two_estimators_on_one_axes(tmp_path, data, figures):
     assert len(ax.containers) == 2
     lo, hi = ax.get_xlim()
     assert lo <= min(conf.min(), platt.min()) and hi >= max(conf.max(), platt.max())
-    # each smoothed curve stays over its own estimator's confidences
+    # each smoothed curve stays over its own estimator's confidences, their central 98%
     curves = [line for line in ax.lines if line.get_label().endswith(")") and "smoothed" in line.get_label()]
     assert len(curves) == 2
-    assert curves[1].get_xdata().min() == pytest.approx(platt.min())
-    assert curves[1].get_xdata().max() == pytest.approx(platt.max())
+    assert curves[1].get_xdata().min() == pytest.approx(np.quantile(platt, 0.01))
+    assert curves[1].get_xdata().max() == pytest.approx(np.quantile(platt, 0.99))
+    assert platt.min() < curves[1].get_xdata().min() and curves[1].get_xdata().max() < platt.max()
+    # a long title is wrapped so it fits the figure's width
+    plots.reliability_diagram({"platt": platt}, correct, tmp_path / "long.png", title="word " * 30)
+    assert "\n" in figures[-1].axes[0].get_title()
     with pytest.raises(ValueError, match=r"confidences\['platt'\]: contains NaN"):
         plots.reliability_diagram({"raw": conf, "platt": np.full(conf.size, np.nan)}, correct,
                                   tmp_path / "bad.png")

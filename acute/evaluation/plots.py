@@ -10,6 +10,8 @@ span the data (with a margin), not a fixed range.
 
 from __future__ import annotations
 
+import textwrap
+
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -148,6 +150,15 @@ def reliability_diagram(
     return _save(_reliability_figure(checked, y, title, n_bins), out)
 
 
+def _wrapped(title: str, width: int = 70) -> str:
+    """A figure title broken into lines that fit the figure's width."""
+    return textwrap.fill(title, width)
+
+
+#: the share of records on each side that the smoothed reliability curve leaves to the bins alone
+_CURVE_TAIL = 0.01
+
+
 def _reliability_figure(checked: Mapping[str | None, np.ndarray], y: np.ndarray,
                         title: str | None, n_bins: int) -> Figure:
     fig = Figure(figsize=(6.0, 7.0 + 0.4 * len(checked)), layout="constrained")
@@ -166,7 +177,9 @@ def _reliability_figure(checked: Mapping[str | None, np.ndarray], y: np.ndarray,
         colour = _COLOURS[i % len(_COLOURS)]
         prefix = f"{name}: " if name is not None else ""
         bins = binned_reliability(conf, y, n_bins=n_bins)
-        lo_c, hi_c = float(conf.min()), float(conf.max())
+        # the smoothed curve where the data are: its central 98% (a few extreme records leave a
+        # kernel estimate that swings on nothing); the binned points cover the rest
+        lo_c, hi_c = (float(v) for v in np.quantile(conf, [_CURVE_TAIL, 1.0 - _CURVE_TAIL]))
         rel = smooth_reliability(conf, y, grid=np.linspace(lo_c, hi_c, 300))
         if hi_c > lo_c and conf.size >= _MIN_SMOOTHED:
             curve = np.clip(rel.curve, 0.0, 1.0)
@@ -196,7 +209,7 @@ def _reliability_figure(checked: Mapping[str | None, np.ndarray], y: np.ndarray,
     hist.set_ylabel("records")
     hist.grid(alpha=0.3)
     if title:
-        ax.set_title(title)
+        ax.set_title(_wrapped(title))
     return fig
 
 
@@ -260,7 +273,7 @@ def _euro_figure(curves: Mapping[str, np.ndarray], const: tuple[float, np.ndarra
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize="small", frameon=False)
     if title:
-        ax.set_title(title)
+        ax.set_title(_wrapped(title))
     return fig
 
 
@@ -307,7 +320,7 @@ def risk_coverage_plot(
     ax.grid(alpha=0.3)
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize="small", frameon=False)
-    ax.set_title(title or "risk-coverage curves")
+    ax.set_title(_wrapped(title or "risk-coverage curves"))
     return _save(fig, out)
 
 
@@ -382,7 +395,7 @@ def _difference_figure(u, d, lo, hi, title, names, band_label) -> Figure:
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small", framealpha=0.9)
     if title:
-        ax.set_title(title)
+        ax.set_title(_wrapped(title))
     return fig
 
 
