@@ -505,14 +505,14 @@ def test_the_default_table_and_all():
     'all' (or ['all']): every estimator of the registry, in its order; names are kept as given."""
     from acute.estimators.baselines import BASELINES
     from acute.estimators.registry import ESTIMATORS
-    from acute.evaluation.evaluate import _check_names
+    from acute.evaluation.evaluate import estimator_names
 
-    assert _check_names(None) == list(BASELINES) + ["acute-pca10", "acute-cosine", "acute-pca10-stacked",
+    assert estimator_names(None) == list(BASELINES) + ["acute-pca10", "acute-cosine", "acute-pca10-stacked",
                                                     "acute-cosine-stacked", "auto"]
-    assert _check_names("all") == _check_names(["all"]) == list(ESTIMATORS) and "acute-mid" in ESTIMATORS
-    assert _check_names(["platt", "acute-mid"]) == ["platt", "acute-mid"]
+    assert estimator_names("all") == estimator_names(["all"]) == list(ESTIMATORS) and "acute-mid" in ESTIMATORS
+    assert estimator_names(["platt", "acute-mid"]) == ["platt", "acute-mid"]
     with pytest.raises(ValueError, match="duplicates"):
-        _check_names(["platt", "platt"])
+        estimator_names(["platt", "platt"])
 
 
 def test_read_predictions_gives_back_what_the_evaluation_wrote(cross_validated, tmp_path):

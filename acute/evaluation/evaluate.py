@@ -49,7 +49,7 @@ from .markdown import results_markdown, selective_markdown
 from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
 
 __all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
-           "evaluate_predictions", "evaluate_store", "results_markdown", "split_ids", "store_arrays",
+           "estimator_names", "evaluate_predictions", "evaluate_store", "results_markdown", "split_ids", "store_arrays",
            "usable_controls"]
 
 logger = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ def _check_probe_inputs(names: Sequence[str], shape: tuple[int, ...], n_train: i
                              f"and {where} has {n_train} records; leave {n} out of estimators")
 
 
-def _check_names(estimators: Sequence[str] | str | None) -> list[str]:
+def estimator_names(estimators: Sequence[str] | str | None) -> list[str]:
     """The estimator names of an evaluation: :data:`TABLE_ESTIMATORS` for None, every one of
     :data:`ESTIMATORS` for ``"all"`` (or ``["all"]``), else the names given, checked."""
     if estimators is None:
@@ -328,7 +328,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     elif out is not None and Path(out) != Path(out_dir):
         raise InputError(f"give out_dir or out, not two different paths ({out_dir!s}, {out!s})")
     n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
-    names = _check_names(estimators)
+    names = estimator_names(estimators)
     reliability = _check_reliability(reliability, names)
     fields = _metadata_fields(store, metadata_fields)
     wanted = _check_controls(controls, names)

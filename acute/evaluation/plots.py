@@ -11,7 +11,6 @@ span the data (with a margin), not a fixed range.
 from __future__ import annotations
 
 import textwrap
-
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 

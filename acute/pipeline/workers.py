@@ -235,11 +235,9 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
     evaluated estimators, bootstrap draws, probe params): :func:`_worker_evaluate`'s call of
     :func:`acute.evaluation.evaluate.evaluate_store`, for
     :func:`acute.report.runs.settings_differences`."""
-    from acute.estimators.registry import ESTIMATORS, TABLE_ESTIMATORS
+    from acute.evaluation.evaluate import estimator_names
 
-    # evaluate_store's reading of the estimator list: None = TABLE_ESTIMATORS, ["all"] = every one
-    names = (list(TABLE_ESTIMATORS) if cfg.estimators is None
-             else list(ESTIMATORS) if cfg.estimators == ["all"] else list(cfg.estimators))
+    names = estimator_names(cfg.estimators)  # as evaluate_store reads the config's list
     split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
     if cfg.cv:
         split.update(n_splits=cfg.cv, n_repeats=cfg.repeats or 1, group_by=t.group_by)
