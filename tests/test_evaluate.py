@@ -500,6 +500,82 @@ def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_pat
         assert f"| {want[name]['auc_euro_all']:.4f} |" in line
 
 
+def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(tmp_path):
+    """benchmarks/answer_controls.py: surface features by hand; folds.json (ids in any order) read
+    back as the folds cv_folds made; a reply surface that decides correctness (short replies are
+    right) gives answer-surface an AUROC near 1 while the evaluation's rows stay at chance, and it
+    is above the default with both intervals."""
+    import runpy
+    from pathlib import Path
+
+    from acute.errors import InputError
+    from acute.evaluation.crossval import cv_folds
+    from acute.store import StoreWriter
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "answer_controls.py"))
+    got = bench["surface_numeric"]([0.5, 0.2], [4, 1], [True, False], [False, True])
+    np.testing.assert_allclose(got, [[0.0, np.log(0.5) / 4, np.log(4), 1, 0],
+                                     [np.log(0.25), np.log(0.2), 0.0, 0, 1]])
+
+    rng = np.random.default_rng(1)
+    n = 80
+    tokens = rng.integers(1, 40, size=n)
+    y = tokens < 20
+    ids = [f"q{i}" for i in range(n)]
+    recs = [{"id": ids[i], "prompt": "Call a tool.", "generation": "[]", "answer": "[]", "gold": ["[]"],
+             "correct": bool(y[i]), "parse_error": None, "finish_reason": "eos", "meta": {"n_calls": int(i % 3)}}
+            for i in range(n)]
+    logprobs = [np.full(t, np.log(rng.uniform(0.2, 0.8)) / t) for t in tokens]  # raw: uninformative
+    m = {"model": "tiny", "num_layers": 2, "hidden_size": 4, "task": "default",
+         "generation": {"max_new_tokens": 40, "do_sample": False, "chat": False, "pool": "decoding"}}
+    with StoreWriter(tmp_path / "s", m, dtype="float32") as w:
+        w.add(recs, rng.normal(size=(n, 3, 4)), logprobs)
+    folds = cv_folds(ids, y, n_splits=4, n_repeats=2, seed=0)
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    preds = {name: rng.uniform(size=(2, n)) for name in ("platt", "acute-pca10-stacked", "tfidf+platt")}
+    for r, name in enumerate(["predictions.csv", "predictions-repeat1.csv"]):
+        with open(ev / name, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "correct", *preds])
+            for i in range(n):
+                w.writerow([ids[i], int(y[i]), *(p[r, i] for p in preds.values())])
+    order = rng.permutation(n)  # folds.json may list the records in another order
+    fold_of = []
+    for rep in folds:
+        f = np.empty(n, dtype=int)
+        for k, (_, te) in enumerate(rep):
+            f[te] = k
+        fold_of.append(f[order].tolist())
+    (ev / "folds.json").write_text(json.dumps({"mode": "cv", "seed": 0, "n_splits": 4, "n_repeats": 2,
+                                               "ids": [ids[i] for i in order], "fold": fold_of}))
+    back = bench["_folds"](ev, ids)
+    for rep, want in zip(back, folds):
+        for (tr, te), (tr0, te0) in zip(rep, want):
+            np.testing.assert_array_equal(te, np.sort(te0))
+            np.testing.assert_array_equal(tr, np.sort(tr0))
+
+    text = bench["section"](ev, tmp_path / "s", ["n_calls"], 30)
+    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("| ")]
+    rows = {c[0]: c for c in cells}
+    assert rows["answer-surface"][4] == "(reference)" and rows["answer-text"][5] == "(reference)"
+    assert float(rows["answer-surface"][3]) > 0.95 and float(rows["acute-pca10-stacked"][3]) < 0.75
+    _, high = (float(v) for v in rows["acute-pca10-stacked"][4].split("[")[1].split("]")[0].split(", "))
+    assert high < 0  # the default (random here) loses to the surface that decides correctness
+    assert set(rows) >= {"platt", "acute-pca10-stacked", "tfidf+platt", "answer-text"}
+    with pytest.raises(InputError, match="q0"):
+        bench["section"](ev, _store_without(tmp_path, recs[1:], logprobs[1:], m), [], 30)
+    with pytest.raises(InputError, match="n_bootstrap"):
+        bench["section"](ev, tmp_path / "s", [], 0)
+
+
+def _store_without(tmp_path, recs, logprobs, m):
+    from acute.store import StoreWriter
+
+    with StoreWriter(tmp_path / "fewer", m, dtype="float32") as w:
+        w.add(recs, np.zeros((len(recs), 3, 4)), logprobs)
+    return tmp_path / "fewer"
+
 def test_the_default_table_and_all():
     """No names: the baselines, the two forests without a layer search plain and stacked, auto;
     'all' (or ['all']): every estimator of the registry, in its order; names are kept as given."""
@@ -508,7 +584,7 @@ def test_the_default_table_and_all():
     from acute.evaluation.evaluate import estimator_names
 
     assert estimator_names(None) == list(BASELINES) + ["acute-pca10", "acute-cosine", "acute-pca10-stacked",
-                                                    "acute-cosine-stacked", "auto"]
+                                                       "acute-cosine-stacked", "auto"]
     assert estimator_names("all") == estimator_names(["all"]) == list(ESTIMATORS) and "acute-mid" in ESTIMATORS
     assert estimator_names(["platt", "acute-mid"]) == ["platt", "acute-mid"]
     with pytest.raises(ValueError, match="duplicates"):
