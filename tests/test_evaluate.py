@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from acute import metrics
+from acute.errors import InputError
 from acute.metrics.selective import aurc
 from acute.estimators.baselines import BASELINES
 from acute.estimators import ACUTE_VARIANTS, ESTIMATORS
@@ -508,7 +509,6 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
     import runpy
     from pathlib import Path
 
-    from acute.errors import InputError
     from acute.evaluation.crossval import cv_folds
     from acute.store import StoreWriter
 
@@ -568,6 +568,62 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
     with pytest.raises(InputError, match="n_bootstrap"):
         bench["section"](ev, tmp_path / "s", [], 0)
 
+
+
+def test_apigen_errors_benchmark_kinds_and_auroc_per_kind(tmp_path):
+    """benchmarks/apigen_errors.py: the error kinds of hand-made replies, first rule that applies;
+    each row's AUROC is the mean over repeats of scikit-learn's on the correct replies and that
+    kind's (the reference library, used only here)."""
+    import runpy
+    from pathlib import Path
+
+    from sklearn.metrics import roc_auc_score
+
+    from acute.store import StoreWriter
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "apigen_errors.py"))
+    kind = bench["error_kind"]
+    gold = [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}]
+    assert kind(None, gold) == "unparsed"
+    assert kind(gold[:1], gold) == "number of calls"
+    assert kind([{"name": "h", "arguments": {"x": 1}}, gold[1]], gold) == "tool"
+    assert kind([gold[1], {"name": "f", "arguments": {"y": 1}}], gold) == "arguments named"
+    assert kind([gold[1], {"name": "f", "arguments": {"x": 2}}], gold) == "argument values"
+
+    rng = np.random.default_rng(2)
+    n = 60
+    calls = json.dumps(gold)
+    replies = [calls, None, json.dumps(gold[:1]), json.dumps([gold[1], {"name": "f", "arguments": {"x": 2}}])]
+    recs = [{"id": f"r{i}", "prompt": "p", "generation": "g", "answer": replies[i % 4], "gold": [calls],
+             "correct": i % 4 == 0, "parse_error": "not a list" if i % 4 == 1 else None, "finish_reason": "eos",
+             "meta": {}} for i in range(n)]
+    m = {"model": "tiny", "num_layers": 2, "hidden_size": 4, "task": "apigen",
+         "generation": {"max_new_tokens": 4, "do_sample": False, "chat": False, "pool": "decoding"}}
+    with StoreWriter(tmp_path / "s", m, dtype="float32") as w:
+        w.add(recs, rng.normal(size=(n, 3, 4)), [np.array([-0.5])] * n)
+    y = np.array([r["correct"] for r in recs])
+    preds = {name: rng.uniform(size=(2, n)) + 0.3 * y for name in ("tfidf+platt", "acute-pca10-stacked")}
+    ev = tmp_path / "eval"
+    ev.mkdir()
+    for r, name in enumerate(["predictions.csv", "predictions-repeat1.csv"]):
+        with open(ev / name, "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "correct", *preds])
+            for i in range(n):
+                w.writerow([f"r{i}", int(y[i]), *(p[r, i] for p in preds.values())])
+    text = bench["section"](ev, tmp_path / "s", list(preds), 50)
+    cells = {c[0]: c for c in ([v.strip() for v in ln.strip("|").split("|")] for ln in text.splitlines()
+                               if ln.startswith("| "))}
+    for row, members in (("all wrong", ~y), ("unparsed", np.arange(n) % 4 == 1),
+                         ("number of calls", np.arange(n) % 4 == 2), ("argument values", np.arange(n) % 4 == 3)):
+        sub = members | y
+        assert cells[row][1] == str(int(members.sum()))
+        for j, name in enumerate(preds):
+            want = np.mean([roc_auc_score(y[sub], preds[name][r, sub]) for r in range(2)])
+            assert cells[row][2 + j] == f"{want:.3f}"
+    assert cells["tool"][1] == "0" and cells["(correct)"][1] == "15"
+    with pytest.raises(InputError, match="at least two"):
+        bench["section"](ev, tmp_path / "s", ["raw"], 50)
 
 def _store_without(tmp_path, recs, logprobs, m):
     from acute.store import StoreWriter
