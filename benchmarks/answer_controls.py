@@ -27,7 +27,6 @@ new controls. Appends a section to ``--out`` and prints it.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from acute.errors import InputError  # noqa: E402
 from acute.estimators.controls import TextPlatt, _logistic_cv  # noqa: E402
 from acute.estimators.registry import DEFAULT_ESTIMATOR  # noqa: E402
-from acute.evaluation import read_predictions  # noqa: E402
+from acute.evaluation import read_folds, read_predictions  # noqa: E402
 from acute.evaluation.table import evaluate_predictions  # noqa: E402
 from acute.store import open_store  # noqa: E402
 
@@ -55,16 +54,6 @@ def surface_numeric(raw: np.ndarray, n_tokens: np.ndarray, unparsed: np.ndarray,
     tokens = np.maximum(np.asarray(n_tokens, float), 1.0)
     return np.column_stack([np.log(raw / (1 - raw)), np.log(raw) / tokens, np.log(tokens),
                             np.asarray(unparsed, float), np.asarray(capped, float)])
-
-
-def fold_pairs(fold_index: list[list[int]]) -> list[list[tuple[np.ndarray, np.ndarray]]]:
-    """``folds.json``'s ``fold`` (per repeat, each record's test fold) as the
-    ``(train_index, test_index)`` lists of :func:`acute.evaluation.crossval.cv_folds`."""
-    out = []
-    for row in fold_index:
-        f = np.asarray(row)
-        out.append([(np.flatnonzero(f != k), np.flatnonzero(f == k)) for k in np.unique(f)])
-    return out
 
 
 class SurfacePlatt:
@@ -104,24 +93,12 @@ def _records_in_order(store_dir: Path, ids: list[str]) -> list[dict]:
     return [by_id[i] for i in ids]
 
 
-def _folds(eval_dir: Path, ids: list[str]):
-    path = eval_dir / "folds.json"
-    if not path.is_file():
-        raise InputError(f"{path} does not exist: the evaluation was not cross-validated")
-    spec = json.loads(path.read_text())
-    order = {str(i): k for k, i in enumerate(spec["ids"])}
-    if set(order) != set(ids):
-        raise InputError(f"{path}: its records are not the predictions' records")
-    perm = np.array([order[i] for i in ids])
-    return fold_pairs([np.asarray(f)[perm].tolist() for f in spec["fold"]])
-
-
 def section(eval_dir: Path, store_dir: Path, answer_fields: list[str], n_bootstrap: int) -> str:
     if n_bootstrap < 1:
         raise InputError(f"n_bootstrap must be >= 1 (the table shows intervals), got {n_bootstrap}")
     ids, y, preds = read_predictions(eval_dir)
     records = _records_in_order(store_dir, ids)
-    folds = _folds(eval_dir, ids)
+    folds = read_folds(eval_dir, ids)
     raw = np.array([r["raw_confidence"] for r in records], float)
     numeric = surface_numeric(raw, [r["n_tokens"] for r in records],
                               [bool(r.get("parse_error")) for r in records],

@@ -36,18 +36,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def evaluation_folds(eval_dir: Path, ids: Sequence[str], repeats: int | None):
     """The evaluation's outer folds as ``[repeat][(train, test)]`` index arrays over ``ids``
-    (``folds.json``), its seed and probe parameters; SystemExit naming the file on a mismatch."""
-    path = eval_dir / "folds.json"
-    if not path.is_file():
-        raise SystemExit(f"{path} does not exist: {eval_dir} is not a cross-validated evaluation")
-    saved = json.loads(path.read_text(encoding="utf-8"))
-    if [str(i) for i in saved["ids"]] != [str(i) for i in ids]:
-        raise SystemExit(f"{path}: its records are not the store's (another store, or reordered)")
-    fold = np.asarray(saved["fold"], dtype=np.int64)[: repeats or None]
-    params = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))["params"]
-    folds = [[(np.flatnonzero(row != k), np.flatnonzero(row == k)) for k in range(int(saved["n_splits"]))]
-             for row in fold]
-    return folds, int(saved["seed"]), dict(params.get("probe_params") or {})
+    (:func:`acute.evaluation.read_folds`), its seed and probe parameters; SystemExit naming the
+    file on a mismatch."""
+    from acute.errors import InputError
+    from acute.evaluation import read_folds
+
+    try:
+        folds = read_folds(eval_dir, ids)[: repeats or None]
+    except InputError as e:
+        raise SystemExit(str(e)) from None
+    saved = json.loads((eval_dir / "results.json").read_text(encoding="utf-8"))
+    return folds, int(saved["split"]["seed"]), dict(saved["params"].get("probe_params") or {})
 
 
 def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:

@@ -509,6 +509,7 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
     import runpy
     from pathlib import Path
 
+    from acute.evaluation import read_folds
     from acute.evaluation.crossval import cv_folds
     from acute.store import StoreWriter
 
@@ -549,11 +550,15 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
         fold_of.append(f[order].tolist())
     (ev / "folds.json").write_text(json.dumps({"mode": "cv", "seed": 0, "n_splits": 4, "n_repeats": 2,
                                                "ids": [ids[i] for i in order], "fold": fold_of}))
-    back = bench["_folds"](ev, ids)
+    back = read_folds(ev, ids)
     for rep, want in zip(back, folds):
         for (tr, te), (tr0, te0) in zip(rep, want):
             np.testing.assert_array_equal(te, np.sort(te0))
             np.testing.assert_array_equal(tr, np.sort(tr0))
+    with pytest.raises(InputError, match="folds.json: its records"):
+        read_folds(ev, ids[1:])
+    with pytest.raises(InputError, match="not a cross-validated"):
+        read_folds(tmp_path, ids)
 
     text = bench["section"](ev, tmp_path / "s", ["n_calls"], 30)
     cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in text.splitlines() if ln.startswith("| ")]
@@ -567,7 +572,6 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
         bench["section"](ev, _store_without(tmp_path, recs[1:], logprobs[1:], m), [], 30)
     with pytest.raises(InputError, match="n_bootstrap"):
         bench["section"](ev, tmp_path / "s", [], 0)
-
 
 
 def test_apigen_errors_benchmark_kinds_and_auroc_per_kind(tmp_path):
@@ -625,12 +629,14 @@ def test_apigen_errors_benchmark_kinds_and_auroc_per_kind(tmp_path):
     with pytest.raises(InputError, match="at least two"):
         bench["section"](ev, tmp_path / "s", ["raw"], 50)
 
+
 def _store_without(tmp_path, recs, logprobs, m):
     from acute.store import StoreWriter
 
     with StoreWriter(tmp_path / "fewer", m, dtype="float32") as w:
         w.add(recs, np.zeros((len(recs), 3, 4)), logprobs)
     return tmp_path / "fewer"
+
 
 def test_the_default_table_and_all():
     """No names: the baselines, the two forests without a layer search plain and stacked, auto;

@@ -87,6 +87,28 @@ def read_predictions(eval_dir, names: Sequence[str] | None = None
     return ids, correct, {n: np.asarray(v, dtype=np.float64) for n, v in out.items()}
 
 
+
+def read_folds(eval_dir, ids: Sequence[str] | None = None) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """The cross-validation folds :func:`write_evaluation` wrote (``folds.json``), read back as
+    :func:`acute.evaluation.crossval.cv_folds` gives them: one list per repeat of ``(train_index,
+    test_index)`` pairs, indices over ``ids`` (default: the order of ``folds.json``; e.g. the ids
+    of :func:`read_predictions`). A missing file (a held-out evaluation writes ``split.json``) or
+    ``ids`` that are not the file's records is an :class:`~acute.errors.InputError` naming it."""
+    from ..errors import InputError
+
+    path = Path(eval_dir) / "folds.json"
+    if not path.is_file():
+        raise InputError(f"{path} does not exist: {eval_dir} is not a cross-validated evaluation")
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    position = {str(i): k for k, i in enumerate(saved["ids"])}
+    order = np.arange(len(position)) if ids is None else [position.get(str(i), -1) for i in ids]
+    if ids is not None and (len(ids) != len(position) or min(order, default=0) < 0
+                            or len(set(order)) != len(position)):
+        raise InputError(f"{path}: its records are not the {len(ids)} records given")
+    fold = np.asarray(saved["fold"], dtype=np.int64)[:, np.asarray(order, dtype=np.int64)]
+    return [[(np.flatnonzero(row != k), np.flatnonzero(row == k)) for k in range(int(saved["n_splits"]))]
+            for row in fold]
+
 def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[str, np.ndarray]) -> None:
     names = list(preds)
     with open(path, "w", newline="", encoding="utf-8") as f:
