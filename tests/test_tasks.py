@@ -628,6 +628,9 @@ def test_apigen_xlam_json_and_jsonl(tmp_path, tiny_tokenizer):
     assert fields(a) == fields(b) and [e.id for e in a] == ["7", "9"]
     ex = a[0]
     assert ex.payload["calls"] == CALLS and ex.payload["tools"] == TOOLS
+    # the tool set (sorted names) is the record's group: records offered the same tools share it
+    assert [e.meta["toolset"] for e in a] == ["convert|get_weather", "sum_list"]
+    assert task.default_group_by == "toolset"
     prompt = task.prompt(tiny_tokenizer, ex, chat=False)
     assert '"name": "get_weather"' in prompt and "JSON list" in prompt and prompt.endswith("Calls:")
     assert task.is_correct(ex, task.answer_text(ex, task.gold_answer(ex)))

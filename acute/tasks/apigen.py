@@ -18,7 +18,7 @@ from typing import Any
 
 from .base import Example, Task, TaskDataError, find_file, read_json_array, read_jsonl
 
-__all__ = ["APIGenTask", "parse_calls", "normalize_value", "normalize_calls", "calls_equal"]
+__all__ = ["APIGenTask", "parse_calls", "toolset_key", "normalize_value", "normalize_calls", "calls_equal"]
 
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _OPEN = re.compile(r"[\[{]")
@@ -161,6 +161,13 @@ def _end_of_brackets(text: str, start: int) -> int:
     return len(text)
 
 
+def toolset_key(tools: list[dict]) -> str:
+    """The offered tool set as one value: the sorted tool names joined by ``|``. Records with the
+    same key share their tool specifications (most of the prompt), so they belong on one side of
+    every split (the task's ``default_group_by``)."""
+    return "|".join(sorted(str(t["name"]) for t in tools))
+
+
 def _load_json_field(value: Any, where: str, what: str) -> Any:
     if isinstance(value, str):
         try:
@@ -194,7 +201,7 @@ def parse_apigen_row(obj: dict, where: str) -> Example:
         calls.append({"name": a["name"], "arguments": a.get("arguments", {})})
     gold = json.dumps(calls, ensure_ascii=False)
     return Example(id=str(obj["id"]), question=query.strip(), answers=[gold],
-                   meta={"n_calls": len(calls)},
+                   meta={"n_calls": len(calls), "toolset": toolset_key(tools)},
                    payload={"tools": tools, "calls": calls})
 
 
@@ -222,6 +229,8 @@ class APIGenTask(Task):
     #: how many calls the request needs (3, 4, 5+ in the shared sample): what a curator knows of
     #: the question without the model, like a difficulty; the record's ``n_calls`` is the answer's
     metadata_fields = ("n_gold_calls",)
+    #: records offered the same tools share most of their prompt (tool specs are ~87% of it)
+    default_group_by = "toolset"
 
     def _read(self, path: Path, split: str) -> list[Example]:
         if path.is_dir():

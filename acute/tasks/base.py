@@ -218,6 +218,10 @@ class Task:
     #: record metadata a calibrator may know (``meta`` keys describing the question, never the
     #: labelling): the one-hots of the ``platt+meta`` control and the groups of within-group AUROC
     metadata_fields: tuple[str, ...] = ()
+    #: the ``meta`` field whose records share structure (a tool set, a template): cross-validation
+    #: keeps each value on one side of every split and intervals resample values together;
+    #: ``None`` groups by record id
+    default_group_by: str | None = None
     #: constructor options with their defaults (subclasses extend)
     options: dict[str, Any] = {"seed": 0, "on_error": "raise"}
 
