@@ -13,7 +13,7 @@ import pytest
 
 from acute.tasks import (TASKS, Example, TaskDataError, answer_type, assign_wrong_types, get_task,
                          list_tasks)
-from acute.tasks.apigen import calls_equal, normalize_value, parse_calls
+from acute.tasks.tool_calls import calls_equal, normalize_value, parse_calls
 from acute.tasks.base import format_prompt
 from acute.tasks.choice import extract_choice
 from acute.tasks.normalize import extract_short_answer, normalize_answer, parse_number
@@ -841,3 +841,34 @@ def test_a_csv_byte_that_is_not_utf8_is_named_by_line(tmp_path):
     path.write_bytes(b"".join(raw))
     with pytest.raises(TaskDataError, match=r"TruthfulQA.csv:3: not valid UTF-8"):
         get_task("truthfulqa").load(path)
+
+
+def test_reply_structure_counts_by_hand():
+    from acute.tasks.tool_calls import REPLY_FIELDS, reply_structure
+
+    # xLAM specs (TOOLS): get_weather(city required, days optional default "1"), convert(amount, to)
+    calls = [{"name": "get_weather", "arguments": {"city": "Oslo", "days": 1, "unit": "C"}},
+             {"name": "get_weather", "arguments": {"days": "1"}},
+             {"name": "nowhere", "arguments": {"x": 1}}]
+    got = reply_structure(calls, TOOLS)
+    # 3 calls, 2 distinct names, 5 arguments; days == default twice ("1" == 1 after
+    # normalisation); city missing once (convert is never called); unknown: "unit" and "nowhere"
+    assert got == {"reply_calls": 3, "reply_functions": 2, "reply_arguments": 5, "reply_default_arguments": 2,
+                   "reply_missing_required": 1, "reply_unknown_names": 2}
+    assert reply_structure(None, TOOLS) == dict.fromkeys(REPLY_FIELDS, 0)
+    # JSON Schema specs (BFCL / OpenAI): required list, defaults in properties
+    schema = [{"name": "area", "parameters": {"type": "dict", "required": ["base", "height"], "properties": {
+        "base": {"type": "integer"}, "height": {"type": "integer"}, "unit": {"type": "string", "default": "cm"}}}}]
+    got = reply_structure([{"name": "area", "arguments": {"base": 3, "unit": "cm"}}], schema)
+    assert got["reply_missing_required"] == 1 and got["reply_default_arguments"] == 1 and got["reply_arguments"] == 2
+    assert got["reply_unknown_names"] == 0
+
+
+def test_apigen_records_carry_the_reply_structure():
+    from acute.tasks.apigen import parse_apigen_row
+
+    task = get_task("apigen")
+    ex = parse_apigen_row(_xlam_rows()[0], "row 1")
+    details = task.label_details(ex, json.dumps([{"name": "get_weather", "arguments": {"city": "Oslo"}}]))
+    assert details["reply_calls"] == 1 and details["reply_missing_required"] == 0 and not details["correct"]
+    assert task.label_details(ex, "not json")["reply_calls"] == 0

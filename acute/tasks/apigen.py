@@ -12,153 +12,13 @@ each call's name equal and its arguments equal after type normalisation (``"5" =
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from .base import Example, Task, TaskDataError, find_file, read_json_array, read_jsonl
+from .tool_calls import calls_equal, normalize_value, parse_calls, reply_structure
 
-__all__ = ["APIGenTask", "parse_calls", "toolset_key", "normalize_value", "normalize_calls", "calls_equal"]
-
-_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
-_OPEN = re.compile(r"[\[{]")
-_FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
-
-
-def normalize_value(value: Any) -> Any:
-    """Return a canonical form of an argument value for comparison.
-
-    Integral floats become ints (``5.0`` -> ``5``); numeric strings become numbers (``"5"`` ->
-    ``5``); ``"true"``/``"false"`` (any case) become booleans; strings holding a JSON list or
-    object are parsed; lists/tuples and dicts are normalised recursively (list order kept);
-    other strings are stripped. Booleans stay booleans (``True`` != ``1``).
-    """
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else value
-    if isinstance(value, str):
-        s = value.strip()
-        if _NUMBER.match(s):
-            return normalize_value(float(s)) if any(c in s for c in ".eE") else int(s)
-        if s.lower() in ("true", "false"):
-            return s.lower() == "true"
-        if s[:1] in "[{" and s[-1:] in "]}":
-            try:
-                return normalize_value(json.loads(s))
-            except json.JSONDecodeError:
-                pass
-        return s
-    if isinstance(value, (list, tuple)):
-        return [normalize_value(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): normalize_value(v) for k, v in value.items()}
-    return value
-
-
-def normalize_calls(calls: list[dict]) -> list[str]:
-    """Canonical, sorted JSON strings of ``(name, normalised arguments)`` -- a multiset key."""
-    return sorted(json.dumps([c["name"], normalize_value(c.get("arguments") or {})], sort_keys=True)
-                  for c in calls)
-
-
-def calls_equal(predicted: list[dict], gold: list[dict]) -> bool:
-    """True when both call lists hold the same calls (names and normalised arguments), any order."""
-    return normalize_calls(predicted) == normalize_calls(gold)
-
-
-def _as_call(obj: Any) -> dict | None:
-    """``{"name", "arguments"}`` from a call object (also ``{"function": {...}}``, ``"parameters"``
-    instead of ``"arguments"``, arguments given as a JSON string), else ``None``."""
-    if not isinstance(obj, dict):
-        return None
-    if "name" not in obj and isinstance(obj.get("function"), dict):
-        obj = obj["function"]
-    name = obj.get("name")
-    if not isinstance(name, str) or not name.strip():
-        return None
-    args = obj.get("arguments", obj.get("parameters", obj.get("args", {})))
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            return None
-    if args is None:
-        args = {}
-    if not isinstance(args, dict):
-        return None
-    return {"name": name.strip(), "arguments": args}
-
-
-def _as_calls(obj: Any) -> list[dict] | None:
-    if isinstance(obj, dict):
-        for key in ("tool_calls", "calls", "function_calls"):
-            if isinstance(obj.get(key), list):
-                return _as_calls(obj[key])
-        call = _as_call(obj)
-        return None if call is None else [call]
-    if isinstance(obj, list):
-        calls = [_as_call(o) for o in obj]
-        return None if any(c is None for c in calls) else calls
-    return None
-
-
-def parse_calls(text: str) -> list[dict] | None:
-    """Parse the function calls in a generation; ``None`` when there are none to parse.
-
-    Looks inside code fences first, then in the whole text, at each ``[`` / ``{`` from left to
-    right for the first JSON value that is a list of call objects (or one call object, or an
-    object with a ``tool_calls``/``calls`` list). Leading and trailing text is ignored. A bracket
-    that does not start valid JSON is skipped with everything up to its closing bracket, so a
-    truncated list is a parse failure rather than its first complete call. An empty list ``[]``
-    parses (as no calls).
-    """
-    candidates = [m.group(1) for m in _FENCE.finditer(text)] + [text]
-    decoder = json.JSONDecoder()
-    for chunk in candidates:
-        pos = 0
-        while True:
-            m = _OPEN.search(chunk, pos)
-            if m is None:
-                break
-            try:
-                obj, _ = decoder.raw_decode(chunk, m.start())
-            except json.JSONDecodeError:
-                # not JSON from here: skip the whole bracketed span, so the inner objects of a
-                # truncated list are never mistaken for the answer
-                pos = _end_of_brackets(chunk, m.start())
-                continue
-            calls = _as_calls(obj)
-            if calls is not None:
-                return calls
-            pos = m.start() + 1  # valid JSON but not calls: look inside it (wrappers)
-    return None
-
-
-def _end_of_brackets(text: str, start: int) -> int:
-    """Index just after the bracket opened at ``start`` is closed (JSON strings respected), or
-    ``len(text)`` when it never closes."""
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-        elif ch in "]}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(text)
+__all__ = ["APIGenTask", "toolset_key"]
 
 
 def toolset_key(tools: list[dict]) -> str:
@@ -281,7 +141,8 @@ class APIGenTask(Task):
                 "correct": calls is not None and calls_equal(calls, ex.payload["calls"]),
                 "parse_error": calls is None,
                 "n_calls": None if calls is None else len(calls),
-                "n_gold_calls": len(ex.payload["calls"])}
+                "n_gold_calls": len(ex.payload["calls"]),
+                **reply_structure(calls, ex.payload["tools"])}
 
     def plausible_wrong(self, ex: Example) -> list[str]:
         """Near-miss call lists, each labelled wrong: the gold calls without the last one; with
