@@ -89,7 +89,7 @@ def fields(examples):
 def test_registry_names_and_contract_attributes():
     names = [t.name for t in list_tasks()]
     assert names == ["default", "mmlu", "triviaqa", "sciq", "sciq-mc", "truthfulqa",
-                     "truthfulqa-gen", "apigen", "scitldr"]
+                     "truthfulqa-gen", "apigen", "scitldr", "bfcl"]
     for t in list_tasks():
         assert t.description and t.data_hint
         assert isinstance(t.max_new_tokens, int) and t.max_new_tokens > 0

@@ -78,7 +78,8 @@ def _plain_transcript(messages: list[dict[str, str]]) -> str:
     return "".join(lines)
 
 
-def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
+def format_prompt(tokenizer, messages_or_text, chat: bool | None = None,
+                  tools: list[dict] | None = None) -> str:
     """Return the fully formatted prompt text, to be tokenized with ``add_special_tokens=False``.
 
     ``messages_or_text`` is a string (one user message when a chat template is used, the literal
@@ -91,6 +92,10 @@ def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
     ``Question: <user>\\n`` / ``Answer: <assistant>\\n\\n`` pairs, ending in ``Answer:`` after a user
     message (or the unfinished last answer). In both cases the BOS token text is prepended when
     the tokenizer adds a BOS by default and the text does not already start with it.
+
+    ``tools`` (JSON-Schema function specifications) are passed to the chat template as
+    ``apply_chat_template(tools=...)`` (only when given, so prompts without tools are unchanged);
+    they are ignored without a template.
     """
     has_template = bool(getattr(tokenizer, "chat_template", None))
     use_chat = has_template if chat is None else bool(chat)
@@ -100,9 +105,10 @@ def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
     if use_chat:
         messages = normalize_messages(messages_or_text)
         continue_reply = messages[-1]["role"] == "assistant"
+        extra = {} if tools is None else {"tools": tools}
         text = tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=not continue_reply,
-            continue_final_message=continue_reply,
+            continue_final_message=continue_reply, **extra,
         )
     elif isinstance(messages_or_text, str):
         text = messages_or_text

@@ -6,8 +6,8 @@ ones. A path to a ``.jsonl`` file of ``{id, question, answers}`` rows gives a ge
 
 Every task's ``load(path=None, split=None, limit=None)`` reads a file or a folder (see each task's
 ``data_hint``); with ``path=None`` it reads ``$ACUTE_DATA/<benchmark folder>`` (the built-in
-``default`` task needs no data). Wrong-type answers are assigned on load (see
-:func:`assign_wrong_types`).
+``default`` task needs no data; ``bfcl`` fetches its pinned wheel into ``$ACUTE_HOME``).
+Wrong-type answers are assigned on load (see :func:`assign_wrong_types`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .answer_types import ANSWER_TYPES, answer_type, assign_wrong_types
 from .apigen import APIGenTask
+from .bfcl import BFCLTask
 from .base import DATA_ENV, Example, Task, TaskDataError, format_prompt
 from .choice import MultipleChoiceTask, SciQMCTask, extract_choice
 from .mmlu import MMLUTask
@@ -29,7 +30,7 @@ from ..errors import InputError
 __all__ = [
     "get_task", "list_tasks", "TASKS", "Example", "Task", "TaskDataError", "DATA_ENV",
     "OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask", "SciQMCTask",
-    "MultipleChoiceTask", "MMLUTask", "TruthfulQAMCTask", "TruthfulQAGenTask", "APIGenTask",
+    "MultipleChoiceTask", "MMLUTask", "TruthfulQAMCTask", "TruthfulQAGenTask", "APIGenTask", "BFCLTask",
     "SciTLDRTask", "assign_wrong_types", "answer_type", "ANSWER_TYPES", "normalize_answer",
     "extract_short_answer", "extract_choice", "parse_number", "answer_matches", "rouge_l",
     "rouge_l_f1", "format_prompt",
@@ -39,7 +40,7 @@ __all__ = [
 TASKS: dict[str, type[Task]] = {
     cls.name: cls
     for cls in (DefaultTask, MMLUTask, TriviaQATask, SciQTask, SciQMCTask, TruthfulQAMCTask,
-                TruthfulQAGenTask, APIGenTask, SciTLDRTask)
+                TruthfulQAGenTask, APIGenTask, SciTLDRTask, BFCLTask)
 }
 
 

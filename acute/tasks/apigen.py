@@ -16,16 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .base import Example, Task, TaskDataError, find_file, read_json_array, read_jsonl
-from .tool_calls import calls_equal, normalize_value, parse_calls, reply_structure
+from .tool_calls import calls_equal, normalize_value, parse_calls, reply_structure, toolset_key
 
 __all__ = ["APIGenTask", "toolset_key"]
-
-
-def toolset_key(tools: list[dict]) -> str:
-    """The offered tool set as one value: the sorted tool names joined by ``|``. Records with the
-    same key share their tool specifications (most of the prompt), so they belong on one side of
-    every split (the task's ``default_group_by``)."""
-    return "|".join(sorted(str(t["name"]) for t in tools))
 
 
 def _load_json_field(value: Any, where: str, what: str) -> Any:

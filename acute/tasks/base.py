@@ -21,6 +21,7 @@ __all__ = [
     "Task",
     "TaskDataError",
     "format_prompt",
+    "template_prompt_with_tools",
     "use_chat",
     "read_jsonl",
     "read_json_array",
@@ -61,13 +62,27 @@ class Example:
 
 # --------------------------------------------------------------------------- prompt formatting
 
-def format_prompt(tokenizer, messages_or_text, chat: bool | None = None) -> str:
+def format_prompt(tokenizer, messages_or_text, chat: bool | None = None,
+                  tools: list[dict] | None = None) -> str:
     """Return a fully formatted prompt (:func:`acute.models.format_prompt`: chat template with
-    generation prompt; plain text with BOS text prepended when the tokenizer adds BOS by default).
-    The result is meant for ``add_special_tokens=False``."""
+    generation prompt, ``tools`` passed to it when given; plain text with BOS text prepended when
+    the tokenizer adds BOS by default). The result is meant for ``add_special_tokens=False``."""
     from ..models import format_prompt as models_format_prompt
 
-    return models_format_prompt(tokenizer, messages_or_text, chat=chat)
+    return models_format_prompt(tokenizer, messages_or_text, chat=chat, tools=tools)
+
+
+def template_prompt_with_tools(tokenizer, messages: list[dict], tools: list[dict]) -> str | None:
+    """The chat prompt of ``messages`` with ``tools`` offered by the chat template, or ``None``
+    when the template does not show them (it ignores ``tools``: the text is the same without them,
+    or it refuses them)."""
+    from jinja2 import TemplateError
+
+    try:
+        text = format_prompt(tokenizer, messages, chat=True, tools=tools)
+    except (TemplateError, TypeError, ValueError):
+        return None
+    return None if text == format_prompt(tokenizer, messages, chat=True) else text
 
 
 def use_chat(tokenizer, chat: bool | None) -> bool:
@@ -337,10 +352,28 @@ class Task:
 
     # ----------------------------------------------------------------- prompting and labelling
     def prompt(self, tokenizer, ex: Example, chat: bool | None = None) -> str:
-        """The fully formatted prompt for ``ex`` (chat template or plain text, see module docs)."""
+        """The fully formatted prompt for ``ex`` (chat template or plain text, see module docs).
+
+        With a chat template and tools to offer (:meth:`chat_tools`), the template shows them
+        (``apply_chat_template(tools=...)``) beside ``chat_messages(ex, tools_in_template=True)``;
+        a template that does not show tools gets ``chat_messages(ex)``, which carries them in its
+        text."""
         if use_chat(tokenizer, chat):
+            tools = self.chat_tools(ex)
+            if tools is not None:
+                messages = self.chat_messages(ex, tools_in_template=True)
+                text = template_prompt_with_tools(tokenizer, messages, tools)
+                if text is not None:
+                    return text
             return format_prompt(tokenizer, self.chat_messages(ex), chat=True)
         return format_prompt(tokenizer, self.plain_prompt(ex), chat=False)
+
+    def chat_tools(self, ex: Example) -> list[dict] | None:
+        """Tool specifications for the chat template to offer (OpenAI form, ``{"type": "function",
+        "function": {...}}``), or ``None`` (the default: the prompt is the messages alone). A task
+        that returns tools accepts ``chat_messages(ex, tools_in_template=True)``: its messages
+        without the tools in their text."""
+        return None
 
     def chat_messages(self, ex: Example) -> list[dict[str, str]]:
         raise NotImplementedError

@@ -1,6 +1,8 @@
-"""Function-calling replies: parsing calls out of a generation (:func:`parse_calls`), comparing
-them (:func:`normalize_value`, :func:`calls_equal`) and what a deployment sees of a reply without
-labels, its structure against the offered tool specifications.
+"""Function-calling replies: parsing calls out of a generation (:func:`parse_calls`; with chat
+templates' ``<tool_call>`` blocks, :func:`parse_reply_calls`), comparing them
+(:func:`normalize_value`, :func:`calls_equal`), the offered tool set as one group value
+(:func:`toolset_key`) and what a deployment sees of a reply without labels, its structure against
+the offered tool specifications.
 
 :func:`reply_structure` counts, for parsed calls and the tools offered: the calls, the distinct
 functions called, the arguments given, the arguments equal to their declared default, the
@@ -21,8 +23,8 @@ import json
 import re
 from typing import Any, Sequence
 
-__all__ = ["REPLY_FIELDS", "ToolParameters", "calls_equal", "normalize_calls", "normalize_value", "parse_calls",
-           "reply_structure", "tool_parameters"]
+__all__ = ["REPLY_FIELDS", "ToolParameters", "calls_equal", "normalize_calls", "normalize_value",
+           "parse_calls", "parse_reply_calls", "reply_structure", "tool_parameters", "toolset_key"]
 
 #: The ``meta`` keys :func:`reply_structure` fills (the visible control's reply-structure columns).
 REPLY_FIELDS: tuple[str, ...] = ("reply_calls", "reply_functions", "reply_arguments", "reply_default_arguments",
@@ -32,6 +34,16 @@ _NO_DEFAULT = object()
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")
 _OPEN = re.compile(r"[\[{]")
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
+#: one ``<tool_call>`` block (Qwen's and Hermes' chat templates): up to its closing tag, the next
+#: opening tag or the end of the text (a truncated last block)
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?=</tool_call>|<tool_call>|\Z)", re.DOTALL)
+
+
+def toolset_key(tools: list[dict]) -> str:
+    """The offered tool set as one value: the sorted tool names joined by ``|``. Records with the
+    same key share their tool specifications (most of the prompt), so they belong on one side of
+    every split (a function-calling task's ``default_group_by``)."""
+    return "|".join(sorted(str(t["name"]) for t in tools))
 
 
 def normalize_value(value: Any) -> Any:
@@ -144,6 +156,27 @@ def parse_calls(text: str) -> list[dict] | None:
                 return calls
             pos = m.start() + 1  # valid JSON but not calls: look inside it (wrappers)
     return None
+
+
+def parse_reply_calls(text: str) -> list[dict] | None:
+    """The calls of a reply that may use ``<tool_call>...</tool_call>`` blocks, as chat templates
+    given ``tools=`` ask for (Qwen2.5: one ``{"name", "arguments"}`` object per block).
+
+    When the text has a ``<tool_call>`` tag, the calls are those of every block in order (a block
+    may hold one call or a list), and ``None`` when any block has no parseable call (a truncated
+    last block included), so a partial list is never taken for the answer. Without a tag this is
+    :func:`parse_calls`.
+    """
+    blocks = _TOOL_CALL_BLOCK.findall(text)
+    if not blocks:
+        return parse_calls(text)
+    calls: list[dict] = []
+    for block in blocks:
+        found = parse_calls(block)
+        if not found:
+            return None
+        calls.extend(found)
+    return calls
 
 
 def _end_of_brackets(text: str, start: int) -> int:
