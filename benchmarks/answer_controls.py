@@ -4,24 +4,29 @@ Usage:
     python benchmarks/answer_controls.py --evaluation EVAL_DIR --store STORE
         [--answer-field n_calls] [--n-bootstrap 1000] [--out benchmarks/answer_controls.md]
 
-The controls of ``acute evaluate`` see the question (its metadata, its text, its states) and the
-raw confidence, never the reply. A deployment sees the reply too, so this fits two post hoc
-controls on the evaluation's own folds (``folds.json``, every repeat) and compares them with the
-out-of-fold predictions the evaluation wrote (``predictions*.csv``; nothing of the evaluation is
-refitted):
+The question controls of ``acute evaluate`` never see the reply. A deployment sees the reply
+too, so this fits acute's two reply controls (``answer-surface`` and ``answer-text``, control
+rows of every evaluation since issue 42: :mod:`acute.estimators.visible`) on the evaluation's own
+folds (``folds.json``, every repeat) and compares them with the out-of-fold predictions the
+evaluation wrote (``predictions*.csv``; nothing of the evaluation is refitted): for an
+evaluation made before those rows existed.
 
 * ``answer-surface``: L2 logistic regression (strength by inner CV on log-loss, as acute's
   ``platt+meta``) on logit(raw confidence), the mean token log-probability, log(tokens), "did not
-  parse", "stopped at the token cap" (standardised), and one-hots of ``--answer-field`` (fields of
-  the record's ``meta`` that describe the reply, e.g. APIGen's ``n_calls``; a missing value is
-  its own level). Never name a field that describes the gold answer.
+  parse", "stopped at the token cap" (standardised), and one-hots of the reply's structure: the
+  store's ``acute.tasks.tool_calls.REPLY_FIELDS`` when every record has them, or the fields
+  ``--answer-field`` names (fields of the record's ``meta`` that describe the reply, e.g. APIGen's
+  ``n_calls`` in a store collected before the reply fields; a missing value is its own level).
+  Never name a field that describes the gold answer.
 * ``answer-text``: acute's text control (:class:`acute.estimators.controls.TextPlatt`, TF-IDF
   word 1-2 grams plus logit(raw confidence)) over the prompt followed by the reply.
 
 The table (acute.evaluation.table: means over repeats, paired bootstrap over records, corrected
 resampled t-interval over the fold x repeat differences) has the evaluation's default, its best
 baseline and the text control ``tfidf+platt`` beside the two new rows, each minus each of the two
-new controls. Appends a section to ``--out`` and prints it.
+new controls. Appends a section to ``--out`` and prints it. (Sections written before issue 42
+took the mean token log-probability as log(raw confidence) / tokens with the raw confidence
+clipped at 1e-6; acute's control takes the log-probs' mean.)
 """
 
 from __future__ import annotations
@@ -36,83 +41,40 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acute.errors import InputError  # noqa: E402
-from acute.estimators.controls import TextPlatt, _logistic_cv  # noqa: E402
+from acute.estimators.controls import REPLY_TEXT_INPUT, VISIBLE_INPUT  # noqa: E402
 from acute.estimators.registry import DEFAULT_ESTIMATOR  # noqa: E402
+from acute.estimators.visible import reply_fields, reply_texts, visible_inputs  # noqa: E402
 from acute.evaluation import read_folds, read_predictions  # noqa: E402
+from acute.evaluation.crossval import cross_val_predictions  # noqa: E402
 from acute.evaluation.table import evaluate_predictions  # noqa: E402
 from acute.store import open_store  # noqa: E402
 
 SURFACE = "answer-surface"
 TEXT = "answer-text"
-_EPS = 1e-6
 
 
-def surface_numeric(raw: np.ndarray, n_tokens: np.ndarray, unparsed: np.ndarray,
-                    capped: np.ndarray) -> np.ndarray:
-    """``[n, 5]``: logit(raw), mean token log-probability, log(tokens), unparsed, capped."""
-    raw = np.clip(np.asarray(raw, float), _EPS, 1 - _EPS)
-    tokens = np.maximum(np.asarray(n_tokens, float), 1.0)
-    return np.column_stack([np.log(raw / (1 - raw)), np.log(raw) / tokens, np.log(tokens),
-                            np.asarray(unparsed, float), np.asarray(capped, float)])
-
-
-class SurfacePlatt:
-    """logistic regression on :func:`surface_numeric` (standardised on the training records) and
-    one-hots of the reply's metadata; ``fit(numeric, levels, y)`` / ``predict(numeric, levels)``."""
-
-    def fit(self, numeric: np.ndarray, levels: np.ndarray, y: np.ndarray) -> SurfacePlatt:
-        from sklearn.preprocessing import OneHotEncoder
-
-        self.mean_, self.scale_ = numeric.mean(0), numeric.std(0) + 1e-12
-        self.encoder_ = OneHotEncoder(handle_unknown="ignore").fit(levels) if levels.shape[1] else None
-        self.model_ = _logistic_cv(self._features(numeric, levels), y, 0)
-        return self
-
-    def _features(self, numeric: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        x = (numeric - self.mean_) / self.scale_
-        return x if self.encoder_ is None else np.hstack([x, self.encoder_.transform(levels).toarray()])
-
-    def predict(self, numeric: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        return self.model_.predict_proba(self._features(numeric, levels))[:, 1]
-
-
-def out_of_fold(fit_predict, folds, n: int) -> np.ndarray:
-    """``[repeats, n]`` out-of-fold predictions of ``fit_predict(train_index, test_index)``."""
-    out = np.full((len(folds), n), np.nan)
-    for r, repeat in enumerate(folds):
-        for tr, te in repeat:
-            out[r, te] = fit_predict(tr, te)
-    return out
-
-
-def _records_in_order(store_dir: Path, ids: list[str]) -> list[dict]:
-    by_id = {str(r["id"]): r for r in open_store(store_dir).records}
-    missing = next((i for i in ids if i not in by_id), None)
+def _store_in_order(store_dir: Path, ids: list[str]):
+    """The store's records ``ids``, in that order (a :meth:`acute.store.Store.select` view)."""
+    store = open_store(store_dir)
+    row = {str(i): k for k, i in enumerate(store.ids)}
+    missing = next((i for i in ids if i not in row), None)
     if missing is not None:
         raise InputError(f"{store_dir}: the evaluation's record {missing!r} is not in the store")
-    return [by_id[i] for i in ids]
+    return store.select([row[i] for i in ids])
 
 
 def section(eval_dir: Path, store_dir: Path, answer_fields: list[str], n_bootstrap: int) -> str:
     if n_bootstrap < 1:
         raise InputError(f"n_bootstrap must be >= 1 (the table shows intervals), got {n_bootstrap}")
     ids, y, preds = read_predictions(eval_dir)
-    records = _records_in_order(store_dir, ids)
+    store = _store_in_order(store_dir, ids)
     folds = read_folds(eval_dir, ids)
-    raw = np.array([r["raw_confidence"] for r in records], float)
-    numeric = surface_numeric(raw, [r["n_tokens"] for r in records],
-                              [bool(r.get("parse_error")) for r in records],
-                              [r.get("finish_reason") == "length" for r in records])
-    levels = np.array([[str((r.get("meta") or {}).get(f)) for f in answer_fields] for r in records],
-                      dtype=object).reshape(len(records), len(answer_fields))
-    texts = [f"{r['prompt']}\n{r['generation']}" for r in records]
+    # no --answer-field: the store's REPLY_FIELDS, when every record has them
+    answer_fields = list(answer_fields) or list(reply_fields(store.records))
+    inputs = {VISIBLE_INPUT: visible_inputs(store.records, store.token_logprobs, answer_fields, where=str(store_dir)),
+              REPLY_TEXT_INPUT: reply_texts(store.records, where=str(store_dir))}
     t0 = time.perf_counter()
-    new = {
-        SURFACE: out_of_fold(lambda tr, te: SurfacePlatt().fit(numeric[tr], levels[tr], y[tr])
-                             .predict(numeric[te], levels[te]), folds, len(ids)),
-        TEXT: out_of_fold(lambda tr, te: TextPlatt().fit([texts[i] for i in tr], y[tr], raw[tr])
-                          .predict_proba([texts[i] for i in te], raw[te])[:, 1], folds, len(ids)),
-    }
+    new = cross_val_predictions([SURFACE, TEXT], inputs, y, store.raw_confidence, folds)
     seconds = time.perf_counter() - t0
     every = evaluate_predictions(preds, y, n_bootstrap=0)
     best = next(r["reference"] for r in every if "reference" in r)

@@ -19,7 +19,7 @@ import pytest
 from acute.cli import main
 from acute.extraction import generate_and_record
 from acute.models import load_model
-from acute.estimators import load_probe
+from acute.estimators import CONTROLS, load_probe
 from acute.store.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
@@ -472,7 +472,7 @@ def test_probe_vs_baselines_benchmark(work, tmp_path, capsys):
     doc = json.loads((tmp_path / "vs-platt.json").read_text())
     rows = {r["estimator"]: r for r in doc["rows"]}
     assert rows["platt"]["diff_auc_euro_all"] == 0.0 and rows["raw"]["reference"] == "platt"
-    assert set(rows) - {"constant", "platt+meta", "tfidf+platt", "question-only"} == {
+    assert set(rows) - set(CONTROLS) == {
         "raw", "platt", "acute-cosine-stacked"} and doc["n_records"] == N
     with pytest.raises(SystemExit):
         mod["main"](["--store", str(work / "mixed"), "--estimators", "raw"])  # platt is required

@@ -195,7 +195,7 @@ def test_every_control_row_with_what_it_uses(with_controls):
     _, out, res = with_controls
     names = [r["estimator"] for r in res.rows]
     assert names == ["raw", "platt", "acute-pca10-stacked", "constant", "platt+meta", "tfidf+platt",
-                     "question-only"]
+                     "question-only", "question+confidence"]  # no replies, no token log-probs: no reply controls
     uses = {r["estimator"]: r["uses"] for r in res.rows}
     assert uses["platt+meta"] == "confidence + metadata" and "no answer" in uses["question-only"]
     by = {r["estimator"]: r for r in res.rows}

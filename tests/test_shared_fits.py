@@ -12,9 +12,10 @@ import pytest
 
 from acute.errors import InputError
 from acute.estimators import ESTIMATORS, make_estimator
-from acute.estimators.controls import CONTROLS, META_INPUT, TEXT_INPUT
+from acute.estimators.controls import CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT
 from acute.estimators.probes import ActivationProbe, forest_arrays
 from acute.estimators.registry import AutoEstimator, estimator_input
+from acute.estimators.visible import reply_texts, visible_inputs
 from acute.evaluation import crossval
 from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict, take_rows
 
@@ -26,7 +27,7 @@ POOLED = ["acute-cosine@last-answer", "acute-cosine-stacked@last-answer"]
 
 def planted(n=90, n_out=5, d=24, seed=3):
     """Correctness written into layer 2 onwards (mean and last-answer states), an uninformative
-    raw confidence, and the metadata and prompt texts the controls read."""
+    raw confidence, and the metadata, texts and visible array the controls read."""
     rng = np.random.default_rng(seed)
     t = rng.uniform(size=n)
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-10 * (t - 0.5)))).astype(np.int64)
@@ -39,6 +40,10 @@ def planted(n=90, n_out=5, d=24, seed=3):
     cats = np.array(["a", "b", "c"])[rng.integers(0, 3, size=n)]
     states[META_INPUT] = np.stack([cats, np.where(t > 0.5, "hard", "easy")], axis=1).astype(object)
     states[TEXT_INPUT] = np.array([f"question {i} about {c}" for i, c in enumerate(cats)], dtype=object)
+    recs = [{"id": i, "prompt": q, "generation": f"answer {c}", "finish_reason": "eos", "meta": {}}
+            for i, (q, c) in enumerate(zip(states[TEXT_INPUT], cats))]
+    states[VISIBLE_INPUT] = visible_inputs(recs, [np.log(c) / 2 * np.ones(2) for c in conf])
+    states[REPLY_TEXT_INPUT] = reply_texts(recs)
     return [f"q{i}" for i in range(n)], y, conf, states
 
 

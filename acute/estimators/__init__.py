@@ -5,7 +5,10 @@
 * :mod:`~acute.estimators.calibration`: the calibration maps (Platt, isotonic, stacked) shared by
   the baselines, the probes and the probe file;
 * :mod:`~acute.estimators.baselines`: raw, HRE, NWKR, Platt, isotonic, beta over the raw confidence;
-* :mod:`~acute.estimators.controls`: constant, platt+meta, tfidf+platt;
+* :mod:`~acute.estimators.controls`: constant, platt+meta, tfidf+platt, answer-text (every control's name
+  and what it uses);
+* :mod:`~acute.estimators.visible`: what a deployment sees of a reply without states, and the
+  visible and answer-surface controls over it;
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
 * :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
 * :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``;

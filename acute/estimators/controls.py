@@ -3,8 +3,9 @@
 A probe over the answer's hidden states may beat calibrated confidence because the states read
 the answer, or only because they encode what kind of question was asked (a category, a subject,
 a template), which a calibrator could learn from the record's metadata or the question's words
-without any hidden state. Each control answers one of those alternatives, and each row says what
-it may use (:data:`CONTROL_USES`):
+without any hidden state, or because they read what anyone holding the reply sees (its length,
+whether it parsed, its text). Each control answers one of those alternatives, and each row says
+what it may use (:data:`CONTROL_USES`):
 
 * ``constant``: the training fold's base rate for every record. Uses nothing; the floor every
   estimator's auc-euro is measured from (the skill column).
@@ -17,14 +18,32 @@ it may use (:data:`CONTROL_USES`):
 * ``tfidf+platt``: the prompt text's TF-IDF (word 1-2 grams, scikit-learn) plus logit(raw
   confidence), in the same regularised logistic regression. Sees the question as the model saw
   it (its template and demonstrations included), never the model's states.
+* ``answer-surface``: the same regularised logistic regression on logit(raw confidence), the
+  mean token log-prob, log(tokens), parse status and "stopped at the token cap", plus one-hots of
+  the reply's structure (function calling: :data:`acute.tasks.tool_calls.REPLY_FIELDS`). Sees
+  the reply's surface, not its words.
+* ``answer-text``: ``tfidf+platt``'s model over the prompt followed by the reply.
+* ``visible``: gradient boosting over everything a deployment sees without hidden states: the
+  confidence, the token log-probs' statistics, the reply's length, finish reason, parse status
+  and structure, and the question's and the reply's TF-IDF (two vocabularies, each reduced by a
+  truncated SVD fitted on the training fold). Settings committed before it was fitted on any
+  store (``benchmarks/visible_control.md``).
 * ``question-only``: the PCA-10 forest over the hidden states at the prompt's last token, before
   any answer token, Platt-calibrated on its out-of-bag probabilities, without the raw confidence
   (which does not exist before answering). Says how much of the signal exists before the model
   answers.
+* ``question+confidence``: the same forest stacked with the raw confidence (logistic regression
+  on its out-of-bag P(correct) and logit(raw confidence), as ``acute-pca10-stacked`` stacks the
+  answer's forest), so "question-only vs the default" and "question+confidence vs the default"
+  separate the missing confidence from the missing answer states.
 
-The first three are defined here (inputs: metadata values or texts, numpy arrays at the
-boundary); ``question-only`` is an :class:`acute.estimators.probes.ActivationProbe` registered in
-:mod:`acute.estimators.registry`.
+``constant``, ``platt+meta`` and ``tfidf+platt`` (and ``answer-text``, a ``tfidf+platt`` over
+other texts) are defined here (inputs: metadata values or texts, numpy arrays at the boundary);
+``visible`` and ``answer-surface``, with the per-record array they read, in
+:mod:`acute.estimators.visible`; the two question probes are
+:class:`acute.estimators.probes.ActivationProbe` registered in :mod:`acute.estimators.registry`.
+The input names (:data:`RECORD_INPUTS`) are what :mod:`acute.evaluation.crossval` turns into
+per-record arrays of a store.
 """
 
 from __future__ import annotations
@@ -45,23 +64,40 @@ __all__ = [
     "MetadataPlatt",
     "TextPlatt",
     "META_INPUT",
+    "RECORD_INPUTS",
+    "REPLY_TEXT_INPUT",
     "TEXT_INPUT",
+    "VISIBLE_INPUT",
+    "logistic_cv",
+    "logit_confidence",
     "metadata_matrix",
     "within_group_auroc",
 ]
 
 #: The control rows of every evaluation table, in table order.
-CONTROLS: tuple[str, ...] = ("constant", "platt+meta", "tfidf+platt", "question-only")
+CONTROLS: tuple[str, ...] = ("constant", "platt+meta", "tfidf+platt", "answer-surface", "answer-text", "visible",
+                              "question-only", "question+confidence")
 #: What each control row may use (shown in the evaluation table's "uses" column).
 CONTROL_USES: dict[str, str] = {
     "constant": "training base rate only",
     "platt+meta": "confidence + metadata",
     "tfidf+platt": "confidence + question text",
+    "answer-surface": "confidence + token log-probs + reply length/finish/parse + reply structure (no text, no states)",
+    "answer-text": "confidence + question and reply text (no states)",
+    "visible": "confidence + token log-probs + reply length/finish/parse + reply structure + question and "
+               "reply text (no states)",
     "question-only": "prompt states (no answer, no confidence)",
+    "question+confidence": "prompt states + confidence (no answer states)",
 }
-#: The input names these controls read (beside the pooled hidden states of the probes).
+#: The input names these controls read (beside the pooled hidden states of the probes): the
+#: metadata strings (``platt+meta``), the prompts (``tfidf+platt``), the prompt and reply joined
+#: (``answer-text``), the per-record array of :func:`acute.estimators.visible.visible_inputs`
+#: (``visible``, ``answer-surface``).
 META_INPUT = "metadata"
 TEXT_INPUT = "text"
+REPLY_TEXT_INPUT = "prompt+reply"
+VISIBLE_INPUT = "visible"
+RECORD_INPUTS: tuple[str, ...] = (META_INPUT, TEXT_INPUT, REPLY_TEXT_INPUT, VISIBLE_INPUT)
 
 _EPS = 1e-6
 # Regularisation strengths searched by the inner cross-validation of the logistic controls.
@@ -69,7 +105,8 @@ _CS = np.logspace(-3, 2, 8)
 _INNER_CV = 5
 
 
-def _logit_column(confidence: Any, n: int) -> np.ndarray:
+def logit_confidence(confidence: Any, n: int) -> np.ndarray:
+    """``[n, 1]``: logit of the checked raw confidence, clipped to [1e-6, 1 - 1e-6]."""
     conf = check_confidence(confidence, n)
     return logit(np.clip(conf, _EPS, 1 - _EPS)).reshape(-1, 1)
 
@@ -81,18 +118,21 @@ def _unfitted(obj: Any, attr: str) -> None:
         raise NotFittedError(f"{type(obj).__name__} is not fitted yet; call fit first")
 
 
-def _logistic_cv(features, y: np.ndarray, random_state: int):
+def logistic_cv(features, y: np.ndarray, random_state: int):
     """L2 logistic regression, strength by inner stratified CV on log-loss (fewer folds when a
-    class is rare)."""
+    class is rare). Fitted on one BLAS thread: on a thousand records threads only cost (a
+    reply-surface fit took 6.3 s on two threads of a busy 2-core machine, 0.5 s on one)."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from threadpoolctl import threadpool_limits
 
     k = int(min(_INNER_CV, np.bincount(y, minlength=2).min()))
     if k < 2:
         raise InputError("the training records need at least 2 correct and 2 wrong answers")
     search = GridSearchCV(LogisticRegression(max_iter=2000), {"C": list(_CS)},
                           cv=StratifiedKFold(k, shuffle=True, random_state=random_state), scoring="neg_log_loss")
-    return search.fit(features, y).best_estimator_
+    with threadpool_limits(1, user_api="blas"):
+        return search.fit(features, y).best_estimator_
 
 
 class ConstantEstimator(ClassifierMixin, BaseEstimator):
@@ -143,7 +183,7 @@ class MetadataPlatt(ClassifierMixin, BaseEstimator):
         meta = np.asarray(inputs, dtype=object)
         if meta.ndim != 2:
             raise InputError(f"metadata must be a 2-d array [n, fields], got shape {meta.shape}")
-        return sp.hstack([sp.csr_matrix(_logit_column(confidence, meta.shape[0])),
+        return sp.hstack([sp.csr_matrix(logit_confidence(confidence, meta.shape[0])),
                           self.encoder_.transform(meta)]).tocsr()
 
     def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> MetadataPlatt:
@@ -154,7 +194,7 @@ class MetadataPlatt(ClassifierMixin, BaseEstimator):
         meta = np.asarray(inputs, dtype=object)
         y = check_correct(correct, meta.shape[0], both_classes=True).astype(np.int64)
         self.encoder_ = OneHotEncoder(handle_unknown="ignore").fit(meta)
-        self.model_ = _logistic_cv(self._features(meta, confidence), y, self.random_state)
+        self.model_ = logistic_cv(self._features(meta, confidence), y, self.random_state)
         self.classes_ = np.array([0, 1])
         return self
 
@@ -184,7 +224,7 @@ class TextPlatt(ClassifierMixin, BaseEstimator):
     def _features(self, texts: list[str], confidence: Any):
         import scipy.sparse as sp
 
-        return sp.hstack([sp.csr_matrix(_logit_column(confidence, len(texts))),
+        return sp.hstack([sp.csr_matrix(logit_confidence(confidence, len(texts))),
                           self.vectorizer_.transform(texts)]).tocsr()
 
     def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> TextPlatt:
@@ -197,7 +237,7 @@ class TextPlatt(ClassifierMixin, BaseEstimator):
         min_df = 2 if len(texts) >= 20 else 1
         self.vectorizer_ = TfidfVectorizer(ngram_range=(1, 2), min_df=min_df, sublinear_tf=True,
                                            max_features=self.max_features).fit(texts)
-        self.model_ = _logistic_cv(self._features(texts, confidence), y, self.random_state)
+        self.model_ = logistic_cv(self._features(texts, confidence), y, self.random_state)
         self.classes_ = np.array([0, 1])
         return self
 

@@ -12,6 +12,10 @@
   raw confidence combined by a two-feature logistic regression (``calibration="stacked"``);
 * ``auto`` (:class:`AutoEstimator`): picks among the probes by cross-validation on its training
   records only, then refits the winner on all of them.
+* the controls of :data:`acute.estimators.controls.CONTROLS` (their ``states`` is the input
+  :func:`estimator_input` names: metadata, texts, the visible array, or the prompt's last-token
+  states of ``question-only`` and ``question+confidence``, the same forest, platt-calibrated and
+  stacked with the raw confidence).
 
 A probe name may end in ``@POOLING`` (:mod:`acute.store.pooling`): ``acute-cosine-stacked@last-answer``
 reads the hidden state at the answer's last position instead of the mean over the answer,
@@ -39,13 +43,15 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
-from .controls import CONTROLS, META_INPUT, TEXT_INPUT, ConstantEstimator, MetadataPlatt, TextPlatt
+from .controls import (CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, ConstantEstimator,
+                       MetadataPlatt, TextPlatt)
 from ..errors import InputError, UnknownEstimatorError
 from ..metrics.specs import ranked
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 
 __all__ = [
     "QUESTION_ONLY_ESTIMATORS",
+    "QUESTION_STACKED",
     "ACUTE_VARIANTS",
     "AUTO_CANDIDATES",
     "AutoEstimator",
@@ -103,6 +109,16 @@ _QUESTION_VIEWS: dict[str, dict[str, Any]] = {
         {**kw, **{k: v for k, v in _QUESTION_ONLY.items() if k != "view"}} for name, kw in _VIEWS.items()
 }
 QUESTION_ONLY_ESTIMATORS: tuple[str, ...] = tuple(_QUESTION_VIEWS)
+# The question+confidence control: the question-only forest (the same trees) stacked with the raw confidence on its
+# out-of-bag probabilities, as acute-pca10-stacked stacks the answer's forest.
+QUESTION_STACKED = "question+confidence"
+_QUESTION_STACKED: dict[str, Any] = {**_QUESTION_VIEWS["question-only"], "calibration": "stacked"}
+# name -> ActivationProbe keyword arguments of the probes over the prompt's last-token states
+_PROMPT_PROBES: dict[str, dict[str, Any]] = {**_QUESTION_VIEWS, QUESTION_STACKED: _QUESTION_STACKED}
+# the controls over the records (not states) that read one of them, by input
+_RECORD_READERS: dict[str, str] = {"platt+meta": META_INPUT, "tfidf+platt": TEXT_INPUT,
+                                   "answer-text": REPLY_TEXT_INPUT, "visible": VISIBLE_INPUT,
+                                   "answer-surface": VISIBLE_INPUT}
 
 ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
 STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
@@ -134,7 +150,7 @@ def split_pooling(name: Any) -> tuple[Any, str | None]:
     if not isinstance(name, str) or "@" not in name:
         return name, None
     base, spec = name.split("@", 1)
-    if base in _QUESTION_VIEWS:
+    if base in _PROMPT_PROBES:
         raise UnknownEstimatorError(f"{name!r}: {base} reads the last-prompt states by definition; "
                                     "it takes no '@POOLING'")
     if base not in _PROBES:
@@ -148,7 +164,7 @@ def estimator_pooling(name: str) -> str | None:
     """The pooling spec an estimator reads: None for the baselines, ``"mean"`` for ``auto``
     and probes without a suffix."""
     base, spec = split_pooling(name)
-    if base in _QUESTION_VIEWS:
+    if base in _PROMPT_PROBES:
         return _QUESTION_ONLY["pooling"]
     if estimator_group(base) in ("baseline", "control"):
         return None
@@ -157,14 +173,12 @@ def estimator_pooling(name: str) -> str | None:
 
 def estimator_input(name: str) -> str | None:
     """What an estimator reads beside the raw confidence: None (the baselines and ``constant``),
-    a pooling spec of hidden states (the probes, ``auto``, ``question-only``), or
-    :data:`acute.estimators.controls.META_INPUT` / :data:`acute.estimators.controls.TEXT_INPUT` (the metadata and
-    text controls)."""
+    a pooling spec of hidden states (the probes, ``auto``, ``question-only``,
+    ``question+confidence``), or one of :data:`acute.estimators.controls.RECORD_INPUTS` (the
+    controls over the records: metadata, prompt text, prompt and reply text, the visible array)."""
     base = split_pooling(name)[0]
-    if base == "platt+meta":
-        return META_INPUT
-    if base == "tfidf+platt":
-        return TEXT_INPUT
+    if base in _RECORD_READERS:
+        return _RECORD_READERS[base]
     return estimator_pooling(name)
 
 
@@ -230,19 +244,27 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
         return ConstantEstimator()
     if name == "platt+meta":
         return MetadataPlatt(random_state=random_state)
-    if name == "tfidf+platt":
+    if name in ("tfidf+platt", "answer-text"):
         return TextPlatt(random_state=random_state)
+    if name == "visible":
+        from .visible import VisibleControl
+
+        return VisibleControl(random_state=random_state)
+    if name == "answer-surface":
+        from .visible import SurfacePlatt
+
+        return SurfacePlatt(random_state=random_state)
     if name == AUTO:
         return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
                              probe_params=dict(probe_params or {}) or None)
     from .probes import ActivationProbe
 
-    kw = dict(_QUESTION_VIEWS[name]) if name in _QUESTION_VIEWS else probe_kwargs(name)
+    kw = dict(_PROMPT_PROBES[name]) if name in _PROMPT_PROBES else probe_kwargs(name)
     kw["random_state"] = random_state
     if n_jobs is not None:
         kw["n_jobs"] = n_jobs
     for k, v in (probe_params or {}).items():
-        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name in _QUESTION_VIEWS):
+        if k in ("view", "layer", "calibration", "pooling") or (k == "append_confidence" and name in _PROMPT_PROBES):
             raise InputError(f"probe_params may not set {k!r}: it is fixed by the estimator name {name!r}")
         if v is not None:
             kw[k] = v

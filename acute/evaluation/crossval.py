@@ -25,9 +25,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..estimators.controls import META_INPUT, TEXT_INPUT, metadata_matrix
-from ..estimators.registry import (ACUTE_VARIANTS, AUTO, STACKED_VARIANTS, estimator_input, make_estimator,
-                                   split_pooling)
+from ..estimators.controls import META_INPUT, RECORD_INPUTS, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, metadata_matrix
+from ..estimators.registry import (ACUTE_VARIANTS, AUTO, QUESTION_STACKED, STACKED_VARIANTS, estimator_input,
+                                   make_estimator, split_pooling)
 from ..errors import InputError
 from ..metrics import metric_over_resamples
 from ..store.pooling import DEFAULT_POOLING, store_states
@@ -44,18 +44,28 @@ def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] 
     ``states`` array (float32, in memory) when every reader reads the mean, else
     ``{input: array}``: hidden states per pooling spec (:mod:`acute.store.pooling`; the store names a
     pooling it lacks), the ``[n, fields]`` metadata strings of ``metadata_fields``
-    (:func:`acute.estimators.controls.metadata_matrix`) and the prompt texts (object arrays)."""
+    (:func:`acute.estimators.controls.metadata_matrix`), the prompt texts, the prompts followed by
+    the replies (:func:`acute.estimators.visible.reply_texts`) and the visible array
+    (:func:`acute.estimators.visible.visible_inputs`: the store's token log-probs and records),
+    all object arrays."""
+    from ..estimators.visible import reply_texts, visible_inputs
+
     specs = list(dict.fromkeys(s for s in map(estimator_input, names) if s is not None))
     if not specs:
         return None
     if specs == [DEFAULT_POOLING]:
         return np.asarray(store.layer_means, dtype=np.float32)
     out = {}
+    where = str(getattr(store, "path", "the store"))
     for s in specs:
         if s == META_INPUT:
-            out[s] = metadata_matrix(store.records, list(metadata_fields or ()), where=str(getattr(store, "path", "the store")))
+            out[s] = metadata_matrix(store.records, list(metadata_fields or ()), where=where)
         elif s == TEXT_INPUT:
             out[s] = np.asarray([r.get("prompt") for r in store.records], dtype=object)
+        elif s == REPLY_TEXT_INPUT:
+            out[s] = reply_texts(store.records, where=where)
+        elif s == VISIBLE_INPUT:
+            out[s] = visible_inputs(store.records, getattr(store, "token_logprobs", None), where=where)
         else:
             out[s] = np.asarray(store_states(store, s), dtype=np.float32)
     return out
@@ -68,7 +78,8 @@ def _rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 def take_rows(states: Any, index: np.ndarray):
     """Rows ``index`` of ``states`` (an array or ``{input: array}``; None stays None): hidden
-    states as float32, metadata and texts as they are."""
+    states as float32, the record inputs (object arrays: metadata, texts, the visible array) as
+    they are."""
     if states is None:
         return None
     if isinstance(states, Mapping):
@@ -81,7 +92,7 @@ def _input_of(states: Any, name: str):
     spec = estimator_input(name)
     if not isinstance(states, Mapping):
         if spec not in (None, DEFAULT_POOLING):
-            what = "input" if spec in (META_INPUT, TEXT_INPUT) else "states"
+            what = "input" if spec in RECORD_INPUTS else "states"
             raise InputError(f"{name} reads the {spec!r} {what}: pass states as {{input: array}}")
         return states
     if spec is None:
@@ -151,7 +162,9 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
       (early/mid/late) is searched by the plain probe's own 3 folds (the stacked probe's 5 may
       pick another layer) and the forest is taken only when both pick the same layer;
     * ``auto`` takes its candidates' out-of-fold forests from the stacked probes of their views
-      and its refit from the named candidates (:meth:`AutoEstimator.fit`'s ``shared``).
+      and its refit from the named candidates (:meth:`AutoEstimator.fit`'s ``shared``);
+    * ``question-only`` takes the forest of ``question+confidence`` (the same forest over the
+      prompt's last-token states, stacked with the confidence) when both are named.
 
     ``states_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
     read other poolings (:func:`states_for`); None when only baselines are named.
@@ -171,6 +184,8 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
         shared: dict[str, Any] = {}
         if base in ACUTE_VARIANTS and stacked_twin in fitted:
             shared["forest_from"] = fitted[stacked_twin]
+        elif base == _QUESTION_ONLY and QUESTION_STACKED in fitted:
+            shared["forest_from"] = fitted[QUESTION_STACKED]
         elif base == AUTO:
             shared["shared"] = fitted
         est.fit(x_train, correct_train, confidence=confidence_train, **shared)
@@ -184,11 +199,15 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
     return {n: out[n] for n in names}
 
 
+# the question-only control, which takes question+confidence's forest (fit_predict)
+_QUESTION_ONLY = "question-only"
+
+
 def _fit_order(name: str) -> int:
-    """Stacked probes first (their forests serve the plain ones), then the plain probes (``auto``'s
-    candidates), then ``auto``, then the rest."""
+    """Stacked probes first (their forests serve the plain ones; ``question+confidence``'s serves
+    ``question-only``), then the plain probes (``auto``'s candidates), then ``auto``, then the rest."""
     base = split_pooling(name)[0]
-    if base in STACKED_VARIANTS:
+    if base in STACKED_VARIANTS or base == QUESTION_STACKED:
         return 0
     if base in ACUTE_VARIANTS:
         return 1

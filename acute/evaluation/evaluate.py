@@ -429,8 +429,12 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
                     label: str = "the store") -> tuple[list[str], dict[str, str]]:
     """The controls of ``wanted`` that ``store`` can feed, and ``{control: reason}`` for the
     others: ``platt+meta`` needs the metadata ``fields`` on every record, ``tfidf+platt`` the
-    records' prompts, ``question-only`` the last-prompt states."""
+    records' prompts, ``answer-text`` their prompts and replies, ``visible`` and
+    ``answer-surface`` those and the per-token log-probs
+    (:func:`acute.estimators.visible.visible_inputs`), ``question-only`` and
+    ``question+confidence`` the last-prompt states."""
     from ..estimators.controls import metadata_matrix
+    from ..estimators.visible import reply_texts, visible_inputs
 
     usable, skipped = [], {}
     records = getattr(store, "records", None)
@@ -454,7 +458,17 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
                 bad = next((r.get("id") for r in records if not isinstance(r.get("prompt"), str)), None)
                 if bad is not None or not records:
                     why = f"{label}: record {bad!r} has no prompt text"
-        elif name == "question-only":
+        elif name in ("answer-text", "visible", "answer-surface"):
+            try:
+                if records is None:
+                    raise InputError(f"{label} has no records to read replies from")
+                if name == "answer-text":
+                    reply_texts(records, where=label)
+                else:
+                    visible_inputs(records, getattr(store, "token_logprobs", None), where=label)
+            except InputError as e:
+                why = str(e)
+        elif name in ("question-only", "question+confidence"):
             if "last-prompt" not in tuple(getattr(store, "poolings", ("mean",))):
                 why = (f"{label} has no last-prompt states (collected before acute kept them): "
                        "`acute rerecord STORE --out NEW_STORE` adds them")
