@@ -13,6 +13,11 @@ accepted or refused the same way everywhere, with the same message:
 * **states** (:func:`check_states`): a 3-D real array ``[n, L+1, d]`` with at least one
   record, two layer outputs and one hidden dimension, all finite (the first bad row named).
   Returned without copying where possible.
+* **level** (:func:`check_level`): a probability-like setting (a risk level, ``max_error``,
+  ``delta``, a precheck threshold, a test fraction): a real number, not a boolean or a string,
+  in (0, 1) or, where the setting says so, [0, 1]; NaN and infinities are refused. Every
+  refusal is one line: ``"{name} must be a number in (0, 1) ({meaning}), got {value!r}"``, the
+  same from the Python API, the command line, a run config and the HTTP service.
 
 Lengths are checked when ``n`` is given. Every error is an :class:`acute.errors.InputError`
 (a ``ValueError``) whose message starts with the argument's name.
@@ -26,7 +31,7 @@ import numpy as np
 
 from .errors import InputError
 
-__all__ = ["check_confidence", "check_correct", "check_count", "check_states"]
+__all__ = ["check_confidence", "check_correct", "check_count", "check_level", "check_states"]
 
 
 def _numeric(x: Any, name: str, what: str) -> np.ndarray:
@@ -59,6 +64,19 @@ def check_count(value: Any, name: str, minimum: int = 1, default: int | None = N
     if value < minimum:
         raise InputError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_level(value: Any, name: str, meaning: str | None = None, *, closed: bool = False) -> float:
+    """``value`` as a float in (0, 1), or in [0, 1] with ``closed``: the one rule of every
+    probability-like setting. Booleans, strings, ``None``, NaN, infinities and values outside
+    the range are an :class:`InputError` of one line naming ``name``, the range and, when given,
+    what the setting means (module doc)."""
+    number = (not isinstance(value, bool)) and isinstance(value, (int, float, np.integer, np.floating))
+    v = float(value) if number else float("nan")
+    if not (0.0 <= v <= 1.0 if closed else 0.0 < v < 1.0):  # NaN fails both
+        span = "[0, 1]" if closed else "(0, 1)"
+        raise InputError(f"{name} must be a number in {span}{f' ({meaning})' if meaning else ''}, got {value!r}")
+    return v
 
 
 def check_confidence(confidence: Any, n: int | None = None, name: str = "confidence", *,

@@ -125,9 +125,9 @@ def test_rules_per_prompt_and_for_given_responses(scorer, setup):
     ({"max_error": 0.2}, r"max_error=0.2: this probe carries no certificate for that max_error "
                          r"\(it carries 0.1, 0.05 \(invalid\)\).*acute export --max-error 0.2"),
     ({"max_error": 0.1, "risk": 0.3}, "give risk .* or max_error .*, not both"),
-    ({"max_error": 1.0}, "max_error must lie strictly between 0 and 1"),
+    ({"max_error": 1.0}, r"^max_error must be a number in \(0, 1\) \(the error rate allowed among trusted answers\), got 1.0$"),
     ({"max_error": [0.1, 0.2]}, r"max_error\[1\]=0.2: this probe carries no certificate"),
-    ({"risk": [0.1, 1.5]}, r"risk\[1\] must be in \[0, 1\]"),
+    ({"risk": [0.1, 1.5]}, r"risk\[1\] must be a number in \[0, 1\]"),
 ])
 def test_bad_rules_are_refused_by_name(scorer, kw, message):
     with pytest.raises(InputError, match=message):
@@ -143,7 +143,10 @@ def test_a_probe_without_certificates_refuses_max_error(loaded, setup):
 
 # ------------------------------------------------------------------------------ acute score
 def run(argv, capsys):
-    rc = main([str(a) for a in argv])
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
+        rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -172,7 +175,7 @@ def test_acute_score_decides_by_the_certificate(setup, tiny_model_dir, capsys, t
     (["--max-error", 0.2], "--max-error=0.2: this probe carries no certificate"),
     (["--max-error", 0.05], "--max-error=0.05: this probe's certificate at max_error=0.05, delta=0.1 is invalid"),
     (["--max-error", 0.1, "--risk", 0.3], "give --risk (a risk level) or --max-error"),
-    (["--max-error", 0], "--max-error must lie strictly between 0 and 1"),
+    (["--max-error", 0], "argument --max-error: must be a number in (0, 1) (the error rate allowed among trusted answers), got 0.0"),
 ])
 def test_acute_score_refuses_a_certificate_it_cannot_use(setup, capsys, extra, message):
     rc, _, err = run(["score", "Q?", "--probe", setup[0], "--model", "/nowhere", *extra], capsys)

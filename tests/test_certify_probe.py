@@ -154,14 +154,14 @@ def test_a_calibration_store_holding_training_records_is_refused(stores):
 
 # ------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("kw, message", [
-    ({"max_error": 0.0}, "max_error must lie strictly between 0 and 1"),
-    ({"max_error": 1.5}, "max_error must lie strictly between 0 and 1"),
-    ({"max_error": float("nan")}, "max_error must lie strictly between 0 and 1"),
-    ({"max_error": 0.1, "delta": 1.0}, "delta must lie strictly between 0 and 1"),
-    ({"max_error": 0.1, "delta": -0.1}, "delta must lie strictly between 0 and 1"),
+    ({"max_error": 0.0}, r"^max_error must be a number in \(0, 1\) \(the error rate allowed among trusted answers\)"),
+    ({"max_error": 1.5}, r"^max_error must be a number in \(0, 1\) \(the error rate allowed among trusted answers\)"),
+    ({"max_error": float("nan")}, r"^max_error must be a number in \(0, 1\) \(the error rate allowed among trusted answers\)"),
+    ({"max_error": 0.1, "delta": 1.0}, r"^delta must be a number in \(0, 1\) \(the probability that the guarantee fails\)"),
+    ({"max_error": 0.1, "delta": -0.1}, r"^delta must be a number in \(0, 1\) \(the probability that the guarantee fails\)"),
     ({"max_error": [0.1, 0.1]}, "give each error rate once"),
     ({"max_error": []}, "at least one error rate"),
-    ({"max_error": ["0.1"]}, "max_error must be a number strictly between 0 and 1"),
+    ({"max_error": ["0.1"]}, r"^max_error must be a number in \(0, 1\) .*got '0.1'"),
 ])
 def test_bad_levels_are_refused_before_anything_is_fitted(stores, monkeypatch, kw, message):
     import acute.evaluation.training as training
@@ -212,7 +212,10 @@ def test_a_probe_without_certificates_loads_and_a_malformed_one_is_refused(store
 
 # ------------------------------------------------------------------------------ CLI
 def run(argv, capsys):
-    rc = main([str(a) for a in argv])
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
+        rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -247,8 +250,10 @@ def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--max-error", 1.5], "max_error must lie strictly between 0 and 1"),
-    (["--max-error", 0.1, "--delta", 0], "delta must lie strictly between 0 and 1"),
+    (["--max-error", 1.5], "argument --max-error: must be a number in (0, 1) (the error rate allowed among "
+                           "trusted answers), got 1.5"),
+    (["--max-error", 0.1, "--delta", 0], "argument --delta: must be a number in (0, 1) (the probability that the "
+                                         "guarantee fails), got 0.0"),
     (["--delta", 0.2], "--delta and --calibration-store go with --max-error"),
     (["--max-error", 0.1, "--calibration-store", "OTHER"], "train has 320,"),
 ])

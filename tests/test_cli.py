@@ -61,7 +61,10 @@ def work(tmp_path_factory, tiny_model_dir):
 
 
 def run(argv, capsys):
-    rc = main([str(a) for a in argv])
+    try:
+        rc = main([str(a) for a in argv])
+    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
+        rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -404,7 +407,7 @@ def test_score_needs_a_question_and_a_valid_risk(capsys, exported):
     rc, _, err = run(["score", "--probe", exported], capsys)
     assert rc == 2 and "give a question" in err
     rc, _, err = run(["score", "Q?", "--probe", exported, "--risk", 1.5], capsys)
-    assert rc == 2 and "risk must be in [0, 1]" in err
+    assert rc == 2 and "argument --risk: must be a number in [0, 1] (the risk level u: trust iff confidence > u), got 1.5" in err
 
 
 def test_bad_jsonl_line(capsys, exported, tmp_path):

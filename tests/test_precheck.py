@@ -213,17 +213,17 @@ def _answer_probe(rng):
 def test_precheck_returns_the_probability_and_the_decision(scorer, collected):
     _, examples, store = collected
     questions = [ex.question for ex in examples[:6]]
-    results = scorer.precheck(questions, risk=0.4)
+    results = scorer.precheck(questions, threshold=0.4)
     expected = scorer.precheck_probe.predict_proba(scorer.prompt_states(questions))[:, 1]
     assert [r.confidence for r in results] == expected.tolist()
-    assert all(isinstance(r, PrecheckResult) and r.risk == 0.4 for r in results)
+    assert all(isinstance(r, PrecheckResult) and r.threshold == 0.4 for r in results)
     assert [r.trust for r in results] == [c > 0.4 for c in expected]
     assert [r.decision for r in results] == ["trust" if c > 0.4 else "abstain" for c in expected]
     assert [r.prompt for r in results] == [r["prompt"] for r in store.records[:6]]
-    one = scorer.precheck(questions[0])  # default risk 0.5
-    assert isinstance(one, PrecheckResult) and one.risk == 0.5 and one.question == questions[0]
-    assert set(one.to_dict()) == {"question", "confidence", "risk", "trust", "prompt_tokens", "decision"}
-    assert [r.risk for r in scorer.precheck(questions[:2], risk=[0.2, 0.9])] == [0.2, 0.9]
+    one = scorer.precheck(questions[0])  # default threshold 0.5
+    assert isinstance(one, PrecheckResult) and one.threshold == 0.5 and one.question == questions[0]
+    assert set(one.to_dict()) == {"question", "confidence", "threshold", "trust", "prompt_tokens", "decision"}
+    assert [r.threshold for r in scorer.precheck(questions[:2], threshold=[0.2, 0.9])] == [0.2, 0.9]
     assert scorer.precheck([]) == []
 
 
@@ -264,11 +264,12 @@ def test_without_precheck_every_answer_field_is_unchanged(scorer, collected):
 
 @pytest.mark.parametrize("bad", [0, 1, 0.0, 1.0, -0.2, 1.5, float("nan"), "0.3", True, [0.2]])
 def test_a_precheck_threshold_outside_0_1_is_refused_by_name(scorer, bad):
-    with pytest.raises(InputError, match=r"precheck.* must be a threshold in \(0, 1\)|precheck has 1 thresholds"):
+    with pytest.raises(InputError, match=r"^precheck must be a number in \(0, 1\) \(answer only when|"
+                                         r"^precheck has 1 values for 2 prompts"):
         scorer.generate(["a?", "b?"], precheck=bad)
     if not isinstance(bad, list):
-        with pytest.raises(InputError, match=r"risk must be a threshold in \(0, 1\)"):
-            scorer.precheck("a?", risk=bad)
+        with pytest.raises(InputError, match=r"^threshold must be a number in \(0, 1\)"):
+            scorer.precheck("a?", threshold=bad)
 
 
 def test_a_prompt_too_long_is_refused_as_without_a_precheck(scorer):
@@ -322,13 +323,17 @@ def test_acute_score_precheck(probe_dir, tiny_model_dir, collected, capsys, tmp_
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--precheck", "1.5"], "--precheck must be a threshold in (0, 1)"),
-    (["--precheck", "0"], "--precheck must be a threshold in (0, 1)"),
+    (["--precheck", "1.5"], "argument --precheck: must be a number in (0, 1) (answer only when the question-only "
+                            "probe's P(correct) exceeds it), got 1.5"),
+    (["--precheck", "0"], "argument --precheck: must be a number in (0, 1)"),
     (["--precheck", "0.2", "--response", "Paris"], "--precheck decides before generating"),
 ])
 def test_acute_score_refuses_bad_precheck_input(probe_dir, capsys, extra, message):
-    assert main(["score", "Who?", "--probe", str(probe_dir), *extra]) == 2
-    assert message in capsys.readouterr().err
+    try:
+        rc = main(["score", "Who?", "--probe", str(probe_dir), *extra])
+    except SystemExit as e:  # argparse refuses a level out of range while parsing
+        rc = e.code
+    assert rc == 2 and message in capsys.readouterr().err
 
 
 def test_acute_score_precheck_without_a_question_only_probe(collected, capsys, tmp_path):

@@ -33,6 +33,7 @@ from acute.errors import InputError  # noqa: E402
 from acute.extraction import generate_and_record  # noqa: E402
 from acute.estimators import ActivationProbe, load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
+from acute.scoring.gate import Gate, risk_rule  # noqa: E402
 from acute.serving import (  # noqa: E402
     Batcher, Job, ServerBusyError, check_bind, create_app, score_jobs,
 )
@@ -93,10 +94,10 @@ class GatedScorer(Scorer):
         super().__init__(*args, **kwargs)
         self.gate, self.entered = threading.Event(), threading.Event()
 
-    def generate(self, prompts, risk=0.5):
+    def generate(self, prompts, *args, **kwargs):
         self.entered.set()
         assert self.gate.wait(TIMEOUT), "gate never opened"
-        return super().generate(prompts, risk=risk)
+        return super().generate(prompts, *args, **kwargs)
 
 
 def wait_until(predicate, what: str):
@@ -304,8 +305,8 @@ BAD = [
     ("/v1/score", b"", 400, None),
     ("/v1/score", {"prompt": "x"}, 400, "risk"),
     ("/v1/score", {"prompt": "x", "risk": "0.5"}, 400, "risk"),
-    ("/v1/score", {"prompt": "x", "risk": 0}, 400, "risk"),
-    ("/v1/score", {"prompt": "x", "risk": 1}, 400, "risk"),
+    ("/v1/score", {"prompt": "x", "risk": -0.1}, 400, "risk"),
+    ("/v1/score", {"prompt": "x", "risk": [0.5]}, 400, "risk"),
     ("/v1/score", {"prompt": "x", "risk": 1.5}, 400, "risk"),
     ("/v1/score", {"prompt": "x", "risk": True}, 400, "risk"),
     ("/v1/score", {"prompt": 42, "risk": 0.5}, 400, "prompt"),
@@ -335,7 +336,7 @@ BAD = [
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": TOO_LONG}]}, 400, "messages"),
     ("/v1/chat/completions", {**CHAT, "foo": 1}, 400, "foo"),
     ("/v1/chat/completions", {**CHAT, "model": "gpt-4o"}, 404, "model"),
-    ("/v1/chat/completions", {**CHAT, "risk": 1.0}, 400, "risk"),
+    ("/v1/chat/completions", {**CHAT, "risk": 1.01}, 400, "risk"),
     ("/v1/chat/completions", {**CHAT, "n": 2}, 400, "n"),
     ("/v1/chat/completions", {**CHAT, "temperature": 0.7}, 400, "temperature"),
     ("/v1/chat/completions", {**CHAT, "temperature": "hot"}, 400, "temperature"),
@@ -495,7 +496,7 @@ def test_batcher_limits_batches_isolates_errors_and_drains():
         return [ValueError(f"bad {j.item}") if j.item == 3 else j.item * 10 for j in jobs]
 
     b = Batcher(run, max_batch=4, max_wait_s=0.0, max_queue=20)
-    jobs = [Job(item=i, risk=0.5) for i in range(10)]
+    jobs = [Job(item=i) for i in range(10)]
     b.submit(jobs)  # the worker starts now and may take the first job alone
     b.close(TIMEOUT)
     assert [j for batch in seen for j in batch] == list(range(10))
@@ -504,24 +505,25 @@ def test_batcher_limits_batches_isolates_errors_and_drains():
     with pytest.raises(ValueError, match="bad 3"):
         jobs[3].future.result(0)
     with pytest.raises(ServerBusyError, match="shutting down"):
-        b.submit([Job(item=0, risk=0.5)])
+        b.submit([Job(item=0)])
     small = Batcher(run, max_queue=2)
     with pytest.raises(ServerBusyError, match="queue is full"):
-        small.submit([Job(item=i, risk=0.5) for i in range(3)])
+        small.submit([Job(item=i) for i in range(3)])
 
 
 def test_score_jobs_groups_settings_and_isolates_a_bad_prompt(loaded, probe):
     model, tok = loaded
     scorer = Scorer(model, tok, probe)
-    jobs = [Job(item=QUESTIONS[0], risk=0.3), Job(item=TOO_LONG, risk=0.5),
-            Job(item=QUESTIONS[1], risk=0.7, max_new_tokens=2), Job(item=QUESTIONS[2], risk=0.5, stop=("a",))]
+    jobs = [Job(item=QUESTIONS[0], gate=Gate(risk_rule(0.3))), Job(item=TOO_LONG),
+            Job(item=QUESTIONS[1], gate=Gate(risk_rule(0.7)), max_new_tokens=2),
+            Job(item=QUESTIONS[2], stop=("a",))]
     out = score_jobs(scorer, jobs)
     assert isinstance(out[1], InputError) and "context window" in str(out[1])
     settings = [{}, None, {"max_new_tokens": 2}, {"stop_strings": ["a"]}]
     for job, res, extra in zip(jobs, out, settings):
         if extra is None:
             continue
-        truth = alone(loaded, probe, job.item, job.risk, **extra)
+        truth = alone(loaded, probe, job.item, job.gate.rule.risk, **extra)
         assert_same({"answer": res.scored.answer, "confidence": res.scored.confidence,
                      "raw_confidence": res.scored.raw_confidence, "decision": res.scored.decision,
                      "risk": res.scored.risk}, truth)

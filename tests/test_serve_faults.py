@@ -181,8 +181,8 @@ def test_one_failing_job_fails_only_itself(loaded, probe):
         return real_format(item)
 
     scorer.format = format_or_fail
-    jobs = [Job(item=q, risk=0.5) for q in QUESTIONS[:4]]
-    jobs += [Job(item="Gold \ud800 is", risk=0.5), Job(item="explode", risk=0.5)]
+    jobs = [Job(item=q) for q in QUESTIONS[:4]]
+    jobs += [Job(item="Gold \ud800 is"), Job(item="explode")]
     out = score_jobs(scorer, jobs)
     for job, res in zip(jobs[:4], out[:4]):
         s = res.scored
@@ -286,7 +286,7 @@ def test_a_disconnected_request_stops_between_decoding_steps(loaded, probe):
     items = [{"prompt": f"{q} Answer briefly.", "risk": 0.5, "max_new_tokens": 24 - i}
              for i, q in enumerate(QUESTIONS[:4])]
     with model_steps(model) as steps:  # how many steps these items take when nobody leaves
-        score_jobs(scorer, [Job(item=it["prompt"], risk=0.5, max_new_tokens=it["max_new_tokens"])
+        score_jobs(scorer, [Job(item=it["prompt"], max_new_tokens=it["max_new_tokens"])
                             for it in items])
     full = len(steps)
     assert full > 40
@@ -317,13 +317,13 @@ def test_groups_run_largest_first_and_answer_when_done(loaded, probe):
     calls = []
 
     class Recording(Scorer):
-        def generate(self, prompts, risk=0.5):
+        def generate(self, prompts, *args, **kwargs):
             calls.append((len(prompts), [j.future.done() for j in jobs]))
-            return super().generate(prompts, risk=risk)
+            return super().generate(prompts, *args, **kwargs)
 
     scorer = Recording(model, tok, probe)
-    jobs = [Job(item=QUESTIONS[0], risk=0.5, max_new_tokens=2), Job(item=QUESTIONS[1], risk=0.5),
-            Job(item=QUESTIONS[2], risk=0.5), Job(item=QUESTIONS[3], risk=0.5, max_new_tokens=3)]
+    jobs = [Job(item=QUESTIONS[0], max_new_tokens=2), Job(item=QUESTIONS[1]),
+            Job(item=QUESTIONS[2]), Job(item=QUESTIONS[3], max_new_tokens=3)]
     score_jobs(scorer, jobs)
     assert [n for n, _ in calls] == [2, 1, 1]
     assert calls[1][1] == [False, True, True, False]
@@ -348,11 +348,11 @@ def test_the_worker_runs_the_largest_group_first_unless_one_waited_long(monkeypa
         seen.clear(), gate.clear(), entered.clear()
         b = Batcher(run, max_batch=8, max_wait_s=0.0,
                     key=lambda job: job.item if job.item.startswith("x") else job.item[0])
-        b.submit([Job(item="hold", risk=0.5)])
+        b.submit([Job(item="hold")])
         assert entered.wait(TIMEOUT)
-        b.submit([Job(item=f"x{i}", risk=0.5) for i in range(3)])  # one request, 3 unusual groups
+        b.submit([Job(item=f"x{i}") for i in range(3)])  # one request, 3 unusual groups
         time.sleep(0.05)
-        b.submit([Job(item=f"a{i}", risk=0.5) for i in range(4)])  # the common setting
+        b.submit([Job(item=f"a{i}") for i in range(4)])  # the common setting
         gate.set()
         b.close(TIMEOUT)
         return seen[1:]
@@ -374,12 +374,12 @@ def test_the_batching_window_waits_for_a_group_not_for_the_queue():
 
     b = Batcher(run, max_batch=8, max_wait_s=1.0,
                 key=lambda job: job.item if job.item.startswith("x") else job.item[0])
-    b.submit([Job(item="hold", risk=0.5)])
+    b.submit([Job(item="hold")])
     assert entered.wait(TIMEOUT)
-    b.submit([Job(item=f"x{i}", risk=0.5) for i in range(8)])
+    b.submit([Job(item=f"x{i}") for i in range(8)])
     gate.set()
     time.sleep(0.1)
-    b.submit([Job(item=f"a{i}", risk=0.5) for i in range(3)])
+    b.submit([Job(item=f"a{i}") for i in range(3)])
     b.close(TIMEOUT)
     assert seen[1] == ["a0", "a1", "a2"]
 
@@ -616,7 +616,7 @@ def test_an_internal_error_logs_one_traceback_then_one_line_each(loaded, probe):
     model, tok = loaded
 
     class Broken(Scorer):
-        def generate(self, prompts, risk=0.5):
+        def generate(self, prompts, *args, **kwargs):
             raise RuntimeError("the model fell over")
 
     app = create_app(Broken(model, tok, probe), model_name=NAME, max_wait_ms=0)
@@ -723,8 +723,8 @@ def test_allow_control_tokens_keeps_the_tokenizers_reading(loaded, probe, fed):
 def test_a_template_that_rewrites_content_cannot_keep_control_text_apart(loaded, probe):
     upper = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] | upper + '<|im_end|>\n' }}{% endfor %}"
     scorer = chat_scorer(loaded, probe, template=upper)
-    jobs = [Job(item=[{"role": "user", "content": "hi <|im_end|>"}], risk=0.5, param="messages"),
-            Job(item=[{"role": "user", "content": "hi"}], risk=0.5, param="messages")]
+    jobs = [Job(item=[{"role": "user", "content": "hi <|im_end|>"}], param="messages"),
+            Job(item=[{"role": "user", "content": "hi"}], param="messages")]
     out = score_jobs(scorer, jobs)
     assert isinstance(out[0], RequestError) and out[0].param == "messages[0].content"
     assert "--allow-control-tokens" in str(out[0])

@@ -167,15 +167,15 @@ def test_the_openai_client_sends_a_precheck(served):
 
 
 @pytest.mark.parametrize("path, body, param, message", [
-    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": 0}, "precheck", "greater than 0"),
-    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": 1.0}, "precheck", "less than 1"),
-    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": "0.2"}, "precheck", "precheck"),
+    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": 0}, "precheck", "precheck must be a number in (0, 1)"),
+    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": 1.0}, "precheck", "must be a number in (0, 1)"),
+    ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": "0.2"}, "precheck", "got '0.2'"),
     ("/v1/score", [{"prompt": "Q?", "risk": 0.5}, {"prompt": "Q?", "risk": 0.5, "precheck": 2}],
-     "[1].precheck", "[1].precheck"),
+     "[1].precheck", "[1].precheck must be a number in (0, 1)"),
     ("/v1/score", {"prompt": "Q?", "risk": 0.5, "precheck": 0.2, "response": "Paris"}, "precheck",
      "decides before generating"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Q?"}], "precheck": 1.5}, "precheck",
-     "less than 1"),
+     "must be a number in (0, 1)"),
 ])
 def test_bad_precheck_is_a_400_naming_the_field(served, path, body, param, message):
     post, _ = served

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import InputError
 
 __all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir",
-           "default_store_dir", "estimator_list", "load_task", "model_name", "open_labelled_store",
+           "default_store_dir", "estimator_list", "level_arg", "load_task", "model_name", "open_labelled_store",
            "task_options"]
 
 logger = logging.getLogger(__name__)
@@ -21,6 +21,28 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 DEFAULT_RUNS = Path("runs")
+
+
+def level_arg(check, option: str):
+    """An argparse ``type`` for a probability-like option (``--risk``, ``--max-error``, ...): the
+    text read as a number and checked by ``check`` (acute's checker of that level, e.g.
+    :func:`acute.scoring.risk.check_risk`) under the option's name, so that a bad value is
+    argparse's error in the library's words: ``argument --risk: must be a number in [0, 1] (the
+    risk level u: trust iff confidence > u), got 1.5`` (exit 2)."""
+    import argparse
+
+    def parse(text: str) -> float:
+        try:
+            value: object = float(text)
+        except ValueError:
+            value = text  # refused by the checker, which names it as given
+        try:
+            return check(value, option)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix(f"{option} ")) from None
+
+    parse.__name__ = option.lstrip("-")
+    return parse
 
 
 def task_options(pairs: list[str] | None) -> dict:

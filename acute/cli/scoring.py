@@ -10,12 +10,18 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
-from .common import DEFAULT_MODEL, default_probe_dir
+from ..metrics.certify import check_max_error
+from ..scoring.precheck import check_precheck
+from ..scoring.risk import DEFAULT_RISK, check_risk
+from .common import DEFAULT_MODEL, default_probe_dir, level_arg
 from ..console import load_options_from_args
 
 __all__ = ['add_score', 'add_serve', 'cmd_score', 'cmd_serve']
 
 logger = logging.getLogger(__name__)
+
+#: how errors name the levels of a gate on the command line
+_OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck"}
 
 
 def _score_task(name: str | None):
@@ -65,22 +71,18 @@ def _read_score_rows(source: str):
     return ids, prompts, responses
 
 
-def _score_all(scorer, prompts: list, responses: list, risk: float | None,
-               max_error: float | None = None, precheck: float | None = None) -> list:
+def _score_all(scorer, prompts: list, responses: list, gate) -> list:
     """Generate and score the prompts without a response, score the given responses (one batch
-    each), in input order, deciding at ``risk`` or by the certificate at ``max_error``; with
-    ``precheck``, a prompt is generated only when its precheck passes."""
+    each), in input order, decided by ``gate`` (:class:`acute.scoring.gate.Gate`: with a
+    precheck, a prompt is generated only when its precheck passes)."""
     given = [i for i, r in enumerate(responses) if r is not None]
     todo = [i for i, r in enumerate(responses) if r is None]
     out: list = [None] * len(prompts)
     if todo:
-        gate = {} if precheck is None else {"precheck": precheck}
-        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], risk=risk, max_error=max_error,
-                                              **gate)):
+        for i, s in zip(todo, scorer.generate([prompts[i] for i in todo], gate=gate)):
             out[i] = s
     if given:
-        scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given],
-                                        risk=risk, max_error=max_error)
+        scored = scorer.score_responses([prompts[i] for i in given], [responses[i] for i in given], gate=gate)
         for i, s in zip(given, scored):
             out[i] = s
     return out
@@ -107,8 +109,8 @@ def _print_scored(s, rule) -> None:
 def cmd_score(args) -> int:
     from ..models import load_model
     from ..estimators.probes import load_probe
-    from ..scoring.precheck import check_precheck, require_precheck
-    from ..scoring.rules import decision_rule
+    from ..scoring.gate import resolve_gate
+    from ..scoring.precheck import require_precheck
     from ..scoring.scorer import Scorer
 
     if not args.jsonl and not args.question:
@@ -116,13 +118,9 @@ def cmd_score(args) -> int:
     if args.response is not None and (args.jsonl or not args.response.strip()):
         raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
                          "each its 'response' field")
-    names = {"risk_name": "--risk", "max_error_name": "--max-error"}
-    if args.max_error is None:
-        decision_rule(None, args.risk, **names)  # a bad risk level fails before anything is loaded
-    elif args.risk is not None:
+    if args.risk is not None and args.max_error is not None:  # before anything is loaded
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
     if args.precheck is not None:
-        check_precheck(args.precheck, "--precheck")
         if args.response is not None:
             raise InputError("--precheck decides before generating, and --response scores an answer given; "
                              "leave out one of them")
@@ -135,7 +133,8 @@ def cmd_score(args) -> int:
                 f"no probe is shipped for {DEFAULT_MODEL} ({probe_dir} is missing); make one with "
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
-    rule = decision_rule(probe, args.risk, args.max_error, **names)  # before the model is loaded
+    # the levels were checked by argparse (level_arg); the gate is resolved once, before the model loads
+    gate = resolve_gate(probe, args.risk, args.max_error, args.precheck, name=_OPTIONS.get)
     if args.precheck is not None:
         require_precheck(probe.precheck, "--precheck", probe_dir)
     ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
@@ -149,12 +148,12 @@ def cmd_score(args) -> int:
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
-    scored = _score_all(scorer, prompts, responses, args.risk, args.max_error, args.precheck)
+    scored = _score_all(scorer, prompts, responses, gate)
     if args.jsonl:
         for i, s in zip(ids, scored):
             print(json.dumps({"id": i, **s.to_dict()}, ensure_ascii=False))
         return 0
-    _print_scored(scored[0], rule)
+    _print_scored(scored[0], gate.rule)
     return 0
 
 
@@ -164,17 +163,9 @@ def cmd_serve(args) -> int:
     serve.require_serve_extra()
     api_key = serve.resolve_api_key(args.api_key)
     serve.check_bind(args.host, api_key, args.allow_remote)
-    settings = dict(max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                    max_request_bytes=args.max_request_bytes, api_key=api_key,
-                    default_risk=0.5 if args.risk is None else args.risk, default_max_error=args.max_error,
-                    max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
-                    read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
-                    allowed_hosts=tuple(args.allowed_host or ()),
-                    allow_control_tokens=args.allow_control_tokens)
     if args.risk is not None and args.max_error is not None:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
                          "requests that name neither, not both")
-    serve.ServeSettings(**settings)  # bad flags fail before the model is loaded
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators.probes import load_probe
@@ -182,11 +173,17 @@ def cmd_serve(args) -> int:
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()
     probe = load_probe(probe_dir)
-    if args.max_error is not None:
-        from ..scoring.rules import decision_rule
-
-        decision_rule(probe, max_error=args.max_error, max_error_name="--max-error")  # before the model
     model_name = args.model or probe.model_name or DEFAULT_MODEL
+    served = Path(model_name).name if Path(model_name).exists() else model_name
+    default_risk = {} if args.risk is None else {"default_risk": args.risk}  # else the settings' default
+    settings = serve.ServeSettings(  # bad flags fail before the model is loaded
+        model_name=served, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+        max_request_bytes=args.max_request_bytes, api_key=api_key, default_max_error=args.max_error,
+        max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
+        read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
+        allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
+        **default_risk)
+    settings = serve.with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
     model, tok = load_model(model_name, **load_options_from_args(args))
     try:
         scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
@@ -197,8 +194,7 @@ def cmd_serve(args) -> int:
         # a malformed probe.json (e.g. training settings of the wrong type): one line, not a traceback
         raise InputError(f"{probe_dir / 'probe.json'}: cannot serve with this probe's training "
                          f"settings: {e}") from None
-    served = Path(model_name).name if Path(model_name).exists() else model_name
-    app = serve.create_app(scorer, model_name=served, **settings)
+    app = serve.create_app(scorer, settings)
     sock = serve.bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
@@ -218,12 +214,12 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("question", nargs="?", help="the question to answer and score (or --jsonl)")
     s.add_argument("--probe", default=None, help="probe directory (default: the shipped SmolLM2 probe)")
     s.add_argument("--model", default=None, help="default: the model named in the probe")
-    s.add_argument("--risk", type=float, default=None,
-                   help="risk level u: trust iff confidence > u (default 0.5)")
-    s.add_argument("--max-error", type=float, default=None, metavar="ALPHA",
+    s.add_argument("--risk", type=level_arg(check_risk, "--risk"), default=None,
+                   help=f"risk level u in [0, 1]: trust iff confidence > u (default {DEFAULT_RISK})")
+    s.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), default=None, metavar="ALPHA",
                    help="decide by the threshold the probe certified at this error rate instead "
                         "(acute export --max-error): trust iff confidence >= it")
-    s.add_argument("--precheck", type=float, default=None, metavar="U0",
+    s.add_argument("--precheck", type=level_arg(check_precheck, "--precheck"), default=None, metavar="U0",
                    help="two-stage gate: generate only when the question-only probe (acute export --precheck) "
                         "gives P(correct) > U0 in (0, 1); otherwise abstain without generating")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
@@ -262,9 +258,9 @@ def add_serve(sub, model_opts) -> None:
                     help="seconds a request's head, then its body, may take to arrive; slower gets 408")
     sv.add_argument("--shutdown-timeout", type=float, default=30.0,
                     help="seconds in-flight requests get to finish on SIGTERM; the rest get 503")
-    sv.add_argument("--risk", type=float, default=None,
-                    help="risk level of chat requests that give neither risk nor max_error (default 0.5)")
-    sv.add_argument("--max-error", type=float, default=None, metavar="ALPHA",
+    sv.add_argument("--risk", type=level_arg(check_risk, "--risk"), default=None,
+                    help=f"risk level of chat requests that give neither risk nor max_error (default {DEFAULT_RISK})")
+    sv.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), default=None, metavar="ALPHA",
                     help="decide chat requests that give neither risk nor max_error by the threshold the "
                          "probe certified at this error rate instead")
     sv.add_argument("--api-key", default=None,

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from .common import add_store_arguments, estimator_list, open_labelled_store
+from ..metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
+from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
 
 __all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_train']
 
@@ -31,7 +32,7 @@ def _train(args, test_fraction: float):
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
                           seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
                           store_path=args.store, max_error=args.max_error,
-                          delta=0.1 if args.delta is None else args.delta, calibration_store=calibration,
+                          delta=DEFAULT_DELTA if args.delta is None else args.delta, calibration_store=calibration,
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
                           precheck=args.precheck)
     est = trained.auto
@@ -196,11 +197,12 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
-        t.add_argument("--max-error", type=float, nargs="+", default=None, metavar="ALPHA",
+        t.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), nargs="+", default=None,
+                       metavar="ALPHA",
                        help="certify a trust threshold for each error rate ALPHA allowed among trusted "
                             "answers (Learn-then-Test), recorded in probe.json")
-        t.add_argument("--delta", type=float, default=None,
-                       help="with --max-error: the chance the certificate may fail (default 0.1)")
+        t.add_argument("--delta", type=level_arg(check_delta, "--delta"), default=None,
+                       help=f"with --max-error: the chance the certificate may fail (default {DEFAULT_DELTA})")
         t.add_argument("--calibration-store", default=None, metavar="STORE",
                        help="with --max-error: calibrate on this store's records (same model and prompt "
                             "format) instead of the out-of-fold predictions of the training records")

@@ -42,10 +42,11 @@ import numpy as np
 from ..collect import store_identity
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
-from ..metrics.certify import certify_threshold, check_max_error, min_calibration_records
+from ..metrics.certify import (DEFAULT_DELTA, certify_threshold, check_delta, check_max_error,
+                               min_calibration_records)
 from ..store.pooling import store_states
 
-__all__ = ["CV_FOLDS", "calibration_confidence", "certify_probe", "check_calibration_store",
+__all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
            "check_certification"]
 
 #: folds of the out-of-fold calibration (those of ``auto``'s comparison)
@@ -115,6 +116,7 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
     calibration records to certify anything at all (:class:`InputError` naming the argument
     and saying how many would be needed)."""
     alphas = [check_max_error(a) for a in _alphas(max_error)]
+    delta = check_delta(delta)
     if len({round(a, 9) for a in alphas}) != len(alphas):
         raise InputError(f"max_error: give each error rate once, got {alphas}")
     idx = np.arange(len(store)) if train_index is None else np.asarray(train_index)
@@ -128,7 +130,7 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
     else:
         n, source = idx.size, f"out-of-fold predictions of the {idx.size} training records"
     for alpha in alphas:
-        n_min = min_calibration_records(alpha, delta, fwer=fwer)  # checks max_error and delta
+        n_min = min_calibration_records(alpha, delta, fwer=fwer)
         if n < n_min:
             raise InputError(
                 f"max_error={alpha:g}, delta={delta:g}: the {n} calibration records ({source}) "
@@ -137,11 +139,10 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
                 f"records, pass a calibration store (--calibration-store) with more, or raise "
                 f"max_error or delta. A useful certificate usually needs far more: "
                 f"benchmarks/certify_labels.md")
-        try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
-            certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer,
-                              backend=backend)
-        except InputError as e:
-            raise InputError(f"{e} (the command line's --certify-backend)") from None
+    try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
+        certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer, backend=backend)
+    except InputError as e:
+        raise InputError(f"{e} (the command line's --certify-backend)") from None
     return alphas
 
 
@@ -200,7 +201,7 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None,
              "calibration_store": None if path is None else str(Path(path).resolve())})
 
 
-def certify_probe(trained, store, max_error: float | Sequence[float], delta: float = 0.1, *,
+def certify_probe(trained, store, max_error: float | Sequence[float], delta: float = DEFAULT_DELTA, *,
                   calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
                   backend: str = "mapie", fwer: str = "bonferroni_holm") -> list[dict]:
     """Certify the trust threshold of ``trained`` (a :class:`~acute.evaluation.training.TrainedProbe`
@@ -210,10 +211,19 @@ def certify_probe(trained, store, max_error: float | Sequence[float], delta: flo
     ``probe.json`` entries, valid or saying why not (:mod:`acute.estimators.certificates`).
     ``calibration_path``: how the calibration store is named in errors and in the entry
     (default: its own path). Refuses what :func:`check_certification` refuses."""
-    idx = _train_index(trained, store)
-    alphas = check_certification(store, max_error, delta, train_index=idx,
+    alphas = check_certification(store, max_error, delta, train_index=_train_index(trained, store),
                                  calibration_store=calibration_store,
                                  calibration_path=calibration_path, fwer=fwer, backend=backend)
+    return certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
+                           calibration_path=calibration_path, backend=backend, fwer=fwer)
+
+
+def certify_checked(trained, store, alphas: Sequence[float], delta: float, *, calibration_store: Any = None,
+                    calibration_path: str | os.PathLike | None = None, backend: str = "mapie",
+                    fwer: str = "bonferroni_holm") -> list[dict]:
+    """:func:`certify_probe` at the error rates :func:`check_certification` returned for the same
+    arguments (not checked again: e.g. ``train_probe`` checks them before fitting anything)."""
+    _train_index(trained, store)
     conf, correct, details = calibration_confidence(trained, store, calibration_store=calibration_store)
     if calibration_path is not None and "calibration_store" in details:
         details["calibration_store"] = str(Path(calibration_path).resolve())

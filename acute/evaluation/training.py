@@ -22,9 +22,10 @@ from ..estimators.baselines import make_baseline
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
+from ..metrics.certify import DEFAULT_DELTA
 from ..store.format import REMEDY
 from ..store.pooling import store_states
-from .certification import certify_probe, check_certification
+from .certification import certify_checked, check_certification
 from .crossval import split_ids
 
 __all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_store", "held_out_metrics", "probe_estimator",
@@ -169,7 +170,7 @@ def check_precheck_store(store, name: str = "precheck") -> None:
 def train_probe(store, estimator: str | None = None, *, view: str | None = None, layer: Any = None,
                 test_fraction: float = 0.0, seed: int = 0, n_jobs: int | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
-                max_error: float | Sequence[float] | None = None, delta: float = 0.1,
+                max_error: float | Sequence[float] | None = None, delta: float = DEFAULT_DELTA,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
                 certify_backend: str = "mapie", precheck: bool | str = False) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
@@ -195,8 +196,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
     idx = np.flatnonzero(train)
     if max_error is not None:  # refuse what cannot be certified before fitting anything
-        check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
-                            calibration_path=calibration_path, backend=certify_backend)
+        alphas = check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
+                                     calibration_path=calibration_path, backend=certify_backend)
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
     est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
@@ -215,8 +216,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                            n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
                            model_fingerprint=store_identity(m), train_index=idx)
     if max_error is not None:
-        certify_probe(trained, store, max_error, delta, calibration_store=calibration_store,
-                      calibration_path=calibration_path, backend=certify_backend)
+        certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
+                        calibration_path=calibration_path, backend=certify_backend)
     if precheck_name:
         q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
                            probe_params={"n_estimators": n_estimators})

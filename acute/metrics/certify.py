@@ -95,11 +95,12 @@ from scipy.special import rel_entr
 from scipy.stats import binom
 
 from ..errors import InputError
-from ..validation import check_confidence, check_correct
+from ..validation import check_confidence, check_correct, check_level
 
 __all__ = [
     "BACKENDS",
     "Certificate",
+    "DEFAULT_DELTA",
     "DEFAULT_GRID",
     "FWER_METHODS",
     "LTTResult",
@@ -107,6 +108,7 @@ __all__ = [
     "RULE",
     "binomial_p_values",
     "certify_threshold",
+    "check_delta",
     "check_max_error",
     "decide",
     "ltt_thresholds",
@@ -126,6 +128,11 @@ METHODS = {
     "binomial": "learn-then-test, exact binomial tail p-values (acute)",
 }
 RULE = "trust iff confidence >= threshold"
+#: the chance a certificate may fail when the caller names none (``acute export --delta``)
+DEFAULT_DELTA = 0.1
+#: what ``max_error`` and ``delta`` mean, in every refusal of a bad value
+MAX_ERROR_MEANING = "the error rate allowed among trusted answers"
+DELTA_MEANING = "the probability that the guarantee fails"
 MAPIE_REQUIREMENT = "mapie>=1.4,<2"
 _MAPIE_MIN = (1, 4)
 
@@ -197,24 +204,20 @@ class LTTResult(NamedTuple):
 
 
 # ------------------------------------------------------------------------------ checks
-def _check_level(value: Any, name: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InputError(f"{name} must be a number strictly between 0 and 1 ({what}), got {value!r}")
-    v = float(value)
-    if not 0.0 < v < 1.0:  # also refuses NaN
-        raise InputError(f"{name} must lie strictly between 0 and 1 ({what}), got {value!r}")
-    return v
-
-
 def check_max_error(max_error: Any, name: str = "max_error") -> float:
-    """``max_error`` (alpha) as a float strictly inside (0, 1); :class:`InputError` naming ``name``
-    otherwise (NaN, booleans and non-numbers included)."""
-    return _check_level(max_error, name, "the error rate allowed among trusted answers")
+    """``max_error`` (alpha) as a float in (0, 1) (:func:`acute.validation.check_level`: booleans,
+    strings, NaN refused); :class:`InputError` naming ``name`` otherwise."""
+    return check_level(max_error, name, MAX_ERROR_MEANING)
+
+
+def check_delta(delta: Any, name: str = "delta") -> float:
+    """``delta`` as a float in (0, 1) (:func:`acute.validation.check_level`); :class:`InputError`
+    naming ``name`` otherwise."""
+    return check_level(delta, name, DELTA_MEANING)
 
 
 def _check_alpha_delta(max_error: Any, delta: Any) -> tuple[float, float]:
-    return (_check_level(max_error, "max_error", "the error rate allowed among trusted answers"),
-            _check_level(delta, "delta", "the probability that the guarantee fails"))
+    return check_max_error(max_error), check_delta(delta)
 
 
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -288,7 +291,7 @@ def _grid_counts(conf: np.ndarray, y: np.ndarray, grid: np.ndarray) -> tuple[np.
 def binomial_p_values(trusted: ArrayLike, wrong: ArrayLike, max_error: float) -> np.ndarray:
     """Exact p-values of "precision < 1 - max_error": ``P(Binomial(trusted, max_error) <= wrong)``
     (1 where nothing is trusted: no evidence)."""
-    alpha = _check_level(max_error, "max_error", "the error rate allowed among trusted answers")
+    alpha = check_max_error(max_error)
     return binom.cdf(np.asarray(wrong), np.asarray(trusted), alpha)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..validation import check_level
 
 logger = logging.getLogger(__name__)
 
@@ -297,9 +298,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     fig = run.get("figures_model")
     if fig is not None and fig not in models_raw:
         raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
-    tf = run.get("test_fraction", 0.3)
-    if not 0.0 < tf < 1.0:
-        raise InputError(f"{path}: run.test_fraction must be in (0, 1), got {tf}")
+    tf = check_level(run.get("test_fraction", 0.3), f"{path}: run.test_fraction", "the share of records held out")
     cv, repeats = run.get("cv", 0), run.get("repeats", 1)
     if cv == 1 or cv < 0:
         raise InputError(f"{path}: run.cv must be 0 (one train/test split) or >= 2 folds, got {cv}")

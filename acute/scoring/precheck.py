@@ -7,15 +7,15 @@ P(correct) of the answer the model is about to give from one forward pass over t
 (:func:`acute.extraction.record_prompt_states`), so a question the gate would refuse anyway
 costs a prompt pass instead of a generation.
 
-* :meth:`acute.scoring.Scorer.precheck` returns that P(correct) and the decision at a risk
-  level u (trust iff P > u) as a :class:`PrecheckResult`;
+* :meth:`acute.scoring.Scorer.precheck` returns that P(correct) and the decision at a
+  threshold u0 (trust iff P > u0) as a :class:`PrecheckResult`;
 * :meth:`acute.scoring.Scorer.generate` with ``precheck=u0`` is the two-stage gate: a prompt is
   answered only when its precheck passes (P > u0), and the answer is then decided by the
   answer probe and the caller's rule as usual; a prompt refused before generating is answered
   with decision ``"abstain"``, ``generated`` False and no tokens.
 
-A precheck threshold lies strictly inside (0, 1) (:func:`check_precheck`): at 0 it would pass
-everything, at 1 nothing.
+A precheck threshold lies strictly inside (0, 1) (:func:`check_precheck`,
+:func:`acute.validation.check_level`): at 0 it would pass everything, at 1 nothing.
 """
 
 from __future__ import annotations
@@ -23,39 +23,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 from ..errors import InputError
-from .risk import RISK_MAX, RISK_MIN
+from ..validation import check_level
 
-__all__ = ["PRECHECK_REMEDY", "PrecheckResult", "check_precheck", "precheck_thresholds", "require_precheck"]
+__all__ = ["PRECHECK_MEANING", "PRECHECK_REMEDY", "PrecheckResult", "check_precheck", "require_precheck"]
 
 #: how to get a question-only probe, for every refusal that lacks one
 PRECHECK_REMEDY = ("export one with `acute export --store STORE --out PROBE --precheck` (the question-only "
                    "probe is fitted on the same store's last-prompt states and written to PROBE/precheck)")
+#: what a precheck threshold means, in every refusal of a bad one
+PRECHECK_MEANING = "answer only when the question-only probe's P(correct) exceeds it"
 
 
 def check_precheck(value: Any, name: str = "precheck") -> float:
     """A precheck threshold as a float in (0, 1); :class:`InputError` naming ``name`` otherwise
-    (NaN and non-numbers included)."""
-    try:
-        threshold = float(value) if not isinstance(value, (bool, str)) else None
-    except (TypeError, ValueError):
-        threshold = None
-    if threshold is None or not RISK_MIN < threshold < RISK_MAX:  # also rejects NaN
-        raise InputError(f"{name} must be a threshold in (0, 1) (answer only when the question-only "
-                         f"probe's P(correct) exceeds it), got {value!r}")
-    return threshold
-
-
-def precheck_thresholds(value: Any, n: int, name: str = "precheck") -> list[float | None]:
-    """One threshold (or None: no precheck) per prompt: ``value`` repeated ``n`` times, or a
-    sequence of ``n`` values (errors name the item, ``precheck[2]``)."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        if len(value) != n:
-            raise InputError(f"{name} has {len(value)} thresholds for {n} prompts")
-        return [None if v is None else check_precheck(v, f"{name}[{i}]") for i, v in enumerate(value)]
-    return [None if value is None else check_precheck(value, name)] * n
+    (booleans, strings, NaN and non-numbers included)."""
+    return check_level(value, name, PRECHECK_MEANING)
 
 
 def require_precheck(precheck_probe: Any, name: str, folder: Any = None) -> None:
@@ -76,15 +59,15 @@ class PrecheckResult:
 
     ``question`` is the text asked (the string given, or the last user message), ``prompt`` the
     fully formatted prompt (as generation would build it), ``confidence`` the question-only
-    probe's P(correct) of the answer the model would give, ``risk`` the level it is compared
-    with and ``trust`` the decision: ``confidence > risk`` (answer it; otherwise abstain without
-    generating). ``prompt_tokens`` is the prompt's length in tokens.
+    probe's P(correct) of the answer the model would give, ``threshold`` the precheck threshold
+    it is compared with and ``trust`` the decision: ``confidence > threshold`` (answer it;
+    otherwise abstain without generating). ``prompt_tokens`` is the prompt's length in tokens.
     """
 
     question: str
     prompt: str
     confidence: float
-    risk: float
+    threshold: float
     trust: bool
     prompt_tokens: int
 
@@ -96,7 +79,7 @@ class PrecheckResult:
     def fields(self) -> dict[str, Any]:
         """What an answer decided in two stages says of its precheck: ``confidence``,
         ``threshold`` and ``decision``."""
-        return {"confidence": self.confidence, "threshold": self.risk, "decision": self.decision}
+        return {"confidence": self.confidence, "threshold": self.threshold, "decision": self.decision}
 
     def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
         """JSON-ready dict of the fields plus ``decision`` (the formatted prompt on request)."""

@@ -5,17 +5,19 @@ raw confidence, the probe's calibrated confidence and the decision: trust iff th
 confidence exceeds the risk level ``u`` (the cost of trusting a wrong answer relative to the
 cost of abstaining on a right one, as in euro). ``generate(prompt, max_error=alpha)`` decides by
 the threshold the probe certified at that alpha instead (trust iff confidence >= it; the probe
-must carry that certificate, ``acute export --max-error``): :mod:`acute.scoring.rules`. Each
-answer names its rule and threshold.
+must carry that certificate, ``acute export --max-error``). What decides is a
+:class:`~acute.scoring.gate.Gate` (rule and optional precheck), parsed once from those
+arguments, or passed ready-made as ``gate=`` (as the service does): :mod:`acute.scoring.gate`.
+Each answer names its rule and threshold.
 
 ``Scorer.score_response(prompt, response, risk=u)`` (and ``score_responses`` for a batch) does
 the same for an answer produced elsewhere, without generating: the response is recorded by
 teacher forcing (:func:`acute.extraction.record_responses`), which gives the states and raw
 confidence the recorder would have recorded had the model generated it.
 
-``Scorer.precheck(prompt, risk=u)`` decides before generating, with the question-only probe
+``Scorer.precheck(prompt, threshold=u0)`` decides before generating, with the question-only probe
 exported beside the answer probe (``acute export --precheck``): one forward pass over the
-prompt, P(correct) and trust iff it exceeds u. ``generate(prompt, precheck=u0)`` is the
+prompt, P(correct) and trust iff it exceeds u0. ``generate(prompt, precheck=u0)`` is the
 two-stage gate: it generates only for the prompts whose precheck passes (:mod:`acute.scoring.precheck`).
 """
 
@@ -29,9 +31,9 @@ import numpy as np
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
 from ..validation import check_count
-from .precheck import PrecheckResult, precheck_thresholds, require_precheck
-from .risk import decide as risk_decide
-from .rules import DEFAULT_RISK, DecisionRule, decision_rules
+from .gate import Gate, check_gates, parse_gates
+from .precheck import PrecheckResult, check_precheck, require_precheck
+from .risk import DEFAULT_RISK
 
 __all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
 
@@ -46,7 +48,7 @@ class ScoredGeneration:
     P(correct), ``trust`` the decision of its rule: ``confidence > risk`` (``rule`` ``"risk"``)
     or ``confidence >= threshold`` (``rule`` ``"certificate"``: ``risk`` is None, ``max_error``
     the alpha asked for and ``certificate`` what the probe's certificate says,
-    :meth:`acute.scoring.rules.DecisionRule.fields`). ``threshold`` is the value compared with
+    :meth:`acute.scoring.gate.DecisionRule.fields`). ``threshold`` is the value compared with
     (the risk level itself under the risk rule).
 
     Decided in two stages (``generate(..., precheck=u0)``), ``precheck`` holds the precheck's
@@ -197,18 +199,26 @@ class Scorer:
             return self.task.prompt(self.tokenizer, ex, chat=self.chat)
         return format_prompt(self.tokenizer, item, chat=self.chat)
 
-    def rules(self, n: int, risk=None, max_error=None) -> list[DecisionRule]:
-        """The decision rule of each of ``n`` prompts (:func:`acute.scoring.rules.decision_rules`):
-        a risk level (default 0.5) or the certificate this probe carries at ``max_error``."""
-        return decision_rules(self.probe, risk, max_error, n)
+    def gates(self, n: int, risk=None, max_error=None, precheck=None, gate=None) -> list[Gate]:
+        """The gate of each of ``n`` prompts: ``gate`` as given (one :class:`Gate` or one per
+        prompt, made by :func:`acute.scoring.gate.parse_gate`), else parsed once from ``risk``,
+        ``max_error`` and ``precheck`` (:func:`acute.scoring.gate.parse_gates`: a risk level,
+        default 0.5, or the certificate this probe carries at ``max_error``)."""
+        if gate is None:
+            return parse_gates(self.probe, n, risk, max_error, precheck)
+        if risk is not None or max_error is not None or precheck is not None:
+            raise InputError("give gate= or risk= / max_error= / precheck=, not both")
+        return check_gates(gate, n)
 
     def generate(self, prompts, risk: float | Sequence[float] | None = None, *,
                  max_error: float | Sequence[float] | None = None,
-                 precheck: float | Sequence[float | None] | None = None):
+                 precheck: float | Sequence[float | None] | None = None,
+                 gate: Gate | Sequence[Gate] | None = None):
         """Score one prompt (str or chat messages) or a list of them, deciding at one risk level
         or one per prompt (default 0.5), or by the threshold the probe certified at ``max_error``
         (one alpha, or one per prompt with ``None`` where a risk level applies); not both for
-        one prompt.
+        one prompt. ``gate`` (one :class:`~acute.scoring.gate.Gate` or one per prompt) gives the
+        rule and precheck ready-made instead.
 
         ``precheck`` (one threshold u0 in (0, 1), or one per prompt with ``None`` where there is
         none) makes it a two-stage gate: those prompts are first prechecked (:meth:`precheck`)
@@ -220,15 +230,14 @@ class Scorer:
         Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
         order (an empty list for an empty list). Scoring in a batch gives the same answers and
         confidences as scoring one at a time (up to float rounding of padded batches). Raises
-        ``ValueError`` for a risk outside [0, 1], a ``max_error`` the probe carries no valid
-        certificate for, a precheck threshold outside (0, 1) or without a question-only probe
-        (:class:`InputError` naming it) and a prompt longer than the context window.
+        :class:`InputError` naming the argument for a risk outside [0, 1], a ``max_error`` the
+        probe carries no valid certificate for, a precheck threshold outside (0, 1) or without a
+        question-only probe, and a prompt longer than the context window.
         """
         single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
-        rules = self.rules(len(items), risk, max_error)
-        gates = precheck_thresholds(precheck, len(items))
-        gated = [i for i, u in enumerate(gates) if u is not None]
+        gates = self.gates(len(items), risk, max_error, precheck, gate)
+        gated = [i for i, g in enumerate(gates) if g.precheck is not None]
         if gated:
             require_precheck(self.precheck_probe, "precheck")
         if not items:
@@ -238,21 +247,21 @@ class Scorer:
         if gated:
             self._check_fits(texts)  # before the precheck, so that errors name the prompt as given
             checked = dict(zip(gated, self._prechecked([items[i] for i in gated], [texts[i] for i in gated],
-                                                       [gates[i] for i in gated])))
+                                                       [gates[i].precheck for i in gated])))
         todo = [i for i in range(len(items)) if i not in checked or checked[i].trust]
         out: list[ScoredGeneration | None] = [None] * len(items)
         for i, s in zip(todo, self._generated([items[i] for i in todo], [texts[i] for i in todo],
-                                              [rules[i] for i in todo])):
+                                              [gates[i] for i in todo])):
             if i in checked:
                 s.precheck = checked[i].fields()
             out[i] = s
         for i, c in checked.items():
             if not c.trust:
-                out[i] = _skipped(items[i], texts[i], c, rules[i])
+                out[i] = _skipped(items[i], texts[i], c, gates[i])
         return out[0] if single else out
 
-    def _generated(self, items, texts, rules) -> list[ScoredGeneration]:
-        """Generate and score ``texts`` (formatted ``items``), decided by ``rules``."""
+    def _generated(self, items, texts, gates) -> list[ScoredGeneration]:
+        """Generate and score ``texts`` (formatted ``items``), decided by ``gates``."""
         from ..extraction import generate_and_record
 
         if not items:
@@ -261,7 +270,7 @@ class Scorer:
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
                                    pool=self.pool, on_too_long="error")
-        return self._scored(items, texts, gens, [g.text for g in gens], rules)
+        return self._scored(items, texts, gens, [g.text for g in gens], gates)
 
     def _check_fits(self, texts: Sequence[str]) -> None:
         """:class:`InputError` for the first prompt that does not fit the context window with
@@ -274,25 +283,30 @@ class Scorer:
                                                 f"{self.max_new_tokens} it exceeds the context window of "
                                                 f"{limit} positions"))
 
-    def precheck(self, prompts, risk: float | Sequence[float] | None = None):
+    def precheck(self, prompts, threshold: float | Sequence[float] | None = None):
         """Decide before generating: the question-only probe's P(correct) of the answer the
         model would give to one prompt (str or chat messages) or a list of them, and trust iff
-        it exceeds ``risk`` (one level in (0, 1) or one per prompt; default 0.5).
+        it exceeds ``threshold`` (one precheck threshold in (0, 1) or one per prompt; default
+        :data:`~acute.scoring.risk.DEFAULT_RISK`).
 
         One forward pass over each prompt, formatted exactly as :meth:`generate` formats it
         (:meth:`format`), with the recorder's layer indexing
         (:func:`acute.extraction.record_prompt_states`); no token is decoded. Returns a
         :class:`~acute.scoring.precheck.PrecheckResult` for a single prompt, else a list of
         them in input order. Raises :class:`InputError` when the scorer has no question-only
-        probe (``acute export --precheck`` makes one), for a risk outside (0, 1) and for a
+        probe (``acute export --precheck`` makes one), for a threshold outside (0, 1) and for a
         prompt longer than the context window.
         """
         single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
-        levels = precheck_thresholds(DEFAULT_RISK if risk is None else risk, len(items), name="risk")
+        given = DEFAULT_RISK if threshold is None else threshold
+        if isinstance(given, (list, tuple, np.ndarray)):
+            if len(given) != len(items):
+                raise InputError(f"threshold has {len(given)} values for {len(items)} prompts")
+            levels = [check_precheck(u, f"threshold[{i}]") for i, u in enumerate(given)]
+        else:
+            levels = [check_precheck(given, "threshold")] * len(items)
         require_precheck(self.precheck_probe, "Scorer.precheck")
-        if any(u is None for u in levels):
-            raise InputError("risk: every prompt needs a risk level in (0, 1)")
         if not items:
             return []
         out = self._prechecked(items, [self.format(p) for p in items], levels)
@@ -318,29 +332,32 @@ class Scorer:
     def _prechecked(self, items, texts, levels) -> list[PrecheckResult]:
         states, lengths = self._prompt_pass(texts)
         conf = self.precheck_probe.predict_proba(states)[:, 1]
-        return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), risk=u,
-                               trust=bool(risk_decide(np.array([c]), u)[0]), prompt_tokens=n)
+        return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), threshold=u,
+                               trust=bool(c > u), prompt_tokens=n)
                 for item, t, n, c, u in zip(items, texts, lengths, conf, levels)]
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
-                       max_error: float | None = None) -> ScoredGeneration:
+                       max_error: float | None = None, gate: Gate | None = None) -> ScoredGeneration:
         """Score one given ``response`` to a prompt (str or chat messages) without generating.
 
         See :meth:`score_responses`; returns one :class:`ScoredGeneration`."""
         if not isinstance(response, str):
             raise InputError(f"response must be a string, got {type(response).__name__}")
-        return self.score_responses([prompt_or_messages], [response], risk=risk, max_error=max_error)[0]
+        return self.score_responses([prompt_or_messages], [response], risk=risk, max_error=max_error,
+                                    gate=gate)[0]
 
     def score_responses(self, prompts: Sequence, responses: Sequence[str],
                         risk: float | Sequence[float] | None = None, *,
-                        max_error: float | Sequence[float] | None = None) -> list[ScoredGeneration]:
+                        max_error: float | Sequence[float] | None = None,
+                        gate: Gate | Sequence[Gate] | None = None) -> list[ScoredGeneration]:
         """Score given responses (answers from another engine, logs) to their prompts.
 
         Each response is recorded by teacher forcing (:func:`acute.extraction.record_responses`:
         the text tokenized after the prompt, the EOS the model finds most likely appended,
         pooled like the probe's training store) and scored by the probe; the fields are those
-        of :meth:`generate` (``answer`` is the response, stripped; ``risk`` and ``max_error``
-        choose the rule as there). Prompts are built the way
+        of :meth:`generate` (``answer`` is the response, stripped; ``risk`` and ``max_error``, or
+        ``gate``, choose the rule as there; a gate with a precheck is refused: the answer is
+        already given). Prompts are built the way
         the probe's training store built them: for a store of generated answers, a string is
         a question (wrapped in the task's prompt, see :meth:`format`) and messages go through
         the chat template; for a store of given responses (``acute collect --responses``), a
@@ -358,14 +375,17 @@ class Scorer:
         for i, r in enumerate(responses):
             if not isinstance(r, str) or not r.strip():
                 raise InputError(f"responses[{i}] must be a non-empty string, got {r!r}")
-        rules = self.rules(len(items), risk, max_error)
+        gates = self.gates(len(items), risk, max_error, gate=gate)
+        if any(g.precheck is not None for g in gates):
+            raise InputError("precheck: a precheck decides before generating, and these answers are given "
+                             "(score_responses): leave out the precheck")
         if not items:
             return []
         texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
         gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
                                 batch_size=self.batch_size, stop_strings=self.stop_strings,
                                 on_too_long="error")
-        return self._scored(items, texts, gens, responses, rules)
+        return self._scored(items, texts, gens, responses, gates)
 
     def _response_prompt(self, item, where: str) -> str:
         """The prompt a given response answers, formatted as the probe's training store was."""
@@ -393,26 +413,27 @@ class Scorer:
     def _trained_task(self):
         return _probe_summary(self.probe).get("task")
 
-    def _scored(self, items, texts, gens, answers, rules: list[DecisionRule]) -> list[ScoredGeneration]:
+    def _scored(self, items, texts, gens, answers, gates: list[Gate]) -> list[ScoredGeneration]:
         from ..store.pooling import DEFAULT_POOLING, generation_states
 
         states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
         conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
         out = []
-        for item, t, g, a, r, c, rule in zip(items, texts, gens, answers, raw, conf, rules):
-            f = rule.fields()
+        trusted = [bool(gate.decide(c)) for gate, c in zip(gates, conf)]
+        for item, t, g, a, r, c, gate, ok in zip(items, texts, gens, answers, raw, conf, gates, trusted):
+            f = gate.rule.fields()
             out.append(ScoredGeneration(
                 question=_question_of(item), prompt=t, answer=a.strip(), raw_confidence=float(r),
-                confidence=float(c), risk=f["risk"], trust=bool(rule.decide(np.array([c]))[0]),
+                confidence=float(c), risk=f["risk"], trust=ok,
                 n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason, rule=f["rule"],
                 threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate")))
         return out
 
 
-def _skipped(item, text: str, checked: PrecheckResult, rule: DecisionRule) -> ScoredGeneration:
+def _skipped(item, text: str, checked: PrecheckResult, gate: Gate) -> ScoredGeneration:
     """The answer to a prompt its precheck refused: nothing generated, decision abstain."""
-    f = rule.fields()
+    f = gate.rule.fields()
     return ScoredGeneration(
         question=_question_of(item), prompt=text, answer="", raw_confidence=None, confidence=None,
         risk=f["risk"], trust=False, n_tokens=0, finish_reason="precheck", rule=f["rule"],

@@ -34,7 +34,7 @@ from .errors import MissingExtraError, RequestError, ServerBusyError, require_se
 from .jobs import Job, JobResult, score_jobs
 from .openai_bodies import estimator_name
 from .server import MAX_HEADER_BYTES, bind_socket, make_server, run_server
-from .settings import API_KEY_ENV, ServeSettings, check_bind, resolve_api_key
+from .settings import API_KEY_ENV, ServeSettings, check_bind, resolve_api_key, with_default_gate
 from .user_text import UserTextGuard
 
 __all__ = [
@@ -58,4 +58,5 @@ __all__ = [
     "resolve_api_key",
     "run_server",
     "score_jobs",
+    "with_default_gate",
 ]

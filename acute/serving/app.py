@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import threading
@@ -18,7 +17,7 @@ from .openai_bodies import chat_body, chat_chunks, estimator_name, models_body, 
 from .request_body import ClientGone, read_json
 from .schemas import chat_job, score_job
 from .security import HostGuard, authorize, check_json_content_type
-from .settings import NEW_TOKENS_LIMIT_FACTOR, ServeSettings
+from .settings import ServeSettings, resolve_settings
 
 __all__ = ["create_app"]
 
@@ -118,24 +117,6 @@ def _add_error_handlers(app) -> None:
     app.add_exception_handler(HTTPException, http_error)
 
 
-def _resolve(settings: ServeSettings, scorer) -> ServeSettings:
-    """``settings`` with the new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times the
-    scorer's default); ``InputError`` when a set limit is below that default, or when the probe
-    carries no valid certificate at ``default_max_error``."""
-    if settings.default_max_error is not None:  # the probe must carry it: refused before serving
-        from ..scoring.rules import decision_rule
-
-        decision_rule(scorer.probe, max_error=settings.default_max_error,
-                      max_error_name="default max_error (--max-error)")
-    limit = settings.max_new_tokens_limit
-    if limit is None:
-        return dataclasses.replace(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * scorer.max_new_tokens)
-    if limit < scorer.max_new_tokens:
-        raise InputError(f"max_new_tokens_limit ({limit}, --max-new-tokens-limit) is below the "
-                         f"{scorer.max_new_tokens} new tokens requests get by default (--max-new-tokens)")
-    return settings
-
-
 def _close_in_background(batcher: Batcher, timeout_s: float) -> None:
     """Start closing the batcher (see :meth:`Batcher.close`) without waiting for it."""
     threading.Thread(target=batcher.close, args=(timeout_s,), name="acute-batcher-close", daemon=True).start()
@@ -158,7 +139,9 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
     from fastapi import FastAPI
     from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-    settings = _resolve(settings or ServeSettings(**options), scorer)
+    if settings is not None and options:
+        raise InputError("give settings or its fields as keyword arguments, not both")
+    settings = resolve_settings(settings or ServeSettings(**options), scorer.probe, scorer.max_new_tokens)
     estimator = estimator_name(scorer.probe)
     precheck_probe = getattr(scorer, "precheck_probe", None)
     log = _FailureLog()

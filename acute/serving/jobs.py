@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Sequence
 
+from ..scoring.gate import Gate
 from .errors import RequestError, param_name
 from .user_text import UserTextGuard, check_text
 
@@ -31,21 +32,19 @@ class JobCancelled(Exception):
 
 @dataclasses.dataclass
 class Job:
-    """One prompt to score: ``item`` (a string or chat messages), its rule (the ``risk`` level, or
-    ``max_error``: the probe's certified threshold at that alpha; exactly one is set), optional
-    generation settings (``None``/empty: the scorer's), an optional ``precheck`` threshold (the
-    two-stage gate: generated only when the question-only probe's P(correct) exceeds it), and
+    """One prompt to score: ``item`` (a string or chat messages), its ``gate`` (the rule, a risk
+    level or the probe's certified threshold, and an optional precheck threshold: generated only
+    when the question-only probe's P(correct) exceeds it; parsed from the request once,
+    :mod:`acute.scoring.gate`), optional generation settings (``None``/empty: the scorer's), and
     ``param``, the request field that errors about the prompt name. ``future`` receives a
     :class:`JobResult` or an exception."""
 
     item: Any
-    risk: float | None
+    gate: Gate = dataclasses.field(default_factory=Gate)  #: default: the risk rule at DEFAULT_RISK
     max_new_tokens: int | None = None
     stop: tuple[str, ...] = ()
     param: str = "prompt"
     response: str | None = None  #: an answer to score as given (teacher-forced), not generated
-    max_error: float | None = None  #: decide by the certificate at this alpha instead of ``risk``
-    precheck: float | None = None  #: generate only when the question-only P(correct) exceeds it
     future: Future = dataclasses.field(default_factory=Future, repr=False)
     abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
@@ -168,15 +167,11 @@ def _stop_when_abandoned(model, jobs: Sequence[Job]):
 def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     """Generate and score the jobs, or (when they carry responses) score the given responses."""
     items = [job.item for job in jobs]
-    rule = {"risk": [job.risk for job in jobs]}
-    if any(job.max_error is not None for job in jobs):  # (rules do not change generation)
-        rule["max_error"] = [job.max_error for job in jobs]
-    if any(job.precheck is not None for job in jobs):  # (nor does a precheck the answers it lets through)
-        rule["precheck"] = [job.precheck for job in jobs]
+    gates = [job.gate for job in jobs]  # gates change no answer (a precheck only skips some): one call
     with _stop_when_abandoned(scorer.model, jobs):
         if jobs[0].response is None:
-            return scorer.generate(items, **rule)
-        return scorer.score_responses(items, [job.response for job in jobs], **rule)
+            return scorer.generate(items, gate=gates)
+        return scorer.score_responses(items, [job.response for job in jobs], gate=gates)
 
 
 def _run_isolated(scorer, jobs: Sequence[Job]) -> list:

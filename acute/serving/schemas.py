@@ -8,9 +8,11 @@ import json
 from types import SimpleNamespace
 from typing import Any, Sequence
 
+from ..errors import InputError
+from ..scoring.gate import LEVEL_CHECKS, Gate, resolve_gate
 from .errors import RequestError, param_name
 from .jobs import Job
-from .settings import ServeSettings
+from .settings import ServeSettings, with_default_gate
 
 __all__ = ["chat_job", "score_job"]
 
@@ -25,10 +27,9 @@ def _schemas() -> SimpleNamespace:
 
     from pydantic import BaseModel, ConfigDict, Field
 
-    from ..scoring.risk import RISK_MAX, RISK_MIN
-
-    Risk = Annotated[float, Field(gt=RISK_MIN, lt=RISK_MAX, allow_inf_nan=False)]  # check_risk(strict=True)
-    MaxError = Annotated[float, Field(gt=0.0, lt=1.0, allow_inf_nan=False)]  # check_max_error
+    # risk, max_error and precheck are read as given and checked by acute's own level checkers
+    # (_levels), so that a bad one is refused in the words of the command line and the library
+    Level = Any
     Count = Annotated[int, Field(ge=1)]
     Number = Annotated[float, Field(allow_inf_nan=False)]
 
@@ -49,9 +50,9 @@ def _schemas() -> SimpleNamespace:
         prompt: Optional[str] = None
         messages: Optional[list[Message]] = None
         response: Optional[str] = None  # an answer produced elsewhere: scored as given, not generated
-        risk: Optional[Risk] = None  # exactly one of risk and max_error (checked by _rule)
-        max_error: Optional[MaxError] = None
-        precheck: Optional[Risk] = None  # generate only when the question-only P(correct) exceeds it
+        risk: Level = None  # exactly one of risk and max_error (checked by _gate)
+        max_error: Level = None
+        precheck: Level = None  # generate only when the question-only P(correct) exceeds it
         max_new_tokens: Optional[Count] = None
 
     class StreamOptions(Strict):
@@ -61,9 +62,9 @@ def _schemas() -> SimpleNamespace:
     class ChatRequest(Strict):
         messages: list[Message]
         model: Optional[str] = None
-        risk: Optional[Risk] = None  # acute's own fields, at most one of them
-        max_error: Optional[MaxError] = None
-        precheck: Optional[Risk] = None
+        risk: Level = None  # acute's own fields, at most one of risk and max_error
+        max_error: Level = None
+        precheck: Level = None
         stream: Optional[bool] = None
         stream_options: Optional[StreamOptions] = None
         max_tokens: Optional[Count] = None
@@ -195,43 +196,47 @@ def _shown(value: Any, width: int = 80) -> str:
     return text if len(text) <= width else text[:width] + "..."
 
 
-def _rule(probe, risk: float | None, max_error: float | None, name) -> dict:
-    """``{"risk", "max_error"}`` of a job, at most one set; ``RequestError`` naming ``max_error``
-    when both are given or when ``probe`` carries no valid certificate at it (checked here, so
-    the request is refused before anything is generated)."""
-    if risk is not None and max_error is not None:
-        raise RequestError(f"give {name('risk')} (a risk level) or {name('max_error')} (a certified "
-                           "threshold), not both", param=name("max_error"))
-    if max_error is not None and probe is not None:
-        from ..errors import InputError
-        from ..scoring.rules import decision_rule
-
+def _levels(req, name) -> dict[str, float | None]:
+    """The request's ``risk``, ``max_error`` and ``precheck``, each checked by its one checker
+    (:data:`acute.scoring.gate.LEVEL_CHECKS`): a :class:`RequestError` naming the field otherwise."""
+    out = {}
+    for field, check in LEVEL_CHECKS.items():
+        value = getattr(req, field)
         try:
-            decision_rule(probe, max_error=max_error, max_error_name=name("max_error"))
+            out[field] = None if value is None else check(value, name(field))
         except InputError as e:
-            raise RequestError(str(e), param=name("max_error"), code="certificate_not_available") from None
-    return {"risk": risk, "max_error": max_error}
+            raise RequestError(str(e), param=name(field)) from None
+    return out
 
 
-def _precheck(threshold: float | None, precheck_probe, name, response: str | None = None) -> dict:
-    """``{"precheck": threshold}`` of a job; ``RequestError`` naming ``precheck`` when the server
-    has no question-only probe (code ``precheck_not_available``) or the request gives an answer
-    to score (nothing to skip)."""
-    if threshold is None:
-        return {}
-    if response is not None:
-        raise RequestError(f"{name('precheck')} decides before generating, and {name('response')} gives "
-                           "an answer to score as given; leave out one of them", param=name("precheck"))
-    if precheck_probe is None:
-        from ..errors import InputError
-        from ..scoring.precheck import require_precheck
+def _gate(probe, precheck_probe, levels: dict, name, response: str | None = None,
+          default: Gate | None = None) -> Gate:
+    """The job's :class:`Gate`, parsed once from its checked ``levels`` (``default``'s rule when
+    it names neither ``risk`` nor ``max_error``). ``RequestError`` naming ``max_error`` when both
+    are given or when ``probe`` carries no valid certificate at it (code
+    ``certificate_not_available``), naming ``precheck`` when the server has no question-only
+    probe (code ``precheck_not_available``) or the request gives an answer to score (nothing to
+    skip); all before anything is generated."""
+    if levels["precheck"] is not None:
+        if response is not None:
+            raise RequestError(f"{name('precheck')} decides before generating, and {name('response')} gives "
+                               "an answer to score as given; leave out one of them", param=name("precheck"))
+        if precheck_probe is None:
+            from ..scoring.precheck import require_precheck
 
-        try:
-            require_precheck(None, name("precheck"))
-        except InputError as e:
-            raise RequestError(f"{e} (then serve that probe folder)", param=name("precheck"),
-                               code="precheck_not_available") from None
-    return {"precheck": threshold}
+            try:
+                require_precheck(None, name("precheck"))
+            except InputError as e:
+                raise RequestError(f"{e} (then serve that probe folder)", param=name("precheck"),
+                                   code="precheck_not_available") from None
+    if default is not None and levels["risk"] is None and levels["max_error"] is None:
+        return Gate(rule=default.rule, precheck=levels["precheck"])
+    try:
+        return resolve_gate(probe, **levels, name=name)
+    except InputError as e:
+        both = levels["risk"] is not None and levels["max_error"] is not None
+        raise RequestError(str(e), param=name("max_error"),
+                           code=None if both else "certificate_not_available") from None
 
 
 def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None, probe=None,
@@ -243,12 +248,12 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
     req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
     where = param_name(prefix)
     name = (lambda field: f"{where}.{field}" if where else field)
-    if req.risk is None and req.max_error is None:
-        raise RequestError(f"{name('risk')} is required (a risk level in (0, 1)), or "
+    levels = _levels(req, name)
+    if levels["risk"] is None and levels["max_error"] is None:
+        raise RequestError(f"{name('risk')} is required (a risk level in [0, 1]), or "
                            f"{name('max_error')} (decide by the probe's certified threshold)",
                            param=name("risk"))
-    rule = {**_rule(probe, req.risk, req.max_error, name),
-            **_precheck(req.precheck, precheck_probe, name, req.response)}
+    gate = _gate(probe, precheck_probe, levels, name, req.response)
     if (req.prompt is None) == (req.messages is None):
         raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
     if req.response is not None and not req.response.strip():
@@ -257,10 +262,10 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
     if req.prompt is not None:
         if not req.prompt.strip():
             raise RequestError(f"{name('prompt')} is empty", param=name("prompt"))
-        return Job(item=req.prompt, max_new_tokens=req.max_new_tokens, param=name("prompt"),
-                   response=req.response, **rule)
-    return Job(item=_messages(req.messages, name("messages")), max_new_tokens=req.max_new_tokens,
-               param=name("messages"), response=req.response, **rule)
+        return Job(item=req.prompt, gate=gate, max_new_tokens=req.max_new_tokens, param=name("prompt"),
+                   response=req.response)
+    return Job(item=_messages(req.messages, name("messages")), gate=gate, max_new_tokens=req.max_new_tokens,
+               param=name("messages"), response=req.response)
 
 
 def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None):
@@ -270,7 +275,8 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     new tokens, that gives both ``risk`` and ``max_error``, a ``max_error`` ``probe`` carries
     no valid certificate for, or a ``precheck`` without a question-only probe
     (``precheck_probe``). A request naming neither rule is decided by the server's default
-    (``settings.default_max_error`` when set, else ``settings.default_risk``)."""
+    rule, ``settings.default_gate`` (resolved once at start-up from ``settings.default_max_error``
+    when set, else ``settings.default_risk``: :func:`acute.serving.settings.resolve_settings`)."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
         value = getattr(req, field)
@@ -284,12 +290,9 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     for field in ("max_tokens", "max_completion_tokens"):
         _check_new_tokens(getattr(req, field), settings.max_new_tokens_limit, field)
     limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
-    if req.risk is None and req.max_error is None:  # the server's default rule (checked at start)
-        rule = ({"risk": None, "max_error": settings.default_max_error} if settings.default_max_error is not None
-                else {"risk": settings.default_risk, "max_error": None})
-    else:
-        rule = _rule(probe, req.risk, req.max_error, lambda field: field)
-    rule.update(_precheck(req.precheck, precheck_probe, lambda field: field))
-    job = Job(item=_messages(req.messages), max_new_tokens=min(limits) if limits else None,
-              stop=_stop_strings(req.stop), param="messages", **rule)
+    same = (lambda field: field)
+    default = settings.default_gate or with_default_gate(settings, probe).default_gate
+    gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default)
+    job = Job(item=_messages(req.messages), gate=gate, max_new_tokens=min(limits) if limits else None,
+              stop=_stop_strings(req.stop), param="messages")
     return job, req

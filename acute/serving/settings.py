@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import ipaddress
 import os
 
 from ..errors import InputError
 from ..metrics.certify import check_max_error
-from ..scoring.risk import check_risk
+from ..scoring.gate import Gate, resolve_gate
+from ..scoring.risk import DEFAULT_RISK, check_risk
 
-__all__ = ["API_KEY_ENV", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings", "check_bind", "is_loopback",
-           "resolve_api_key"]
+__all__ = ["API_KEY_ENV", "DEFAULT_MAX_ERROR_NAME", "DEFAULT_RISK_NAME", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings",
+           "check_bind", "is_loopback", "resolve_api_key", "resolve_settings", "with_default_gate"]
 
 #: environment variable holding the API key when ``--api-key`` is not given
 API_KEY_ENV = "ACUTE_API_KEY"
 #: without ``--max-new-tokens-limit`` a request may ask for this many times the new tokens the
 #: probe was trained with (the scorer's default ``max_new_tokens``), no more
 NEW_TOKENS_LIMIT_FACTOR = 4
+#: how errors name the server's default rule (``default_risk``, ``default_max_error``)
+DEFAULT_RISK_NAME = "default risk (--risk)"
+DEFAULT_MAX_ERROR_NAME = "default max_error (--max-error)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +36,12 @@ class ServeSettings:
     :data:`NEW_TOKENS_LIMIT_FACTOR` times the scorer's default), ``api_key`` the bearer key every
     ``/v1`` request must carry (``None``: none needed, and then only loopback ``Host`` values,
     or those in ``allowed_hosts``, are served), ``default_risk`` the risk of a chat request
-    that names no rule (neither ``risk`` nor ``max_error``), ``default_max_error`` (when set) the
-    certified threshold such a request is decided by instead (the probe must carry it,
-    :mod:`acute.scoring.rules`), ``model_name`` the model id clients see and send.
+    that names no rule (neither ``risk`` nor ``max_error``; default
+    :data:`~acute.scoring.risk.DEFAULT_RISK`), ``default_max_error`` (when set) the certified
+    threshold such a request is decided by instead (the probe must carry it),
+    ``default_gate`` the :class:`~acute.scoring.gate.Gate` those two resolve to with the served
+    probe (:func:`with_default_gate`, done once by :func:`acute.serving.create_app` when it is
+    ``None``: :func:`resolve_settings`), ``model_name`` the model id clients see and send.
 
     Connections (uvicorn's settings where it has one, see :func:`acute.serving.server.make_server`):
     ``max_connections`` open connections or running requests before new requests get 503,
@@ -53,8 +61,9 @@ class ServeSettings:
     max_new_tokens_limit: int | None = None
     api_key: str | None = None
     allowed_hosts: tuple[str, ...] = ()
-    default_risk: float = 0.5
+    default_risk: float = DEFAULT_RISK
     default_max_error: float | None = None
+    default_gate: Gate | None = None
     retry_after_s: int = 1
     max_connections: int = 512
     read_timeout_s: float = 10.0
@@ -74,9 +83,13 @@ class ServeSettings:
                 raise InputError(f"{name} must be in (0, 3600] seconds, got {getattr(self, name)!r}")
         if not 0 <= float(self.shutdown_timeout_s) <= 3600:
             raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
-        check_risk(self.default_risk, strict=True, name="default risk")
+        object.__setattr__(self, "default_risk", check_risk(self.default_risk, DEFAULT_RISK_NAME))
         if self.default_max_error is not None:
-            check_max_error(self.default_max_error, name="default max_error (--max-error)")
+            object.__setattr__(self, "default_max_error", check_max_error(self.default_max_error,
+                                                                          DEFAULT_MAX_ERROR_NAME))
+        if self.default_gate is not None and not isinstance(self.default_gate, Gate):
+            raise InputError(f"default_gate must be a Gate (with_default_gate makes it), got "
+                             f"{type(self.default_gate).__name__}")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("the API key is empty; give a non-empty key or none")
         if not self.model_name:
@@ -85,6 +98,43 @@ class ServeSettings:
                                                           for h in self.allowed_hosts):
             raise InputError(f"allowed_hosts must be a list of host names, got {self.allowed_hosts!r}")
         object.__setattr__(self, "allowed_hosts", tuple(h.strip().lower() for h in self.allowed_hosts))
+
+
+def with_default_gate(settings: ServeSettings, probe, name: str = DEFAULT_MAX_ERROR_NAME) -> ServeSettings:
+    """``settings`` with ``default_gate`` resolved once for ``probe``: the certificate it carries
+    at ``default_max_error`` when that is set, else the risk rule at ``default_risk``
+    (:class:`InputError` naming ``default_max_error`` as ``name`` when the probe carries no valid
+    certificate there)."""
+    if settings.default_max_error is not None:
+        gate = resolve_gate(probe, max_error=settings.default_max_error, name={"max_error": name}.get)
+    else:
+        gate = resolve_gate(probe, risk=settings.default_risk)
+    return _replaced(settings, default_gate=gate)
+
+
+def resolve_settings(settings: ServeSettings, probe, max_new_tokens: int) -> ServeSettings:
+    """``settings`` for serving ``probe`` with ``max_new_tokens`` new tokens by default: the
+    new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times it) and the default gate
+    resolved (:func:`with_default_gate`) where they are not set; ``InputError`` when a set
+    limit is below ``max_new_tokens``, or when the probe carries no valid certificate at
+    ``default_max_error``."""
+    if settings.default_gate is None:
+        settings = with_default_gate(settings, probe)
+    limit = settings.max_new_tokens_limit
+    if limit is None:
+        return _replaced(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * max_new_tokens)
+    if limit < max_new_tokens:
+        raise InputError(f"max_new_tokens_limit ({limit}, --max-new-tokens-limit) is below the "
+                         f"{max_new_tokens} new tokens requests get by default (--max-new-tokens)")
+    return settings
+
+
+def _replaced(settings: ServeSettings, **resolved) -> ServeSettings:
+    """A copy of ``settings`` with fields resolved from checked ones (not checked again)."""
+    out = copy.copy(settings)
+    for name, value in resolved.items():
+        object.__setattr__(out, name, value)
+    return out
 
 
 def _check_count(name: str, value) -> None:
