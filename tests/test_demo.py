@@ -25,9 +25,14 @@ def test_the_demo_evaluates_and_shows_the_rows_a_newcomer_needs():
     rows = [row("raw", 0.50), row("platt", 0.55), row("isotonic", 0.54), row("beta", 0.56),
             row("acute-early", 0.60), row("acute-mid", 0.62), row("acute-late", 0.61),
             row("acute-cosine", 0.62, smece=0.05), row("acute-pca10", 0.58), row("acute-pca20", float("nan")),
-            row(DEFAULT_ESTIMATOR, 0.63), row("acute-cosine-stacked", 0.70), row("question-only", 0.52)]
+            row(DEFAULT_ESTIMATOR, 0.63), row("acute-cosine-stacked", 0.70), row("question-only", 0.52),
+            row("platt+meta", 0.625)]
     # the best plain view: cosine ties mid on auc-euro and wins on smECE; stacked rows are not views
-    assert demo.demo_rows(rows) == ["raw", "platt", "isotonic", "acute-cosine", DEFAULT_ESTIMATOR, "question-only"]
+    assert demo.demo_rows(rows) == ["raw", "platt", "isotonic", "acute-cosine", DEFAULT_ESTIMATOR, "platt+meta",
+                                    "question-only"]
+    assert "scores 0.625 auc-euro against acute-pca10-stacked's 0.630" in demo.control_note(rows)
+    rows = [r for r in rows if r["estimator"] != "platt+meta"]
+    assert demo.control_note(rows) is None
     # no question-only (a store without last-prompt states); the default may be the best view's twin
     rows = [r for r in rows if r["estimator"] != "question-only"]
     assert demo.demo_rows(rows)[-1] == DEFAULT_ESTIMATOR and len(demo.demo_rows(rows)) == 5
@@ -93,7 +98,7 @@ def test_run_demo_end_to_end_on_a_tiny_model(long_context_dir, relabelled_collec
     # the table: only the newcomer's rows (one plain view, the default, question-only)
     results = json.loads((paths["evaluation"] / "results.json").read_text())
     evaluated = [r["estimator"] for r in results["results"]]
-    assert set(evaluated) == set(demo.DEMO_ESTIMATORS) | {"question-only"}
+    assert set(evaluated) == set(demo.DEMO_ESTIMATORS) | set(demo.DEMO_CONTROLS)
     shown = demo.demo_rows(results["results"])
     table = [line for line in out.splitlines() if line.startswith("| ")]
     for name in evaluated:

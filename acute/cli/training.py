@@ -139,16 +139,19 @@ def cmd_learning_curve(args) -> int:
         except ValueError:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
     from ..evaluation.crossval import states_for
+    from ..evaluation.evaluate import store_groups
 
+    group_by, groups = store_groups(store, args.group_by)
     lc = learning_curve(states_for(store, estimators), store.correct,
                         store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
                         n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
                         probe_params={"n_estimators": args.n_estimators},
-                        progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr))
+                        progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr),
+                        groups=groups, group_by=group_by)
     files = write_learning_curve(lc, out, model=store.manifest.get("model"), task=store.manifest.get("task"),
                                  params={"store": str(Path(args.store).resolve()),
                                                   "estimators": estimators, "seed": args.seed,
-                                                  "n_estimators": args.n_estimators})
+                                                  "n_estimators": args.n_estimators, "group_by": group_by})
     print(lc.to_markdown())
     print(f"learning curve written to {out} ({', '.join(p.name for p in files.values())})")
     return 0
@@ -247,9 +250,7 @@ def add_evaluate(sub, model_opts) -> None:
                         "(default: the baselines, acute-pca10 and acute-cosine plain and stacked, auto)")
     e.add_argument("--reliability", choices=["all", "best"], default="all",
                    help="reliability diagrams for every estimator, or raw + the best baseline and ACUTE variant")
-    e.add_argument("--group-by", default=None, metavar="FIELD",
-                   help="folds that keep each value of this record metadata field on one side "
-                        "(leave-category-out, leave-subject-out); every record must have it")
+    add_group_by(e)
     e.add_argument("--meta-fields", default=None,
                    help="comma-separated metadata fields the platt+meta control one-hots and the "
                         "within-group AUROC groups by (default: the store's task's, e.g. subject for MMLU)")
@@ -257,6 +258,17 @@ def add_evaluate(sub, model_opts) -> None:
                    help="leave out the control rows (constant, platt+meta, tfidf+platt, question-only)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
+
+
+def add_group_by(parser) -> None:
+    """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve)."""
+    from ..evaluation.evaluate import RECORD_IDS
+
+    parser.add_argument("--group-by", default=None, metavar="FIELD",
+                        help="folds that keep each value of this record metadata field on one side, and "
+                             "intervals that resample the values together (leave-category-out, records "
+                             "sharing a tool set); every record must have it. Default: the task's own "
+                             f"(APIGen, BFCL: toolset; others: record ids); '{RECORD_IDS}' for record ids")
 
 
 def add_learning_curve(sub, model_opts) -> None:
@@ -270,6 +282,7 @@ def add_learning_curve(sub, model_opts) -> None:
     lc.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
     lc.add_argument("--repeats", type=int, default=5, help="repeats of the cross-validation (default %(default)s)")
     lc.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
+    add_group_by(lc)
     lc.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
     lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
     lc.add_argument("--quiet", action="store_true", help="no progress bar")

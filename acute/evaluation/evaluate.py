@@ -48,8 +48,9 @@ from .crossval import ids_digest, split_ids
 from .markdown import results_markdown, selective_markdown
 from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
-           "estimator_names", "evaluate_predictions", "evaluate_store", "results_markdown", "split_ids", "store_arrays",
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "RECORD_IDS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
+           "estimator_names", "evaluate_predictions", "evaluate_store", "resolve_group_by", "results_markdown",
+           "split_ids", "store_arrays", "store_groups",
            "usable_controls"]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,9 @@ DEFAULT_FOLDS = 5
 
 
 DEFAULT_REPEATS = 2
+
+#: ``group_by`` value for folds and resamples of single records, whatever the task declares
+RECORD_IDS = "id"
 
 
 @dataclass
@@ -285,8 +289,8 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``.layer_means`` [n, L+1, d] and optionally ``.manifest`` (as :class:`acute.store.Store`).
     Three modes:
 
-    * cross-validation (default): ``repeats`` x stratified ``cv``-fold, grouped by record id
-      (:func:`acute.evaluation.crossval.cv_folds`, seed ``seed + repeat``); every record is predicted out
+    * cross-validation (default): ``repeats`` x stratified ``cv``-fold, grouped by record id or
+      ``group_by`` (:func:`acute.evaluation.crossval.cv_folds`, seed ``seed + repeat``); every record is predicted out
       of fold in every repeat and a metric is the mean over repeats;
     * single split (``test_fraction`` given, or ``cv=None``/``0``): records split by
       :func:`split_ids` (``test_fraction``, default 0.3, and ``seed``);
@@ -311,7 +315,10 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``metadata_fields``) are the record ``meta`` keys the ``platt+meta`` control one-hots and
     whose first field groups the within-group AUROC. ``group_by`` (a metadata field) makes the
     cross-validation folds keep each value of that field on one side of every split
-    (leave-category-out); every record must have it. ``fold_cache`` (a folder) keeps each
+    (leave-category-out, records sharing a tool set) and every interval resample the values
+    together (a cluster bootstrap; the t-interval's folds are the grouped ones); every record
+    must have it. Default: the store's task's ``default_group_by`` (APIGen, BFCL: ``toolset``),
+    record ids for tasks that declare none; :data:`RECORD_IDS` (``"id"``) forces record ids. ``fold_cache`` (a folder) keeps each
     cross-validation fold's predictions as it finishes, so a killed evaluation resumes fold by
     fold (:func:`acute.evaluation.crossval.cross_val_predictions`).
     ``out_dir`` (alias ``out``), when given, receives the files listed in the module docstring
@@ -340,8 +347,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
         logger.warning("control %s left out: %s", name, why)
     names = names + usable
     cv_mode = test_store is None and test_fraction is None and cv
-    if group_by is not None and not cv_mode:
+    if group_by is not None and group_by != RECORD_IDS and not cv_mode:
         raise InputError("group_by needs cross-validation (no test_fraction, no test store)")
+    group_by = group_by if cv_mode else None
     log = _FitLog()
     fit_seconds: dict[str, float] = {}
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
@@ -351,11 +359,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     else:
         pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
                          seed, fit_kw, allow_overlap)
+    group_by = pred.split.get("group_by")  # resolved: the task's field, or None for record ids
     group_field = group_by or (fields[0] if fields else None)
     groups, group_note = _groups_of(test_store if test_store is not None else store, group_field, pred.ids)
     rows = evaluate_predictions(pred.cv_predictions if pred.cv_predictions is not None else pred.predictions,
                                 pred.correct, n_bootstrap=n_bootstrap, seed=seed, folds=pred.folds,
-                                groups=groups)
+                                groups=groups, clusters=pred.clusters)
     for r in rows:
         r.update(log.row_extra(r["estimator"]))
     params = {"estimators": names, "n_bootstrap": int(n_bootstrap), "n_jobs": n_jobs,
@@ -363,11 +372,14 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
               "fit_seconds": {n: round(fit_seconds[n], 3) for n in names if n in fit_seconds},
               "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
               "group_by": group_by, "within_group": group_note,
-              "interval": "95% percentile bootstrap over records (paired: the same resamples for every "
-                          "estimator and repeat); smECE's interval is shifted by the bootstrap bias "
-                          "(draws - (mean(draws) - estimate)) so it is centred on its estimate",
+              "interval": (f"95% percentile cluster bootstrap over the values of {group_by!r} (records sharing "
+                           "one are drawn together)" if group_by else "95% percentile bootstrap over records")
+                          + " (paired: the same resamples for every estimator and repeat); smECE's interval is "
+                            "shifted by the bootstrap bias (draws - (mean(draws) - estimate)) so it is centred "
+                            "on its estimate",
               "t_interval": "corrected resampled t (Nadeau and Bengio 2003) over the fold x repeat "
-                            "differences, variance (1/J + n_test/n_train) s^2, t with J - 1 df"}
+                            "differences, variance (1/J + n_test/n_train) s^2, t with J - 1 df, centred on "
+                            "the mean of the per-fold differences (diff_*_t_mean)"}
     if reliability == "all":
         plot_names = names
     elif reliability == "best":
@@ -385,6 +397,37 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
 
         write_evaluation(result, out_dir)
     return result
+
+
+def resolve_group_by(store, group_by: str | None) -> str | None:
+    """The metadata field whose values the cross-validation keeps apart: ``group_by`` when given,
+    :data:`RECORD_IDS` for none (records one by one), else the store's task's
+    ``default_group_by`` (APIGen and BFCL: ``toolset``), None when it declares none."""
+    if group_by == RECORD_IDS:
+        return None
+    if group_by is not None:
+        return group_by
+    from ..tasks import TASKS
+
+    task = (getattr(store, "manifest", None) or {}).get("task")
+    cls = TASKS.get(task) if isinstance(task, str) else None
+    return getattr(cls, "default_group_by", None) if cls is not None else None
+
+
+def store_groups(store, group_by: str | None, ids: Sequence[Any] | None = None) -> tuple[str | None, list[str] | None]:
+    """``(field, values)``: :func:`resolve_group_by`'s field and its value on each record of
+    ``ids`` (default: the store's, in order), or ``(None, None)`` for records one by one. An error
+    names the first record without the field, and for the task's own field how to group by
+    record id instead."""
+    field = resolve_group_by(store, group_by)
+    if field is None:
+        return None, None
+    try:
+        return field, _record_field(store, field, list(store.ids) if ids is None else ids)
+    except InputError as e:
+        hint = "" if group_by is not None else (f" (the task groups by {field!r}; group_by={RECORD_IDS!r} / "
+                                                f"--group-by {RECORD_IDS} treats records one by one)")
+        raise InputError(f"{e}{hint}") from None
 
 
 def _check_reliability(reliability, names: Sequence[str]):
@@ -522,6 +565,7 @@ class _Predictions:
     cv_predictions: dict[str, np.ndarray] | None = None
     fold_of: list | None = None
     folds: list | None = None
+    clusters: list | None = None  #: the group of each record the folds kept apart (None: record ids)
 
 
 def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by=None,
@@ -536,7 +580,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
     fields = fit_kw.pop("metadata_fields", ())
     ids, correct, conf = store_arrays(store, "store")
     check_folds(correct, cv, "the store")
-    groups = None if group_by is None else _record_field(store, group_by, ids)
+    group_by, groups = store_groups(store, group_by, ids)
     folds = cv_folds(ids, correct, n_splits=cv, n_repeats=repeats, seed=seed, groups=groups,
                      group_name="record ids" if group_by is None else f"values of {group_by!r}")
     if any(estimator_pooling(n) is not None for n in names):
@@ -561,7 +605,8 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
              "n_records": len(ids), "accuracy": float(correct.mean()), "group_by": group_by,
              "ids_sha256": ids_digest(ids), "folds_file": "folds.json"}
     return _Predictions(ids, correct, {n: p[0] for n, p in cv_preds.items()}, split, ids,
-                        time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds], folds)
+                        time.perf_counter() - t0, cv_preds, [_fold_index(rep, len(ids)) for rep in folds], folds,
+                        groups)
 
 
 def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overlap=False) -> _Predictions:

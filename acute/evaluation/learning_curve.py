@@ -191,7 +191,8 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
                    seed: int = 0, n_jobs: int | None = None, n_bootstrap: int = DEFAULT_BOOTSTRAP,
                    probe_params: Mapping[str, Any] | None = None,
                    progress: Callable[[Iterable], Iterable] | None = None,
-                   evaluation: Any = None) -> LearningCurve:
+                   evaluation: Any = None, groups: Sequence[Any] | None = None,
+                   group_by: str | None = None) -> LearningCurve:
     """auc-euro (all) and smECE against the number of training records (see module doc).
 
     ``estimators``: probe names (or ``auto``) of :data:`acute.estimators.registry.ESTIMATORS`; the six
@@ -199,7 +200,10 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     probes that read other poolings (:func:`acute.evaluation.crossval.states_for`). ``sizes`` default to
     50, 100, 200, ... below the training-fold size, then the full fold. ``repeats`` (default
     :data:`DEFAULT_REPEATS`) fold assignments; ``n_bootstrap`` draws for each interval (see the
-    module doc; the record resamples are drawn from ``seed``). Raises ``ValueError`` for an
+    module doc; the record resamples are drawn from ``seed``). ``groups`` (one value per record,
+    the values of the metadata field ``group_by``, e.g. a tool set): folds keep each value on one
+    side and the resamples draw values whole (:func:`acute.metrics.resample_indices`), as the
+    evaluation does. Raises ``ValueError`` for an
     unknown estimator (listing the known names), a size larger than a training fold, too few
     records of a class for the folds, or ``n_bootstrap < 1``.
 
@@ -228,12 +232,14 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     names = list(BASELINES) + probes
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(confidence, dtype=np.float64)
-    folds = cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed)
+    folds = cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed, groups=groups,
+                     group_name="record ids" if groups is None else f"values of {group_by or 'the groups'!r}")
     pool = min(tr.size for rep in folds for tr, _ in rep)
     sizes = resolve_sizes(sizes, pool)
     lm = take_rows(states, slice(None)) if probes else None
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
-    evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names)
+    evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names,
+                                   group_by if groups is not None else None)
     seconds, n_reused = [0.0] * len(sizes), 0
     jobs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
     it: Iterable = jobs if progress is None else progress(jobs)
@@ -257,7 +263,7 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
                                      for i in range(len(sizes))])}
               for n, o in oof.items()}
     best = best_of(BASELINES, lambda n: {k: v[-1].mean() for k, v in values[n].items()})
-    boot = _bootstrap_means({n: oof[n] for n in [best] + probes}, y, n_bootstrap, seed)
+    boot = _bootstrap_means({n: oof[n] for n in [best] + probes}, y, n_bootstrap, seed, groups)
     lc = LearningCurve(sizes, values, best, [best] + probes, int(y.size), float(y.mean()), n_splits, repeats,
                        boot=boot, n_bootstrap=n_bootstrap, seed=seed)
     lc.fit_seconds, lc.n_reused = seconds, n_reused
@@ -265,7 +271,8 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
 
 
 def _evaluated_repeats(evaluation: Any, folds, ids: Sequence[Any], y: np.ndarray, seed: int,
-                       probe_params: Mapping[str, Any] | None, names: Sequence[str]) -> dict[int, dict[str, np.ndarray]]:
+                       probe_params: Mapping[str, Any] | None, names: Sequence[str],
+                       group_by: str | None = None) -> dict[int, dict[str, np.ndarray]]:
     """``{repeat: {name: out-of-fold predictions [n]}}`` of ``evaluation`` for the repeats whose
     folds are ``folds``' and the ``names`` it evaluated; empty when it cannot stand in for this
     curve's fits (another mode, seed, records, labels or probe settings: the reason is logged)."""
@@ -279,8 +286,8 @@ def _evaluated_repeats(evaluation: Any, folds, ids: Sequence[Any], y: np.ndarray
         return {k: v for k, v in (p or {}).items() if v is not None}
 
     why = None
-    if split.get("mode") != "cv" or preds is None or split.get("group_by") is not None:
-        why = "it is not a cross-validation grouped by record id"
+    if split.get("mode") != "cv" or preds is None or split.get("group_by") != group_by:
+        why = f"it is not a cross-validation grouped by {group_by or 'record id'}"
     elif split.get("seed") != seed or split.get("n_splits") != len(folds[0]):
         why = f"its seed and folds ({split.get('seed')}, {split.get('n_splits')}) are not {seed}, {len(folds[0])}"
     elif [str(i) for i in evaluation.test_ids] != [str(i) for i in ids] \
@@ -300,17 +307,17 @@ def _evaluated_repeats(evaluation: Any, folds, ids: Sequence[Any], y: np.ndarray
 
 
 def _bootstrap_means(oof: Mapping[str, np.ndarray], y: np.ndarray, n_bootstrap: int,
-                     seed: int) -> dict[str, dict[str, np.ndarray]]:
+                     seed: int, groups: Sequence[Any] | None = None) -> dict[str, dict[str, np.ndarray]]:
     """The two-level bootstrap of the module doc: ``{name: {metric: [sizes, n_bootstrap]}}``,
     draw b the mean over ``repeats`` repeats drawn with replacement of the metric of their
     out-of-fold predictions ``oof[name][size, repeat]`` on record resample b. The record
-    resamples (:func:`acute.metrics.bootstrap_indices` for ``seed``) and the repeat draws are the
+    resamples (:func:`acute.metrics.resample_indices` for ``seed`` and ``groups``) and the repeat draws are the
     same for every estimator and size, so the intervals of two estimators are paired."""
     from .. import metrics
 
     fns = {"auc_euro_all": metrics.METRICS["auc_euro_all"].fn, "smece": metrics.smece}
     n_sizes, repeats, n = next(iter(oof.values())).shape
-    idx = metrics.bootstrap_indices(n, n_bootstrap, seed)
+    idx = metrics.resample_indices(n, n_bootstrap, seed, groups)
     picks = np.random.default_rng([seed, 1]).integers(0, repeats, size=(n_bootstrap, repeats))
     cols = np.arange(n_bootstrap)[:, None]
     out: dict[str, dict[str, np.ndarray]] = {}

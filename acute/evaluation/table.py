@@ -14,12 +14,12 @@ from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
 from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
-from ..metrics import METRIC_SPECS, best_of, bootstrap_indices, percentile_interval
+from ..metrics import METRIC_SPECS, best_of, percentile_interval, resample_indices
 from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
 
-__all__ = ["CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "best_estimators", "evaluate_predictions", "estimator_uses"]
+__all__ = ["CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL", "best_estimators", "evaluate_predictions", "estimator_uses"]
 
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
@@ -29,6 +29,11 @@ TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.dir
 
 # the controls that calibrate the confidence with more knowledge: the strongest honest references
 CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
+
+
+# the control that sees everything a deployment sees without hidden states (issue 42): every row
+# is also compared with it (diff_visible_auc_euro_all ...)
+VISIBLE_CONTROL = "visible"
 
 
 # metrics with bootstrap intervals, and those with paired differences to the reference (the specs say)
@@ -53,7 +58,8 @@ def _best_baseline(rows: Sequence[dict], extra: Sequence[str] = ()) -> str | Non
 def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
                          seed: int = 0, reference: str | None = None,
                          folds: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None,
-                         groups: Sequence[Any] | None = None) -> list[dict]:
+                         groups: Sequence[Any] | None = None,
+                         clusters: Sequence[Any] | None = None) -> list[dict]:
     """Metric rows for already-computed confidences on one labelled set (pure: no fitting, no files).
 
     Each value of ``confidences`` is ``[n]`` (one prediction per record) or ``[repeats, n]``
@@ -68,8 +74,10 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for the specs with ``interval``
     (:data:`INTERVAL_KEYS`; percentile intervals; smECE's shifted by the bootstrap's bias so it
     contains its estimate: :func:`acute.metrics.bias_shifted_interval`). Every estimator (and
-    every repeat) sees the same resampled records (:func:`acute.metrics.bootstrap_indices` with
-    ``seed``). With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
+    every repeat) sees the same resampled records (:func:`acute.metrics.resample_indices` with
+    ``seed``): with ``clusters`` (one value per record: the groups the folds keep apart, e.g. a
+    tool set) records sharing a value are resampled together (a cluster bootstrap), else records
+    one by one. With a ``constant`` row, every row has ``skill`` = (auc-euro - constant's) /
     (1 - constant's). With ``groups`` (one value per record) every row has
     ``within_group_auroc`` (:func:`acute.estimators.controls.within_group_auroc`).
 
@@ -80,9 +88,13 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     p-value ``diff_<metric>_boot_p``, and ``reference`` names it. With ``folds`` (the
     cross-validation's, one list per repeat) each difference also gets the corrected resampled
     t-interval over the fold x repeat differences (Nadeau and Bengio 2003):
-    ``diff_<metric>_t_low/_high`` and ``diff_<metric>_t_p``. When the rows include the
+    ``diff_<metric>_t_low/_high`` and ``diff_<metric>_t_p``, centred on ``diff_<metric>_t_mean``,
+    the mean of the per-fold differences: another estimand than ``diff_<metric>`` (the
+    difference of the metric on each repeat's pooled out-of-fold predictions, averaged over
+    repeats), which the bootstrap interval belongs to; for nonlinear metrics the two can differ. When the rows include the
     metadata or text controls, the same columns compare every row with the best of the
-    baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...). Without
+    baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...), and with a
+    :data:`VISIBLE_CONTROL` row every row is compared with it (``diff_visible_auc_euro_all`` ...). Without
     a baseline among the rows (and no ``reference``) there are no differences. Metrics
     undefined on the data (AUROC with one class) are NaN.
     """
@@ -127,7 +139,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     meta_ref = _best_baseline(rows, CONFIDENCE_CONTROLS) if any(n in preds for n in CONFIDENCE_CONTROLS) else None
     if n_bootstrap == 0 and ref is None:
         return rows
-    index = bootstrap_indices(y.size, int(n_bootstrap), seed) if n_bootstrap > 0 else None
+    if clusters is not None and len(clusters) != y.size:
+        raise InputError(f"clusters has {len(clusters)} values but correct has {y.size}")
+    index = resample_indices(y.size, int(n_bootstrap), seed, clusters) if n_bootstrap > 0 else None
     draws: dict[str, dict[str, np.ndarray]] = {}
     for row in rows:
         name = row["estimator"]
@@ -147,11 +161,13 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     if folds is not None:
         n_te = np.mean([len(te) for rep in folds for _, te in rep])
         ratio = float(n_te / (y.size - n_te))
-    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref)):
+    visible_ref = VISIBLE_CONTROL if VISIBLE_CONTROL in preds else None
+    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref), ("diff_visible", visible_ref)):
         if r_name is None:
             continue
         for row in rows:
-            row["reference" if prefix == "diff" else "meta_reference"] = r_name
+            if prefix != "diff_visible":
+                row["reference" if prefix == "diff" else "meta_reference"] = r_name
             for key in PAIRED_KEYS if prefix == "diff" else ("auc_euro_all",):
                 col = f"{prefix}_{key}"
                 row[col] = row[key] - by_name[r_name][key]
@@ -162,7 +178,8 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
                 if ratio is not None and row["estimator"] != r_name:
                     t = corrected_t_test(fold_differences(fns[key], preds[row["estimator"]], preds[r_name], y, folds),
                                          ratio)
-                    row[f"{col}_t_low"], row[f"{col}_t_high"], row[f"{col}_t_p"] = t.low, t.high, t.p_value
+                    row[f"{col}_t_mean"], row[f"{col}_t_low"], row[f"{col}_t_high"] = t.mean, t.low, t.high
+                    row[f"{col}_t_p"] = t.p_value
     return rows
 
 

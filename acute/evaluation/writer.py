@@ -35,8 +35,10 @@ def intro_markdown(res) -> str:
               "with a paired bootstrap interval (the same resampled records for both), bold where it "
               "lies above zero." if ref else "")
     if sp["mode"] == "cv":
+        grouped = (f"grouped by {sp['group_by']!r}: records sharing a value stay on one side of every split and "
+                   "are resampled together" if sp.get("group_by") else "grouped by record id")
         head = (f"Cross-validated evaluation: {sp['n_splits']}-fold stratified x {sp['n_repeats']} repeats "
-                f"(grouped by record id) on {sp['n_records']} records (accuracy {sp['accuracy']:.3f}); "
+                f"({grouped}) on {sp['n_records']} records (accuracy {sp['accuracy']:.3f}); "
                 "every record is scored out of fold and each metric is the mean over repeats.")
     else:
         head = (f"Held-out evaluation: {sp['n_train']} training / {sp['n_test']} test records "
@@ -45,7 +47,8 @@ def intro_markdown(res) -> str:
     left = "".join(f"\n- `{n}` left out: {why}" for n, why in skipped.items())
     return (f"{head} 95% percentile-bootstrap intervals in brackets (smECE's shifted by the bootstrap "
             f"bias, so it is centred on its estimate); differences also show the corrected resampled "
-            f"t-interval over folds x repeats (Nadeau and Bengio 2003).{paired}"
+            f"t-interval over folds x repeats (Nadeau and Bengio 2003), which belongs to the mean of the "
+            f"per-fold differences (results.json: diff_*_t_mean), not to the pooled difference.{paired}"
             f"{' Controls left out:' if left else ''}{left}\n\n")
 
 

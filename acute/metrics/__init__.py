@@ -35,8 +35,8 @@ from .common import validate_inputs
 from .euro import BANDS, EURO_GRID, auc_euro, euro, euro_curve
 from .intervals import TTest, bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences, holm
 from .kde import kde_ece, kde_ece_bandwidth
-from .resampling import (Interval, bootstrap, bootstrap_indices, metric_over_resamples, paired_bootstrap,
-                         percentile_interval)
+from .resampling import (Interval, bootstrap, bootstrap_indices, cluster_bootstrap_indices, metric_over_resamples,
+                         paired_bootstrap, percentile_interval, resample_indices)
 from .smooth import SmoothReliability, smece, smece_bandwidth, smooth_reliability
 from .specs import METRIC_SPECS, METRICS, RANKING, MetricSpec, best_of, best_value, ranked, ranking_key
 
@@ -60,6 +60,7 @@ __all__ = [
     "bootstrap_indices",
     "bootstrap_p_value",
     "brier",
+    "cluster_bootstrap_indices",
     "corrected_t_test",
     "ece",
     "euro",
@@ -73,6 +74,7 @@ __all__ = [
     "nll",
     "paired_bootstrap",
     "percentile_interval",
+    "resample_indices",
     "ranked",
     "ranking_key",
     "smece",

@@ -52,7 +52,8 @@ class TaskSpec:
     task name of :func:`acute.tasks.get_task`, or ``"jsonl"`` for generic open QA over the data
     file), ``data`` (file(s) or folder(s), absolute; empty for ``task = "default"``: the built-in
     question set), ``split``, task ``options``,
-    ``max_new_tokens`` / ``stop_strings`` / ``chat`` overrides, default ``records`` and ``protocol`` rows."""
+    ``max_new_tokens`` / ``stop_strings`` / ``chat`` overrides, default ``records`` and ``protocol`` rows.
+    ``data`` may be left out for a task that fetches its own (``data_source``: BFCL's pinned wheel)."""
 
     key: str
     task: str
@@ -64,7 +65,9 @@ class TaskSpec:
     records: int = 0
     protocol: int = 0
     description: str = ""
-    group_by: str | None = None  #: metadata field whose values the evaluation's folds keep apart
+    #: metadata field whose values the evaluation's folds keep apart and its intervals resample
+    #: together: the config's ``group_by``, else the task's ``default_group_by``; ``"id"``: records
+    group_by: str | None = None
     #: records per committed store shard (a kill loses at most one uncommitted shard); None: the
     #: collector's default. Not part of :meth:`identity`: it changes no record
     shard_size: int | None = None
@@ -79,7 +82,9 @@ class TaskSpec:
                  "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
         if self.stop_strings is not None:  # absent otherwise: the hashes of earlier runs stay
             ident["stop_strings"] = list(self.stop_strings)
-        if not self.data:
+        if not self.data and _task_data_source(self.task) is not None:
+            ident["data_source"] = _task_data_source(self.task)  # a pinned package: its version and hash
+        elif not self.data:
             from ..tasks.qa import default_questions_path
 
             ident["builtin_sha256"] = hashlib.sha256(default_questions_path().read_bytes()).hexdigest()
@@ -251,10 +256,11 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
         task_name = _check_type(t.get("task", key), str, f"{where}.task")
         data = t.get("data")
-        if data is None and task_name != "default":
+        own_data = task_name == "default" or _task_data_source(task_name) is not None
+        if data is None and not own_data:
             raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
         data = [] if data is None else [data] if isinstance(data, str) else data
-        if not isinstance(data, list) or not (data or task_name == "default") \
+        if not isinstance(data, list) or not (data or own_data) \
                 or not all(isinstance(d, str) and d for d in data):
             raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
         mnt = t.get("max_new_tokens")
@@ -274,7 +280,8 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             records=_count(t.get("records", 0), f"{where}.records"),
             protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
             description=_check_type(t.get("description", ""), str, f"{where}.description"),
-            group_by=_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t else None,
+            group_by=(_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t
+                      else _task_group_by(task_name)),
             shard_size=_positive(t["shard_size"], f"{where}.shard_size") if "shard_size" in t else None,
         ))
     batch_default = run.get("batch_size", 8)
@@ -323,6 +330,20 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
                                   {"estimators": list, "repeats": int}),
         transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
                             {"estimators": list, "subject_splits": int, "repeats": int}))
+
+
+def _task_data_source(task_name: str) -> str | None:
+    """Where the task fetches its data when the config gives none (BFCL: its pinned wheel)."""
+    from ..tasks import TASKS
+
+    return getattr(TASKS.get(task_name), "data_source", None)
+
+
+def _task_group_by(task_name: str) -> str | None:
+    """The task's declared grouping (``default_group_by``: APIGen and BFCL group by tool set)."""
+    from ..tasks import TASKS
+
+    return getattr(TASKS.get(task_name), "default_group_by", None)
 
 
 def check_inputs(cfg: Config) -> None:

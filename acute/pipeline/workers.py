@@ -118,12 +118,15 @@ def _worker_evaluate(p: dict) -> dict:
         from acute.estimators.registry import DEFAULT_ESTIMATOR
         from acute.evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
 
+        from acute.evaluation.evaluate import store_groups
+
+        group_by, groups = store_groups(sub, p.get("group_by"))
         curve = learning_curve(sub.layer_means, sub.correct, sub.raw_confidence, sub.ids,
                                estimators=lc.get("estimators") or (DEFAULT_ESTIMATOR,),
                                n_splits=cv or 5, repeats=lc.get("repeats", LC_REPEATS), seed=p["seed"],
                                n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
                                progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr),
-                               evaluation=res)
+                               evaluation=res, groups=groups, group_by=group_by)
         write_learning_curve(curve, Path(p["eval_dir"]) / "learning-curve", params=lc,
                              model=p["model"], task=p["task_key"])
     return {"work_s": round(time.perf_counter() - t0, 2), "records": len(sub), **res.split,
@@ -207,7 +210,10 @@ def _worker_protocol(p: dict) -> dict:
 
 def _task_info(t: TaskSpec, cfg: Config) -> str:
     opts = ", ".join(f"{k}={v}" for k, v in t.options.items())
-    data = ", ".join(os.path.relpath(d, cfg.data_root) for d in t.data) or "built-in questions"
+    from acute.tasks import TASKS
+
+    data = (", ".join(os.path.relpath(d, cfg.data_root) for d in t.data)
+            or getattr(TASKS.get(t.task), "data_source", None) or "built-in questions")
     text = f"Task `{t.task}`" + (f" ({opts})" if opts else "") + f"; data `{data}`"
     text += f" (split {t.split})" if t.split else ""
     return text + (f". {t.description}" if t.description else ".")
@@ -239,12 +245,15 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
 
     names = estimator_names(cfg.estimators)  # as evaluate_store reads the config's list
     split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
+    from acute.evaluation.evaluate import RECORD_IDS
+
+    group_by = None if t.group_by == RECORD_IDS else t.group_by  # as the evaluation records it
     if cfg.cv:
-        split.update(n_splits=cfg.cv, n_repeats=cfg.repeats or 1, group_by=t.group_by)
+        split.update(n_splits=cfg.cv, n_repeats=cfg.repeats or 1, group_by=group_by)
     else:
         split["test_fraction"] = cfg.test_fraction
     return {"split": split, "params": {"estimators": names, "n_bootstrap": cfg.n_bootstrap,
-                                       "probe_params": dict(cfg.probe_params or {}), "group_by": t.group_by}}
+                                       "probe_params": dict(cfg.probe_params or {}), "group_by": group_by}}
 
 
 def _worker_report(p: dict) -> dict:

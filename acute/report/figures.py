@@ -82,23 +82,26 @@ def task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]
     y = run.correct.astype(int)
     out = []
     curves_name, reliability_name, difference_name = task_figure_names(task)
+    # the predictions drawn are repeat 0's; the tables' numbers are means over the repeats
+    repeats = (run.results.get("split") or {}).get("n_repeats")
+    which = f", repeat 0 of {repeats}" if repeats and repeats > 1 else ""
     path = fig_dir / curves_name
     euro_curves({n: run.predictions[n] for n in names}, y, path,
-                title=f"{task}: euro curves ({run.model}, {run.n} out-of-fold records, repeat 0)")
-    out.append((f"euro curves, {task}, {run.model}", f"figures/{path.name}"))
+                title=f"{task}: euro curves ({run.model}, {run.n} out-of-fold records{which})")
+    out.append((f"euro curves, {task}, {run.model}{which}", f"figures/{path.name}"))
     shown, base = best.get("acute"), best.get("baseline")
     pair = [n for n in dict.fromkeys([shown, base]) if n is not None and n in run.predictions]
     if pair:
         path = fig_dir / reliability_name
         reliability_diagram({n: run.predictions[n] for n in pair}, y, path,
-                            title=f"{task}: reliability of {' vs '.join(pair)} ({run.model})")
-        out.append((f"reliability, {task}, {' vs '.join(pair)}, {run.model}", f"figures/{path.name}"))
+                            title=f"{task}: reliability of {' vs '.join(pair)} ({run.model}{which})")
+        out.append((f"reliability, {task}, {' vs '.join(pair)}, {run.model}{which}", f"figures/{path.name}"))
     if shown in run.predictions and base in run.predictions and shown != base:
         d = euro_difference(run.predictions[shown], run.predictions[base], y, n_bootstrap=300, seed=0)
         path = fig_dir / difference_name
         euro_difference_curve(*d[:4], path, names=(shown, base),
-                              title=f"{task}: euro of {shown} minus {base} ({run.model})")
-        out.append((f"euro difference, {task}, {shown} - {base}, {run.model}", f"figures/{path.name}"))
+                              title=f"{task}: euro of {shown} minus {base} ({run.model}{which})")
+        out.append((f"euro difference, {task}, {shown} - {base}, {run.model}{which}", f"figures/{path.name}"))
     return out
 
 

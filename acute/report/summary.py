@@ -19,9 +19,10 @@ __all__ = ["SUMMARY_COLUMNS", "kept_summary_rows", "summary_csv", "summary_markd
 SUMMARY_COLUMNS = ("model", "task", "n_records", "folds", "repeats", "accuracy", "best_baseline",
                    "best_baseline_auc_euro", "default_estimator", "default_auc_euro", "diff", "ci_low", "ci_high",
                    "default_smece", "best_baseline_smece", "constant_auc_euro", "skill", "best_meta_baseline", "meta_diff",
-                   "meta_ci_low", "meta_ci_high", "t_ci_low", "t_ci_high", "holm_significant",
+                   "meta_ci_low", "meta_ci_high", "t_mean", "t_ci_low", "t_ci_high", "holm_significant",
                    "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default",
-                   "evaluation")
+                   "visible_auc_euro", "visible_diff", "visible_ci_low", "visible_ci_high", "visible_t_low",
+                   "visible_t_high", "group_by", "evaluation")
 
 
 def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -41,7 +42,8 @@ def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[st
                 v = row.get(k)
                 if v in (None, ""):
                     kept[k] = None
-                elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation"):
+                elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation",
+                           "group_by"):
                     kept[k] = v
                 elif k in ("n_records", "folds", "repeats"):
                     kept[k] = int(v)
@@ -59,8 +61,13 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     evaluation's best baseline (its ``reference``: highest auc-euro all among the baselines), with
     the cross-validation's ``folds`` and ``repeats`` (None for a held-out split), the paired
     difference in auc-euro (all), its 95% bootstrap interval (``ci_*``) and its
-    corrected resampled t-interval over folds x repeats (``t_ci_*``), as the evaluation computed
-    them (means over cross-validation repeats); the constant control's auc-euro and the default's
+    corrected resampled t-interval over folds x repeats (``t_ci_*``, centred on ``t_mean``, the mean
+    of the per-fold differences: its own estimand, beside ``diff`` on the pooled out-of-fold
+    predictions), as the evaluation computed them (means over cross-validation repeats); the
+    default against the ``visible`` control (everything a deployment sees without hidden states:
+    ``visible_auc_euro``, ``visible_diff`` with its bootstrap ``visible_ci_*`` and t
+    ``visible_t_*`` intervals); ``group_by``: the field the folds kept apart and the intervals
+    resampled whole (blank: record ids); the constant control's auc-euro and the default's
     skill over it; the difference to the best of the baselines and the metadata / text controls
     (``best_meta_baseline``, ``meta_*``); the question-only probe's auc-euro; the within-group
     AUROC of raw confidence and of the default. ``holm_significant``: the difference to the best
@@ -93,11 +100,19 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "best_meta_baseline": d.get("meta_reference"), "meta_diff": d.get("diff_meta_auc_euro_all"),
                     "meta_ci_low": d.get("diff_meta_auc_euro_all_ci_low"),
                     "meta_ci_high": d.get("diff_meta_auc_euro_all_ci_high"),
+                    "t_mean": d.get("diff_auc_euro_all_t_mean"),
                     "t_ci_low": d.get("diff_auc_euro_all_t_low"), "t_ci_high": d.get("diff_auc_euro_all_t_high"),
                     "holm_significant": None,
                     "question_only_auc_euro": rows.get("question-only", {}).get("auc_euro_all"),
                     "within_group_auroc_raw": rows.get("raw", {}).get("within_group_auroc"),
                     "within_group_auroc_default": d.get("within_group_auroc"),
+                    "visible_auc_euro": rows.get("visible", {}).get("auc_euro_all"),
+                    "visible_diff": d.get("diff_visible_auc_euro_all"),
+                    "visible_ci_low": d.get("diff_visible_auc_euro_all_ci_low"),
+                    "visible_ci_high": d.get("diff_visible_auc_euro_all_ci_high"),
+                    "visible_t_low": d.get("diff_visible_auc_euro_all_t_low"),
+                    "visible_t_high": d.get("diff_visible_auc_euro_all_t_high"),
+                    "group_by": sp.get("group_by"),
                     "evaluation": "committed tables" if run.tables_only else "this run", "_p": _joint_p(d)})
     tested = [r for r in out if r["_p"] is not None]
     for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
@@ -128,24 +143,30 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     for r in rows:
         diff = f"{f(r['diff'], '{:+.4f}')} [{f(r['ci_low'], '{:+.4f}')}, {f(r['ci_high'], '{:+.4f}')}]"
         if r.get("t_ci_low") is not None:
-            diff += f" t[{f(r['t_ci_low'], '{:+.4f}')}, {f(r['t_ci_high'], '{:+.4f}')}]"
+            mean = f"{f(r['t_mean'], '{:+.4f}')} " if r.get("t_mean") is not None else ""
+            diff += f" t: {mean}[{f(r['t_ci_low'], '{:+.4f}')}, {f(r['t_ci_high'], '{:+.4f}')}]"
         if r.get("holm_significant"):
             diff = f"**{diff}**"
         meta = (f"{r['best_meta_baseline']}: {f(r['meta_diff'], '{:+.4f}')} "
                 f"[{f(r['meta_ci_low'], '{:+.4f}')}, {f(r['meta_ci_high'], '{:+.4f}')}]"
                 if r.get("best_meta_baseline") else "n/a")
+        visible = (f"{f(r['visible_auc_euro'], '{:.4f}')}: {f(r['visible_diff'], '{:+.4f}')} "
+                   f"[{f(r['visible_ci_low'], '{:+.4f}')}, {f(r['visible_ci_high'], '{:+.4f}')}]"
+                   if r.get("visible_auc_euro") is not None else "n/a")
         model = r["model"] + (" (kept)" if r.get("evaluation") == "kept" else "")
         cv = f"{r['folds']}x{r['repeats']}" if r.get("folds") and r.get("repeats") else "n/a"
+        cv += f" by {r['group_by']}" if r.get("group_by") else ""
         body.append([model, r["task"], r["n_records"], cv, f(r["accuracy"]), r["best_baseline"],
                      f(r["best_baseline_auc_euro"], "{:.4f}"), f(r["default_auc_euro"], "{:.4f}"), diff,
-                     f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta,
+                     f(r.get("constant_auc_euro"), "{:.4f}"), f(r.get("skill"), "{:+.3f}"), meta, visible,
                      f(r.get("question_only_auc_euro"), "{:.4f}"),
                      f"{f(r.get('within_group_auroc_raw'))} / {f(r.get('within_group_auroc_default'))}",
                      f(r["default_smece"]), f(r["best_baseline_smece"])])
     return "\n".join(markdown_table(["model", "task", "records", "folds x repeats", "accuracy", "best baseline", "its auc-euro",
                               f"{rows[0]['default_estimator'] if rows else 'default'} auc-euro",
-                              "difference [bootstrap] t[corrected t]", "constant", "skill",
-                              "vs best with metadata/text", "question-only", "within-group AUROC raw / default",
+                              "difference [bootstrap] t: mean of folds [corrected t]", "constant", "skill",
+                              "vs best with metadata/text", "visible control: its auc-euro, default minus it",
+                              "question-only", "within-group AUROC raw / default",
                               "smECE (default)", "smECE (baseline)"], body)) + "\n"
 
 

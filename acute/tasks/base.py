@@ -237,6 +237,9 @@ class Task:
     #: keeps each value on one side of every split and intervals resample values together;
     #: ``None`` groups by record id
     default_group_by: str | None = None
+    #: where the task fetches its data when given no path (a pinned package and its sha256), so a
+    #: run config may leave ``data`` out; None: the data must be given (or ``$ACUTE_DATA``)
+    data_source: str | None = None
     #: constructor options with their defaults (subclasses extend)
     options: dict[str, Any] = {"seed": 0, "on_error": "raise"}
 

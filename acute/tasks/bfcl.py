@@ -64,7 +64,7 @@ from typing import Any
 
 from ..errors import InputError
 from .base import DATA_ENV, Example, Task, TaskDataError, read_jsonl
-from .bfcl_data import CATEGORIES, NO_ANSWER_FILE, answer_member, fetch_bfcl, question_member
+from .bfcl_data import CATEGORIES, NO_ANSWER_FILE, PACKAGE, SHA256, VERSION, answer_member, fetch_bfcl, question_member
 from .tool_calls import parse_reply_calls, reply_structure, toolset_key
 
 __all__ = ["BFCLTask", "bfcl_error", "check_call", "gold_reply", "openai_tool", "standardize"]
@@ -396,6 +396,7 @@ class BFCLTask(Task):
     metadata_fields = ("category",)
     #: records offered the same functions share most of their prompt
     default_group_by = "toolset"
+    data_source = f"{PACKAGE}=={VERSION} sha256:{SHA256}"
     options = {"categories": list(CATEGORIES)}
 
     def __init__(self, **options: Any):
