@@ -21,6 +21,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 fastapi = pytest.importorskip("fastapi")
@@ -626,6 +627,104 @@ def test_an_internal_error_logs_one_traceback_then_one_line_each(loaded, probe):
     assert all(r.json()["error"]["type"] == "server_error" for r in answers)
     assert len(logs.tracebacks()) == 1
     assert len([r for r in logs.records if "RuntimeError" in r.getMessage()]) >= 4
+
+
+class Faulty(Scorer):
+    """A scorer whose probe fails inside scoring while ``fail`` holds an exception to raise."""
+
+    fail: BaseException | None = None
+
+    def _scored(self, *args, **kwargs):
+        if self.fail is not None:
+            raise self.fail
+        return super()._scored(*args, **kwargs)
+
+
+def _numpy_error() -> BaseException:
+    try:
+        np.zeros(2).reshape(3)  # numpy's own ValueError, as a bug in scoring would raise it
+    except ValueError as e:
+        return e
+    raise AssertionError("numpy accepted the reshape")
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/score", {"prompt": "Gold is", "risk": 0.5}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Gold is"}]}),
+])
+@pytest.mark.parametrize("error", [ValueError("operands could not be broadcast"), _numpy_error()],
+                         ids=["ValueError", "numpy"])
+def test_a_value_error_inside_scoring_is_a_500_logged_with_the_request_id(loaded, probe, path, body, error):
+    """A plain ValueError (or numpy's) while scoring is the server's bug, not a bad request: a 500
+    whose body and ``X-Request-Id`` header give the request id, one error record naming it, and
+    the next request is answered."""
+    model, tok = loaded
+    scorer = Faulty(model, tok, probe)
+    app = create_app(scorer, model_name=NAME, max_wait_ms=0)
+    with Records("acute") as logs, serving(app) as (url, _, _):
+        scorer.fail = error
+        r = post(url, path, body)
+        scorer.fail = None
+        after = post(url, path, body)
+    assert r.status_code == 500, r.text
+    err = r.json()["error"]
+    rid = r.headers["x-request-id"]
+    assert err["type"] == "server_error" and err["param"] is None and f"request id {rid}" in err["message"]
+    lines = [rec.getMessage() for rec in logs.errors()]
+    assert [line for line in lines if rid in line] == [
+        f"request {rid} failed: ValueError: {str(error)[:200]}"]
+    assert after.status_code == 200 and after.headers["x-request-id"] != rid
+
+
+def test_an_input_error_inside_scoring_is_still_a_400(loaded, probe):
+    model, tok = loaded
+    scorer = Faulty(model, tok, probe)
+    app = create_app(scorer, model_name=NAME, max_wait_ms=0)
+    with Records("acute") as logs, serving(app) as (url, _, _):
+        scorer.fail = InputError("prompt: something acute refuses")
+        r = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5})
+        scorer.fail = None
+        assert post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5}).status_code == 200
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    assert "something acute refuses" in r.json()["error"]["message"] and not logs.errors()
+
+
+def test_a_bug_while_answering_is_a_500_logged_with_the_request_id(loaded, probe, monkeypatch):
+    """Outside the scoring jobs too (here: building the response body) an unexpected error is that
+    request's 500 with its id, and the server keeps serving."""
+    import acute.serving.app as app_module
+
+    model, tok = loaded
+    app = create_app(Scorer(model, tok, probe), model_name=NAME, max_wait_ms=0)
+    real = app_module.score_body
+    broken = {"on": True}
+
+    def score_body(*args, **kwargs):
+        if broken["on"]:
+            raise KeyError("a bug in the body")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(app_module, "score_body", score_body)
+    with Records("acute") as logs, serving(app) as (url, _, _):
+        r = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5})
+        broken["on"] = False
+        after = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5})
+    rid = r.headers["x-request-id"]
+    assert r.status_code == 500 and f"request id {rid}" in r.json()["error"]["message"]
+    assert any(rec.getMessage().startswith(f"request {rid} failed: KeyError") for rec in logs.errors())
+    assert after.status_code == 200
+
+
+def test_every_answer_carries_a_request_id(gate):
+    _, url = gate
+    ids = {post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5}).headers["x-request-id"] for _ in range(3)}
+    assert len(ids) == 3 and all(len(i) == 32 for i in ids)
+    refused = post(url, "/v1/score", {"prompt": "Gold is", "risk": True})
+    assert refused.status_code == 400 and len(refused.headers["x-request-id"]) == 32
+    given = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5}, headers={"X-Request-Id": "client-7.a_b"})
+    assert given.headers["x-request-id"] == "client-7.a_b"  # a proxy's id is kept
+    forged = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5}, headers={"X-Request-Id": "id with spaces"})
+    assert forged.headers["x-request-id"] != "id with spaces" and len(forged.headers["x-request-id"]) == 32
 
 
 @pytest.mark.parametrize("change", [

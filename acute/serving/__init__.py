@@ -18,7 +18,8 @@ result equals scoring that request alone (:func:`score_jobs`).
 
 Modules, one concept each: :mod:`.errors`, :mod:`.settings`, :mod:`.jobs` (scoring a batch,
 one job's failure its own), :mod:`.batcher`, :mod:`.user_text` (request text stays text),
-:mod:`.request_body` (reading and parsing a body), :mod:`.schemas` (validating it),
+:mod:`.request_body` (reading and parsing a body), :mod:`.request_ids` (every request's id, in
+its answer and its log lines), :mod:`.schemas` (validating a body),
 :mod:`.security` (API key, Host, Origin, Content-Type), :mod:`.openai_bodies` (response bodies),
 :mod:`.app` (the routes) and :mod:`.server` (the socket and uvicorn's limits).
 

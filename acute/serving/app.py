@@ -9,12 +9,13 @@ import threading
 import time
 import uuid
 
-from ..errors import AcuteError, InputError
+from ..errors import InputError
 from .batcher import Batcher
-from .errors import RequestError, ServerBusyError, require_serve_extra
+from .errors import RequestError, ServerBusyError, is_input_error, require_serve_extra
 from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
 from .openai_bodies import chat_body, chat_chunks, estimator_name, models_body, score_body, sse_events
 from .request_body import ClientGone, read_json
+from .request_ids import RequestIds, request_id
 from .schemas import chat_job, score_job
 from .security import HostGuard, authorize, check_json_content_type
 from .settings import ServeSettings, resolve_settings
@@ -25,37 +26,37 @@ logger = logging.getLogger(__name__)
 
 
 class _FailureLog:
-    """Logs an unexpected scoring error with its traceback the first time its type occurs and as
-    one line after that, so that a client repeating a failing request cannot flood the log."""
+    """Logs an unexpected error as one line naming the request id, with its traceback the first
+    time its type occurs only, so that a client repeating a failing request cannot flood the log."""
 
     def __init__(self):
         self._seen: set[type] = set()
         self._lock = threading.Lock()
 
-    def __call__(self, error: BaseException) -> None:
+    def __call__(self, error: BaseException, rid: str) -> None:
         with self._lock:
             first = type(error) not in self._seen
             self._seen.add(type(error))
-        if first:
-            logger.error("scoring failed: %s: %s", type(error).__name__, str(error)[:200], exc_info=error)
-        else:
-            logger.error("scoring failed: %s: %s (traceback logged before)", type(error).__name__,
-                         str(error)[:200])
+        logger.error("request %s failed: %s: %s%s", rid, type(error).__name__, str(error)[:200],
+                     "" if first else " (traceback logged before)", exc_info=error if first else None)
 
 
-def _request_error(job: Job, error: BaseException, retry_after_s: int, log: _FailureLog) -> RequestError:
-    """The HTTP error a job's exception becomes: its own for a refused request, 503 for a busy or
-    stopping server, 400 naming the job's field for a domain error, else 500 (logged)."""
+def _request_error(param: str | None, error: BaseException, retry_after_s: int, log: _FailureLog,
+                   rid: str) -> RequestError:
+    """The HTTP error an exception raised for request ``rid`` becomes: its own for a refused
+    request, 503 for a busy or stopping server, 400 naming ``param`` for one of acute's input
+    errors (:func:`~acute.serving.errors.is_input_error`), else 500, logged with the request id:
+    the server's fault, never the client's."""
     if isinstance(error, RequestError):
         return error
     if isinstance(error, ServerBusyError):
         return RequestError(str(error), status=503, type="server_error", code="server_overloaded",
                             headers={"Retry-After": str(retry_after_s)})
-    if isinstance(error, (AcuteError, ValueError)):
-        return RequestError(str(error), param=job.param)
-    log(error)
-    return RequestError(f"internal error while scoring: {type(error).__name__}", status=500,
-                        type="server_error")
+    if is_input_error(error):
+        return RequestError(str(error), param=param)
+    log(error, rid)
+    return RequestError(f"internal error: {type(error).__name__} (request id {rid}, named in the "
+                        f"server's log)", status=500, type="server_error")
 
 
 async def _client_left(request) -> None:
@@ -73,7 +74,7 @@ async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: in
     try:
         batcher.submit(jobs)
     except ServerBusyError as e:
-        raise _request_error(jobs[0], e, retry_after_s, log) from None
+        raise _request_error(jobs[0].param, e, retry_after_s, log, request_id(request)) from None
     waiting = [asyncio.wrap_future(j.future) for j in jobs]
     left = asyncio.ensure_future(_client_left(request))
     pending = set(waiting)
@@ -96,7 +97,7 @@ async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: in
     errors = [JobCancelled("the request was cancelled") if f.cancelled() else f.exception() for f in waiting]
     for job, error in zip(jobs, errors):
         if error is not None:
-            raise _request_error(job, error, retry_after_s, log) from None
+            raise _request_error(job.param, error, retry_after_s, log, request_id(request)) from None
     return [f.result() for f in waiting]
 
 
@@ -165,6 +166,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
     _add_error_handlers(app)
     if settings.api_key is None:
         app.add_middleware(HostGuard, allowed_hosts=settings.allowed_hosts)
+    app.add_middleware(RequestIds)  # the outermost: every answer, refusals included, carries its id
 
     async def body_of(request):
         authorize(request, settings.api_key)
@@ -217,8 +219,21 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
         return StreamingResponse(iter(events), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
-    app.add_route("/healthz", healthz, methods=["GET"])
-    app.add_route("/v1/models", models, methods=["GET"])
-    app.add_route("/v1/score", score, methods=["POST"])
-    app.add_route("/v1/chat/completions", chat, methods=["POST"])
+    def answered(endpoint):
+        """``endpoint`` whose unexpected errors become the request's own answer (a 500 logged with
+        its request id, or a 400 for an input error), so that the server keeps serving."""
+        @functools.wraps(endpoint)
+        async def run(request):
+            try:
+                return await endpoint(request)
+            except RequestError:
+                raise  # answered by the error handler
+            except Exception as e:  # noqa: BLE001 - the server's fault: that request's 500
+                raise _request_error(None, e, settings.retry_after_s, log, request_id(request)) from None
+        return run
+
+    app.add_route("/healthz", answered(healthz), methods=["GET"])
+    app.add_route("/v1/models", answered(models), methods=["GET"])
+    app.add_route("/v1/score", answered(score), methods=["POST"])
+    app.add_route("/v1/chat/completions", answered(chat), methods=["POST"])
     return app

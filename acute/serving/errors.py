@@ -6,7 +6,8 @@ from typing import Sequence
 
 from ..errors import AcuteError, InputError
 
-__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "param_name", "require_serve_extra"]
+__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "is_input_error", "param_name",
+           "require_serve_extra"]
 
 
 class MissingExtraError(InputError):
@@ -28,6 +29,14 @@ class RequestError(InputError):
         """The OpenAI error body ``{"error": {message, type, param, code}}``."""
         return {"error": {"message": str(self), "type": self.type, "param": self.param,
                           "code": self.code}}
+
+
+def is_input_error(error: BaseException) -> bool:
+    """Whether ``error`` is one of acute's own errors about a value it was given (an
+    :class:`~acute.errors.AcuteError` that is also a ``ValueError``: :class:`InputError` and its
+    kin), i.e. the client's fault: a 4xx. Anything else raised while serving a request, a plain
+    ``ValueError`` from numpy or scikit-learn included, is the server's: a 500."""
+    return isinstance(error, AcuteError) and isinstance(error, ValueError)
 
 
 class ServerBusyError(AcuteError):
