@@ -39,6 +39,10 @@ _RUN_KEYS = {
 }
 
 
+#: the [run] keys that are levels (:func:`acute.validation.check_level`), with what they mean
+_RUN_LEVELS = {"test_fraction": "the share of records held out"}
+
+
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "stop_strings", "chat", "records",
               "protocol", "description", "group_by", "shard_size"}
 
@@ -234,7 +238,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     if bad:
         raise InputError(f"{path}: [run] has unknown key(s) {bad}; known: {sorted(_RUN_KEYS)}")
     for k, kind in _RUN_KEYS.items():
-        if k in run:
+        if k in run and k not in _RUN_LEVELS:  # levels: acute's one level checker, below
             run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
 
     root = data_root or run.get("data_root") or os.environ.get("ACUTE_DATA") or DEFAULT_DATA_ROOT
@@ -305,7 +309,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     fig = run.get("figures_model")
     if fig is not None and fig not in models_raw:
         raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
-    tf = check_level(run.get("test_fraction", 0.3), f"{path}: run.test_fraction", "the share of records held out")
+    tf = check_level(run.get("test_fraction", 0.3), f"{path}: run.test_fraction", _RUN_LEVELS["test_fraction"])
     cv, repeats = run.get("cv", 0), run.get("repeats", 1)
     if cv == 1 or cv < 0:
         raise InputError(f"{path}: run.cv must be 0 (one train/test split) or >= 2 folds, got {cv}")
