@@ -27,14 +27,14 @@ from pathlib import Path
 
 import acute
 from acute.models import format_prompt
-from acute.scoring import Scorer
+from acute.scoring import DEFAULT_RISK, Scorer
 from acute.tasks import get_task
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="smollm2-135m-instruct", help="the model the probe was trained on")
 parser.add_argument("--probe", default="runs/train-from-logs/probe")
 parser.add_argument("--limit", type=int, default=5, help="built-in questions to ask")
-parser.add_argument("--risk", type=float, default=0.5)
+parser.add_argument("--risk", type=float, default=DEFAULT_RISK)
 parser.add_argument("--answers", default=None,
                     help="JSONL of the engine's answers (rows with 'prompt' and 'response') instead of asking it")
 args = parser.parse_args()

@@ -13,14 +13,14 @@ from __future__ import annotations
 import argparse
 
 import acute
-from acute.scoring import Scorer
+from acute.scoring import DEFAULT_RISK, Scorer
 from acute.tasks import get_task
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--model", default="smollm2-135m-instruct", help="the model the probe was trained on")
 parser.add_argument("--probe", default="runs/train-probe/probe")
 parser.add_argument("--limit", type=int, default=5, help="built-in questions to score")
-parser.add_argument("--risk", type=float, default=0.5)
+parser.add_argument("--risk", type=float, default=DEFAULT_RISK)
 args = parser.parse_args()
 
 probe = acute.load_probe(args.probe)  # safetensors + JSON, nothing is unpickled
