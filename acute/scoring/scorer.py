@@ -303,13 +303,13 @@ class Scorer:
         if isinstance(given, (list, tuple, np.ndarray)):
             if len(given) != len(items):
                 raise InputError(f"threshold has {len(given)} values for {len(items)} prompts")
-            levels = [check_precheck(u, f"threshold[{i}]") for i, u in enumerate(given)]
+            thresholds = [check_precheck(u, f"threshold[{i}]") for i, u in enumerate(given)]
         else:
-            levels = [check_precheck(given, "threshold")] * len(items)
+            thresholds = [check_precheck(given, "threshold")] * len(items)
         require_precheck(self.precheck_probe, "Scorer.precheck")
         if not items:
             return []
-        out = self._prechecked(items, [self.format(p) for p in items], levels)
+        out = self._prechecked(items, [self.format(p) for p in items], thresholds)
         return out[0] if single else out
 
     def prompt_states(self, prompts) -> np.ndarray:
@@ -329,12 +329,12 @@ class Scorer:
         return (np.stack([p.last_prompt for p in passes]).astype(np.float32, copy=False),
                 [p.prompt_tokens for p in passes])
 
-    def _prechecked(self, items, texts, levels) -> list[PrecheckResult]:
+    def _prechecked(self, items, texts, thresholds) -> list[PrecheckResult]:
         states, lengths = self._prompt_pass(texts)
         conf = self.precheck_probe.predict_proba(states)[:, 1]
         return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), threshold=u,
                                trust=bool(c > u), prompt_tokens=n)
-                for item, t, n, c, u in zip(items, texts, lengths, conf, levels)]
+                for item, t, n, c, u in zip(items, texts, lengths, conf, thresholds)]
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
                        max_error: float | None = None, gate: Gate | None = None) -> ScoredGeneration:

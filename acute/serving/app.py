@@ -71,6 +71,8 @@ async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: in
     """Queue ``jobs`` and wait for them. If the client goes away, or the handler is cancelled
     (uvicorn past its shutdown timeout), the jobs are abandoned at once: dropped if waiting,
     stopped between decoding steps if running. Job errors become :class:`RequestError`."""
+    for job in jobs:
+        job.request_id = request_id(request)
     try:
         batcher.submit(jobs)
     except ServerBusyError as e:

@@ -212,7 +212,8 @@ class Batcher:
             try:
                 outcomes = self.run_batch(live)
             except Exception as e:  # noqa: BLE001 - every request of the batch gets it
-                logger.exception("a batch of %d requests failed", len(live))
+                logger.exception("a batch of %d requests failed (requests %s)", len(live),
+                                 ", ".join(dict.fromkeys(getattr(job, "request_id", "-") for job in live)))
                 outcomes = [e] * len(live)
             with self._cond:
                 self._current = []

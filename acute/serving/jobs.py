@@ -36,8 +36,9 @@ class Job:
     level or the probe's certified threshold, and an optional precheck threshold: generated only
     when the question-only probe's P(correct) exceeds it; parsed from the request once,
     :mod:`acute.scoring.gate`), optional generation settings (``None``/empty: the scorer's), and
-    ``param``, the request field that errors about the prompt name. ``future`` receives a
-    :class:`JobResult` or an exception."""
+    ``param``, the request field that errors about the prompt name, and ``request_id``, the id of
+    the HTTP request it came from (:mod:`acute.serving.request_ids`: log lines about the job name
+    it). ``future`` receives a :class:`JobResult` or an exception."""
 
     item: Any
     gate: Gate = dataclasses.field(default_factory=Gate)  #: default: the risk rule at DEFAULT_RISK
@@ -45,6 +46,7 @@ class Job:
     stop: tuple[str, ...] = ()
     param: str = "prompt"
     response: str | None = None  #: an answer to score as given (teacher-forced), not generated
+    request_id: str = "-"
     future: Future = dataclasses.field(default_factory=Future, repr=False)
     abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
@@ -164,6 +166,11 @@ def _stop_when_abandoned(model, jobs: Sequence[Job]):
         handle.remove()
 
 
+def _ids(jobs: Sequence[Job]) -> str:
+    """The request ids of ``jobs`` for a log line (each once, in order)."""
+    return ", ".join(dict.fromkeys(job.request_id for job in jobs))
+
+
 def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     """Generate and score the jobs, or (when they carry responses) score the given responses."""
     items = [job.item for job in jobs]
@@ -184,8 +191,8 @@ def _run_isolated(scorer, jobs: Sequence[Job]) -> list:
     except Exception as e:  # noqa: BLE001 - isolate the failing prompt(s)
         if len(jobs) == 1:
             return [e]
-        logger.warning("a batch of %d failed (%s: %s); scoring its requests one by one", len(jobs),
-                       type(e).__name__, str(e)[:200])
+        logger.warning("a batch of %d failed (%s: %s); scoring its requests one by one (requests %s)",
+                       len(jobs), type(e).__name__, str(e)[:200], _ids(jobs))
     out: list = []
     for job in jobs:
         try:
@@ -240,7 +247,7 @@ def score_jobs(scorer, jobs: Sequence[Job], batch_size: int = 16, *, protect_tex
         try:
             results = _score_group(scorer, group, key, batch_size, protect_text)
         except Exception as e:  # noqa: BLE001 - a bug in this module: still answer the group
-            logger.exception("scoring a group of %d requests failed", len(idx))
+            logger.exception("scoring a group of %d requests failed (requests %s)", len(idx), _ids(group))
             results = [e] * len(idx)
         for i, job, r in zip(idx, group, results):
             out[i] = r
