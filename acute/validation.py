@@ -72,11 +72,23 @@ def check_level(value: Any, name: str, meaning: str | None = None, *, closed: bo
     the range are an :class:`InputError` of one line naming ``name``, the range and, when given,
     what the setting means (module doc)."""
     number = (not isinstance(value, bool)) and isinstance(value, (int, float, np.integer, np.floating))
-    v = float(value) if number else float("nan")
+    try:
+        v = float(value) if number else float("nan")
+    except OverflowError:  # an int too large for a float (JSON allows one)
+        v = float("nan")
     if not (0.0 <= v <= 1.0 if closed else 0.0 < v < 1.0):  # NaN fails both
         span = "[0, 1]" if closed else "(0, 1)"
-        raise InputError(f"{name} must be a number in {span}{f' ({meaning})' if meaning else ''}, got {value!r}")
+        raise InputError(f"{name} must be a number in {span}{f' ({meaning})' if meaning else ''}, "
+                         f"got {_shown(value)}")
     return v
+
+
+def _shown(value: Any, width: int = 80) -> str:
+    """``repr(value)`` for a message, cut to ``width`` characters (a client may send a huge one)."""
+    if isinstance(value, int) and value.bit_length() > 4 * width:  # too long to print (or to repr)
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def check_confidence(confidence: Any, n: int | None = None, name: str = "confidence", *,

@@ -28,11 +28,12 @@ LEVELS = [
     (check_precheck, "precheck", "(0, 1)", "answer only when the question-only probe's P(correct) exceeds it"),
 ]
 REFUSED_EVERYWHERE = [True, False, np.bool_(True), "0.3", "0.5", None, float("nan"), float("inf"), -0.1, 1.5,
-                      [0.3], {"u": 0.3}, complex(0.3, 0)]
+                      10 ** 400, [0.3], {"u": 0.3}, complex(0.3, 0)]
 
 
 def _message(name, span, meaning, value):
-    return f"{name} must be a number in {span} ({meaning}), got {value!r}"
+    shown = f"an integer of {value.bit_length()} bits" if isinstance(value, int) and value > 2 ** 320 else repr(value)
+    return f"{name} must be a number in {span} ({meaning}), got {shown}"
 
 
 @pytest.mark.parametrize("check, name, span, meaning", LEVELS, ids=[lv[1] for lv in LEVELS])
@@ -61,6 +62,14 @@ def test_the_range_of_each_level(check, name, span, meaning):
         else:
             with pytest.raises(InputError, match=f"^{name} must be a number in \\(0, 1\\)"):
                 check(edge)
+
+
+def test_a_huge_value_is_not_echoed_whole():
+    with pytest.raises(InputError) as e:
+        check_risk("9" * 10_000)
+    assert len(str(e.value)) < 200 and str(e.value).endswith("...")
+    with pytest.raises(InputError, match=r"got an integer of 16610 bits$"):
+        check_risk(10 ** 5000)
 
 
 def test_check_level_is_the_one_rule():
