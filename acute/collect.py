@@ -247,7 +247,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = "float16",
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
             shard_size: int = 256, progress: bool = True, state=None,
-            allow_other_weights: bool = False) -> CollectSummary:
+            allow_other_weights: bool = False, engine: str = "transformers",
+            engine_options: dict | None = None) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
     ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
@@ -273,10 +274,15 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     finalises the manifest once all are done. The store reads as one, in a deterministic order;
     a rerun, with any number of processes, generates only the missing records. The summary's
     ``new_records`` and speed are this process's; ``records`` and accuracy the whole store's.
+
+    ``engine="vllm"`` generates with vLLM instead (:mod:`acute.engines.vllm`: greedy, ``pool=
+    "decoding"``, the same records up to float rounding); ``model`` is then what the manifest's
+    identity and the context window are read from, and the folder vLLM loads;
+    ``engine_options`` go to :class:`acute.engines.vllm.VllmEngine`.
     """
     import warnings
 
-    from .extraction import generate_and_record
+    from .engines import check_engine, open_engine
     from .store import POOLINGS, StoreWriter, finalize_store, prepare_store
 
     examples = list(examples)
@@ -284,6 +290,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
     if on_too_long not in ("skip", "error"):
         raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    check_engine(engine)
     rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
     parallel = world > 1
     out_dir = Path(out_dir)
@@ -309,8 +316,10 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     if parallel:
         summary.extra.update(process=rank, num_processes=world)
     start = time.perf_counter()
-    with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
-                     part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
+    # engine="vllm": vLLM generates in a worker process for the collection's length (acute.engines)
+    with open_engine(engine, model, tokenizer, engine_options) as generate, \
+            StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+                        part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         if parallel:
             state.wait_for_everyone()  # every process has read the same done set before writing
@@ -329,8 +338,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each
                 warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
-                gens = generate_and_record(
-                    model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                gens = generate(
+                    prompts, max_new_tokens=max_new_tokens,
                     batch_size=batch_size, stop_strings=stop_strings, pool=pool,
                     on_too_long=on_too_long, on_batch=bar.update,
                 )

@@ -13,6 +13,7 @@ __all__ = [
     "ChecksumError",
     "CorruptStoreError",
     "DataError",
+    "EngineError",
     "IncompatibleStoreError",
     "InputError",
     "ModelFetchError",
@@ -89,3 +90,9 @@ class ModelMismatchError(AcuteError, ValueError):
 
 class UnknownEstimatorError(AcuteError, ValueError):
     """An estimator name that is not known (the message lists the known ones)."""
+
+
+# ------------------------------------------------------------------------------ engines
+class EngineError(AcuteError):
+    """An inference engine other than transformers (vLLM) is missing, of a version acute was not
+    checked against, cannot load the model, or failed a request (the message names which)."""

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("acute.models",),
     ("acute.tasks",),
     ("acute.store",),
-    ("acute.extraction",),
+    ("acute.extraction", "acute.engines"),
     ("acute.collect",),
     ("acute.estimators",),
     ("acute.scoring",),

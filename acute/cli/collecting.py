@@ -79,6 +79,9 @@ def cmd_collect(args) -> int:
     from ..collect import collect
     from ..models import load_model
 
+    if args.engine != "transformers" and (args.responses or args.num_processes > 1 or args.pool != "decoding"):
+        raise InputError(f"--engine {args.engine} generates answers in one process with --pool decoding; "
+                         "drop --responses, --num-processes and --pool generated, or use --engine transformers")
     if args.responses:
         return _collect_responses(args)
     if args.num_processes < 1:
@@ -106,7 +109,8 @@ def cmd_collect(args) -> int:
                       dtype=args.dtype, pool=args.pool,
                       on_too_long="error" if args.fail_on_too_long else "skip",
                       chat=chat_flag(args), shard_size=args.shard_size,
-                      progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights)
+                      progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights,
+                      engine=args.engine)
     if state is None or state.is_main_process:
         print("\n".join(summary.lines()))
     return 0
@@ -187,6 +191,9 @@ def add_collect(sub, model_opts) -> None:
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding",
                    help="positions pooled per layer: those each answer token was decoded from (the last prompt "
                         "token onwards; default) or the generated tokens' own")
+    c.add_argument("--engine", choices=["transformers", "vllm"], default="transformers",
+                   help="what generates: transformers with acute's recorder (default) or vLLM with acute's "
+                        "pooling connector (pip install 'acute[vllm]', or ACUTE_VLLM_PYTHON; docs/serving-with-vllm.md)")
     c.add_argument("--prompt-format", choices=["auto", "chat", "plain"], default="auto",
                    help="chat template or plain prompt (auto: the chat template when the tokenizer has one)")
     c.add_argument("--fail-on-too-long", action="store_true", help="fail instead of skipping prompts beyond the "

@@ -1,0 +1,183 @@
+"""acute's pooling connector: runs *inside* vLLM's processes and writes only what a store keeps.
+
+vLLM's ``extract_hidden_states`` speculative method caches, for every token a request feeds, the
+hidden states of the layers named in ``eagle_aux_hidden_state_layer_ids`` in a KV-cache group of
+its own; a KV-transfer connector reads them when the request finishes, before its blocks are
+freed. vLLM's ``ExampleHiddenStatesConnector`` writes all of them (every token of every layer,
+through pinned CUDA memory). :class:`AcutePoolingConnector` keeps its scheduler bookkeeping and
+replaces the worker side: when a request finishes it reduces, on the device that holds the
+cache, the positions acute pools and writes one small file per request, O(L x d):
+
+* ``sum``: the sum over the positions acute's recorder pools in ``"decoding"`` mode, the
+  prompt's last token and every generated token but the final one (positions ``P-1 .. N-2`` of
+  the ``N`` tokens, ``P`` the prompt's), ``[L+1, d]`` in ``sum_dtype``;
+* ``count``: the number of positions summed (the number of generated tokens);
+* ``last_prompt``: position ``P-1``, float32 ``[L+1, d]``;
+* ``tail``: the last pooled positions, float32 ``[k, L+1, d]``: ``k = 1`` (position ``N-2``, the
+  last answer state) for a request the engine finished itself (EOS, a stop token, its length),
+  up to ``tail_positions`` (default 4) for one the front end aborted. vLLM matches stop
+  *strings* in its front end and aborts the request, by which time the engine may have run a
+  step or two past the token that completed the string; the reader knows how many tokens it
+  kept and takes the positions past them off the sum with ``tail``.
+
+Layer ids: vLLM's aux id ``i < L`` is transformers' ``hidden_states[i]``, id ``L`` the last
+decoder layer's output *before* the final norm. acute's index ``L`` is the final norm's output,
+so the connector applies the model's own norm module to each position's id-``L`` state before
+pooling it (:class:`AcuteWorkerExtension` hands the norm to the connector after the model
+loads). The file is written to a temporary name and renamed, so a reader that sees it sees all
+of it (no lock files).
+
+This module imports only torch, safetensors and vLLM: it is what vLLM's processes import
+(``kv_connector_module_path``, ``worker_extension_cls``), in the environment that has vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
+    ExampleHiddenStatesConnector,
+    ExampleHiddenStatesConnectorMetadata,
+)
+
+logger = logging.getLogger(__name__)
+
+#: The kv_transfer_params key under which a finished request names its pooled file.
+POOLED_PATH_KEY = "acute_pooled_path"
+
+
+@dataclass
+class PendingPool:
+    """What the worker pools for one finished request (built on the scheduler side)."""
+
+    req_id: str
+    filename: str
+    block_ids: list[int]
+    prompt_len: int  #: P
+    num_positions: int  #: N - 1: the positions whose states are cached (the final token's is not)
+    tail: int = 1  #: how many of the last pooled positions to write one by one
+
+
+class AcutePoolingConnector(ExampleHiddenStatesConnector):
+    """Pools hidden states per request inside vLLM and writes ``[L+1, d]`` arrays (see module).
+
+    Extra config (``kv_connector_extra_config``): ``shared_storage_path`` (where the per-request
+    files go), ``sum_dtype`` (``"float32"``, default, or ``"float64"``: the dtype of the
+    reduction, as acute's recorder's ``dtype``), ``tail_positions`` (default 4: the positions
+    kept one by one for an aborted request, see the module docstring), and the stock
+    connector's ``allow_custom_save_path`` (acute's worker names each request's file).
+    """
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        name = self._kv_transfer_config.get_from_extra_config("sum_dtype", "float32")
+        self.sum_dtype = {"float32": torch.float32, "float64": torch.float64}[name]
+        self.tail_positions = int(self._kv_transfer_config.get_from_extra_config("tail_positions", 4))
+        self.final_norm: Any = None  # set by AcuteWorkerExtension.acute_attach_norm
+        self.bytes_written = 0
+        self.requests_written = 0
+
+    # -- scheduler side ----------------------------------------------------------------------
+
+    def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        req_id = request.request_id
+        filename = self._request_filenames.pop(req_id, None)
+        if filename is None or request.prompt_token_ids is None:
+            self._pending_saves.pop(req_id, None)
+            return False, None
+        from vllm.v1.request import RequestStatus
+
+        prompt_len = len(request.prompt_token_ids)
+        # positions whose states are cached: all but the final token, and none the engine has
+        # not computed yet (an abort can come between steps)
+        num_positions = min(len(request.all_token_ids) - 1, request.num_computed_tokens)
+        if num_positions < prompt_len:  # nothing generated (aborted early)
+            return False, None
+        aborted = request.status == RequestStatus.FINISHED_ABORTED
+        self._pending_saves[req_id] = PendingPool(req_id, filename, list(block_ids), prompt_len,
+                                                  num_positions, self.tail_positions if aborted else 1)
+        return True, {POOLED_PATH_KEY: filename}
+
+    # -- worker side -------------------------------------------------------------------------
+
+    def wait_for_save(self) -> None:
+        pass  # nothing to lock: files appear whole (written, then renamed)
+
+    def _states(self, pending: PendingPool) -> torch.Tensor:
+        """``[N-1 - (P-1), L+1, d]`` cached states of the pooled positions, in the model dtype."""
+        positions = torch.arange(pending.prompt_len - 1, pending.num_positions, dtype=torch.long)
+        blocks = torch.tensor(pending.block_ids, dtype=torch.long)[positions // self._block_size]
+        offsets = positions % self._block_size
+        device = self._kv_cache.device
+        # the cache is [num_blocks, L+1 (one "head" per layer), block_size, d]
+        return self._kv_cache[blocks.to(device), :, offsets.to(device)]
+
+    def _pool(self, pending: PendingPool) -> dict[str, torch.Tensor]:
+        states = self._states(pending)  # [T, L+1, d]
+        if self.final_norm is None:
+            raise RuntimeError("acute's pooling connector has no final norm: load vLLM with "
+                               "worker_extension_cls=acute.engines.vllm_connector.AcuteWorkerExtension "
+                               "and call collective_rpc('acute_attach_norm') once")
+        with torch.no_grad():
+            normed = self.final_norm(states[:, -1, :].contiguous())
+        states = torch.cat([states[:, :-1, :], normed.unsqueeze(1).to(states.dtype)], dim=1)
+        count = states.shape[0]
+        return {
+            "sum": states.to(self.sum_dtype).sum(dim=0).cpu(),
+            "count": torch.tensor([count], dtype=torch.int64),
+            "last_prompt": states[0].float().cpu(),
+            "tail": states[-min(pending.tail, count):].float().cpu().contiguous(),
+        }
+
+    def _write(self, pending: PendingPool) -> None:
+        tensors = self._pool(pending)
+        os.makedirs(os.path.dirname(pending.filename) or ".", exist_ok=True)
+        tmp = pending.filename + ".tmp"
+        save_file(tensors, tmp)
+        os.replace(tmp, pending.filename)
+        self.bytes_written += os.path.getsize(pending.filename)
+        self.requests_written += 1
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        done: set[str] = set()
+        if self.has_connector_metadata():
+            metadata = self._get_connector_metadata()
+            if isinstance(metadata, ExampleHiddenStatesConnectorMetadata):
+                for pending in metadata.pending_saves:
+                    if self._is_tp_rank_zero:
+                        try:
+                            self._write(pending)
+                        except Exception:  # one request's failure must not stop the engine
+                            logger.exception("acute: pooling request %s failed", pending.req_id)
+                    done.add(pending.req_id)
+        return done or None, None
+
+
+class AcuteWorkerExtension:
+    """Mixed into vLLM's worker (``worker_extension_cls``): hands the model's final norm to the
+    pooling connector, and reports what it wrote."""
+
+    def acute_attach_norm(self) -> dict:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+        model = self.model_runner.get_model()
+        inner = getattr(model, "model", model)
+        norm = getattr(inner, "norm", None)
+        if norm is None:
+            raise RuntimeError(f"acute: {type(model).__name__} has no final norm at .model.norm")
+        connector = get_kv_transfer_group()
+        connector.final_norm = norm
+        return {"model": type(model).__name__, "norm": type(norm).__name__,
+                "num_layers": len(getattr(inner, "layers", []))}
+
+    def acute_connector_stats(self) -> dict:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group
+
+        connector = get_kv_transfer_group()
+        return {"bytes_written": connector.bytes_written,
+                "requests_written": connector.requests_written}
