@@ -34,8 +34,9 @@ FINGERPRINT = {"architecture": "LlamaForCausalLM", "num_layers": L, "hidden_size
 
 
 def make_store(path: Path, n: int = 300, seed: int = 0, signal: float = 1.0, prefix: str = "q",
-               **manifest) -> object:
-    """``n`` labelled records (accuracy ~0.6) whose dimension 0 and raw confidence carry the label."""
+               meta=None, **manifest) -> object:
+    """``n`` labelled records (accuracy ~0.6) whose dimension 0 and raw confidence carry the label;
+    ``meta(i)``: record i's metadata (default none)."""
     rng = np.random.default_rng(seed)
     y = rng.uniform(size=n) < 0.6
     lm = rng.normal(size=(n, L + 1, D))
@@ -47,7 +48,7 @@ def make_store(path: Path, n: int = 300, seed: int = 0, signal: float = 1.0, pre
          "model_dtype": "float32", **manifest}
     records = [{"id": f"{prefix}{i}", "prompt": f"Q{i}?", "generation": "a", "answer": "a",
                 "gold": ["a"], "correct": bool(y[i]), "task": m["task"], "finish_reason": "eos",
-                "meta": {}} for i in range(n)]
+                "meta": {} if meta is None else meta(i)} for i in range(n)]
     with StoreWriter(path, m, dtype="float32") as w:
         w.add(records, lm, [np.array([np.log(r)]) for r in raw])
     return open_store(path)
@@ -119,6 +120,32 @@ def test_the_default_export_reuses_autos_out_of_fold_predictions(stores):
     assert entry["backend"] == "binomial" and entry["delta"] == 0.2
 
 
+def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
+    """Folds grouped as the evaluation's (StratifiedGroupKFold over the metadata field): the probe
+    is cross-fitted on them, auto's ungrouped comparison is not reused, the folds say so."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    store = make_store(tmp_path / "grouped", meta=lambda i: {"toolset": f"t{i % 17}"})
+    groups = np.array([f"t{i % 17}" for i in range(len(store))])
+    y, X = store.correct.astype(int), np.asarray(store.layer_means, dtype=np.float32)
+    codes = np.unique(groups, return_inverse=True)[1]
+    folds = list(StratifiedGroupKFold(5, shuffle=True, random_state=0).split(np.zeros(len(y)), y, codes))
+    assert all(not set(groups[tr]) & set(groups[te]) for tr, te in folds)
+    for kw in ({"view": "pca10", "n_estimators": 10}, {"n_estimators": 5}):
+        trained = train_probe(store, max_error=0.1, delta=0.2, certify_backend="binomial", group_by="toolset", **kw)
+        conf = np.empty(len(y))
+        for tr, te in folds:
+            est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
+            conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+        [entry] = trained.certificates
+        assert entry["threshold"] == certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial").threshold
+        assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
+                                  "from": "cross-fitted for the certificate", "group_by": "toolset"}
+    with pytest.raises(InputError, match=r"3 distinct values of 'toolset', fewer than the 5 folds"):
+        train_probe(make_store(tmp_path / "three", meta=lambda i: {"toolset": f"t{i % 3}"}), view="pca10",
+                    max_error=0.1, group_by="toolset")
+
+
 # ------------------------------------------------------------------- calibration store
 def test_a_calibration_store_is_scored_by_the_exported_probe(stores):
     store, cal = stores["train"], stores["cal"]
@@ -134,9 +161,10 @@ def test_a_calibration_store_is_scored_by_the_exported_probe(stores):
 
 
 @pytest.mark.parametrize("which, message", [
-    ("other-model", r"another model or prompt format \(vocab_size: the training store \S*train has 320, "
-                    r"\S*other-model 999"),
-    ("other-format", r"prompt format \(chat\): the training store \S*train has False, \S*other-format True"),
+    ("other-model", r"another model or prompt format: 'model_fingerprint' differs \('model_fingerprint'\['vocab_size'\]: "
+                    r"the training store \S*train 320, \S*other-model 999\)"),
+    ("other-format", r"prompt format: 'prompt_format' differs \('prompt_format'\['chat'\]: the training store "
+                     r"\S*train False, \S*other-format True\)"),
 ])
 def test_a_calibration_store_of_another_model_or_prompt_format_is_refused(stores, which, message):
     cal = stores[which]
@@ -255,7 +283,7 @@ def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
     (["--max-error", 0.1, "--delta", 0], "argument --delta: must be a number in (0, 1) (the probability that the "
                                          "guarantee fails), got 0.0"),
     (["--delta", 0.2], "--delta and --calibration-store go with --max-error"),
-    (["--max-error", 0.1, "--calibration-store", "OTHER"], "train has 320,"),
+    (["--max-error", 0.1, "--calibration-store", "OTHER"], "train 320,"),
 ])
 def test_cli_export_refuses_bad_input_by_name(stores, tmp_path, capsys, extra, message):
     extra = [stores["other-model"].path if a == "OTHER" else a for a in extra]

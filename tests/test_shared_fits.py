@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.base import clone
 
 from acute.errors import InputError
 from acute.estimators import ESTIMATORS, make_estimator
 from acute.estimators.controls import CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT
 from acute.estimators.probes import ActivationProbe, forest_arrays
+from acute.estimators.plan import FitPlan
 from acute.estimators.registry import AutoEstimator, estimator_input
 from acute.estimators.visible import reply_texts, visible_inputs
 from acute.evaluation import crossval
@@ -138,34 +140,74 @@ def test_auto_alone_takes_its_stacked_refit_from_the_comparison():
     alone = make_estimator("acute-pca10-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
     np.testing.assert_allclose(auto.estimator_.oof_proba_, alone.oof_proba_, rtol=0, atol=1e-12)
     np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
-    shared = AutoEstimator(probe_params=SMALL).fit(X, y, confidence=conf, shared={"acute-pca10-stacked": alone})
+    # planned beside the stacked probe, auto takes that fit and scores as it does alone
+    shared = planned([make_estimator("acute-pca10-stacked", probe_params=SMALL), AutoEstimator(probe_params=SMALL)],
+                     X, y, conf)[1]
     plain = AutoEstimator(probe_params=SMALL).fit(X, y, confidence=conf)
     assert shared.scores_ == plain.scores_ and shared.chosen_ == plain.chosen_
     # a probe fitted with other settings is not shared
-    other = make_estimator("acute-pca10-stacked", probe_params={"n_estimators": 9}).fit(X, y, confidence=conf)
-    assert AutoEstimator(probe_params=SMALL)._shared({"acute-pca10-stacked": other}, "acute-pca10-stacked", y) is None
+    other, auto = planned([make_estimator("acute-pca10-stacked", probe_params={**SMALL, "n_estimators": 9}),
+                           AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL)], X, y, conf)
+    assert auto.estimator_ is not other
+    np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
 
 
-def test_forest_from_and_oof_proba_refuse_what_cannot_be_this_probes():
+def planned(estimators, X, y, conf):
+    """The estimators fitted by one FitPlan on the input ``X`` (declared first, then fitted)."""
+    plan = FitPlan()
+    for est in estimators:
+        plan.declare(est, X)
+    return [plan.fit(est, X, y, conf) for est in estimators]
+
+
+def test_pieces_are_shared_only_by_the_same_settings_records_and_seed():
+    """A plan shares a forest between probes whose settings, input and seed fit the same one, and
+    no other; every probe equals its own fit either way."""
     _, y, conf, states = planted(n=60, seed=2)
     X = states["mean"]
-    stacked = make_estimator("acute-cosine-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
-    with pytest.raises(InputError, match="n_estimators"):
-        make_estimator("acute-cosine", probe_params={"n_estimators": 5}).fit(X, y, confidence=conf,
-                                                                            forest_from=stacked)
-    with pytest.raises(InputError, match="view"):
-        make_estimator("acute-pca10", probe_params=SMALL).fit(X, y, confidence=conf, forest_from=stacked)
-    with pytest.raises(InputError, match="fitted on 60 records"):
-        make_estimator("acute-cosine", probe_params=SMALL).fit(X[:50], y[:50], confidence=conf[:50],
-                                                               forest_from=stacked)
-    with pytest.raises(InputError, match="searched layer"):
-        make_estimator("acute-mid-stacked", probe_params=SMALL).fit(X, y, confidence=conf,
-                                                                    oof_proba=np.full(60, 0.5))
-    with pytest.raises(InputError, match="no calibration|has none"):
-        make_estimator("acute-cosine", probe_params=SMALL).fit(X, y, confidence=conf, oof_proba=np.full(60, 0.5))
-    with pytest.raises(InputError, match="60 finite"):
-        make_estimator("acute-cosine-stacked", probe_params=SMALL).fit(X, y, confidence=conf,
-                                                                       oof_proba=np.full(59, 0.5))
+
+    def check(a, b, X_b=X):
+        plan = FitPlan()
+        plan.declare(a, X)
+        plan.declare(b, X_b)
+        fa, fb = plan.fit(a, X, y, conf), plan.fit(b, X_b, y, conf)
+        for est, x in ((fa, X), (fb, X_b)):
+            if est.random_state is None:  # not reproducible, alone or not
+                continue
+            alone = clone(est).fit(x, y, confidence=conf)
+            np.testing.assert_array_equal(est.predict_proba(x, conf), alone.predict_proba(x, conf))
+        return fa.forest_ is fb.forest_
+
+    stacked = make_estimator("acute-cosine-stacked", probe_params=SMALL)
+    assert check(make_estimator("acute-cosine", probe_params=SMALL), stacked)
+    assert not check(make_estimator("acute-cosine", probe_params={**SMALL, "n_estimators": 5}), clone(stacked))
+    assert not check(make_estimator("acute-pca10", probe_params=SMALL), clone(stacked))
+    assert not check(make_estimator("acute-cosine", probe_params=SMALL), clone(stacked), X_b=X.copy())
+    unseeded = ActivationProbe(view="cosine", n_estimators=8, random_state=None)
+    assert not check(unseeded, clone(unseeded))
+
+
+def test_no_estimator_fit_takes_more_than_states_correct_and_confidence():
+    """Sharing is the planner's (acute.estimators.plan): every estimator's fit is scikit-learn's."""
+    import inspect
+
+    from acute.estimators.registry import QUESTION_ONLY_ESTIMATORS
+
+    for name in NAMES + list(QUESTION_ONLY_ESTIMATORS):
+        params = list(inspect.signature(make_estimator(name).fit).parameters)
+        assert params[1:] in (["correct", "confidence"], ["correct", "confidence", "sample_weight"]), (name, params)
+
+
+def test_one_out_of_fold_routine_in_the_package():
+    """Folds are drawn in acute.estimators.folds only (the logistic controls' GridSearchCV keeps
+    its own inner folds), beside the one out-of-fold routine every fold loop goes through."""
+    import re
+    from pathlib import Path
+
+    root = Path(crossval.__file__).resolve().parents[1]
+    drawn = {str(p.relative_to(root)) for p in root.rglob("*.py") if re.search(r"(?<![`\w])\w*KFold\(", p.read_text())}
+    assert drawn == {"estimators/folds.py", "estimators/controls.py"}
+    assert "GridSearchCV" in (root / "estimators" / "controls.py").read_text()
 
 
 # ------------------------------------------------------------------ all cores, same numbers

@@ -9,6 +9,10 @@
   and what it uses);
 * :mod:`~acute.estimators.visible`: what a deployment sees of a reply without states, and the
   visible and answer-surface controls over it;
+* :mod:`~acute.estimators.folds`: stratified (optionally grouped) folds and :func:`out_of_fold`, the one
+  out-of-fold routine;
+* :mod:`~acute.estimators.plan`: fits shared by a planner (each estimator declares the pieces it needs;
+  :class:`FitPlan` fits each piece once for every estimator of a fold);
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
 * :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
 * :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``;

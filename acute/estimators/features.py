@@ -139,13 +139,14 @@ def search_layer(
     threads finish), so the scores and the choice do not depend on ``n_jobs``.
     """
     from sklearn.metrics import brier_score_loss
-    from sklearn.model_selection import StratifiedKFold
+
+    from .folds import out_of_fold, stratified_folds
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if candidates.size == 0:
         raise InputError("no candidate layers to search")
     y = np.asarray(correct, dtype=np.int64)
-    folds = list(StratifiedKFold(cv, shuffle=True, random_state=random_state).split(np.zeros(len(y)), y))
+    folds = stratified_folds(y, cv, random_state)
     scores: dict[int, float] = {}
     for layer in candidates:
         x = np.asarray(states[:, int(layer)], dtype=np.float64)
@@ -155,12 +156,14 @@ def search_layer(
             x.shape[1], n_estimators=n_estimators, max_depth=max_depth,
             max_features=max_features, n_jobs=n_jobs, random_state=random_state,
         )
-        fold_scores = []
-        for tr, te in folds:  # cross_val_score's loop, but predicting on one thread (see below)
+
+        def fit_predict(tr, te, x=x, forest=forest):  # cross_val_score's fits, predicting on one thread
             f = clone(forest).fit(x[tr], y[tr])
             f.set_params(n_jobs=1)  # trees summed in their order: scores do not depend on n_jobs
-            fold_scores.append(brier_score_loss(y[te], f.predict_proba(x[te])[:, 1]))
-        scores[int(layer)] = float(np.mean(fold_scores))
+            return f.predict_proba(x[te])[:, 1]
+
+        oof = out_of_fold(fit_predict, folds, y.size)
+        scores[int(layer)] = float(np.mean([brier_score_loss(y[te], oof[te]) for _, te in folds]))
     best = min(scores, key=lambda k: (scores[k], k))
     return best, scores
 

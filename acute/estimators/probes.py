@@ -13,9 +13,11 @@ confidence, optionally stacked with the raw confidence.
 from __future__ import annotations
 
 import os
+import warnings
+from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
@@ -36,6 +38,8 @@ from .features import (
     make_featurizer,
 )
 from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration, fit_stacker, stack_features
+from .folds import Folds, out_of_fold, stratified_folds
+from .plan import Piece, Pieces, fit_alone
 from .probe_file import (
     ARRAYS_FILE,
     FORMAT,
@@ -188,19 +192,31 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             stride=self.search_stride, n_estimators=self.search_n_estimators, n_jobs=self.n_jobs, random_state=self.random_state,
         )
 
-    def _forest(self, n_features: int):
+    def _forest(self, n_features: int, oob: bool = False):
         from sklearn.ensemble import RandomForestClassifier
 
         max_features = self.max_features
         if isinstance(max_features, Integral) and not isinstance(max_features, bool):
             max_features = min(int(max_features), n_features)
         # out-of-bag probabilities change nothing in the trees (each tree's bootstrap sample is
-        # drawn from its own seed either way), so a forest with them serves a plain twin too
+        # drawn from its own seed either way), so a forest with them serves a plain probe too
         return RandomForestClassifier(
             n_estimators=self.n_estimators, max_depth=self.max_depth, max_features=max_features,
             min_samples_leaf=self.min_samples_leaf, n_jobs=self.n_jobs, random_state=self.random_state,
-            oob_score=self._uses_oob(),
+            oob_score=oob,
         )
+
+    #: the settings that decide a probe's forest, given its features (a forest piece's key)
+    _FOREST_SETTINGS = ("append_confidence", "n_estimators", "max_depth", "max_features", "min_samples_leaf",
+                        "random_state")
+
+    def _forest_key(self) -> tuple:
+        if self.random_state is None:  # the forests are not reproducible: never shared
+            return ("unseeded", object())
+        return tuple((k, getattr(self, k)) for k in self._FOREST_SETTINGS)
+
+    def _searched(self) -> bool:
+        return view_kind(self.view) == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
 
     def _uses_oob(self) -> bool:
         return self.calibration is not None and self.oof == "oob"
@@ -219,31 +235,34 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     # -- API ---------------------------------------------------------------------------
 
-    def fit(self, states: Any, correct: Any, confidence: Any = None, *,
-            forest_from: ActivationProbe | None = None, oof_proba: Any = None) -> ActivationProbe:
+    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
         """Fit the featurizer and forest (and optional calibration) on the training split.
-
-        Two keywords let a caller that has already fitted the same forests hand them over
-        (the probabilities equal a fit without them; :func:`acute.evaluation.crossval.fit_predict`
-        passes them between the estimators of one fold):
-
-        * ``forest_from``: a probe fitted on these same records whose final forest this probe's
-          would be, tree for tree (e.g. this plain probe's stacked variant: same view, layer,
-          pooling, ``append_confidence``, forest settings and ``random_state``; its calibration,
-          ``cv`` and ``n_jobs`` may differ). Its featurizer and forest are taken; a searched
-          layer (early/mid/late) is still searched by this probe's own folds, and the forest is
-          taken only when the search picks the layer ``forest_from`` reads.
-        * ``oof_proba``: out-of-fold forest P(correct) of these records over this probe's
-          calibration folds (``StratifiedKFold(cv, shuffle=True, random_state)``, each fold's
-          featurizer and forest fitted on its training part, e.g. by a plain probe of the same
-          view): used instead of fitting the ``cv`` fold forests (calibration only; not with a
-          searched layer, whose folds keep the layer chosen on all records).
 
         Raises ``ValueError`` for NaN/inf inputs (naming the argument and first bad row), a
         single class in ``correct``, fewer records than ``cv`` folds, an unknown view or
-        calibration, a layer the model does not have, or a ``forest_from`` / ``oof_proba``
-        that cannot be this probe's.
+        calibration, or a layer the model does not have. The same fit as :meth:`fit_with` from
+        this probe's own pieces (:func:`acute.estimators.plan.fit_alone`).
         """
+        return fit_alone(self, states, correct, confidence)
+
+    def needs(self) -> tuple[Piece, ...]:
+        """What :meth:`fit` computes that another estimator fitted on the same records may share
+        (:mod:`acute.estimators.plan`): the final forest on this probe's view (grown with its
+        out-of-bag probabilities when the calibration reads them, ``oof="oob"``) and, for an
+        out-of-fold calibration (``oof="cv"``), the forests of its ``cv`` folds."""
+        out: list[Piece] = [_ForestPiece(self, None, self._uses_oob())]
+        if self.calibration is not None and self.oof == "cv":
+            out.append(_FoldForestsPiece(self, None, None, self.random_state))
+        return tuple(out)
+
+    def fit_with(self, pieces: Pieces, states: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
+        """:meth:`fit`, taking its featurizer, its forest and its calibration's fold forests from
+        ``pieces`` (:class:`acute.estimators.plan.Pieces` of these records), which computes each
+        once for every estimator of a plan: a plain probe and its stacked variant take one forest
+        (a searched layer is searched by each probe's own folds, and the forest is one when both
+        pick the same layer), and every probe whose calibration folds are another's takes those
+        fold forests. Each piece is what this probe would fit itself, so the probabilities equal
+        a fit alone (tests/test_shared_fits.py)."""
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         if self.oof not in OOF_SOURCES:
@@ -255,43 +274,22 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but states has "
                              f"hidden size {X.shape[2]}, not a multiple of {blocks}")
         y = check_correct(correct, X.shape[0], both_classes=True)
-        searched = kind == "mean" and (self.view in NAMED_LAYERS or isinstance(self.layer, str))
+        searched = self._searched()
         if self.calibration is not None or searched:
             check_cv(self.cv, y)
         elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
             raise InputError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
-        if forest_from is not None:
-            self._check_twin(forest_from, X, y)
 
-        forest = None
-        # a twin's forest without out-of-bag probabilities cannot feed an out-of-bag calibration
-        twin_ok = forest_from is not None and (not self._uses_oob() or _oob_of(forest_from.forest_) is not None)
-        if forest_from is not None and not searched and twin_ok:
-            featurizer, forest = forest_from.featurizer_, forest_from.forest_
-        else:
-            featurizer = (forest_from.featurizer_ if forest_from is not None and not searched
-                          else self._featurizer().fit(X, y, confidence=conf))
-            if twin_ok and int(featurizer.layer_) == forest_from.layer_:
-                forest = forest_from.forest_
-        if forest is None:
-            import warnings
-
-            features = self._features(featurizer, X, conf)
-            with warnings.catch_warnings():  # records in every bootstrap sample: handled by _oob_of
-                warnings.filterwarnings("ignore", message="Some inputs do not have OOB scores")
-                forest = self._forest(features.shape[1]).fit(features, y)
-            forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
-
+        featurizer = pieces.get(_FeaturizerPiece(self, searched and conf is not None), X, y, conf)
+        forest = pieces.get(_ForestPiece(self, featurizer, self._uses_oob()), X, y, conf)
         self.oof_proba_ = None
-        if self.calibration is not None:
-            if oof_proba is not None:
-                self.oof_proba_ = self._check_oof(oof_proba, X.shape[0], searched)
-            elif self._uses_oob():
-                self.oof_proba_ = _oob_of(forest)
-            else:
-                self.oof_proba_ = self._out_of_fold_proba(featurizer, X, y, conf)
-        elif oof_proba is not None:
-            raise InputError("oof_proba is for a probe with a calibration; this one has none")
+        if self.calibration is not None and self._uses_oob():
+            self.oof_proba_ = _oob_of(forest)
+        elif self.calibration is not None:
+            # the folds refit the featurizer but keep a searched layer fixed (no nested search)
+            template = MeanPool(int(featurizer.layer_)) if isinstance(featurizer, MeanPool) else clone(featurizer)
+            folds = stratified_folds(y, self.cv, self.random_state)
+            self.oof_proba_ = pieces.get(_FoldForestsPiece(self, template, folds, self.random_state), X, y, conf)
         self.calibration_params_: dict[str, np.ndarray] = self._fit_calibration(self.oof_proba_, y, conf)
 
         self.featurizer_ = featurizer
@@ -319,26 +317,17 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         }
         return self
 
-    #: the settings that decide a probe's final forest, given its featurizer (see fit's forest_from)
-    _FOREST_SETTINGS = ("view", "layer", "append_confidence", "n_estimators", "max_depth", "max_features",
-                        "min_samples_leaf", "random_state", "pooling")
-
-    def _check_twin(self, twin: Any, X: np.ndarray, y: np.ndarray) -> None:
-        if not isinstance(twin, ActivationProbe) or not hasattr(twin, "forest_"):
-            raise InputError(f"forest_from must be a fitted ActivationProbe, got {type(twin).__name__}")
-        mine, theirs = self.get_params(), twin.get_params()
-        differ = [k for k in self._FOREST_SETTINGS if mine[k] != theirs[k]]
-        if self.random_state is None:
-            differ.append("random_state (None: the forests are not reproducible)")
-        if differ:
-            raise InputError(f"forest_from fits another forest than this probe would: {', '.join(differ)} "
-                             f"differ ({ {k: theirs[k] for k in differ if k in theirs} } there)")
-        summary = twin.training_summary_
-        if (twin.n_layer_outputs_, twin.hidden_size_) != X.shape[1:] or summary["n_records"] != X.shape[0] \
-                or summary["n_correct"] != int(y.sum()):
-            raise InputError(f"forest_from was fitted on {summary['n_records']} records of shape "
-                             f"[{twin.n_layer_outputs_}, {twin.hidden_size_}] ({summary['n_correct']} correct), "
-                             f"not on these {X.shape[0]} of shape {list(X.shape[1:])} ({int(y.sum())} correct)")
+    def fold_proba(self, pieces: Pieces, states: Any, correct: Any, confidence: Any, folds: Folds,
+                   seed: int | None) -> np.ndarray:
+        """The forest P(correct) of every record out of fold over ``folds`` (drawn with ``seed``;
+        None: shared with no one), this probe's featurizer and forest fitted on each training
+        part as :meth:`fit` would fit them there (a searched layer searched there), from
+        ``pieces`` (what ``auto`` compares its candidates on; a stacked probe whose calibration
+        folds these are fitted the same forests)."""
+        X, conf = self._inputs(states, confidence)
+        y = check_correct(correct, X.shape[0], both_classes=True)
+        piece = _FoldForestsPiece(self, self._featurizer(), folds, seed, self._searched() and conf is not None)
+        return pieces.get(piece, X, y, conf)
 
     def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None) -> dict:
         """The calibration map on the records with a held-out forest probability (all of them
@@ -353,38 +342,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             raise InputError(f"only {int(held.sum())} of {y.size} records are out of bag for some tree of the "
                              f"{self.n_estimators}-tree forest, not both classes: too few trees for oof='oob'")
         return fit_calibration(self.calibration, oof[held], y_held, None if conf is None else conf[held])
-
-    def _check_oof(self, oof_proba: Any, n: int, searched: bool) -> np.ndarray:
-        if searched:
-            raise InputError("oof_proba cannot stand in for a searched layer's folds (they keep the layer "
-                             "chosen on all records); fit without it")
-        oof = np.asarray(oof_proba, dtype=np.float64)
-        if oof.shape != (n,) or not np.isfinite(oof).all() or oof.min() < 0 or oof.max() > 1:
-            raise InputError(f"oof_proba must be {n} finite probabilities in [0, 1] (one per record), "
-                             f"got shape {oof.shape}")
-        return oof
-
-    # A hand loop rather than CalibratedClassifierCV(ensemble=False): the folds refit the
-    # featurizer on states while the raw confidence is a separate input, and the stacked
-    # calibration needs that confidence too, which scikit-learn's calibrators cannot take.
-    def _out_of_fold_proba(self, featurizer, X: np.ndarray, y: np.ndarray, conf: np.ndarray | None) -> np.ndarray:
-        from sklearn.model_selection import StratifiedKFold
-
-        template = MeanPool(int(featurizer.layer_)) if isinstance(featurizer, MeanPool) else clone(featurizer)
-        oof = np.empty(X.shape[0], dtype=np.float64)
-        folds = StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
-        for train, test in folds.split(np.zeros(X.shape[0]), y):
-            f = clone(template)
-            if isinstance(f, LayerPCA) and f.n_components > len(train):
-                f.set_params(n_components=len(train))
-            f.fit(X[train], y[train])
-            c_tr = None if conf is None else conf[train]
-            c_te = None if conf is None else conf[test]
-            feats = self._features(f, X[train], c_tr)
-            forest = self._forest(feats.shape[1]).fit(feats, y[train])
-            forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
-            oof[test] = forest.predict_proba(self._features(f, X[test], c_te))[:, 1]
-        return oof
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -482,3 +439,111 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         """
         return self.export(model_name, model_fingerprint, training_summary, metrics, selection,
                            certificates).save(path)
+
+
+# ------------------------------------------------------------------------------ pieces
+# What a probe's fit computes that another estimator fitted on the same records may share
+# (acute.estimators.plan). A key holds what decides the result; the probe whose request computes
+# a piece lends it its code (its forest settings, its n_jobs, which change no number).
+
+
+def _features_key(featurizer) -> tuple:
+    """What a featurizer's features are: a fitted or fixed layer, the PCA or cosine view, or a layer
+    still to be searched (with every setting of its search; an unseeded search is never shared)."""
+    if isinstance(featurizer, MeanPool):
+        if hasattr(featurizer, "layer_"):
+            return ("layer", int(featurizer.layer_))
+        if not isinstance(featurizer.layer, str):
+            return ("layer", featurizer.layer)
+        params = featurizer.get_params()
+        params.pop("n_jobs")
+        return ("search", object()) if params["random_state"] is None else ("search",) + tuple(sorted(params.items()))
+    return (type(featurizer).__name__,) + tuple(sorted(featurizer.get_params().items()))
+
+
+@dataclass(frozen=True, eq=False)
+class _FeaturizerPiece(Piece):
+    """A probe's featurizer fitted on all records (a searched layer searched by the probe's folds,
+    reading the confidence when ``with_confidence``)."""
+
+    probe: ActivationProbe
+    with_confidence: bool
+
+    def key(self) -> Hashable:
+        return ("featurizer", _features_key(self.probe._featurizer()), self.with_confidence)
+
+    def compute(self, pieces, states, correct, confidence):
+        return self.probe._featurizer().fit(states, correct, confidence=confidence)
+
+
+@dataclass(frozen=True, eq=False)
+class _ForestPiece(Piece):
+    """A probe's final forest: its features (of ``featurizer``, fitted; None in a declaration) and
+    forest settings, grown with out-of-bag probabilities when ``oob`` or when any declaration of
+    the same view asks for them."""
+
+    probe: ActivationProbe
+    featurizer: Any
+    oob: bool
+
+    def key(self) -> Hashable:
+        return ("forest", _features_key(self.featurizer), self.probe._forest_key())
+
+    def family(self) -> Hashable:
+        # the view as the probe names it: a plain and a stacked probe of a searched third meet
+        # here before their searches pick a layer
+        return ("forest", self.probe.view, self.probe.layer, self.probe._forest_key())
+
+    def merge(self, declared: Piece) -> Piece:
+        return _ForestPiece(self.probe, self.featurizer, self.oob or bool(getattr(declared, "oob", False)))
+
+    def satisfied_by(self, forest) -> bool:
+        return not self.oob or _oob_of(forest) is not None
+
+    def compute(self, pieces, states, correct, confidence):
+        features = self.probe._features(self.featurizer, states, confidence)
+        with warnings.catch_warnings():  # records in every bootstrap sample: handled by _oob_of
+            warnings.filterwarnings("ignore", message="Some inputs do not have OOB scores")
+            forest = self.probe._forest(features.shape[1], oob=self.oob).fit(features, correct)
+        forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
+        return forest
+
+
+@dataclass(frozen=True, eq=False)
+class _FoldForestsPiece(Piece):
+    """Out-of-fold forest P(correct) over ``folds`` (``StratifiedKFold`` folds drawn with ``seed``,
+    :func:`acute.estimators.folds.stratified_folds`): in each fold a copy of the unfitted
+    featurizer ``template`` and a forest of the probe's settings fitted on the training part
+    (``template`` and ``folds`` are None in a declaration). Not ``CalibratedClassifierCV(ensemble=False)``:
+    the folds refit the featurizer on the states while the raw confidence is a separate input,
+    which the stacked calibration reads too and scikit-learn's calibrators cannot take."""
+
+    probe: ActivationProbe
+    template: Any
+    folds: Folds | None
+    seed: int | None
+    with_confidence: bool = False  # a searched template's per-fold search reads the confidence
+
+    def key(self) -> Hashable:
+        folds = ("folds", len(self.folds), self.seed) if self.seed is not None else ("unseeded", object())
+        return ("fold forests", _features_key(self.template), self.with_confidence, self.probe._forest_key(), folds)
+
+    def family(self) -> Hashable:
+        return ("fold forests", self.probe.view, self.probe.layer, self.probe._forest_key(), self.seed)
+
+    def compute(self, pieces, states, correct, confidence):
+        probe, X, y, conf = self.probe, states, correct, confidence
+
+        def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+            f = clone(self.template)
+            if isinstance(f, LayerPCA) and f.n_components > len(train):
+                f.set_params(n_components=len(train))
+            c_tr = None if conf is None else conf[train]
+            c_te = None if conf is None else conf[test]
+            f.fit(X[train], y[train], confidence=c_tr)
+            features = probe._features(f, X[train], c_tr)
+            forest = probe._forest(features.shape[1]).fit(features, y[train])
+            forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
+            return forest.predict_proba(probe._features(f, X[test], c_te))[:, 1]
+
+        return out_of_fold(fit_predict, self.folds, y.size)

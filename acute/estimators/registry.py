@@ -43,6 +43,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
+from .folds import out_of_fold, stratified_folds
+from .plan import Piece, Pieces, fit_alone, needs
 from .controls import (CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, ConstantEstimator,
                        MetadataPlatt, TextPlatt)
 from ..errors import InputError, UnknownEstimatorError
@@ -362,22 +364,33 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             raise InputError(f"refit must be 'best' or one of the candidates {cands}, got {self.refit!r}")
         return cands, refs
 
-    def fit(self, states: Any, correct: Any, confidence: Any = None, *,
-            shared: Mapping[str, Any] | None = None) -> AutoEstimator:
-        """Compare the candidates by cross-validation on these records and refit the chosen one.
+    def fit(self, states: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
+        """Compare the candidates by cross-validation on these records and refit the chosen one
+        (:meth:`fit_with` from this estimator's own pieces, :func:`acute.estimators.plan.fit_alone`)."""
+        return fit_alone(self, states, correct, confidence)
 
-        ``shared`` (optional): ``{name: probe}`` already fitted on these same records by
-        :func:`make_estimator` with this estimator's ``random_state`` and ``probe_params`` (e.g.
-        the other estimators of an evaluation's fold). A stacked probe of a candidate's view
-        whose ``cv`` is this estimator's has fitted, in its out-of-fold probabilities
-        (``oof_proba_``), exactly the fold forests this estimator would fit for that view, and a
-        fitted candidate is exactly its refit: those are taken instead of refitting (a probe
-        whose settings differ is not used). Without it, a stacked refit still takes the
-        out-of-fold forests of its view from the comparison (:meth:`ActivationProbe.fit`'s
-        ``oof_proba``). The scores and the refit probe equal a fit without either.
-        """
-        from sklearn.model_selection import StratifiedKFold
+    def needs(self) -> tuple[Piece, ...]:
+        """What the comparison and the refit compute (:mod:`acute.estimators.plan`): every
+        candidate's pieces (the refit takes the chosen one's) and, where a view's stacked probe
+        calibrates out of bag, that probe's pieces (its forest's out-of-bag probabilities are the
+        view's held-out ones)."""
+        cands, _ = self._check_names()
+        views = dict.fromkeys(n.removesuffix("-stacked") for n in cands)
+        out = [p for n in cands for p in needs(self._make(n))]
+        for view in views:
+            stacked = self._make(f"{view}-stacked")
+            if self.random_state is not None and stacked.oof == "oob":
+                out += needs(stacked)
+        return tuple(out)
 
+    def fit_with(self, pieces: Pieces, states: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
+        """:meth:`fit`, taking what it shares with other estimators of these records from
+        ``pieces`` (:class:`acute.estimators.plan.Pieces`): a view's held-out forest probabilities
+        are its stacked probe's out-of-bag ones when that probe calibrates out of bag (the stacked
+        probe is fitted once, on all records, and serves the refit too), else the view's forests
+        out of fold over this estimator's folds (those a stacked probe calibrating on the same
+        folds fits); the refit is the fitted candidate (the named probe of an evaluation fold).
+        The scores and the refit equal a fit alone."""
         from .features import check_cv
         from ..validation import check_confidence, check_correct, check_states
         from .calibration import apply_stacker, fit_stacker
@@ -387,41 +400,25 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         y = check_correct(correct, X.shape[0], both_classes=True)
         conf = check_confidence(confidence, X.shape[0])
         check_cv(self.cv, y)
-        folds = list(StratifiedKFold(self.cv, shuffle=True, random_state=self.random_state)
-                     .split(np.zeros(len(y)), y))
+        folds = stratified_folds(y, self.cv, self.random_state)
         oof: dict[str, np.ndarray] = {}
-        forest_oof: dict[str, np.ndarray] = {}  # plain view -> out-of-fold forest P(correct)
         for name in refs:
-            oof[name] = np.empty(len(y))
-            for tr, te in folds:
-                oof[name][te] = ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
-        fitted = dict(shared or {})  # out-of-bag stacked probes fitted here join the shared ones
+            def reference(tr, te, name=name):
+                return ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
+
+            oof[name] = out_of_fold(reference, folds, y.size)
+        forest_oof: dict[str, np.ndarray] = {}  # plain view -> held-out forest P(correct)
         for name in cands:
             view = name.removesuffix("-stacked")
             if view not in forest_oof:
-                stacked = f"{view}-stacked"
-                twin = self._shared(fitted, stacked, y)
-                if twin is None and self.random_state is not None and self._make(stacked).oof == "oob":
-                    # out-of-bag stacking: the view's held-out forest probabilities are the stacked
-                    # probe's own out-of-bag ones (one forest on all records), not fold forests
-                    twin = fitted[stacked] = self._make(stacked).fit(X, y, confidence=conf)
-                oob = twin is not None and twin.oof == "oob" and bool(np.isfinite(twin.oof_proba_).all())
-                folds_match = twin is not None and twin.oof == "cv" and twin.cv == self.cv
-                if twin is not None and self.random_state is not None and (oob or folds_match):
-                    forest_oof[view] = np.asarray(twin.oof_proba_, dtype=np.float64)
-                else:
-                    forest_oof[view] = np.empty(len(y))
-                    for tr, te in folds:
-                        est = self._make(view).fit(X[tr], y[tr], confidence=conf[tr])
-                        forest_oof[view][te] = est.predict_proba(X[te], confidence=conf[te])[:, 1]
+                forest_oof[view] = self._held_out(pieces, view, X, y, conf, folds)
             if name == view:
                 oof[name] = forest_oof[view]
-            else:  # cross-fitted stacker on the out-of-fold forest probabilities
-                p = np.empty(len(y))
-                for tr, te in folds:
-                    w, v, b = fit_stacker(forest_oof[view][tr], conf[tr], y[tr])
-                    p[te] = apply_stacker(forest_oof[view][te], conf[te], w, v, b)
-                oof[name] = p
+            else:  # cross-fitted stacker on the held-out forest probabilities
+                def stacker(tr, te, p=forest_oof[view]):
+                    return apply_stacker(p[te], conf[te], *fit_stacker(p[tr], conf[tr], y[tr]))
+
+                oof[name] = out_of_fold(stacker, folds, y.size)
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}
         self.oof_, self.folds_ = oof, folds
         # acute.metrics.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
@@ -436,39 +433,21 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                              f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
                              f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
                              "measurable over the raw confidence")
-        self.estimator_ = self._refit(X, y, conf, forest_oof, fitted)
+        self.estimator_ = pieces.fitted(self._make(self.chosen_), X, y, conf)
         self.classes_ = np.array([0, 1])
         return self
 
-    def _shared(self, shared: Mapping[str, Any] | None, name: str, y: np.ndarray):
-        """``shared[name]`` when it is what ``self._make(name)`` fitted on these records would be."""
-        est = (shared or {}).get(name)
-        if est is None or not hasattr(est, "forest_"):
-            return None
-        want, got = self._make(name).get_params(), est.get_params()
-        want.pop("n_jobs", None)
-        got.pop("n_jobs", None)
-        summary = getattr(est, "training_summary_", {})
-        if want != got or summary.get("n_records") != y.size or summary.get("n_correct") != int(y.sum()):
-            return None
-        return est
-
-    def _refit(self, X: np.ndarray, y: np.ndarray, conf: np.ndarray, forest_oof: Mapping[str, np.ndarray],
-               shared: Mapping[str, Any] | None):
-        """The chosen probe fitted on all records: a shared one, else a fit that takes its view's
-        out-of-fold forests from the comparison when they are its calibration folds' (a stacked
-        candidate whose ``cv`` is this estimator's, with a seed)."""
-        est = self._shared(shared, self.chosen_, y)
-        if est is not None:
-            return est
-        est = self._make(self.chosen_)
-        view = self.chosen_.removesuffix("-stacked")
-        if self.chosen_ != view and est.oof == "cv" and est.cv == self.cv and self.random_state is not None:
-            return est.fit(X, y, confidence=conf, oof_proba=forest_oof[view])
-        twin = self._shared(shared, f"{view}-stacked", y) if self.chosen_ == view else None
-        if twin is not None:  # a plain winner: its stacked probe fitted its forest already
-            return est.fit(X, y, confidence=conf, forest_from=twin)
-        return est.fit(X, y, confidence=conf)
+    def _held_out(self, pieces: Pieces, view: str, X: np.ndarray, y: np.ndarray, conf: np.ndarray,
+                  folds) -> np.ndarray:
+        """The held-out forest P(correct) of ``view`` on every record: its stacked probe's out-of-bag
+        ones (out-of-bag stacking, seeded, every record out of bag for some tree), else its forests
+        out of fold over ``folds``."""
+        stacked = self._make(f"{view}-stacked")
+        if self.random_state is not None and stacked.oof == "oob":
+            twin = pieces.fitted(stacked, X, y, conf)
+            if np.isfinite(twin.oof_proba_).all():
+                return np.asarray(twin.oof_proba_, dtype=np.float64)
+        return self._make(view).fold_proba(pieces, X, y, conf, folds, self.random_state)
 
     def selection(self) -> dict[str, Any]:
         """What was chosen and why, JSON-ready: ``chosen``, ``criterion``, ``cv``, ``scores``

@@ -9,11 +9,17 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
   For the default export (``auto`` with ``refit`` set) and ``--estimator auto`` these are the
   out-of-fold predictions its cross-validated comparison already made
   (:attr:`AutoEstimator.oof_`, 5 stratified folds seeded by ``seed``); for a named probe or a
-  ``--view`` probe the same folds are fitted here. Each record's confidence comes from a probe
-  fitted without it, so the test is sound for probes fitted on 4/5 of the records; the exported
-  probe, fitted on all of them, is taken to be at least as good (the usual cross-fitting
-  assumption, not part of the theorem). With ``--estimator auto`` the probe was also chosen on
-  these predictions, a mild optimism. For the guarantee exactly as stated use a calibration store.
+  ``--view`` probe the same folds are fitted here (:func:`acute.estimators.folds.out_of_fold`).
+  When the store's task groups its records (``default_group_by``: APIGen and BFCL keep a tool
+  set together) or ``group_by`` names a metadata field, the folds are grouped as the
+  evaluation's are (:func:`acute.evaluation.evaluate.store_groups`,
+  ``StratifiedGroupKFold``): no group is on both sides of a split, so the probe is fitted
+  here on grouped folds instead of reusing ``auto``'s (which are not grouped). Each record's
+  confidence comes from a probe fitted without it, so the test is sound for probes fitted on
+  4/5 of the records; the exported probe, fitted on all of them, is taken to be at least as good
+  (the usual cross-fitting assumption, not part of the theorem). With ``--estimator auto`` the
+  probe was also chosen on these predictions, a mild optimism. For the guarantee exactly as
+  stated use a calibration store.
 * ``"calibration-store"``: every record of a separate store, scored by the exported probe. It
   must come from the same model (fingerprint and weights) with the same prompt format (chat
   template or not, prompts of given responses) as the training store
@@ -108,13 +114,16 @@ def check_calibration_store(store: Any, calibration_store: Any, *, store_name: s
 def check_certification(store: Any, max_error: float | Sequence[float], delta: float, *,
                         train_index: Sequence[int] | None = None, calibration_store: Any = None,
                         calibration_path: str | os.PathLike | None = None,
-                        fwer: str = "bonferroni_holm", backend: str = "mapie") -> list[float]:
+                        fwer: str = "bonferroni_holm", backend: str = "mapie",
+                        group_by: str | None = None) -> list[float]:
     """The error rates to certify a probe trained on the rows ``train_index`` of ``store``
     (default: all) at, checked before anything is fitted: each ``max_error`` and ``delta`` in
     (0, 1), given once; the backend usable (MAPIE installed for ``"mapie"``); a
-    ``calibration_store`` compatible with ``store`` (:func:`check_calibration_store`); and enough
-    calibration records to certify anything at all (:class:`InputError` naming the argument
-    and saying how many would be needed)."""
+    ``calibration_store`` compatible with ``store`` (:func:`check_calibration_store`); without
+    one, the training records' groups (``group_by``, see :func:`calibration_confidence`) on every
+    record and at least as many as the folds; and enough calibration records to certify
+    anything at all (:class:`InputError` naming the argument and saying how many would be
+    needed)."""
     alphas = [check_max_error(a) for a in _alphas(max_error)]
     delta = check_delta(delta)
     if len({round(a, 9) for a in alphas}) != len(alphas):
@@ -129,6 +138,12 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
         n, source = len(calibration_store), f"all records of {name}"
     else:
         n, source = idx.size, f"out-of-fold predictions of the {idx.size} training records"
+        field, groups = _groups(store, idx, group_by)
+        if groups is not None and len(set(groups)) < CV_FOLDS:
+            raise InputError(f"the {idx.size} training records hold {len(set(groups))} distinct values of "
+                             f"{field!r}, fewer than the {CV_FOLDS} folds of the out-of-fold calibration "
+                             f"(each value held out whole); pass a calibration store (--calibration-store) "
+                             f"or label records of more values")
     for alpha in alphas:
         n_min = min_calibration_records(alpha, delta, fwer=fwer)
         if n < n_min:
@@ -157,39 +172,55 @@ def _train_index(trained, store) -> np.ndarray:
     return idx
 
 
-def _cross_fitted(trained, store, idx: np.ndarray, seed: int) -> np.ndarray:
-    """Out-of-fold P(correct) of the training records ``idx``: ``auto``'s, when it made them, else
-    a clone of the probe fitted on each of the same folds."""
-    auto = trained.auto
-    if auto is not None and getattr(auto, "oof_", None) is not None:
-        return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64)
-    from sklearn.base import clone
-    from sklearn.model_selection import StratifiedKFold
+def _groups(store, idx: np.ndarray, group_by: str | None) -> tuple[str | None, list[str] | None]:
+    """``(field, values)`` of the training records ``idx`` that the out-of-fold calibration keeps
+    apart (:func:`acute.evaluation.evaluate.store_groups`: ``group_by``, else the store's task's
+    grouping; ``(None, None)``: records one by one)."""
+    from .evaluate import store_groups
 
+    return store_groups(store, group_by, [store.ids[i] for i in idx])
+
+
+def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[str] | None) -> np.ndarray:
+    """Out-of-fold P(correct) of the training records ``idx``: ``auto``'s, when it made them on
+    folds like these (not grouped), else a clone of the probe fitted on each fold."""
+    from sklearn.base import clone
+
+    from ..estimators.folds import out_of_fold, stratified_folds
+
+    auto = trained.auto
+    if groups is None and auto is not None and getattr(auto, "oof_", None) is not None:
+        return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64)
     y = np.asarray(store.correct)[idx].astype(np.int64)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)[idx]
     states = store_states(store, getattr(trained.probe, "pooling", "mean"))
     X = np.asarray(states[idx], dtype=np.float32)
-    out = np.empty(idx.size)
-    for tr, te in StratifiedKFold(CV_FOLDS, shuffle=True, random_state=seed).split(np.zeros(y.size), y):
+
+    def fit_predict(tr, te):
         est = clone(trained.probe).fit(X[tr], y[tr], confidence=raw[tr])
-        out[te] = est.predict_proba(X[te], confidence=raw[te])[:, 1]
-    return out
+        return est.predict_proba(X[te], confidence=raw[te])[:, 1]
+
+    return out_of_fold(fit_predict, stratified_folds(y, CV_FOLDS, seed, groups=groups), y.size)
 
 
-def calibration_confidence(trained, store, *, calibration_store: Any = None,
-                           seed: int | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+def calibration_confidence(trained, store, *, calibration_store: Any = None, seed: int | None = None,
+                           group_by: str | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """``(confidence, correct, source details)`` of the calibration records: the out-of-fold
     predictions of the training records, or the exported probe on every record of
-    ``calibration_store`` (see the module doc)."""
+    ``calibration_store`` (see the module doc). The out-of-fold folds keep apart the values of
+    ``group_by`` (a metadata field; default: the store's task's ``default_group_by``;
+    ``"id"``: records one by one), recorded as the folds' ``group_by``."""
     if seed is None:
         seed = int((trained.training_summary.get("split") or {}).get("seed", 0))
     if calibration_store is None:
         idx = _train_index(trained, store)
-        conf = _cross_fitted(trained, store, idx, seed)
-        reused = trained.auto is not None and getattr(trained.auto, "oof_", None) is not None
+        field, groups = _groups(store, idx, group_by)
+        conf = _cross_fitted(trained, store, idx, seed, groups)
+        reused = groups is None and trained.auto is not None and getattr(trained.auto, "oof_", None) is not None
         folds = {"n_splits": CV_FOLDS, "seed": seed, "estimator": trained.label,
                  "from": "auto's cross-validated comparison" if reused else "cross-fitted for the certificate"}
+        if field is not None:
+            folds["group_by"] = field
         return conf, np.asarray(store.correct)[idx].astype(bool), {"source": "out-of-fold", "folds": folds}
     probe = trained.probe
     states = np.asarray(store_states(calibration_store, getattr(probe, "pooling", "mean")), dtype=np.float32)
@@ -203,24 +234,25 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None,
 
 def certify_probe(trained, store, max_error: float | Sequence[float], delta: float = DEFAULT_DELTA, *,
                   calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                  backend: str = "mapie", fwer: str = "bonferroni_holm") -> list[dict]:
+                  backend: str = "mapie", fwer: str = "bonferroni_holm", group_by: str | None = None) -> list[dict]:
     """Certify the trust threshold of ``trained`` (a :class:`~acute.evaluation.training.TrainedProbe`
     of ``store``) at each ``max_error`` (one alpha or several) with probability ``1 - delta``,
     on records the probe was not fitted on (module doc), and record the certificates on it
     (``trained.certificates``, written to ``probe.json`` by ``trained.save``). Returns the
     ``probe.json`` entries, valid or saying why not (:mod:`acute.estimators.certificates`).
     ``calibration_path``: how the calibration store is named in errors and in the entry
-    (default: its own path). Refuses what :func:`check_certification` refuses."""
+    (default: its own path). ``group_by``: what the out-of-fold folds keep apart
+    (:func:`calibration_confidence`). Refuses what :func:`check_certification` refuses."""
     alphas = check_certification(store, max_error, delta, train_index=_train_index(trained, store),
-                                 calibration_store=calibration_store,
-                                 calibration_path=calibration_path, fwer=fwer, backend=backend)
+                                 calibration_store=calibration_store, calibration_path=calibration_path,
+                                 fwer=fwer, backend=backend, group_by=group_by)
     return certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
-                           calibration_path=calibration_path, backend=backend, fwer=fwer)
+                           calibration_path=calibration_path, backend=backend, fwer=fwer, group_by=group_by)
 
 
 def certify_checked(trained, store, alphas: Sequence[float], delta: float, *, calibration_store: Any = None,
                     calibration_path: str | os.PathLike | None = None, backend: str = "mapie",
-                    fwer: str = "bonferroni_holm") -> list[dict]:
+                    fwer: str = "bonferroni_holm", group_by: str | None = None) -> list[dict]:
     """:func:`certify_probe` at the error rates :func:`check_certification` returned for the same
     arguments (not checked again: e.g. ``train_probe`` checks them before fitting anything)."""
     _train_index(trained, store)

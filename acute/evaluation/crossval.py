@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..estimators.controls import META_INPUT, RECORD_INPUTS, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, metadata_matrix
-from ..estimators.registry import (ACUTE_VARIANTS, AUTO, QUESTION_STACKED, STACKED_VARIANTS, estimator_input,
-                                   make_estimator, split_pooling)
+from ..estimators.folds import stratified_folds
+from ..estimators.registry import estimator_input, make_estimator
 from ..errors import InputError
 from ..metrics import metric_over_resamples
 from ..store.pooling import DEFAULT_POOLING, store_states
@@ -123,27 +123,19 @@ def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repea
     """``n_repeats`` lists of ``n_splits`` ``(train_index, test_index)`` pairs over the records.
 
     Stratified by ``correct`` and grouped by ``ids`` (``StratifiedGroupKFold(shuffle=True,
-    random_state=seed + repeat)``), or by ``groups`` when given (one value per record, e.g. a
-    metadata field: leave-category-out folds keep each value on one side of every split).
-    Every record is in exactly one test fold per repeat.
+    random_state=seed + repeat)``, :func:`acute.estimators.folds.stratified_folds`), or by
+    ``groups`` when given (one value per record, e.g. a metadata field: leave-category-out folds
+    keep each value on one side of every split). Every record is in exactly one test fold per
+    repeat.
     """
-    from sklearn.model_selection import StratifiedGroupKFold
-
     check_folds(correct, n_splits)
     if isinstance(n_repeats, bool) or not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
         raise InputError(f"the number of repeats must be an int >= 1, got {n_repeats!r}")
     keys = ids if groups is None else groups
     if len(keys) != len(ids):
         raise InputError(f"groups has {len(keys)} values but there are {len(ids)} records")
-    groups = np.unique(np.asarray([str(i) for i in keys]), return_inverse=True)[1]
-    if np.unique(groups).size < n_splits:
-        raise InputError(f"{np.unique(groups).size} distinct {group_name} are fewer than {n_splits} folds")
-    y = np.asarray(correct).astype(np.int64)
-    out = []
-    for r in range(int(n_repeats)):
-        skf = StratifiedGroupKFold(int(n_splits), shuffle=True, random_state=int(seed) + r)
-        out.append([(tr, te) for tr, te in skf.split(np.zeros(y.size), y, groups)])
-    return out
+    return [stratified_folds(correct, int(n_splits), int(seed) + r, groups=keys, group_name=group_name)
+            for r in range(int(n_repeats))]
 
 
 def fit_predict(names: Sequence[str], states_train, correct_train, confidence_train,
@@ -153,65 +145,36 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
                 timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Fit each named estimator on the training records and predict P(correct) on the test ones.
 
-    The estimators of one call share the fits that are the same (each prediction equals the
-    estimator's own fit to the last bit; tests/test_shared_fits.py):
-
-    * the stacked probes are fitted first; a plain probe whose stacked variant is also named
-      takes that probe's final forest (:meth:`ActivationProbe.fit`'s ``forest_from``: the same
-      view, pooling, seed and forest settings fit the same trees), except that a searched layer
-      (early/mid/late) is searched by the plain probe's own 3 folds (the stacked probe's 5 may
-      pick another layer) and the forest is taken only when both pick the same layer;
-    * ``auto`` takes its candidates' out-of-fold forests from the stacked probes of their views
-      and its refit from the named candidates (:meth:`AutoEstimator.fit`'s ``shared``);
-    * ``question-only`` takes the forest of ``question+confidence`` (the same forest over the
-      prompt's last-token states, stacked with the confidence) when both are named.
+    The estimators are fitted by one :class:`acute.estimators.plan.FitPlan`: each declares what
+    it needs, then each is fitted in the order given, and every piece two of them need (a view's
+    forest, a calibration's fold forests, ``auto``'s candidates) is fitted once for both; each
+    prediction equals the estimator's own fit to the last bit (tests/test_shared_fits.py).
 
     ``states_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
     read other poolings (:func:`states_for`); None when only baselines are named.
     ``on_fit(name, estimator)`` is called after each fit (e.g. to record a chosen layer).
     ``timings`` (a dict), when given, gets each estimator's seconds (fit and prediction) added
-    under its name; a fit shared with an estimator fitted earlier is counted there.
+    under its name; a piece shared with an estimator fitted earlier is counted there.
     ``n_jobs``: threads of each forest fit (None: the probes' default, all cores).
     """
+    from ..estimators.plan import FitPlan
+
+    plan = FitPlan()
+    made = {name: make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
+            for name in names}
+    for name, est in made.items():
+        plan.declare(est, _input_of(states_train, name))
     out: dict[str, np.ndarray] = {}
-    fitted: dict[str, Any] = {}
-    for name in sorted(names, key=_fit_order):
-        base, spec = split_pooling(name)
-        stacked_twin = f"{base}-stacked" + (f"@{spec}" if spec else "")
-        x_train, x_test = _input_of(states_train, name), _input_of(states_test, name)
+    for name, est in made.items():
         t0 = time.perf_counter()
-        est = make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
-        shared: dict[str, Any] = {}
-        if base in ACUTE_VARIANTS and stacked_twin in fitted:
-            shared["forest_from"] = fitted[stacked_twin]
-        elif base == _QUESTION_ONLY and QUESTION_STACKED in fitted:
-            shared["forest_from"] = fitted[QUESTION_STACKED]
-        elif base == AUTO:
-            shared["shared"] = fitted
-        est.fit(x_train, correct_train, confidence=confidence_train, **shared)
-        p = est.predict_proba(x_test, confidence=confidence_test)[:, 1]
-        fitted[name] = est
+        est = plan.fit(est, _input_of(states_train, name), correct_train, confidence_train)
+        p = est.predict_proba(_input_of(states_test, name), confidence=confidence_test)[:, 1]
         out[name] = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
         if timings is not None:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
         if on_fit is not None:
             on_fit(name, est)
     return {n: out[n] for n in names}
-
-
-# the question-only control, which takes question+confidence's forest (fit_predict)
-_QUESTION_ONLY = "question-only"
-
-
-def _fit_order(name: str) -> int:
-    """Stacked probes first (their forests serve the plain ones; ``question+confidence``'s serves
-    ``question-only``), then the plain probes (``auto``'s candidates), then ``auto``, then the rest."""
-    base = split_pooling(name)[0]
-    if base in STACKED_VARIANTS or base == QUESTION_STACKED:
-        return 0
-    if base in ACUTE_VARIANTS:
-        return 1
-    return 2 if base == AUTO else 3
 
 
 def cross_val_predictions(names: Sequence[str], states, correct, confidence,
@@ -222,7 +185,8 @@ def cross_val_predictions(names: Sequence[str], states, correct, confidence,
                           cache_dir: str | os.PathLike | None = None,
                           cache_key: str = "", timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
-    (from :func:`cv_folds`). ``states`` (the states, as in :func:`fit_predict`) may be
+    (from :func:`cv_folds`), each repeat by :func:`acute.estimators.folds.out_of_fold` over
+    :func:`fit_predict` of its folds. ``states`` (the states, as in :func:`fit_predict`) may be
     memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
     of (repeat, fold) pairs.
 
@@ -235,36 +199,40 @@ def cross_val_predictions(names: Sequence[str], states, correct, confidence,
     nor are their seconds added to ``timings`` (see :func:`fit_predict`).
     The key does not cover acute's own code: after changing an estimator's code, delete the
     folder."""
+    from itertools import islice
+
+    from ..estimators.folds import out_of_fold
+
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(confidence, dtype=np.float64)
     n = y.size
     needs_states = any(estimator_input(nm) is not None for nm in names)
-    out = {nm: np.full((len(folds), n), np.nan) for nm in names}
     pairs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
-    it: Iterable = pairs if progress is None else progress(pairs)
+    walk = iter(pairs if progress is None else progress(pairs))
     base = _fold_key_base(names, y, conf, random_state, probe_params, cache_key) if cache_dir else None
-    for r, k, tr, te in it:
-        tr, te = np.sort(tr), np.sort(te)
+
+    def repeat_folds(size: int):  # the next ``size`` folds of the progress walk, each with its place
+        for r, k, tr, te in islice(walk, size):
+            yield np.sort(tr), np.sort(te), r, k
+
+    def fold(tr: np.ndarray, te: np.ndarray, r: int, k: int) -> np.ndarray:
         path = None
         if cache_dir is not None:
             path = Path(cache_dir) / f"r{r}-f{k}-{_fold_key(base, tr, te)}.npz"
             cached = _read_fold(path, names, te.size)
             if cached is not None:
-                for nm in names:
-                    out[nm][r, te] = cached[nm]
-                continue
+                return np.column_stack([cached[nm] for nm in names])
         lm_tr = take_rows(states, tr) if needs_states else None
         lm_te = take_rows(states, te) if needs_states else None
         preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
                             n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit, timings=timings)
-        for nm, p in preds.items():
-            out[nm][r, te] = p
         if path is not None:
             _write_fold(path, preds)
-    for nm, p in out.items():
-        if np.isnan(p).any():
-            raise InputError(f"folds do not cover every record in every repeat ({nm})")
-    return out
+        return np.column_stack([preds[nm] for nm in names])
+
+    per_repeat = [out_of_fold(fold, repeat_folds(len(rep)), n) for rep in folds]
+    next(walk, None)  # the end of the pairs: a progress bar closes
+    return {nm: np.stack([p[:, i] for p in per_repeat]) for i, nm in enumerate(names)}
 
 
 def _fold_key_base(names, y, conf, random_state, probe_params, cache_key: str):

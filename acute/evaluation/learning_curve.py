@@ -219,7 +219,10 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     """
     import time
 
+    from itertools import islice
+
     from .. import metrics
+    from ..estimators.folds import out_of_fold
     from .crossval import cv_folds, fit_predict, take_rows
     from ..validation import check_count
 
@@ -240,10 +243,13 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
     evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names,
                                    group_by if groups is not None else None)
-    seconds, n_reused = [0.0] * len(sizes), 0
+    seconds, reused = [0.0] * len(sizes), []
     jobs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
-    it: Iterable = jobs if progress is None else progress(jobs)
-    for r, k, tr, te in it:
+    walk = iter(jobs if progress is None else progress(jobs))
+
+    def by_size(tr: np.ndarray, te: np.ndarray, r: int, k: int) -> np.ndarray:
+        """``[len(te), sizes, names]``: each estimator fitted on each nested subset of ``tr``."""
+        out = np.empty((te.size, len(sizes), len(names)))
         for i, size in enumerate(sizes):
             t0 = time.perf_counter()
             sub = _subset(tr, y, min(size, tr.size), seed * 1_000_003 + r * 1009 + k)
@@ -253,10 +259,19 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
                                 take_rows(lm, te), conf[te], random_state=seed,
                                 n_jobs=n_jobs, probe_params=probe_params) if todo else {}
             preds.update({n: p[te] for n, p in have.items()})
-            n_reused += len(have)
-            for n, p in preds.items():
-                oof[n][i, r, te] = p
+            reused.append(len(have))
+            for j, n in enumerate(names):
+                out[:, i, j] = preds[n]
             seconds[i] += time.perf_counter() - t0
+        return out
+
+    for r, rep in enumerate(folds):
+        repeat = ((tr, te, r, k) for _, k, tr, te in islice(walk, len(rep)))
+        got = out_of_fold(by_size, repeat, y.size)
+        for j, n in enumerate(names):
+            oof[n][:, r, :] = got[:, :, j].T
+    next(walk, None)  # the end of the jobs: a progress bar closes
+    n_reused = sum(reused)
     values = {n: {"auc_euro_all": np.array([[metrics.auc_euro(o[i, r], y) for r in range(repeats)]
                                             for i in range(len(sizes))]),
                   "smece": np.array([[metrics.smece(o[i, r], y) for r in range(repeats)]

@@ -172,7 +172,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = DEFAULT_DELTA,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                certify_backend: str = "mapie", precheck: bool | str = False) -> TrainedProbe:
+                certify_backend: str = "mapie", precheck: bool | str = False,
+                group_by: str | None = None) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -182,7 +183,9 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     probability ``1 - delta``, on the out-of-fold predictions of the training records or on
     ``calibration_store`` (named ``calibration_path``), with ``certify_backend``
     (:func:`acute.evaluation.certification.certify_probe`); bad values and too few calibration
-    records are refused before anything is fitted.
+    records are refused before anything is fitted. The out-of-fold folds keep the values of
+    ``group_by`` (a metadata field; default: the store's task's grouping, e.g. APIGen's tool
+    sets; ``"id"``: records one by one) on one side of every split, as the evaluation's do.
 
     ``precheck``: also fit a question-only probe: True for :data:`PRECHECK_ESTIMATOR` (the PCA-10
     one), or the name of another view's (``question-only-cosine``, ``question-only-mid``, ...:
@@ -197,7 +200,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     idx = np.flatnonzero(train)
     if max_error is not None:  # refuse what cannot be certified before fitting anything
         alphas = check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
-                                     calibration_path=calibration_path, backend=certify_backend)
+                                     calibration_path=calibration_path, backend=certify_backend, group_by=group_by)
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
     est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
@@ -217,7 +220,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                            model_fingerprint=store_identity(m), train_index=idx)
     if max_error is not None:
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
-                        calibration_path=calibration_path, backend=certify_backend)
+                        calibration_path=calibration_path, backend=certify_backend, group_by=group_by)
     if precheck_name:
         q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
                            probe_params={"n_estimators": n_estimators})
