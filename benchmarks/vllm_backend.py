@@ -102,12 +102,14 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--vllm-python", default=None)
     parser.add_argument("--modes", default="transformers,plain,acute,stock")
+    parser.add_argument("--stop", action=argparse.BooleanOptionalAction, default=True,
+                        help="the task's stop strings (--no-stop: answers run to EOS or --max-new-tokens)")
     parser.add_argument("--out", default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
 
     model, tok = acute.load_model(args.model)
     task, prompts = _prompts(tok, args.task, args.limit)
-    stop = tuple(getattr(task, "stop_strings", ()) or ())
+    stop = tuple(getattr(task, "stop_strings", ()) or ()) if args.stop else ()
     max_new_tokens = args.max_new_tokens or task.max_new_tokens
     modes = args.modes.split(",")
     rows, reference = [], None
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"model": args.model, "task": args.task, "prompts": len(prompts),
+            json.dump({"model": args.model, "task": args.task, "prompts": len(prompts), "stop": list(stop),
                        "max_new_tokens": max_new_tokens, "rows": rows}, f, indent=2)
     return 0
 

@@ -94,21 +94,45 @@ def test_pooled_records_equal_the_recorder(engine, smollm2, prompts, reference):
     lengths = {len(r.token_ids) for r in ref}
     reasons = {r.finish_reason for r in ref}
     assert len(lengths) > 2 and (reasons == {"stop"} if stop else reasons == {"eos", "length"})
+    before = engine.stats()
     for _ in range(2):
         gens = engine.generate(tok, prompts, max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop, model=model)
         _check_equal(gens, ref)
-
-
-def test_the_connector_writes_o_of_l_times_d_per_request(engine, smollm2, prompts):
-    model, tok = smollm2
-    before = engine.stats()
-    engine.generate(tok, prompts, max_new_tokens=MAX_NEW_TOKENS, model=model)
     after = engine.stats()
+    # O(L x d) per request: sum, last prompt and a tail of one position (up to 4 for a request a
+    # stop string aborted), float32 [31, 576] each, and a header
     n = after["requests_written"] - before["requests_written"]
     per_request = (after["bytes_written"] - before["bytes_written"]) / n
-    assert n == len(prompts)
-    # sum + last prompt + last answer, float32 [31, 576] each, and a header
-    assert 3 * 31 * 576 * 4 <= per_request < 3 * 31 * 576 * 4 + 4096
+    assert n == 2 * len(prompts)
+    assert 3 * 31 * 576 * 4 <= per_request < (6 if stop else 3) * 31 * 576 * 4 + 4096
+
+
+def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path):
+    """``collect(..., engine=...)`` writes an ordinary store: the records, labels and pooled
+    states of a transformers collection, the same manifest, resumable."""
+    from acute.collect import collect
+    from acute.store import open_store
+    from acute.tasks import get_task
+
+    model, tok = smollm2
+    task = get_task("default")
+    examples = task.load()[:6]
+    kw = dict(model_name="smollm2-135m-instruct", batch_size=6, progress=False, dtype="float32")
+    collect(model, tok, task, examples[:4], tmp_path / "vllm", engine=engine, **kw)
+    summary = collect(model, tok, task, examples, tmp_path / "vllm", engine=engine, **kw)
+    assert (summary.resumed, summary.new_records) == (4, 2)
+    collect(model, tok, task, examples, tmp_path / "hf", **kw)
+    got, want = open_store(tmp_path / "vllm"), open_store(tmp_path / "hf")
+    order = [list(got.ids).index(i) for i in want.ids]
+    assert [got.records[j]["generation"] for j in order] == [r["generation"] for r in want.records]
+    np.testing.assert_array_equal(np.asarray(got.correct)[order], want.correct)
+    np.testing.assert_allclose(np.asarray(got.raw_confidence)[order], want.raw_confidence, rtol=1e-3)
+    for pooling in ("mean", "last-prompt", "last-answer"):
+        a, b = np.asarray(got.states(pooling))[order], np.asarray(want.states(pooling))
+        assert float(np.abs(a - b).max() / np.abs(b).max()) < RTOL, pooling
+    skip = {"created", "updated", "num_records", "num_shards", "shards", "part"}
+    assert {k: v for k, v in got.manifest.items() if k not in skip} == \
+        {k: v for k, v in want.manifest.items() if k not in skip}
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="this Python has vLLM")

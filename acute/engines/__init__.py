@@ -20,21 +20,28 @@ ENGINES: tuple[str, ...] = ("transformers", "vllm")
 DEFAULT_ENGINE = "transformers"
 
 
-def check_engine(engine: Any) -> str:
-    """``engine`` if it is one of :data:`ENGINES`, else :class:`InputError` naming them."""
-    if engine not in ENGINES:
-        raise InputError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    return engine
+def check_engine(engine: Any) -> Any:
+    """``engine`` if it is one of :data:`ENGINES` or a started engine (a
+    :class:`~acute.engines.vllm.VllmEngine`), else :class:`InputError` naming them."""
+    if isinstance(engine, str) and engine in ENGINES:
+        return engine
+    if not isinstance(engine, str) and callable(getattr(engine, "generate", None)):
+        return engine
+    raise InputError(f"engine must be one of {', '.join(ENGINES)} or a started VllmEngine, got {engine!r}")
 
 
 @contextlib.contextmanager
-def open_engine(engine: str, model: Any, tokenizer: Any,
+def open_engine(engine: Any, model: Any, tokenizer: Any,
                 options: dict | None = None) -> Iterator[Callable[..., list]]:
     """A ``generate(prompts, **settings)`` on ``engine`` for ``model`` (a loaded transformers
     model: what transformers runs, and for vLLM where its saved folder is and its context
     window); ``options`` go to :class:`acute.engines.vllm.VllmEngine`. The vLLM worker process
-    lives as long as the context."""
+    lives as long as the context; a started engine (``engine`` a ``VllmEngine``) is used as it
+    is and left running."""
     check_engine(engine)
+    if not isinstance(engine, str):
+        yield lambda prompts, **settings: engine.generate(tokenizer, prompts, model=model, **settings)
+        return
     if engine == "transformers":
         from ..extraction import generate_and_record
 
