@@ -256,7 +256,8 @@ def certify_checked(trained, store, alphas: Sequence[float], delta: float, *, ca
     """:func:`certify_probe` at the error rates :func:`check_certification` returned for the same
     arguments (not checked again: e.g. ``train_probe`` checks them before fitting anything)."""
     _train_index(trained, store)
-    conf, correct, details = calibration_confidence(trained, store, calibration_store=calibration_store)
+    conf, correct, details = calibration_confidence(trained, store, calibration_store=calibration_store,
+                                                    group_by=group_by)
     if calibration_path is not None and "calibration_store" in details:
         details["calibration_store"] = str(Path(calibration_path).resolve())
     entries = [certificate_entry(certify_threshold(conf, correct, alpha, delta, fwer=fwer, backend=backend),
