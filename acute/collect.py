@@ -27,6 +27,8 @@ from . import __version__
 from .extraction.batching import BATCH_SIZE
 from .fileio import progress_bar
 from .errors import InputError, ModelMismatchError
+from .store.format import DEFAULT_STORE_DTYPE
+from .store.identity import DEFAULT_ENGINE, diff, model_record, of_model, of_store
 from .validation import check_count
 
 __all__ = ["CollectSummary", "ResponseRow", "build_manifest", "collect", "collect_responses",
@@ -72,9 +74,11 @@ class CollectSummary:
 
 
 def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int | None,
-                   stop_strings: Sequence[str], pool: str, chat: bool | None) -> dict:
-    """The store manifest: model (fingerprint and weights digest), tokenizer, task and generation
-    settings, acute version.
+                   stop_strings: Sequence[str], pool: str, chat: bool | None,
+                   engine: str = DEFAULT_ENGINE) -> dict:
+    """The store manifest: model (fingerprint and weights digest), tokenizer, the engine that ran
+    the model (its identity, :mod:`acute.store.identity`), task and generation settings, acute
+    version.
 
     ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
     manifest says how the prompts were actually built; a scorer reads it back from the probe.
@@ -92,6 +96,7 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
         "model_weights": weights_digest(model),
         "model_dtype": None if dtype is None else str(dtype).replace("torch.", ""),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
+        "engine": engine,
         "num_layers": fp["num_layers"],
         "hidden_size": fp["hidden_size"],
         "task": None if task is None else task.name,
@@ -109,24 +114,19 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
 
 def store_identity(manifest: dict) -> dict | None:
     """The model identity a probe trained on a store records: the manifest's fingerprint plus its
-    weights digest (``weights_sha256``, ``gguf_sha256``) when the store has one (see
-    :func:`acute.models.model_identity`)."""
-    fp = manifest.get("model_fingerprint")
-    if fp is None:
-        return None
-    weights = manifest.get("model_weights") or {}
-    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256")}
-    return {**fp, **{k: v for k, v in extra.items() if v}}
+    weights digest (``weights_sha256``, ``gguf_sha256``) when the store has one
+    (:func:`acute.store.identity.model_record` of the store's identity)."""
+    return model_record(of_store(manifest))
 
 
 def collection_settings(manifest: dict) -> dict:
-    """``{"task", "task_settings", "generation"}`` (and ``"responses"`` for a store of given
-    responses) of a store manifest: what a probe trained on the store should carry in its
+    """``{"task", "task_settings", "generation", "engine"}`` (and ``"responses"`` for a store of
+    given responses) of a store manifest: what a probe trained on the store should carry in its
     ``training_summary`` so that :class:`acute.scoring.scorer.Scorer` generates live answers, or
     formats the prompts of given responses, the same way (prompt, max new tokens, stop strings,
-    pooling)."""
+    pooling), and its identity (:func:`acute.store.identity.of_probe`) names the engine."""
     keys = ("task", "task_settings", "generation") + (("responses",) if "responses" in manifest else ())
-    return {key: manifest.get(key) for key in keys}
+    return {**{key: manifest.get(key) for key in keys}, "engine": of_store(manifest)["engine"]}
 
 
 def example_record(task, ex, prompt: str, generation) -> dict:
@@ -244,7 +244,7 @@ def _summarize(summary: CollectSummary, out_dir: Path, elapsed: float) -> Collec
 # Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
 # work itself is generate_and_record and StoreWriter.
 def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
-            batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = "float16",
+            batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = DEFAULT_STORE_DTYPE,
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
             shard_size: int = 256, progress: bool = True, state=None,
             allow_other_weights: bool = False, engine: str = "transformers",
@@ -547,7 +547,7 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
 # Long because of its docstring; reading, checking and labelling are the helpers above and the
 # commit loop is _fill, shared with collect.
 def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *, model_name: str,
-                      task=None, batch_size: int = BATCH_SIZE, dtype: str = "float16", pool: str = "decoding",
+                      task=None, batch_size: int = BATCH_SIZE, dtype: str = DEFAULT_STORE_DTYPE, pool: str = "decoding",
                       chat: bool | None = None, on_bad_response: str = "skip", shard_size: int = 256,
                       progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
     """Record the responses of a JSONL file (:func:`read_responses`) by teacher forcing and
@@ -626,19 +626,19 @@ _STORE_OWN_FIELDS = ("format", "format_version", "dtype", "created", "updated", 
 def _check_same_model(manifest: dict, model, store_dir: Path, allow_other_weights: bool) -> dict:
     """The model's fingerprint and weights digest, after checking them against ``manifest``'s
     (:class:`ModelMismatchError` naming both)."""
-    from .models import model_fingerprint, weights_digest
+    from .models import model_fingerprint, model_identity, weights_digest
 
     fp, weights = model_fingerprint(model), weights_digest(model)
-    stored = manifest.get("model_fingerprint")
-    if stored is not None and stored != fp:
-        raise ModelMismatchError(f"{store_dir} was collected with a model of fingerprint {stored}, "
-                                 f"this model's is {fp}: load the store's model ({manifest.get('model')!r})")
-    old = manifest.get("model_weights")
-    if old is not None and old != weights and not allow_other_weights:
-        raise ModelMismatchError(
-            f"{store_dir} was collected from weights with sha256 {old.get('sha256')!r}, this "
-            f"model's have {weights.get('sha256')!r}; use the store's model or allow_other_weights=True "
-            "(--allow-other-weights)")
+    stored = of_store(manifest)
+    # a store without a fingerprint is checked on the weights only, as before it recorded one
+    fields = ("model_fingerprint", "model_weights") if stored["model_fingerprint"] else ("model_weights",)
+    found = diff(stored, of_model(model_identity(model)), (str(store_dir), "this model"),
+                 fields=fields, optional=("model_weights",), allow_other_weights=allow_other_weights)
+    if found:
+        hint = (", or allow_other_weights=True (--allow-other-weights)"
+                if "model_weights" in found and "model_fingerprint" not in found else "")
+        raise ModelMismatchError(f"{store_dir} was collected with another model: {found}; load the "
+                                 f"store's model ({manifest.get('model')!r}){hint}")
     return {"model_fingerprint": fp, "model_weights": weights}
 
 
@@ -710,7 +710,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     stored_lp = source.token_logprobs
     summary = CollectSummary(out_dir=str(out_dir))
     start = time.perf_counter()
-    with StoreWriter(out_dir, manifest, dtype=dtype or old.get("dtype") or "float16",
+    with StoreWriter(out_dir, manifest, dtype=dtype or old.get("dtype") or DEFAULT_STORE_DTYPE,
                      shard_size=shard_size, allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         todo = [i for i, rec in enumerate(records) if rec["id"] not in done]

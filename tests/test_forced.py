@@ -474,7 +474,8 @@ def test_score_responses_refuses_another_prompt_format(loaded, tiny_model, tiny_
         scorer.score_response("What?", "That.")
     assert scorer.score_response([{"role": "user", "content": "What?"}], "That.").n_tokens >= 2
     plain = Scorer(model, tok, probe, chat=False)
-    with pytest.raises(InputError, match=r"formatted with chat=True .*this scorer uses chat=False"):
+    with pytest.raises(InputError, match=r"formatted otherwise .*'prompt_format'\['chat'\]: this probe True, "
+                                         r"this scorer False\); score with chat=True"):
         plain.score_response([{"role": "user", "content": "What?"}], "That.")
 
 

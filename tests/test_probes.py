@@ -318,9 +318,9 @@ def test_check_model(fitted, tmp_path):
     with pytest.raises(ModelMismatchError, match="architecture"):
         probe.check_model({"num_layers": 9, "hidden_size": 12})
     # a fingerprint that disagrees with the fitted shape cannot be saved with the probe
-    with pytest.raises(ModelMismatchError, match="num_layers=30"):
+    with pytest.raises(ModelMismatchError, match="'num_layers': the probe's input 9, model_fingerprint 30"):
         fitted.save(tmp_path / "q", model_fingerprint=dict(FINGERPRINT, num_layers=30))
-    with pytest.raises(ModelMismatchError, match="hidden_size=576"):
+    with pytest.raises(ModelMismatchError, match="'hidden_size': the probe's input 12, model_fingerprint 576"):
         fitted.save(tmp_path / "q", model_fingerprint=dict(FINGERPRINT, hidden_size=576))
     assert not (tmp_path / "q").exists()
     # without a saved fingerprint the input shape is still checked

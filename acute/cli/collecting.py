@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
+from ..store.format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
 from .common import DEFAULT_MODEL, chat_flag, default_store_dir, load_task, model_name, task_options
 from ..console import load_options_from_args
 
@@ -185,7 +186,8 @@ def add_collect(sub, model_opts) -> None:
     c.add_argument("--limit", type=int, default=None, help="the first N examples only")
     c.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts run together (default %(default)s)")
     c.add_argument("--max-new-tokens", type=int, default=None, help="longest answer in tokens (default: the task's)")
-    c.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="storage dtype of layer means")
+    c.add_argument("--dtype", choices=list(STORAGE_DTYPES), default=DEFAULT_STORE_DTYPE,
+                   help="storage dtype of the pooled states (default %(default)s)")
     c.add_argument("--num-processes", type=int, default=1,
                    help="data-parallel processes: relaunches this command with accelerate launch")
     c.add_argument("--pool", choices=["decoding", "generated"], default="decoding",
@@ -224,7 +226,7 @@ def add_rerecord(sub, model_opts) -> None:
     rr.add_argument("--pool", choices=["decoding", "generated"], default=None, help="default: the store's")
     rr.add_argument("--model", default=None, help="default: the model named in the store")
     rr.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="records run together (default %(default)s)")
-    rr.add_argument("--dtype", choices=["float16", "float32"], default=None,
+    rr.add_argument("--dtype", choices=list(STORAGE_DTYPES), default=None,
                     help="storage dtype of layer means (default: the store's)")
     rr.add_argument("--shard-size", type=int, default=256, help="records per committed shard")
     rr.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -236,7 +236,10 @@ def add_score(sub, model_opts) -> None:
 
 
 def add_serve(sub, model_opts) -> None:
-    """``acute serve``."""
+    """``acute serve``; its service settings default to :class:`acute.serving.settings.ServeSettings`'s."""
+    from ..serving.settings import ServeSettings
+
+    default = ServeSettings()
     sv = sub.add_parser("serve", help="the trust-gate HTTP service: /v1/score and OpenAI-compatible "
                         "/v1/chat/completions with dynamic batching", parents=[model_opts])
     sv.add_argument("--model", default=None, help="default: the model named in the probe")
@@ -244,20 +247,24 @@ def add_serve(sub, model_opts) -> None:
     sv.add_argument("--host", default="127.0.0.1",
                     help="address to bind (default loopback; others need an API key or --allow-remote)")
     sv.add_argument("--port", type=int, default=8000, help="TCP port (0: a free one, printed)")
-    sv.add_argument("--max-batch", type=int, default=16, help="most requests generated together")
-    sv.add_argument("--max-wait-ms", type=float, default=10.0,
-                    help="longest a batch waits for more requests after its first")
-    sv.add_argument("--max-queue", type=int, default=256, help="most waiting requests; more get 503")
-    sv.add_argument("--max-request-bytes", type=int, default=1_000_000, help="largest request body; more get 413")
+    sv.add_argument("--max-batch", type=int, default=default.max_batch,
+                    help="most requests generated together (default %(default)s)")
+    sv.add_argument("--max-wait-ms", type=float, default=default.max_wait_ms,
+                    help="longest a batch waits for more requests after its first (default %(default)s)")
+    sv.add_argument("--max-queue", type=int, default=default.max_queue,
+                    help="most waiting requests; more get 503 (default %(default)s)")
+    sv.add_argument("--max-request-bytes", type=int, default=default.max_request_bytes,
+                    help="largest request body; more get 413 (default %(default)s)")
     sv.add_argument("--max-new-tokens", type=int, default=None, help="default: the probe's training setting")
     sv.add_argument("--max-new-tokens-limit", type=int, default=None,
                     help="most new tokens a request may ask for; more get 400 (default: 4x --max-new-tokens)")
-    sv.add_argument("--max-connections", type=int, default=512,
-                    help="open connections or running requests before new requests get 503")
-    sv.add_argument("--read-timeout", type=float, default=10.0,
-                    help="seconds a request's head, then its body, may take to arrive; slower gets 408")
-    sv.add_argument("--shutdown-timeout", type=float, default=30.0,
-                    help="seconds in-flight requests get to finish on SIGTERM; the rest get 503")
+    sv.add_argument("--max-connections", type=int, default=default.max_connections,
+                    help="open connections or running requests before new requests get 503 (default %(default)s)")
+    sv.add_argument("--read-timeout", type=float, default=default.read_timeout_s,
+                    help="seconds a request's head, then its body, may take to arrive; slower gets 408 "
+                         "(default %(default)s)")
+    sv.add_argument("--shutdown-timeout", type=float, default=default.shutdown_timeout_s,
+                    help="seconds in-flight requests get to finish on SIGTERM; the rest get 503 (default %(default)s)")
     sv.add_argument("--risk", type=level_arg(check_risk, "--risk"), default=None,
                     help=f"risk level of chat requests that give neither risk nor max_error (default {DEFAULT_RISK})")
     sv.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), default=None, metavar="ALPHA",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 from ..errors import InputError
+from ..metrics import DEFAULT_N_BOOTSTRAP
 from .common import DEFAULT_MODEL, DEFAULT_RUNS, add_store_arguments, load_task, model_name, task_options
 from ..console import load_options_from_args
 
@@ -86,7 +87,7 @@ def add_protocol(sub, model_opts) -> None:
     pr.add_argument("--limit", type=int, default=None, help="the first N examples only")
     pr.add_argument("--batch-size", type=int, default=8,
                     help="questions run together (their four rating prompts share a cache; default %(default)s)")
-    pr.add_argument("--n-bootstrap", type=int, default=1000,
+    pr.add_argument("--n-bootstrap", type=int, default=DEFAULT_N_BOOTSTRAP,
                     help="paired bootstrap resamples of the gaps' intervals (default %(default)s)")
     pr.add_argument("--seed", type=int, default=0, help="seed of the resamples (default %(default)s)")
     pr.add_argument("--variant", choices=["unit", "percent"], default="unit",

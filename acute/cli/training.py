@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..estimators.controls import CONTROLS
+from ..evaluation.evaluate import DEFAULT_TEST_FRACTION
+from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
 
@@ -221,7 +224,7 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
         if name == "train":
-            t.add_argument("--test-fraction", type=float, default=0.3,
+            t.add_argument("--test-fraction", type=float, default=DEFAULT_TEST_FRACTION,
                            help="share of records held out, by id, for the printed test metrics (default %(default)s)")
         t.set_defaults(func=fn)
 
@@ -239,7 +242,7 @@ def add_evaluate(sub, model_opts) -> None:
     e.add_argument("--test-fraction", type=float, default=None,
                    help="evaluate on one split by id with this test share instead of cross-validation")
     e.add_argument("--seed", type=int, default=0, help="seed of the folds, forests and resamples (default %(default)s)")
-    e.add_argument("--n-bootstrap", type=int, default=1000,
+    e.add_argument("--n-bootstrap", type=int, default=DEFAULT_N_BOOTSTRAP,
                    help="bootstrap resamples of the intervals (default %(default)s; 0: none)")
     e.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
     e.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
@@ -255,7 +258,7 @@ def add_evaluate(sub, model_opts) -> None:
                    help="comma-separated metadata fields the platt+meta control one-hots and the "
                         "within-group AUROC groups by (default: the store's task's, e.g. subject for MMLU)")
     e.add_argument("--no-controls", action="store_true",
-                   help="leave out the control rows (constant, platt+meta, tfidf+platt, question-only)")
+                   help=f"leave out the control rows ({', '.join(CONTROLS)})")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
     e.set_defaults(func=cmd_evaluate)
 

@@ -51,6 +51,7 @@ import numpy as np
 
 from ..fileio import default_mode, json_ready
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
+from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from .certificates import check_certificates
 from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
@@ -202,20 +203,19 @@ def _view_features(kind: str, states: np.ndarray, arrays: dict[str, np.ndarray],
 
 
 def check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict | None:
-    """Validate a model fingerprint dict against the probe's input shape."""
+    """Validate a model fingerprint dict against the probe's input shape (``num_layers + 1``
+    layer outputs of width ``hidden_size``), compared where the fingerprint gives them
+    (:func:`acute.store.identity.diff`); the fingerprint as JSON, or None for None."""
     if fp is None:
         return None
     if not isinstance(fp, dict):
         raise InputError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
-    if "num_layers" in fp and int(fp["num_layers"]) + 1 != n_layer_outputs:
-        raise ModelMismatchError(
-            f"model_fingerprint has num_layers={fp['num_layers']} but the probe was fitted on "
-            f"{n_layer_outputs} layer outputs (num_layers + 1 expected)"
-        )
-    if "hidden_size" in fp and int(fp["hidden_size"]) != hidden_size:
-        raise ModelMismatchError(
-            f"model_fingerprint has hidden_size={fp['hidden_size']} but the probe was fitted on d={hidden_size}"
-        )
+    shape = {"num_layers": int(n_layer_outputs) - 1, "hidden_size": int(hidden_size)}
+    found = diff(shape, of_model(fp), ("the probe's input", "model_fingerprint"),
+                 fields=("num_layers", "hidden_size"), optional=("num_layers", "hidden_size"))
+    if found:
+        raise ModelMismatchError(f"model_fingerprint does not fit the states the probe was fitted on "
+                                 f"({n_layer_outputs} layer outputs = num_layers + 1, width {hidden_size}): {found}")
     return json_ready(fp, where="model_fingerprint")
 
 # -------------------------------------------------------------------------- exported
@@ -294,38 +294,32 @@ class ExportedProbe:
     def check_model(self, fingerprint: dict, allow_other_weights: bool = False) -> None:
         """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
 
-        Compares ``architecture``, ``num_layers`` and ``hidden_size`` (and ``vocab_size`` when
-        both fingerprints have it) and the weights (``weights_sha256`` of
+        The probe's identity and the model's (:func:`acute.store.identity.of_probe`,
+        :func:`~acute.store.identity.of_model`) compared by :func:`acute.store.identity.diff`:
+        ``architecture``, ``num_layers`` and ``hidden_size`` as the probe recorded them (the
+        model's fingerprint must have them), ``model_type`` and ``vocab_size`` when both
+        fingerprints have them, the engine, and the weights (``weights_sha256`` of
         :func:`acute.models.model_identity`) when both record them, unless
         ``allow_other_weights``. A probe saved without a fingerprint is checked against its
         input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
         """
         if not isinstance(fingerprint, dict):
             raise InputError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
-        saved = self.model_fingerprint
-        if saved is None:
+        if self.model_fingerprint is None:
             check_fingerprint(fingerprint, self.n_layer_outputs, self.hidden_size)
             return
-        diffs = []
-        for key in FINGERPRINT_KEYS + ("vocab_size",):
-            if key not in saved:
-                continue
-            if key not in fingerprint:
-                if key == "vocab_size":
-                    continue
-                diffs.append(f"{key}: probe has {saved[key]!r}, model fingerprint lacks it")
-            elif fingerprint[key] != saved[key]:
-                diffs.append(f"{key}: probe has {saved[key]!r}, model has {fingerprint[key]!r}")
-        ws, wm = saved.get("weights_sha256"), fingerprint.get("weights_sha256")
-        if not diffs and ws and wm and ws != wm and not allow_other_weights:
-            diffs.append(f"weights: the probe was trained on weights with sha256 {ws!r}, this model's have "
-                         f"{wm!r} (another checkpoint of the same architecture, or another dtype?); pass "
-                         "allow_other_weights=True (--allow-other-weights) to score with it anyway")
-        if diffs:
+        # what the probe recorded decides; vocab_size and model_type only where both know them
+        unrecorded = [f"model_fingerprint.{key}" for key in FINGERPRINT_FIELDS
+                      if key not in FINGERPRINT_KEYS or self.model_fingerprint.get(key) is None]
+        found = diff(of_probe(self), of_model(fingerprint), ("probe", "model"),
+                     fields=("model_fingerprint", "model_weights", "engine"),
+                     optional=unrecorded + ["model_weights"], allow_other_weights=allow_other_weights)
+        if found:
             name = f" ({self.model_name})" if self.model_name else ""
-            raise ModelMismatchError(
-                f"this probe was trained on a different model{name}: " + "; ".join(diffs)
-            )
+            hint = ("; another checkpoint of the same architecture, or another dtype? pass "
+                    "allow_other_weights=True (--allow-other-weights) to score with it anyway"
+                    if "model_weights" in found else "")
+            raise ModelMismatchError(f"this probe was trained on a different model{name}: {found}{hint}")
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``probe.safetensors`` and ``probe.json`` (and, with :attr:`precheck`, the

@@ -45,11 +45,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..collect import store_identity
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
 from ..metrics.certify import (DEFAULT_DELTA, certify_threshold, check_delta, check_max_error,
                                min_calibration_records)
+from ..store.identity import diff, model_record, of_store
 from ..store.pooling import store_states
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
@@ -66,13 +66,6 @@ def _alphas(max_error: float | Sequence[float]) -> list[float]:
     return values
 
 
-def _prompt_format(manifest: dict) -> dict:
-    """What a store's prompts looked like: the chat flag and, for given responses, their kind."""
-    gen = manifest.get("generation") or {}
-    responses = manifest.get("responses") or {}
-    return {"chat": gen.get("chat"), "prompts": responses.get("prompt_format", "generated answers")}
-
-
 def check_calibration_store(store: Any, calibration_store: Any, *, store_name: str = "the training store",
                             calibration_name: str = "the calibration store",
                             train_ids: Sequence[Any] | None = None) -> None:
@@ -81,21 +74,20 @@ def check_calibration_store(store: Any, calibration_store: Any, *, store_name: s
     is the training store or shares record ids with its training records (``train_ids``, default
     all of them) of the same task: the probe was fitted on those."""
     a, b = store.manifest, calibration_store.manifest
-    ia, ib = store_identity(a), store_identity(b)
-    if not ia or not ib:
-        which = store_name if not ia else calibration_name
+    ia, ib = of_store(a), of_store(b)
+    if not model_record(ia) or not model_record(ib):
+        which = store_name if not model_record(ia) else calibration_name
         raise IncompatibleStoreError(f"{which} records no model fingerprint, so {calibration_name} "
                                      f"cannot be shown to come from the model of {store_name}")
-    diffs = [f"{k}: {store_name} has {ia[k]!r}, {calibration_name} {ib[k]!r}"
-             for k in sorted(set(ia) & set(ib)) if ia[k] != ib[k]]
-    pa, pb = _prompt_format(a), _prompt_format(b)
-    diffs += [f"prompt format ({k}): {store_name} has {pa[k]!r}, {calibration_name} {pb[k]!r}"
-              for k in pa if pa[k] != pb[k]]
-    if diffs:
+    # the model's fields are compared where both stores know them; the prompt format always
+    found = diff(ia, ib, (store_name, calibration_name),
+                 fields=("model_fingerprint", "model_weights", "engine", "prompt_format"),
+                 optional=("model_fingerprint", "model_weights"))
+    if found:
         raise IncompatibleStoreError(
             f"{calibration_name} cannot certify a probe trained on {store_name}: its records come "
-            f"from another model or prompt format ({'; '.join(diffs)}); calibrate on records of "
-            f"the same model collected the same way")
+            f"from another model or prompt format: {found}; calibrate on records of the same model "
+            f"collected the same way")
     pa_, pb_ = getattr(store, "path", None), getattr(calibration_store, "path", None)
     if pa_ is not None and pb_ is not None and Path(pa_).resolve() == Path(pb_).resolve():
         raise InputError(f"calibration_store: {calibration_name} is {store_name} itself; the probe "

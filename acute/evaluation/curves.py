@@ -21,7 +21,7 @@ from numpy.typing import ArrayLike
 from scipy.stats import norm
 
 from ..errors import InputError
-from ..metrics import EURO_GRID, bootstrap_indices, euro_curve, percentile_interval, validate_inputs
+from ..metrics import DEFAULT_N_BOOTSTRAP, EURO_GRID, bootstrap_indices, euro_curve, percentile_interval, validate_inputs
 from ..validation import check_correct, check_count
 
 __all__ = ["BinnedReliability", "EuroDifference", "binned_reliability", "constant_euro_curve",
@@ -130,7 +130,7 @@ class EuroDifference(NamedTuple):
 
 
 def euro_difference(confidence_a: ArrayLike, confidence_b: ArrayLike, correct: ArrayLike,
-                    grid: ArrayLike | None = None, n_bootstrap: int = 1000, seed: int = 0,
+                    grid: ArrayLike | None = None, n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0,
                     alpha: float = 0.05) -> EuroDifference:
     """``euro(a, u) - euro(b, u)`` at every risk level ``u`` of ``grid`` (default
     :data:`acute.metrics.EURO_GRID`), with a paired percentile bootstrap band.

@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..estimators.controls import CONTROLS
 from ..estimators.features import NAMED_LAYERS
 from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_input, estimator_pooling, is_estimator,
@@ -48,7 +49,7 @@ from .crossval import ids_digest, split_ids
 from .markdown import results_markdown, selective_markdown
 from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "RECORD_IDS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "DEFAULT_TEST_FRACTION", "RECORD_IDS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
            "estimator_names", "evaluate_predictions", "evaluate_store", "resolve_group_by", "results_markdown",
            "split_ids", "store_arrays", "store_groups",
            "usable_controls"]
@@ -61,6 +62,10 @@ DEFAULT_FOLDS = 5
 
 
 DEFAULT_REPEATS = 2
+
+#: The share of records a single split by id holds out (``evaluate_store``'s ``test_fraction``,
+#: ``acute train --test-fraction``, a run config's ``test_fraction``).
+DEFAULT_TEST_FRACTION = 0.3
 
 #: ``group_by`` value for folds and resamples of single records, whatever the task declares
 RECORD_IDS = "id"
@@ -277,7 +282,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
                    out: str | os.PathLike | None = None,
                    estimators: Sequence[str] | None = None, cv: int | None = DEFAULT_FOLDS,
                    repeats: int = DEFAULT_REPEATS, test_fraction: float | None = None, seed: int = 0,
-                   n_bootstrap: int = 1000, n_jobs: int | None = None,
+                   n_bootstrap: int = DEFAULT_N_BOOTSTRAP, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None, progress: bool = True,
                    reliability: str | Sequence[str] = "all", allow_overlap: bool = False,
                    controls: bool | Sequence[str] = True, group_by: str | None = None,
@@ -293,7 +298,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
       ``group_by`` (:func:`acute.evaluation.crossval.cv_folds`, seed ``seed + repeat``); every record is predicted out
       of fold in every repeat and a metric is the mean over repeats;
     * single split (``test_fraction`` given, or ``cv=None``/``0``): records split by
-      :func:`split_ids` (``test_fraction``, default 0.3, and ``seed``);
+      :func:`split_ids` (``test_fraction``, default :data:`DEFAULT_TEST_FRACTION`, and ``seed``);
     * separate test store (``test_store`` given): all of ``store`` trains, ``test_store`` tests;
       record ids in both are an error unless ``allow_overlap``.
 
@@ -357,7 +362,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     if cv_mode:
         pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by, fold_cache)
     else:
-        pred = _held_out(store, test_store, names, 0.3 if test_fraction is None else test_fraction,
+        pred = _held_out(store, test_store, names, DEFAULT_TEST_FRACTION if test_fraction is None else test_fraction,
                          seed, fit_kw, allow_overlap)
     group_by = pred.split.get("group_by")  # resolved: the task's field, or None for record ids
     group_field = group_by or (fields[0] if fields else None)

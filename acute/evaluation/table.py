@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
 from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
-from ..metrics import METRIC_SPECS, best_of, percentile_interval, resample_indices
+from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, best_of, percentile_interval, resample_indices
 from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
@@ -55,7 +55,7 @@ def _best_baseline(rows: Sequence[dict], extra: Sequence[str] = ()) -> str | Non
     return best_of([r["estimator"] for r in cand], {r["estimator"]: r for r in cand}.__getitem__)
 
 
-def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = 1000,
+def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_bootstrap: int = DEFAULT_N_BOOTSTRAP,
                          seed: int = 0, reference: str | None = None,
                          folds: Sequence[Sequence[tuple[np.ndarray, np.ndarray]]] | None = None,
                          groups: Sequence[Any] | None = None,

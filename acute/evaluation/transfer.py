@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..estimators.registry import DEFAULT_ESTIMATOR
 
 __all__ = ["REFERENCE", "leave_subjects_out", "subject_folds", "subjects_markdown", "transfer_markdown",
@@ -65,7 +66,7 @@ def _rows(preds: Mapping[str, np.ndarray], conf: np.ndarray, y: np.ndarray, n_bo
 
 
 def transfer_table(stores: Mapping[str, Any], estimators: Sequence[str] = (DEFAULT_ESTIMATOR,), *,
-                   cv: int = 5, seed: int = 0, n_bootstrap: int = 1000, n_jobs: int | None = None,
+                   cv: int = 5, seed: int = 0, n_bootstrap: int = DEFAULT_N_BOOTSTRAP, n_jobs: int | None = None,
                    probe_params: Mapping[str, Any] | None = None,
                    progress: Callable[[Iterable], Iterable] | None = None) -> dict[str, Any]:
     """Train on each task, test on every task (see the module docstring).
@@ -132,7 +133,7 @@ def subject_folds(subjects: Sequence[str], n_splits: int = 5, repeats: int = 2,
 
 
 def leave_subjects_out(store, estimators: Sequence[str] = (DEFAULT_ESTIMATOR,), *, n_splits: int = 5,
-                       repeats: int = 2, seed: int = 0, n_bootstrap: int = 1000,
+                       repeats: int = 2, seed: int = 0, n_bootstrap: int = DEFAULT_N_BOOTSTRAP,
                        n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                        subject_key: str = "subject") -> dict[str, Any]:
     """Score every record with estimators trained on other subjects, and with random folds of the

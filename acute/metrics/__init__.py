@@ -35,13 +35,14 @@ from .common import validate_inputs
 from .euro import BANDS, EURO_GRID, auc_euro, euro, euro_curve
 from .intervals import TTest, bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences, holm
 from .kde import kde_ece, kde_ece_bandwidth
-from .resampling import (Interval, bootstrap, bootstrap_indices, cluster_bootstrap_indices, metric_over_resamples,
+from .resampling import (DEFAULT_N_BOOTSTRAP, Interval, bootstrap, bootstrap_indices, cluster_bootstrap_indices, metric_over_resamples,
                          paired_bootstrap, percentile_interval, resample_indices)
 from .smooth import SmoothReliability, smece, smece_bandwidth, smooth_reliability
 from .specs import METRIC_SPECS, METRICS, RANKING, MetricSpec, best_of, best_value, ranked, ranking_key
 
 __all__ = [
     "BANDS",
+    "DEFAULT_N_BOOTSTRAP",
     "EURO_GRID",
     "NLL_EPS",
     "Interval",

@@ -24,8 +24,11 @@ from .selective import (aurc, aurc_rows, coverage_at_10pct, coverage_at_5pct, co
                         e_aurc_rows)
 from .smooth import smece, smece_rows
 
-__all__ = ["Interval", "bootstrap", "bootstrap_indices", "cluster_bootstrap_indices", "metric_over_resamples",
+__all__ = ["DEFAULT_N_BOOTSTRAP", "Interval", "bootstrap", "bootstrap_indices", "cluster_bootstrap_indices", "metric_over_resamples",
            "paired_bootstrap", "percentile_interval", "resample_indices"]
+
+#: Resamples of every bootstrap interval acute reports unless a caller asks for another number.
+DEFAULT_N_BOOTSTRAP = 1000
 
 #: Metrics with a batched implementation ``f(conf, y)`` over the rows of [rows, n] arrays.
 _BATCHED: dict[Callable, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -140,7 +143,7 @@ def _index_blocks(size: int, n: int, seed: int) -> Iterator[np.ndarray]:
         done += rows
 
 
-def bootstrap_indices(size: int, n: int = 1000, seed: int = 0) -> np.ndarray:
+def bootstrap_indices(size: int, n: int = DEFAULT_N_BOOTSTRAP, seed: int = 0) -> np.ndarray:
     """The ``[n, size]`` resample indices that :func:`bootstrap` and :func:`paired_bootstrap`
     use for ``size`` records, ``n`` resamples and ``seed`` (row i is resample i).
 
@@ -154,7 +157,7 @@ def bootstrap_indices(size: int, n: int = 1000, seed: int = 0) -> np.ndarray:
     return np.concatenate(list(_index_blocks(int(size), int(n), seed)), axis=0)
 
 
-def cluster_bootstrap_indices(groups: ArrayLike, n: int = 1000, seed: int = 0) -> np.ndarray:
+def cluster_bootstrap_indices(groups: ArrayLike, n: int = DEFAULT_N_BOOTSTRAP, seed: int = 0) -> np.ndarray:
     """``[n, size]`` resample indices of a cluster bootstrap: records that share a group value
     (a tool set, a template, a subject) are drawn together.
 
@@ -189,7 +192,7 @@ def cluster_bootstrap_indices(groups: ArrayLike, n: int = 1000, seed: int = 0) -
     return out
 
 
-def resample_indices(size: int, n: int = 1000, seed: int = 0, groups: ArrayLike | None = None) -> np.ndarray:
+def resample_indices(size: int, n: int = DEFAULT_N_BOOTSTRAP, seed: int = 0, groups: ArrayLike | None = None) -> np.ndarray:
     """The resamples every interval of an evaluation uses: :func:`cluster_bootstrap_indices` of
     ``groups`` when some records share a group, else :func:`bootstrap_indices` of ``size``
     records (so an evaluation grouped by record id keeps its draws)."""
@@ -242,7 +245,7 @@ def bootstrap(
     metric: Callable[[np.ndarray, np.ndarray], float],
     confidence: ArrayLike,
     correct: ArrayLike,
-    n: int = 1000,
+    n: int = DEFAULT_N_BOOTSTRAP,
     seed: int = 0,
     alpha: float = 0.05,
 ) -> Interval:
@@ -268,7 +271,7 @@ def paired_bootstrap(
     confidence_a: ArrayLike,
     confidence_b: ArrayLike,
     correct: ArrayLike,
-    n: int = 1000,
+    n: int = DEFAULT_N_BOOTSTRAP,
     seed: int = 0,
     alpha: float = 0.05,
 ) -> Interval:

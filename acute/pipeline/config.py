@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from ..validation import check_level
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..store.format import DEFAULT_STORE_DTYPE, storage_dtype
+from ..validation import check_count, check_level
 
 logger = logging.getLogger(__name__)
 
@@ -309,31 +311,57 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     fig = run.get("figures_model")
     if fig is not None and fig not in models_raw:
         raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
-    tf = check_level(run.get("test_fraction", 0.3), f"{path}: run.test_fraction", _RUN_LEVELS["test_fraction"])
+    from ..evaluation.evaluate import DEFAULT_TEST_FRACTION
+
+    tf = check_level(run.get("test_fraction", DEFAULT_TEST_FRACTION), f"{path}: run.test_fraction",
+                     _RUN_LEVELS["test_fraction"])
     cv, repeats = run.get("cv", 0), run.get("repeats", 1)
     if cv == 1 or cv < 0:
         raise InputError(f"{path}: run.cv must be 0 (one train/test split) or >= 2 folds, got {cv}")
     if repeats < 1:
         raise InputError(f"{path}: run.repeats must be >= 1, got {repeats}")
-    n_boot = run.get("n_bootstrap", 1000)
+    n_boot = check_count(run.get("n_bootstrap", DEFAULT_N_BOOTSTRAP), f"{path}: run.n_bootstrap", minimum=0)
     if "report_n_bootstrap" in run:
         logger.warning("%s: run.report_n_bootstrap is no longer used (the report reads each evaluation's "
                        "intervals from its results.json); remove it", path)
-    for k in ("n_bootstrap", "protocol_n_bootstrap"):
-        if run.get(k, n_boot) < (1 if k == "protocol_n_bootstrap" else 0):
-            raise InputError(f"{path}: run.{k} must be positive, got {run[k]}")
+    protocol_n_boot = check_count(run.get("protocol_n_bootstrap", n_boot), f"{path}: run.protocol_n_bootstrap")
     return Config(
         path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), test_fraction=tf,
         n_bootstrap=n_boot,
-        protocol_n_bootstrap=run.get("protocol_n_bootstrap", n_boot),
-        batch_size=batch_default, n_jobs=run.get("n_jobs"), store_dtype=run.get("store_dtype", "float16"),
-        probe_params=run.get("probe_params", {}), protocol_variant=run.get("protocol_variant", "unit"),
+        protocol_n_bootstrap=protocol_n_boot,
+        batch_size=batch_default, n_jobs=run.get("n_jobs"),
+        store_dtype=storage_dtype(run.get("store_dtype", DEFAULT_STORE_DTYPE), f"{path}: run.store_dtype"),
+        probe_params=_probe_params(run.get("probe_params", {}), f"{path}: run.probe_params"),
+        protocol_variant=_protocol_variant(run.get("protocol_variant", "unit"), f"{path}: run.protocol_variant"),
         figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats,
         estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators", allow_all=True),
         learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
                                   {"estimators": list, "repeats": int}),
         transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
                             {"estimators": list, "subject_splits": int, "repeats": int}))
+
+
+def _probe_params(params: dict, where: str) -> dict:
+    """``params`` when every key is an :class:`acute.estimators.probes.ActivationProbe` keyword an
+    estimator name does not fix (:func:`acute.estimators.registry.make_estimator`)."""
+    if not params:
+        return params
+    from ..estimators.probes import ActivationProbe
+
+    known = sorted(set(ActivationProbe().get_params()) - {"view", "layer", "calibration", "pooling"})
+    bad = sorted(set(params) - set(known))
+    if bad:
+        raise InputError(f"{where}: unknown or fixed probe parameter(s) {bad}; known: {known}")
+    return params
+
+
+def _protocol_variant(variant: str, where: str) -> str:
+    """``variant`` when it names an elicitation template (:data:`acute.protocol.verbalize.TEMPLATES`)."""
+    from ..protocol.verbalize import TEMPLATES
+
+    if variant not in TEMPLATES:
+        raise InputError(f"{where} must be one of {', '.join(map(repr, TEMPLATES))}, got {variant!r}")
+    return variant
 
 
 def _task_data_source(task_name: str) -> str | None:

@@ -16,7 +16,7 @@ from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
 from .processes import LOAD_OPTIONS_ENV, load_timings, own_peak_rss_mb, write_json_atomic
 
-__all__ = ["load_task_examples", "worker_main"]
+__all__ = ["job_identity", "load_task_examples", "store_difference", "worker_main"]
 
 
 def load_task_examples(spec: dict) -> tuple[Any, list]:
@@ -50,17 +50,47 @@ def _load_model(source: str):
     return model, tok, time.perf_counter() - t0
 
 
-def _storematches(manifest: dict, p: dict, task) -> bool:
-    """Whether an existing store was collected with this job's model, task settings, answer
-    length, chat choice (when set) and dtype; otherwise :func:`acute.collect.collect` is called
-    and reports the incompatibility itself."""
-    gen = manifest.get("generation") or {}
-    same_settings = json.loads(json.dumps(manifest.get("task_settings"), default=str)) == \
-        json.loads(json.dumps(task.settings(), default=str))
-    chat = p["task"].get("chat")
-    return (manifest.get("model") == p["model"] and same_settings
-            and gen.get("max_new_tokens") == (p["task"].get("max_new_tokens") or task.max_new_tokens)
-            and (chat is None or gen.get("chat") == chat) and manifest.get("dtype") == p["store_dtype"])
+def job_identity(p: dict, task) -> tuple[dict, tuple[str, ...]]:
+    """What a collect job would record as its store's identity (:mod:`acute.store.identity`)
+    without loading the model, and the fields it cannot know without it (compared only where
+    both sides know them): the chat flag when the task leaves it to the tokenizer, and the
+    model's weights (a model card gives its GGUF's sha256 and shape, a model folder its
+    fingerprint from ``config.json``)."""
+    from acute.models import card_names, get_card
+    from acute.store.identity import DEFAULT_ENGINE
+
+    gen = {"do_sample": False, "max_new_tokens": p["task"].get("max_new_tokens") or task.max_new_tokens,
+           "stop_strings": list(getattr(task, "stop_strings", ()) or ()), "pool": "decoding",
+           "chat": p["task"].get("chat")}
+    ident = {"model": p["model"], "task": task.name, "task_settings": task.settings(), "generation": gen,
+             "dtype": p["store_dtype"], "engine": DEFAULT_ENGINE, "model_fingerprint": None, "model_weights": None}
+    source = p["model_source"]
+    if source in card_names():
+        card = get_card(source)
+        ident["model_fingerprint"] = {"num_layers": card.num_layers, "hidden_size": card.hidden_size}
+        ident["model_weights"] = {"gguf_sha256": card.sha256}
+    elif (Path(source) / "config.json").is_file():  # a model folder: its config, not its weights
+        from transformers import AutoConfig
+
+        from acute.models import model_fingerprint
+
+        ident["model_fingerprint"] = model_fingerprint(AutoConfig.from_pretrained(source))
+    return ident, ("generation.chat", "model_fingerprint", "model_weights")
+
+
+def store_difference(manifest: dict, p: dict, task):
+    """How an existing store differs from what this collect job would write
+    (:func:`acute.store.identity.diff` of the store's identity and :func:`job_identity`, on every
+    field the store's own resume check compares, plus the model's name): empty when the store
+    can be reused without loading the model; otherwise :func:`acute.collect.collect` is called
+    and refuses or resumes it itself."""
+    from acute.store.format import COMPAT_KEYS, RUN_KEYS, WEIGHTS_KEY
+    from acute.store.identity import diff, of_store
+
+    expected, unknown = job_identity(p, task)
+    fields = ("model",) + COMPAT_KEYS + ("engine", WEIGHTS_KEY) + RUN_KEYS
+    return diff(of_store(manifest), expected, ("the store", "this job"), fields=fields,
+                optional=("num_layers", "hidden_size") + unknown)
 
 
 def _worker_collect(p: dict) -> dict:
@@ -74,7 +104,10 @@ def _worker_collect(p: dict) -> dict:
 
         store = open_store(store_dir)
         have = {str(i) for i in store.ids}
-        if _storematches(store.manifest, p, task) and all(str(ex.id) in have for ex in chosen):
+        differs = store_difference(store.manifest, p, task)
+        if differs:
+            print(f"  {store_dir} differs from this job ({differs}): collecting with the model", flush=True)
+        elif all(str(ex.id) in have for ex in chosen):
             # e.g. a smaller size than before: nothing to generate, no model to load
             keep = [i for i, rid in enumerate(store.ids) if str(rid) in {str(ex.id) for ex in chosen}]
             print(f"  all {len(chosen)} selected records are already in {store_dir}", flush=True)

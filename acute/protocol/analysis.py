@@ -16,6 +16,7 @@ import numpy as np
 
 from ..fileio import progress as _progress
 from ..errors import InputError
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..validation import check_count
 from .settings import (
     ALPHA,
@@ -206,7 +207,7 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
-def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = 1000, seed: int = 0,
+def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0,
               estimators: Mapping[str, Callable] | None = None,
               progress: bool = False) -> list[dict[str, Any]]:
     """Every cell ``scored x readout x context x estimator`` with its signed gap.
@@ -307,7 +308,7 @@ def _mean_interval(values: np.ndarray, n_bootstrap: int, seed: int) -> dict[str,
     return {"mean": float(values.mean()), "low": low, "high": high, "n": int(values.size)}
 
 
-def provenance_table(records: Sequence[Mapping], *, n_bootstrap: int = 1000,
+def provenance_table(records: Sequence[Mapping], *, n_bootstrap: int = DEFAULT_N_BOOTSTRAP,
                      seed: int = 0) -> dict[str, Any]:
     """Mean verbalized confidence per elicitation provenance, and paired differences.
 
@@ -390,7 +391,7 @@ def checklist(cells: Sequence[Mapping], template: str) -> list[dict[str, Any]]:
     return out
 
 
-def analyze_records(records: Sequence[Mapping], *, template: str = "unit", n_bootstrap: int = 1000,
+def analyze_records(records: Sequence[Mapping], *, template: str = "unit", n_bootstrap: int = DEFAULT_N_BOOTSTRAP,
                     seed: int = 0, progress: bool = False) -> dict[str, Any]:
     """All derived tables from per-record values: ``{"cells", "shifts", "provenance",
     "checklist"}`` (see :func:`gap_cells`, :func:`shift_table`, :func:`provenance_table`,

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..fileio import json_ready, progress_bar, write_text_atomic
 from ..errors import IncompatibleStoreError, InputError
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
@@ -100,7 +101,7 @@ def _count(statuses) -> dict[str, int]:
 # Long because of its docstring; the passes live in the functions below.
 def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path | None = None,
                  model_name: str | None = None, batch_size: int = 8, max_new_tokens: int | None = None,
-                 n_bootstrap: int = 1000, seed: int = 0, variant: str = "unit", progress: bool = True,
+                 n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0, variant: str = "unit", progress: bool = True,
                  chat: bool | None = None, verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
                  shard_size: int = 32) -> ProtocolResult:
     """Run the protocol grid on ``examples`` and write ``protocol.json`` and ``protocol.md``.
@@ -184,7 +185,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
                           progress=progress, wall=time.perf_counter() - start, store_dir=store_dir)
 
 
-def analyze_protocol(out_dir, *, n_bootstrap: int = 1000, seed: int = 0,
+def analyze_protocol(out_dir, *, n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0,
                      progress: bool = True) -> ProtocolResult:
     """Rerun the analysis of the protocol run in ``out_dir`` from its committed records alone
     (``out_dir/records``, every record in commit order), e.g. with another ``n_bootstrap`` or

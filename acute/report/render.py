@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..estimators.controls import CONTROLS
 from ..fileio import json_ready, write_text_atomic
 from .figures import (LEARNING_CURVE_TABLE, clear_figures, kept_task_figures, learning_curve_figure,
                       learning_curve_section, task_figure_names, task_figures, transfer_section)
@@ -169,6 +170,8 @@ def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[st
                   "minus the best of the baselines and the controls that know the metadata (`platt+meta`) "
                   "or the question text (`tfidf+platt`); `question-only` reads the prompt's last-token states "
                   "before any answer; within-group AUROC ranks answers inside each category or subject. "
+                  "Each evaluation's own table has every control row: "
+                  + ", ".join(f"`{name}`" for name in CONTROLS) + ". "
                   "n/a: the evaluation did not compute it (a store without metadata or last-prompt states). "
                   "Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
+from ..store.identity import diff, of_model, of_probe
 from ..validation import check_count
 from .gate import Gate, check_gates, parse_gates
 from .precheck import PrecheckResult, check_precheck, require_precheck
@@ -405,9 +406,11 @@ class Scorer:
                                  "string: pass the messages")
             if isinstance(item, str):
                 return item  # a formatted prompt, sent as is (as in training)
-        if self._trained_chat is not None and self.chat is not None and self.chat != self._trained_chat:
-            raise InputError(f"{where}: this probe's prompts were formatted with "
-                             f"chat={self._trained_chat} ({source}); this scorer uses chat={self.chat}")
+        found = diff(of_probe(self.probe), {"prompt_format": {"chat": self.chat}}, ("this probe", "this scorer"),
+                     fields=("prompt_format",), optional=("prompt_format",))
+        if found:
+            raise InputError(f"{where}: this probe's prompts were formatted otherwise ({source}): {found}; "
+                             f"score with chat={self._trained_chat}")
         return self.format(item)
 
     def _trained_task(self):
@@ -488,20 +491,19 @@ def _probe_generation(probe) -> dict:
 
 
 def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False) -> None:
-    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one."""
+    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one: its
+    own ``check_model`` (an exported probe), else the shape a fitted probe read against the
+    model's (:func:`acute.store.identity.diff`)."""
     from ..estimators.probes import ModelMismatchError
 
     check = getattr(probe, "check_model", None)
     if check is not None:
         check(fingerprint, allow_other_weights=allow_other_weights)
         return
-    n_outputs = getattr(probe, "n_layer_outputs_", None)
-    hidden = getattr(probe, "hidden_size_", None)
-    if n_outputs is None or hidden is None:
+    if getattr(probe, "n_layer_outputs_", None) is None or getattr(probe, "hidden_size_", None) is None:
         raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
-    want = (fingerprint["num_layers"] + 1, fingerprint["hidden_size"])
-    if (n_outputs, hidden) != want:
-        raise ModelMismatchError(
-            f"this probe was fitted on {n_outputs} layer outputs of size {hidden}, but the model "
-            f"has {want[0]} of size {want[1]}"
-        )
+    fitted = of_probe(probe)
+    found = diff(fitted, of_model(fingerprint), ("probe", "model"), fields=("num_layers", "hidden_size"))
+    if found:
+        raise ModelMismatchError(f"this probe was fitted on {fitted['num_layers'] + 1} layer outputs of width "
+                                 f"{fitted['hidden_size']}, another shape than this model's: {found}")

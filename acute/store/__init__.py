@@ -98,7 +98,9 @@ names), :mod:`~acute.store.commit` (the commit protocol: committed shards, the n
 orphans, the atomic commit, the identity check on resume), :mod:`~acute.store.header` (the
 safetensors header and tensor bytes), :mod:`~acute.store.shard` (one shard checked against its
 manifest), :mod:`~acute.store.manifest` (loading, writing and counting),
-:mod:`~acute.store.compat` (what a resume must agree on), :mod:`~acute.store.locks`,
+:mod:`~acute.store.compat` (what a resume must agree on), :mod:`~acute.store.identity` (the
+one identity of a store, a probe and a running model, and the one ``diff`` every "same model
+and settings?" check uses), :mod:`~acute.store.locks`,
 :mod:`~acute.store.writer` (:class:`StoreWriter`, :func:`prepare_store`, :func:`finalize_store`),
 :mod:`~acute.store.reader` (:class:`Store`, :func:`open_store`) and :mod:`~acute.store.verify`
 (:func:`verify_store`). Everything public is importable from ``acute.store``.
@@ -108,14 +110,18 @@ from __future__ import annotations
 
 from ..errors import CorruptStoreError, IncompatibleStoreError, StoreError
 from .commit import ShardDirectory, check_identity
-from .format import (COLLECTION_KEY_FIELDS, COMPAT_KEYS, FORMAT, FORMAT_VERSION, MANIFEST, POOLINGS,
-                     SHARD_FORMAT_VERSION, STATUSES, WEIGHTS_KEY, collection_key)
+from .format import (COLLECTION_KEY_FIELDS, COMPAT_KEYS, DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST,
+                     POOLINGS, SHARD_FORMAT_VERSION, STATUSES, STORAGE_DTYPES, WEIGHTS_KEY, collection_key,
+                     storage_dtype)
 from .header import read_safetensors_header
 from .reader import Store, open_store
 from .verify import verify_store
 from .writer import StoreWriter, finalize_store, prepare_store
 
 __all__ = [
+    "DEFAULT_STORE_DTYPE",
+    "STORAGE_DTYPES",
+    "storage_dtype",
     "FORMAT_VERSION",
     "SHARD_FORMAT_VERSION",
     "COMPAT_KEYS",

@@ -23,6 +23,7 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 from ..errors import IncompatibleStoreError, InputError, StoreError
 from ..fileio import default_mode, fsync_dir, tmp_path
 from .files import is_temporary, parse_shard_name, part_of, shard_name
+from .identity import diff
 
 #: what :meth:`ShardDirectory.commit` writes into a file: its bytes, or a function that writes the
 #: file at the path it is given (it may replace the file: its permissions are reset afterwards)
@@ -133,17 +134,12 @@ def _write(tmp: Path, payload: Payload) -> None:
 
 
 def check_identity(where: str | os.PathLike, stored: Mapping | None, given: Mapping,
-                   keys: Iterable[str] | None = None, *, what: str, remedy: str) -> None:
+                   keys: Iterable[str] | None = None, *, what: str, remedy: str, **options) -> None:
     """IncompatibleStoreError naming ``where`` and every key (of ``keys``, default: both
     mappings' keys, sorted) whose value in ``stored`` (the identity on disk; None for none)
-    differs from ``given`` (a resuming writer's), with both values, then ``remedy``; ``what``
-    names what cannot be resumed."""
-    stored = stored or {}
-    keys = sorted(set(stored) | set(given)) if keys is None else list(keys)
-    differ = [k for k in keys if stored.get(k) != given.get(k)]
-    if not differ:
-        return
-    names = ", ".join(repr(k) for k in differ)
-    detail = "; ".join(f"{k!r}: stored {stored.get(k)!r}, new {given.get(k)!r}" for k in differ)
-    verb = "differs" if len(differ) == 1 else "differ"
-    raise IncompatibleStoreError(f"{where}: cannot resume {what}: {names} {verb} ({detail}); {remedy}")
+    differs from ``given`` (a resuming writer's), with both values
+    (:func:`acute.store.identity.diff`, sides named "stored" and "new"; ``options`` go to it),
+    then ``remedy``; ``what`` names what cannot be resumed."""
+    found = diff(stored, given, ("stored", "new"), fields=keys, **options)
+    if found:
+        raise IncompatibleStoreError(f"{where}: cannot resume {what}: {found}; {remedy}")

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import IncompatibleStoreError, InputError
-from .commit import check_identity
 from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
+from .identity import diff, of_store
 
 logger = logging.getLogger(__name__)
 
@@ -28,24 +28,25 @@ def check_poolings(path: Path, stored: Sequence[str] | None, given: Sequence[str
 
 
 def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:
-    """IncompatibleStoreError naming the keys on which the stored manifest ``old`` and a writer's
-    ``new`` one disagree (:func:`~acute.store.commit.check_identity`): :data:`COMPAT_KEYS`
-    (``num_layers``/``hidden_size`` only when both know them), when the stored manifest records
-    them, ``generation``/``task_settings``, and the weights digest (``model_weights``) when both
-    record one, unless ``allow_other_weights``."""
-    ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
-    if ow is not None and nw is not None and ow != nw and not allow_other_weights:
-        raise IncompatibleStoreError(
-            f"{mpath}: cannot resume with other weights: the store was collected from a model whose "
-            f"weights have sha256 {ow.get('sha256')!r}, this model's have {nw.get('sha256')!r} (same "
-            "architecture, another checkpoint or dtype?). Use another folder, or allow_other_weights=True "
-            "(--allow-other-weights) to add this model's records to the store anyway")
+    """IncompatibleStoreError naming the fields on which the stored manifest ``old`` and a
+    writer's ``new`` one disagree, each with both values: the identities of both
+    (:func:`acute.store.identity.of_store`) compared by :func:`acute.store.identity.diff` on
+    :data:`COMPAT_KEYS`, the engine, the weights digest (``model_weights``) when both record one,
+    unless ``allow_other_weights``, and ``generation``/``task_settings`` when the stored manifest
+    records them (``num_layers``/``hidden_size`` only when both know them)."""
     # a shape unknown on one side adopts the known one; a store from before RUN_KEYS has none
-    keys = [key for key in COMPAT_KEYS + RUN_KEYS
-            if not (key in ("num_layers", "hidden_size") and None in (old.get(key), new.get(key)))
-            and not (key in RUN_KEYS and key not in old)]
-    check_identity(mpath, old, new, keys, what="the store",
-                   remedy="collect into another folder, or with the stored settings")
+    fields = list(COMPAT_KEYS) + ["engine", WEIGHTS_KEY] + [key for key in RUN_KEYS if key in old]
+    found = diff(of_store(old), of_store(new), ("stored", "new"), fields=fields,
+                 optional=("num_layers", "hidden_size", WEIGHTS_KEY), allow_other_weights=allow_other_weights)
+    if not found:
+        return
+    if WEIGHTS_KEY in found:
+        raise IncompatibleStoreError(
+            f"{mpath}: cannot resume with other weights (same architecture, another checkpoint "
+            f"or dtype?): {found}; use another folder, or allow_other_weights=True (--allow-other-weights) "
+            "to add this model's records to the store anyway")
+    raise IncompatibleStoreError(f"{mpath}: cannot resume the store: {found}; collect into another "
+                                 "folder, or with the stored settings")
 
 
 def merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:

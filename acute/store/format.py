@@ -42,17 +42,21 @@ MEAN_ONLY = ("mean",)
 REMEDY = "re-record it with `acute rerecord STORE --out NEW` to add them"
 #: Storage dtypes of the pooled states (the manifest's ``dtype``).
 STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
+#: The storage dtype of a store unless its writer is given another (:data:`STORAGE_DTYPES`).
+DEFAULT_STORE_DTYPE = "float16"
 
 
-def storage_dtype(dtype: Any) -> str:
-    """Normalise a storage dtype spec to ``"float16"`` or ``"float32"``; ValueError otherwise."""
+def storage_dtype(dtype: Any, name: str = "dtype") -> str:
+    """Normalise a storage dtype spec to one of :data:`STORAGE_DTYPES` (``"float16"`` or
+    ``"float32"``); InputError naming ``name`` and the allowed values otherwise."""
     try:
-        name = np.dtype(dtype).name
+        normal = np.dtype(dtype).name
     except TypeError:
-        name = str(dtype)
-    if name not in STORAGE_DTYPES:
-        raise InputError(f"dtype must be 'float16' or 'float32', got {dtype!r}")
-    return name
+        normal = str(dtype)
+    if isinstance(dtype, bool) or normal not in STORAGE_DTYPES:
+        raise InputError(f"{name} must be one of {', '.join(map(repr, STORAGE_DTYPES))} (the storage dtype of "
+                         f"the pooled states), got {dtype!r}")
+    return normal
 
 
 def expected_shape(manifest: dict) -> tuple[int | None, int | None]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError, InputError
 from ..validation import first_nonfinite_row
-from .format import MEAN_ONLY, POOLINGS, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
+from .format import DEFAULT_STORE_DTYPE, MEAN_ONLY, POOLINGS, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
 from .manifest import load_manifest
 from .shard import Shard, load_shards
 
@@ -75,7 +75,8 @@ class Store:
         """Storage dtype of the hidden states (float16 or float32)."""
         if self._shards:
             return self._shards[0].dtype
-        return np.dtype(STORAGE_DTYPES.get(self.manifest.get("dtype", "float16"), np.float16))
+        return np.dtype(STORAGE_DTYPES.get(self.manifest.get("dtype", DEFAULT_STORE_DTYPE),
+                                           STORAGE_DTYPES[DEFAULT_STORE_DTYPE]))
 
     def _global_rows(self) -> np.ndarray:
         return np.arange(len(self), dtype=np.int64) if self._rows is None else self._rows

@@ -17,7 +17,7 @@ from ..validation import first_nonfinite_row
 from .compat import check_compatible, check_poolings, merge_weights
 from .commit import ShardDirectory
 from .files import PART_LOCK_RE, SHARD_FILES
-from .format import (FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, POOLINGS, STATUSES, STORAGE_DTYPES, TENSORS,
+from .format import (DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, POOLINGS, STATUSES, STORAGE_DTYPES, TENSORS,
                      collection_key, dumps, storage_dtype)
 from .header import array_bytes_sha256
 from .locks import lock_part, lock_store, store_lock, unlock_part
@@ -79,7 +79,7 @@ def _open_as_owner(path: Path, new: dict, shard_size: int, allow_other_weights: 
     return merged, shards
 
 
-def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
+def prepare_store(out_dir: str | os.PathLike, manifest: dict, dtype: str = DEFAULT_STORE_DTYPE,
                   shard_size: int = 256, *, allow_other_weights: bool = False) -> dict:
     """Create or resume a store for part writers; the main process calls it before they start.
 
@@ -168,7 +168,8 @@ class StoreWriter:
         validate shapes; when absent they are inferred from the first batch and recorded.
         ``poolings`` (``["mean"]`` or :data:`POOLINGS`) may declare up front what the first
         :meth:`add` otherwise decides; it must agree with a resumed store's.
-    dtype : storage dtype of the hidden states: ``"float16"`` (default) or ``"float32"``.
+    dtype : storage dtype of the hidden states, one of :data:`~acute.store.format.STORAGE_DTYPES`
+        (default :data:`~acute.store.format.DEFAULT_STORE_DTYPE`, ``"float16"``).
     shard_size : records per shard (the last shard may be smaller).
     allow_other_weights : resume a store whose manifest records another weights digest
         (``model_weights``); the stored digest stays and the new one is listed in
@@ -187,7 +188,7 @@ class StoreWriter:
     writer on the same store (or part) fails with :class:`StoreError` instead of clobbering it.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, manifest: dict, dtype: str = "float16",
+    def __init__(self, out_dir: str | os.PathLike, manifest: dict, dtype: str = DEFAULT_STORE_DTYPE,
                  shard_size: int = 256, *, part: int | None = None, allow_other_weights: bool = False):
         self._store_fd: int | None = None
         self._part_fd: int | None = None

@@ -1,0 +1,226 @@
+"""One identity of a store, a probe and a running model, and the one :func:`diff` between two.
+
+"Same model and settings?" is asked when a writer resumes a store, when ``acute run`` reuses a
+store without loading its model, when a calibration store certifies a probe, when a probe is
+applied to a model or to given responses, and when a store is re-recorded. Each asks it of two
+identities built here and compared by :func:`diff`, whose message names both sides and every
+differing field with both values. What deliberately differs between the callers (another
+checkpoint allowed, a field compared only when both sides know it) is an option of the diff.
+
+An identity is a plain dict of these fields (a field a side does not know is absent or None):
+
+``model``           the model's name (a model card, a folder, the name a collection was given)
+``model_fingerprint`` ``{architecture, model_type, num_layers, hidden_size, vocab_size}``
+                    (:func:`acute.models.model_fingerprint`)
+``model_weights``   ``{sha256, gguf_sha256}`` (:func:`acute.models.weights_digest`)
+``tokenizer``       the tokenizer's ``name_or_path``
+``engine``          what ran the model: :data:`DEFAULT_ENGINE` (``"transformers"``) unless a
+                    store or probe records another (a manifest that predates the field reads as it)
+``task``, ``task_settings`` the task's name and :meth:`acute.tasks.Task.settings`
+``generation``      a store manifest's ``generation`` (max new tokens, stop strings, pool, chat)
+``prompt_format``   ``{chat, prompts}``: the chat flag and, for given responses, their kind
+                    (``"prompt"`` or ``"messages"``; ``"generated answers"`` otherwise)
+``dtype``           the store's storage dtype of the pooled states
+``num_layers``, ``hidden_size`` the shape of the recorded states (L decoder layers, width d)
+
+:func:`of_store` reads a store manifest, :func:`of_probe` an exported or fitted probe,
+:func:`of_model` the ``acute.models.model_identity`` of a loaded model; :func:`model_record` is
+the flat form a probe file records (``probe.json``'s ``model.fingerprint``).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any, Iterable, Mapping, Sequence
+
+from .pooling import DEFAULT_POOLING, pooling_blocks
+
+__all__ = ["DEFAULT_ENGINE", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "diff", "model_record",
+           "of_model", "of_probe", "of_store", "prompt_format"]
+
+#: The engine that ran the model unless a store or probe records another (a vLLM backend will).
+DEFAULT_ENGINE = "transformers"
+#: The fields of ``model_fingerprint`` (in the order :func:`acute.models.model_fingerprint` gives).
+FINGERPRINT_FIELDS = ("architecture", "model_type", "num_layers", "hidden_size", "vocab_size")
+#: The fields of an identity (see the module docstring).
+FIELDS = ("model", "model_fingerprint", "model_weights", "tokenizer", "engine", "task", "task_settings",
+          "generation", "prompt_format", "dtype", "num_layers", "hidden_size")
+#: Prompts of a store of generated answers (no ``responses`` in its manifest).
+GENERATED = "generated answers"
+
+
+# ------------------------------------------------------------------------------ building
+def _fingerprint(fp: Any) -> dict | None:
+    """``model_fingerprint`` in :data:`FINGERPRINT_FIELDS` (None: unknown)."""
+    if not isinstance(fp, Mapping):
+        return None
+    return {key: fp.get(key) for key in FINGERPRINT_FIELDS}
+
+
+def _weights(sha256: Any, gguf: Any) -> dict | None:
+    out = {key: value for key, value in (("sha256", sha256), ("gguf_sha256", gguf)) if value}
+    return out or None
+
+
+def prompt_format(generation: Any, responses: Any) -> dict:
+    """``{chat, prompts}`` of a store's (or a probe's training store's) ``generation`` and
+    ``responses``: how its prompts were formatted."""
+    gen = generation if isinstance(generation, Mapping) else {}
+    resp = responses if isinstance(responses, Mapping) else {}
+    return {"chat": gen.get("chat"), "prompts": resp.get("prompt_format", GENERATED)}
+
+
+def of_store(manifest: Mapping) -> dict:
+    """The identity of a store from its manifest. ``task_settings`` and ``generation`` are absent
+    when the manifest lacks them (a store from before they were recorded); a missing ``engine``
+    is :data:`DEFAULT_ENGINE`."""
+    weights = manifest.get("model_weights")
+    weights = weights if isinstance(weights, Mapping) else {}
+    out = {
+        "model": manifest.get("model"),
+        "model_fingerprint": _fingerprint(manifest.get("model_fingerprint")),
+        "model_weights": _weights(weights.get("sha256"), weights.get("gguf_sha256")),
+        "tokenizer": manifest.get("tokenizer"),
+        "engine": manifest.get("engine") or DEFAULT_ENGINE,
+        "task": manifest.get("task"),
+        "prompt_format": prompt_format(manifest.get("generation"), manifest.get("responses")),
+        "dtype": manifest.get("dtype"),
+        "num_layers": manifest.get("num_layers"),
+        "hidden_size": manifest.get("hidden_size"),
+    }
+    out.update({key: manifest[key] for key in ("task_settings", "generation") if key in manifest})
+    return out
+
+
+def of_model(identity: Mapping | None, *, name: str | None = None, tokenizer: str | None = None,
+             engine: str = DEFAULT_ENGINE) -> dict:
+    """The identity of a model from :func:`acute.models.model_identity` (or a fingerprint
+    without weights, or a probe's recorded ``model.fingerprint``: the same flat form)."""
+    flat = identity if isinstance(identity, Mapping) else {}
+    return {"model": name, "model_fingerprint": _fingerprint(identity),
+            "model_weights": _weights(flat.get("weights_sha256"), flat.get("gguf_sha256")),
+            "tokenizer": tokenizer, "engine": engine or DEFAULT_ENGINE,
+            "num_layers": flat.get("num_layers"), "hidden_size": flat.get("hidden_size")}
+
+
+def of_probe(probe: Any) -> dict:
+    """The identity of a probe: an :class:`acute.estimators.probe_file.ExportedProbe` (its
+    recorded model and training store settings) or a fitted
+    :class:`acute.estimators.probes.ActivationProbe` (the shape it was fitted on, its
+    ``training_summary_``). ``num_layers`` / ``hidden_size`` are the input shape it reads."""
+    manifest = getattr(probe, "manifest", None)
+    if isinstance(manifest, Mapping):
+        model = manifest.get("model") or {}
+        summary = manifest.get("training_summary") or {}
+        inp = manifest.get("input") or {}
+        n_outputs, hidden = inp.get("n_layer_outputs"), inp.get("hidden_size")
+    else:
+        model = {"name": None, "fingerprint": getattr(probe, "model_fingerprint", None)}
+        summary = getattr(probe, "training_summary_", None) or {}
+        n_outputs = getattr(probe, "n_layer_outputs_", None)
+        hidden = getattr(probe, "hidden_size_", None)
+        if hidden is not None:
+            hidden = int(hidden) // pooling_blocks(getattr(probe, "pooling", DEFAULT_POOLING))
+    summary = summary if isinstance(summary, Mapping) else {}
+    out = of_model(model.get("fingerprint"), name=model.get("name"), engine=summary.get("engine"))
+    out.update(task=summary.get("task"), task_settings=summary.get("task_settings"),
+               generation=summary.get("generation"),
+               prompt_format=prompt_format(summary.get("generation"), summary.get("responses")),
+               num_layers=None if n_outputs is None else int(n_outputs) - 1,
+               hidden_size=None if hidden is None else int(hidden))
+    return out
+
+
+def model_record(identity: Mapping) -> dict | None:
+    """The flat model identity a probe file records (``probe.json``'s ``model.fingerprint``):
+    the fingerprint's known fields plus ``weights_sha256`` / ``gguf_sha256`` when known; None
+    without a fingerprint."""
+    fp = identity.get("model_fingerprint")
+    if fp is None:
+        return None
+    weights = identity.get("model_weights") or {}
+    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256")}
+    return {key: value for key, value in {**fp, **extra}.items() if value is not None}
+
+
+# ------------------------------------------------------------------------------ comparing
+class Difference:
+    """What :func:`diff` found: ``fields`` (the top-level fields that differ, in order) and
+    ``details`` (one ``'field': A a, B b`` per differing value, ``'field'['key']`` inside a
+    dict-valued field). False when nothing differs; ``str()`` is the message."""
+
+    def __init__(self, fields: Sequence[str], details: Sequence[str]):
+        self.fields = tuple(fields)
+        self.details = tuple(details)
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+    def __contains__(self, field: str) -> bool:
+        return field in self.fields
+
+    def __str__(self) -> str:
+        if not self.fields:
+            return "nothing differs"
+        names = ", ".join(repr(f) for f in self.fields)
+        verb = "differs" if len(self.fields) == 1 else "differ"
+        return f"{names} {verb} ({'; '.join(self.details)})"
+
+    def __repr__(self) -> str:
+        return f"Difference({str(self)!r})"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would hold it (tuples as lists, numpy scalars as numbers, paths as
+    strings), so an identity read from a file equals the one computed live."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, PurePath):
+        return str(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+def diff(a: Mapping | None, b: Mapping | None, names: tuple[str, str] = ("store", "probe"), *,
+         fields: Iterable[str] | None = None, optional: Iterable[str] = (),
+         allow_other_weights: bool = False) -> Difference:
+    """The fields on which the identities ``a`` and ``b`` (named ``names`` in the message)
+    differ, each with both values.
+
+    ``fields``: the fields compared (default: every field of either side, sorted). A field
+    missing on one side is None there and differs from a value, except the ``optional`` ones:
+    a field (or ``"field.key"`` inside a dict-valued one) named there is compared only when both
+    sides know it (not None). Dict-valued fields are compared key by key (an optional field's
+    keys are all optional). ``allow_other_weights`` leaves ``model_weights`` out: another
+    checkpoint of the same architecture passes.
+    """
+    a, b = a or {}, b or {}
+    keys = sorted(set(a) | set(b)) if fields is None else list(dict.fromkeys(fields))
+    if allow_other_weights:
+        keys = [k for k in keys if k != "model_weights"]
+    optional = set(optional)
+    name_a, name_b = names
+    differ, details = [], []
+    for key in keys:
+        va, vb = _plain(a.get(key)), _plain(b.get(key))
+        if key in optional and (va is None or vb is None):
+            continue
+        if isinstance(va, dict) and isinstance(vb, dict):
+            found = [f"{key!r}[{sub!r}]: {name_a} {va.get(sub)!r}, {name_b} {vb.get(sub)!r}"
+                     for sub in dict.fromkeys([*va, *vb])
+                     if va.get(sub) != vb.get(sub)
+                     and not ((key in optional or f"{key}.{sub}" in optional)
+                              and (va.get(sub) is None or vb.get(sub) is None))]
+            if found:
+                differ.append(key)
+                details += found
+        elif va != vb:
+            differ.append(key)
+            details.append(f"{key!r}: {name_a} {va!r}, {name_b} {vb!r}")
+    return Difference(differ, details)
