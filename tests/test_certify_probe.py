@@ -141,6 +141,12 @@ def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
         assert entry["threshold"] == certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial").threshold
         assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
                                   "from": "cross-fitted for the certificate", "group_by": "toolset"}
+    common = ["export", "--store", str(tmp_path / "grouped"), "--view", "pca10", "--n-estimators", "10",
+              "--max-error", "0.1", "--delta", "0.2", "--certify-backend", "binomial"]
+    for group_by, folds_field in (("toolset", "toolset"), ("id", None)):  # acute export --group-by
+        assert main([*common, "--out", str(tmp_path / group_by), "--group-by", group_by]) == 0
+        [entry] = json.loads((tmp_path / group_by / "probe.json").read_text())["certificates"]
+        assert entry["folds"].get("group_by") == folds_field
     with pytest.raises(InputError, match=r"3 distinct values of 'toolset', fewer than the 5 folds"):
         train_probe(make_store(tmp_path / "three", meta=lambda i: {"toolset": f"t{i % 3}"}), view="pca10",
                     max_error=0.1, group_by="toolset")
@@ -282,7 +288,8 @@ def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
                            "trusted answers), got 1.5"),
     (["--max-error", 0.1, "--delta", 0], "argument --delta: must be a number in (0, 1) (the probability that the "
                                          "guarantee fails), got 0.0"),
-    (["--delta", 0.2], "--delta and --calibration-store go with --max-error"),
+    (["--delta", 0.2], "--delta, --calibration-store and --group-by go with --max-error"),
+    (["--group-by", "id"], "--delta, --calibration-store and --group-by go with --max-error"),
     (["--max-error", 0.1, "--calibration-store", "OTHER"], "train 320,"),
 ])
 def test_cli_export_refuses_bad_input_by_name(stores, tmp_path, capsys, extra, message):

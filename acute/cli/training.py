@@ -10,7 +10,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
-from ..evaluation.evaluate import DEFAULT_TEST_FRACTION
+from ..evaluation.crossval import DEFAULT_TEST_FRACTION
+from ..evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
@@ -24,9 +25,10 @@ def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
     from ..evaluation.training import check_precheck_store, train_probe
 
-    if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
-        raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error rate "
-                         "to certify among trusted answers)")
+    if args.max_error is None and (args.delta is not None or args.calibration_store is not None
+                                   or args.group_by is not None):
+        raise InputError("--delta, --calibration-store and --group-by go with --max-error ALPHA (the error "
+                         "rate to certify among trusted answers)")
     store = open_labelled_store(args.store, args.allow_partial)
     if args.precheck:  # a store without last-prompt states fails before anything is fitted
         check_precheck_store(store, "--precheck")
@@ -37,7 +39,7 @@ def _train(args, test_fraction: float):
                           store_path=args.store, max_error=args.max_error,
                           delta=DEFAULT_DELTA if args.delta is None else args.delta, calibration_store=calibration,
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
-                          precheck=args.precheck)
+                          precheck=args.precheck, group_by=args.group_by)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -223,6 +225,7 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
+        add_group_by(t, certification=True)
         if name == "train":
             t.add_argument("--test-fraction", type=float, default=DEFAULT_TEST_FRACTION,
                            help="share of records held out, by id, for the printed test metrics (default %(default)s)")
@@ -236,9 +239,10 @@ def add_evaluate(sub, model_opts) -> None:
     e.add_argument("--test-store", default=None, help="a second store as the test set")
     e.add_argument("--allow-overlap", action="store_true",
                    help="allow record ids that occur in both --store and --test-store")
-    e.add_argument("--cv", type=int, default=5,
-                   help="stratified folds of the cross-validation (default 5; 0 = one split by id)")
-    e.add_argument("--repeats", type=int, default=2, help="repeats of the cross-validation (default 2)")
+    e.add_argument("--cv", type=int, default=DEFAULT_FOLDS,
+                   help="stratified folds of the cross-validation (default %(default)s; 0 = one split by id)")
+    e.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help="repeats of the cross-validation (default %(default)s)")
     e.add_argument("--test-fraction", type=float, default=None,
                    help="evaluate on one split by id with this test share instead of cross-validation")
     e.add_argument("--seed", type=int, default=0, help="seed of the folds, forests and resamples (default %(default)s)")
@@ -263,15 +267,19 @@ def add_evaluate(sub, model_opts) -> None:
     e.set_defaults(func=cmd_evaluate)
 
 
-def add_group_by(parser) -> None:
-    """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve)."""
+def add_group_by(parser, certification: bool = False) -> None:
+    """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or the folds
+    of the out-of-fold predictions a certificate is calibrated on (train, export)."""
     from ..evaluation.evaluate import RECORD_IDS
 
+    what = ("with --max-error: cross-fitted folds of the certificate's out-of-fold predictions that keep "
+            "each value of this record metadata field on one side" if certification else
+            "folds that keep each value of this record metadata field on one side, and intervals that "
+            "resample the values together")
     parser.add_argument("--group-by", default=None, metavar="FIELD",
-                        help="folds that keep each value of this record metadata field on one side, and "
-                             "intervals that resample the values together (leave-category-out, records "
-                             "sharing a tool set); every record must have it. Default: the task's own "
-                             f"(APIGen, BFCL: toolset; others: record ids); '{RECORD_IDS}' for record ids")
+                        help=f"{what} (leave-category-out, records sharing a tool set); every record must "
+                             "have it. Default: the task's own (APIGen, BFCL: toolset; others: record ids); "
+                             f"'{RECORD_IDS}' for record ids")
 
 
 def add_learning_curve(sub, model_opts) -> None:

@@ -34,8 +34,12 @@ from ..store.pooling import DEFAULT_POOLING, store_states
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict",
+__all__ = ["DEFAULT_TEST_FRACTION", "check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict",
            "ids_digest", "split_ids", "states_for", "take_rows"]
+
+#: The share of records a single split by id holds out (:func:`split_ids`; ``evaluate_store``'s
+#: ``test_fraction``, ``acute train --test-fraction``, a run config's ``test_fraction``).
+DEFAULT_TEST_FRACTION = 0.3
 
 
 def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None):
@@ -319,7 +323,7 @@ def _unit_hash(seed: int, record_id: Any) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def split_ids(ids: Sequence[Any], test_fraction: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def split_ids(ids: Sequence[Any], test_fraction: float = DEFAULT_TEST_FRACTION, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Deterministic train/test split by record id.
 
     A record is in the test split when ``sha256(f"{seed}:{id}")`` read as a number in [0, 1) is

@@ -45,7 +45,7 @@ from ..estimators.features import NAMED_LAYERS
 from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_input, estimator_pooling, is_estimator,
                                    make_estimator)
 from ..validation import check_confidence, check_correct, check_count
-from .crossval import ids_digest, split_ids
+from .crossval import DEFAULT_TEST_FRACTION, ids_digest, split_ids
 from .markdown import results_markdown, selective_markdown
 from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
 
@@ -62,10 +62,6 @@ DEFAULT_FOLDS = 5
 
 
 DEFAULT_REPEATS = 2
-
-#: The share of records a single split by id holds out (``evaluate_store``'s ``test_fraction``,
-#: ``acute train --test-fraction``, a run config's ``test_fraction``).
-DEFAULT_TEST_FRACTION = 0.3
 
 #: ``group_by`` value for folds and resamples of single records, whatever the task declares
 RECORD_IDS = "id"
