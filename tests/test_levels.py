@@ -13,7 +13,9 @@ import pytest
 
 from acute.cli import build_parser
 from acute.errors import InputError
+from acute.evaluation.curves import binned_reliability, constant_euro_curve
 from acute.metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
+from acute.metrics.selective import coverage_at_error
 from acute.scoring import Gate, parse_gate
 from acute.scoring.gate import parse_gates, resolve_gate
 from acute.scoring.precheck import check_precheck
@@ -208,3 +210,27 @@ def test_equal_requests_share_one_gate_and_errors_name_the_item():
         resolve_gate(_Probe(), 0.2, 0.1, name={"risk": "--risk", "max_error": "--max-error"}.get)
     with pytest.raises(InputError, match=r"^max_error=0.2: this probe carries no certificate"):
         parse_gate(_Probe(), max_error=0.2)
+
+
+@pytest.mark.parametrize("call, text", [
+    (lambda v: coverage_at_error([0.9, 0.2], [1, 0], v),
+     "alpha must be a number in [0, 1] (the largest error rate allowed), got"),
+    (lambda v: constant_euro_curve([1, 0, 1], base_rate=v),
+     "base_rate must be a number in [0, 1] (a probability), got"),
+    (lambda v: binned_reliability(
+        [0.9, 0.2, 0.6], [1, 0, 1], alpha=v),
+     "alpha must be a number in (0, 1) (one minus the intervals' coverage), got"),
+])
+@pytest.mark.parametrize("value", [True, "0.3", float("nan"), 1.5])
+def test_other_probability_like_arguments_go_through_the_one_rule(call, text, value):
+    with pytest.raises(InputError) as e:
+        call(value)
+    assert str(e.value).startswith(text)
+
+
+def test_a_task_option_that_is_a_level_goes_through_the_one_rule(tmp_path):
+    from acute.tasks import get_task
+
+    with pytest.raises(InputError, match=r"option threshold must be a number in \[0, 1\] \(the ROUGE-L F1 a "
+                                         r"summary needs\), got 1\.5"):
+        get_task("scitldr", threshold=1.5).load(tmp_path)

@@ -20,9 +20,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import norm
 
-from ..errors import InputError
 from ..metrics import DEFAULT_N_BOOTSTRAP, EURO_GRID, bootstrap_indices, euro_curve, percentile_interval, validate_inputs
-from ..validation import check_correct, check_count
+from ..validation import check_correct, check_count, check_level
 
 __all__ = ["BinnedReliability", "EuroDifference", "binned_reliability", "constant_euro_curve",
            "euro_difference"]
@@ -47,9 +46,7 @@ class BinnedReliability:
 
 
 def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
-        raise InputError(f"alpha: expected a float in (0, 1), got {alpha!r}")
-    return float(alpha)
+    return check_level(alpha, "alpha", "one minus the intervals' coverage")
 
 
 def _wilson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
@@ -107,13 +104,8 @@ def constant_euro_curve(correct: ArrayLike, base_rate: float | None = None,
     accuracy ``a`` its euro is ``(1-u) a / ((1-u) a + u (1-a))`` below the base rate and
     ``u (1-a) / ((1-u) a + u (1-a))`` from it on."""
     y = check_correct(correct) == 1
-    if base_rate is None:
-        rate = float(y.mean())
-    elif isinstance(base_rate, bool) or not isinstance(base_rate, (int, float, np.floating)) \
-            or not 0.0 <= float(base_rate) <= 1.0:
-        raise InputError(f"base_rate: expected a probability in [0, 1], got {base_rate!r}")
-    else:
-        rate = float(base_rate)
+    rate = float(y.mean()) if base_rate is None else check_level(base_rate, "base_rate", "a probability",
+                                                                 closed=True)
     return euro_curve(np.full(y.size, rate), y, grid)
 
 

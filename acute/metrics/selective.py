@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ..errors import InputError
-from ..validation import check_confidence, check_correct
+from ..validation import check_confidence, check_correct, check_level
 
 __all__ = [
     "RiskCoverage",
@@ -145,13 +145,7 @@ def e_aurc(confidence: ArrayLike, correct: ArrayLike) -> float:
 
 
 def _check_alpha(alpha: float, name: str = "alpha") -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)):
-        raise InputError(f"{name} must be a number in [0, 1] (the largest error rate allowed), "
-                         f"got {alpha!r}")
-    value = float(alpha)
-    if not 0.0 <= value <= 1.0:  # also refuses NaN
-        raise InputError(f"{name} must lie in [0, 1] (the largest error rate allowed), got {alpha!r}")
-    return value
+    return check_level(alpha, name, "the largest error rate allowed", closed=True)
 
 
 def _coverage_at_error(trusted: np.ndarray, wrong: np.ndarray, alpha: float) -> float:

@@ -13,7 +13,7 @@ from typing import Any
 from .base import Example, Task, TaskDataError, clean_texts, find_file, read_jsonl
 from .normalize import first_line, strip_answer_prefix
 from .rouge import best_rouge_l_f1
-from ..errors import InputError
+from ..validation import check_level
 
 __all__ = ["SciTLDRTask", "parse_scitldr_row"]
 
@@ -54,8 +54,8 @@ class SciTLDRTask(Task):
     options = {"threshold": 0.3, "n_plausible_wrong": 3}
 
     def _read(self, path: Path, split: str) -> list[Example]:
-        if not 0.0 <= float(self.threshold) <= 1.0:
-            raise InputError(f"threshold must be in [0, 1], got {self.threshold}")
+        check_level(self.threshold, f"task {self.name}: option threshold", "the ROUGE-L F1 a summary needs",
+                    closed=True)
         if path.is_dir():
             path = find_file(path, [f"{split}.jsonl", f"SciTLDR-A/{split}.jsonl"], self.name, split)
         return self._rows(read_jsonl(path), lambda _, obj, where: parse_scitldr_row(obj, where),
