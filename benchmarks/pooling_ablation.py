@@ -46,7 +46,7 @@ def ablation_table(poolings: list[str], vs_baseline: dict, vs_mean: dict, baseli
 def main(argv=None) -> int:
     from acute.fileio import json_ready
     from acute.estimators.baselines import BASELINES
-    from acute.estimators import split_pooling
+    from acute.estimators.registry import split_pooling
     from acute.evaluation import evaluate_predictions, evaluate_store
     from acute.store.pooling import parse_pooling
     from acute.store import open_store

@@ -12,7 +12,8 @@ from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
-from acute.estimators import ActivationProbe, load_probe, make_baseline
+from acute.estimators import ActivationProbe, load_probe
+from acute.estimators.baselines import make_baseline
 from acute.estimators.calibration import (CALIBRATION_ARRAYS, CALIBRATIONS, apply_calibration, apply_isotonic,
                                           apply_platt, calibration_arrays, calibration_params, fit_isotonic,
                                           fit_platt, fit_stacker)

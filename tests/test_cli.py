@@ -19,7 +19,8 @@ import pytest
 from acute.cli import main
 from acute.extraction import generate_and_record
 from acute.models import load_model
-from acute.estimators import CONTROLS, load_probe
+from acute.estimators import load_probe
+from acute.estimators.controls import CONTROLS
 from acute.store.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
@@ -133,7 +134,8 @@ def test_evaluate_single_split(work, capsys, tmp_path):
 
 
 def test_train_without_view_chooses_by_cross_validation(work, capsys, tmp_path):
-    from acute.estimators import AUTO_CANDIDATES, BASELINES
+    from acute.estimators import AUTO_CANDIDATES
+    from acute.estimators.baselines import BASELINES
 
     out = tmp_path / "auto"
     rc, text, _ = run(["train", "--store", work / "mixed", "--out", out, "--n-estimators", 10], capsys)

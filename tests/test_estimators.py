@@ -13,10 +13,11 @@ from acute.estimators import (
     DEFAULT_ESTIMATOR,
     ESTIMATORS,
     AutoEstimator,
-    UnknownEstimatorError,
     make_estimator,
 )
-from acute.estimators import ActivationProbe, apply_calibration, fit_stacker
+from acute.errors import UnknownEstimatorError
+from acute.estimators import ActivationProbe
+from acute.estimators.calibration import apply_calibration, fit_stacker
 
 SMALL = {"n_estimators": 12, "search_n_estimators": 8}
 

@@ -11,7 +11,8 @@ from acute import metrics
 from acute.errors import InputError
 from acute.metrics.selective import aurc
 from acute.estimators.baselines import BASELINES
-from acute.estimators import ACUTE_VARIANTS, ESTIMATORS
+from acute.estimators import ESTIMATORS
+from acute.estimators.registry import ACUTE_VARIANTS
 from acute.evaluation import (
     evaluate_predictions,
     evaluate_store,

@@ -9,14 +9,12 @@ from sklearn.decomposition import PCA
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 
+from acute.validation import check_confidence, check_correct, check_states
 from acute.estimators.features import (
     CosineToLast,
     LayerPCA,
     MeanPool,
     append_confidence,
-    check_confidence,
-    check_correct,
-    check_states,
     cosine_to_last,
     layer_thirds,
     make_featurizer,

@@ -7,7 +7,8 @@ import pytest
 
 from acute.evaluation.crossval import fit_predict, states_for
 from acute.errors import InputError, UnknownEstimatorError
-from acute.estimators import estimator_group, estimator_pooling, is_estimator, make_estimator
+from acute.estimators import make_estimator
+from acute.estimators.registry import estimator_group, estimator_pooling, is_estimator
 from acute.estimators.features import cosine_to_last
 from acute.store.pooling import Concatenated, generation_states, parse_pooling, store_states
 from acute.estimators.probe_file import load_probe

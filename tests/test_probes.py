@@ -11,15 +11,9 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from acute.estimators import (
-    ActivationProbe,
-    ExportedProbe,
-    ModelMismatchError,
-    ProbeFormatError,
-    forest_arrays,
-    forest_proba,
-    load_probe,
-)
+from acute.errors import ModelMismatchError, ProbeFormatError
+from acute.estimators import ActivationProbe, ExportedProbe, load_probe
+from acute.estimators.probe_file import forest_arrays, forest_proba
 
 N_OUT, D = 10, 12  # 9 decoder layers (thirds 1-3, 4-6, 7-9), hidden size 12
 FINGERPRINT = {"architecture": "LlamaForCausalLM", "num_layers": 9, "hidden_size": 12, "vocab_size": 320}

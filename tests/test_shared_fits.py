@@ -14,7 +14,8 @@ from sklearn.base import clone
 from acute.errors import InputError
 from acute.estimators import ESTIMATORS, make_estimator
 from acute.estimators.controls import CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT
-from acute.estimators.probes import ActivationProbe, forest_arrays
+from acute.estimators.probe_file import forest_arrays
+from acute.estimators.probes import ActivationProbe
 from acute.estimators.plan import FitPlan
 from acute.estimators.registry import AutoEstimator, estimator_input
 from acute.estimators.visible import reply_texts, visible_inputs

@@ -86,7 +86,7 @@ def test_one_confidence_rule_everywhere(conf, message):
     from acute import metrics
     from acute.estimators.baselines import make_baseline
     from acute.estimators import make_estimator
-    from acute.estimators.features import check_confidence
+    from acute.validation import check_confidence
 
     y = [1, 0, 1]
     X = np.zeros((3, 3, 4), dtype=np.float32)

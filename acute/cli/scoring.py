@@ -108,7 +108,7 @@ def _print_scored(s, rule) -> None:
 
 def cmd_score(args) -> int:
     from ..models import load_model
-    from ..estimators.probes import load_probe
+    from ..estimators import load_probe
     from ..scoring.gate import resolve_gate
     from ..scoring.precheck import require_precheck
     from ..scoring.scorer import Scorer
@@ -168,7 +168,7 @@ def cmd_serve(args) -> int:
                          "requests that name neither, not both")
     from ..errors import AcuteError
     from ..models import load_model
-    from ..estimators.probes import load_probe
+    from ..estimators import load_probe
     from ..scoring.scorer import Scorer
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()

@@ -15,29 +15,21 @@
   :class:`FitPlan` fits each piece once for every estimator of a fold);
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
 * :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
-* :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``;
-* :mod:`~acute.estimators.training`: :func:`train_probe`, choosing, fitting and describing a probe
-  for export.
+* :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``.
+
+Training a probe for export (:func:`acute.evaluation.train_probe`) belongs to
+:mod:`acute.evaluation`, which compares and certifies it. The names below are the package's
+public API (docs/api.md); everything else is imported from the module that defines it.
 """
 
 from __future__ import annotations
 
-from ..errors import ModelMismatchError, ProbeFormatError, UnknownEstimatorError
-from .baselines import BASELINES, make_baseline
-from .controls import CONTROLS
-from .probe_file import (ARRAYS_FILE, MANIFEST_FILE, ExportedProbe, apply_calibration, forest_arrays, forest_proba,
-                         load_probe, stack_features)
-from .calibration import fit_platt, fit_stacker
+from .probe_file import ExportedProbe, load_probe
 from .probes import ActivationProbe
-from .registry import (ACUTE_VARIANTS, AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, PROBE_ESTIMATORS,
-                       STACKED_VARIANTS, TABLE_ESTIMATORS, AutoEstimator, ConfidenceEstimator, estimator_group, estimator_input,
-                       estimator_pooling, is_estimator, make_estimator, probe_kwargs, split_pooling)
+from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
+                       ConfidenceEstimator, make_estimator)
 
 __all__ = [
-    "ACUTE_VARIANTS", "ARRAYS_FILE", "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "BASELINES",
-    "CONTROLS", "ConfidenceEstimator", "DEFAULT_ESTIMATOR", "ESTIMATORS", "ExportedProbe", "MANIFEST_FILE",
-    "ModelMismatchError", "PROBE_ESTIMATORS", "ProbeFormatError", "STACKED_VARIANTS", "TABLE_ESTIMATORS",
-    "UnknownEstimatorError", "apply_calibration", "estimator_group", "estimator_input", "estimator_pooling", "fit_platt", "fit_stacker",
-    "forest_arrays", "forest_proba", "is_estimator", "load_probe", "make_baseline", "make_estimator",
-    "probe_kwargs", "split_pooling", "stack_features",
+    "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",
+    "ESTIMATORS", "ExportedProbe", "TABLE_ESTIMATORS", "load_probe", "make_estimator",
 ]

@@ -39,8 +39,6 @@ __all__ = [
     "KernelRegression",
     "PlattScaling",
     "RawConfidence",
-    "check_confidence",
-    "check_correct",
     "make_baseline",
 ]
 
@@ -51,7 +49,7 @@ _EPS = PLATT_EPS
 
 
 # ----------------------------------------------------------------------------- validation
-# check_confidence / check_correct: the rules of acute.validation (re-exported here)
+# check_confidence / check_correct: the rules of acute.validation
 
 
 def _check_fit_input(confidence, correct, *, both_classes: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -43,10 +43,7 @@ __all__ = [
     "LayerPCA",
     "MeanPool",
     "append_confidence",
-    "check_confidence",
-    "check_correct",
     "check_cv",
-    "check_states",
     "cosine_to_last",
     "layer_thirds",
     "make_featurizer",
@@ -54,10 +51,6 @@ __all__ = [
     "resolve_layer",
     "search_layer",
 ]
-
-
-# --------------------------------------------------------------------------- validation
-# (the rules live in acute.validation; re-exported here for the featurizers' callers)
 
 
 def append_confidence(features: np.ndarray, confidence: np.ndarray) -> np.ndarray:

@@ -53,22 +53,20 @@ from ..fileio import default_mode, json_ready
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
 from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
+from ..validation import check_confidence, check_states
 from .certificates import check_certificates
 from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
-                          apply_calibration, calibration_params, stack_features)
+                          apply_calibration, calibration_params)
 from .features import (
     NAMED_LAYERS,
     VIEWS,
     append_confidence,
-    check_confidence,
-    check_states,
     cosine_to_last,
     pca_project,
 )
 
 __all__ = [
     "ARRAYS_FILE",
-    "CALIBRATIONS",
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST_FILE",
@@ -76,11 +74,9 @@ __all__ = [
     "PRECHECK_POOLING",
     "ExportedProbe",
     "check_precheck_probe",
-    "apply_calibration",
     "forest_arrays",
     "forest_proba",
     "load_probe",
-    "stack_features",
 ]
 
 FORMAT = "acute-probe"

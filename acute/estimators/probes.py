@@ -23,50 +23,30 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from ..fileio import json_ready
-from ..errors import InputError, ModelMismatchError, ProbeFormatError
+from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
+from ..validation import check_confidence, check_correct, check_states
 from .features import (
     CONFIDENCE_FEATURE,
     NAMED_LAYERS,
     LayerPCA,
     MeanPool,
     append_confidence,
-    check_confidence,
-    check_correct,
     check_cv,
-    check_states,
     make_featurizer,
 )
-from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration, fit_stacker, stack_features
+from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration
 from .folds import Folds, out_of_fold, stratified_folds
 from .plan import Piece, Pieces, fit_alone
 from .probe_file import (
-    ARRAYS_FILE,
     FORMAT,
-    MANIFEST_FILE,
     ExportedProbe,
     check_fingerprint,
     view_kind,
     forest_arrays,
-    forest_proba,
-    load_probe,
 )
 
-__all__ = [
-    "ARRAYS_FILE",
-    "MANIFEST_FILE",
-    "ActivationProbe",
-    "ExportedProbe",
-    "ModelMismatchError",
-    "ProbeFormatError",
-    "apply_calibration",
-    "fit_stacker",
-    "stack_features",
-    "forest_arrays",
-    "forest_proba",
-    "load_probe",
-    "OOF_SOURCES",
-]
+__all__ = ["ActivationProbe", "OOF_SOURCES"]
 
 #: where a calibrated probe's held-out forest probabilities come from (ActivationProbe's ``oof``)
 OOF_SOURCES = ("cv", "oob")

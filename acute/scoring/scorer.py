@@ -494,7 +494,7 @@ def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = Fal
     """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one: its
     own ``check_model`` (an exported probe), else the shape a fitted probe read against the
     model's (:func:`acute.store.identity.diff`)."""
-    from ..estimators.probes import ModelMismatchError
+    from ..errors import ModelMismatchError
 
     check = getattr(probe, "check_model", None)
     if check is not None:
