@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from batch_throughput import command_line, markdown_table, write_report  # noqa: E402
 
-from acute.metrics import bootstrap_indices, percentile_interval  # noqa: E402
+from acute.metrics import bootstrap_indices  # noqa: E402
+from acute.metrics.resampling import percentile_interval  # noqa: E402
 from acute.protocol import PROVENANCES, load_protocol  # noqa: E402
 
 

@@ -12,7 +12,8 @@ from acute import metrics
 from acute.errors import InputError
 from acute.evaluation import evaluate_predictions, evaluate_store
 from acute.evaluation.evaluate import RECORD_IDS, resolve_group_by
-from acute.metrics import cluster_bootstrap_indices, resample_indices
+from acute.metrics import resample_indices
+from acute.metrics.resampling import cluster_bootstrap_indices
 from acute.metrics.intervals import fold_differences
 
 from test_evaluate import FakeStore, planted_store

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from acute import metrics as M
+from acute.metrics.binned import NLL_EPS
 
 RNG_SEED = 12345
 trapezoid = getattr(np, "trapezoid", None) or np.trapz  # numpy < 2 has only trapz
@@ -251,9 +252,9 @@ def test_brier_and_nll_match_sklearn():
 
 
 def test_nll_clipping_is_documented_eps():
-    assert M.nll([0.0], [1]) == pytest.approx(-math.log(M.NLL_EPS))
-    assert M.nll([1.0], [0]) == pytest.approx(-math.log(M.NLL_EPS), rel=1e-6)
-    assert M.nll([1.0, 0.0], [1, 0]) == pytest.approx(-math.log1p(-M.NLL_EPS), abs=1e-15)
+    assert M.nll([0.0], [1]) == pytest.approx(-math.log(NLL_EPS))
+    assert M.nll([1.0], [0]) == pytest.approx(-math.log(NLL_EPS), rel=1e-6)
+    assert M.nll([1.0, 0.0], [1, 0]) == pytest.approx(-math.log1p(-NLL_EPS), abs=1e-15)
     assert M.nll([0.0], [1], eps=1e-3) == pytest.approx(-math.log(1e-3))
 
 

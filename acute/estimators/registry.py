@@ -418,7 +418,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                 oof[name] = out_of_fold(stacker, folds, y.size)
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}
         self.oof_, self.folds_ = oof, folds
-        # acute.metrics.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
+        # acute.metrics.specs.RANKING: higher auc-euro first, ties (to 1e-9) broken by lower smECE
         self.ranking_ = ranked(list(self.scores_), self.scores_.__getitem__, digits=9)
         self.best_ = next(n for n in self.ranking_ if n in cands)
         self.chosen_ = self.best_ if self.refit == "best" else self.refit

@@ -8,7 +8,7 @@
 
 Each is a plain function of ``(confidence, correct)`` arrays returning arrays (as
 scikit-learn's ``calibration_curve`` is to ``CalibrationDisplay``); the euro values come from
-:func:`acute.metrics.euro_curve` and the intervals from :func:`acute.metrics.percentile_interval`.
+:func:`acute.metrics.euro_curve` and the intervals from :func:`acute.metrics.resampling.percentile_interval`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.stats import norm
 
-from ..metrics import DEFAULT_N_BOOTSTRAP, EURO_GRID, bootstrap_indices, euro_curve, percentile_interval, validate_inputs
+from ..metrics import DEFAULT_N_BOOTSTRAP, EURO_GRID, bootstrap_indices, euro_curve
+from ..metrics.common import validate_inputs
+from ..metrics.resampling import percentile_interval
 from ..validation import check_correct, check_count, check_level
 
 __all__ = ["BinnedReliability", "EuroDifference", "binned_reliability", "constant_euro_curve",
@@ -67,7 +69,7 @@ def binned_reliability(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 
     (with n distinct values every bin holds n / n_bins records, +-1; with many ties there
     are fewer, unequal bins); empty bins are dropped. ``edges`` are the smallest confidence of
     each bin and the largest overall: bin ``k`` is ``[edges[k], edges[k+1])``, the last one
-    closed. Raises ``ValueError`` for bad inputs (:func:`acute.metrics.validate_inputs`),
+    closed. Raises ``ValueError`` for bad inputs (:func:`acute.metrics.common.validate_inputs`),
     ``n_bins < 1`` or ``alpha`` outside (0, 1).
     """
     conf, y = validate_inputs(confidence, correct)
@@ -131,7 +133,7 @@ def euro_difference(confidence_a: ArrayLike, confidence_b: ArrayLike, correct: A
     both estimators (the resamples of :func:`acute.metrics.bootstrap_indices` for ``seed``, so
     also those of :func:`acute.metrics.paired_bootstrap` with the same ``n`` and ``seed``); at
     each ``u`` the band is the ``alpha/2`` and ``1 - alpha/2`` percentiles of the resampled
-    differences (:func:`acute.metrics.percentile_interval`). The mean of ``diff`` over
+    differences (:func:`acute.metrics.resampling.percentile_interval`). The mean of ``diff`` over
     :data:`~acute.metrics.EURO_GRID` is the auc-euro (all) difference. Memory: the resample
     indices take ``8 * n_bootstrap * n`` bytes. Raises ``ValueError`` for bad inputs (named
     ``confidence_a`` / ``confidence_b``), a bad grid, ``n_bootstrap < 1`` or a bad ``alpha``.

@@ -13,7 +13,7 @@ with a 95% interval (:data:`INTERVAL_METHOD`):
   and size) and the repeats with replacement, and takes the mean over the drawn repeats of the
   metric of their out-of-fold predictions on the resampled records; so the interval holds both
   the variation between fold assignments and training subsets and that of a finite test set;
-* the 2.5th and 97.5th percentiles of the draws (:func:`acute.metrics.percentile_interval`)
+* the 2.5th and 97.5th percentiles of the draws (:func:`acute.metrics.resampling.percentile_interval`)
   shifted by the bootstrap's bias estimate ``mean(draws) - estimate``:
   ``[p2.5 - bias, p97.5 - bias]``. A metric on resampled records is biased (smECE rises on a
   resample with duplicated records: for calibrated predictions on 1,000 to 5,000 records the
@@ -134,7 +134,7 @@ class LearningCurve:
         """Per size: ``size``, ``mean`` (over repeats), ``sd`` (of the repeats; NaN with one) and
         the 95% interval ``ci_low``/``ci_high`` of :data:`INTERVAL_METHOD` (module doc): it
         holds ``mean`` and lies in the metric's range."""
-        from ..metrics import percentile_interval
+        from ..metrics.resampling import percentile_interval
 
         lo_range, hi_range = METRIC_RANGES.get(metric, (-math.inf, math.inf))
         out = []

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..metrics import METRICS, best_value
+from ..metrics import METRICS
+from ..metrics.specs import best_value
 from .table import TABLE_COLUMNS
 
 __all__ = ["results_markdown", "selective_markdown"]

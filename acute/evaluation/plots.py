@@ -20,13 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
 from numpy.typing import ArrayLike
 
-from acute.metrics import (
-    BANDS,
-    EURO_GRID,
-    euro_curve,
-    smooth_reliability,
-    validate_inputs,
-)
+from ..metrics import BANDS, EURO_GRID, euro_curve, smooth_reliability
+from ..metrics.common import validate_inputs
 
 from ..metrics.selective import aurc, risk_coverage_curve
 from .curves import binned_reliability, constant_euro_curve
@@ -136,7 +131,7 @@ def reliability_diagram(
     the y limits cover the bins, their intervals, the curve and the diagonal there.
 
     Returns the written path (a ``Path``). Raises ``ValueError`` for bad ``confidence`` /
-    ``correct`` (see :func:`acute.metrics.validate_inputs`; mapping entries are named
+    ``correct`` (see :func:`acute.metrics.common.validate_inputs`; mapping entries are named
     ``confidences[<name>]``), an empty mapping or a ``path`` not ending in .png; the parent
     folder is created if missing.
     """

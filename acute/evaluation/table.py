@@ -1,7 +1,7 @@
 """Metric rows from already-computed confidences (pure: no fitting, no files): every metric of
 :data:`acute.metrics.METRIC_SPECS` per estimator, paired bootstrap intervals on the same
 resampled records, the difference to a reference (the best baseline by
-:data:`acute.metrics.RANKING`) with its bootstrap and corrected resampled t-intervals."""
+:data:`acute.metrics.specs.RANKING`) with its bootstrap and corrected resampled t-intervals."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
 from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
-from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, best_of, percentile_interval, resample_indices
+from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, resample_indices
+from ..metrics.resampling import percentile_interval
+from ..metrics.specs import best_of
 from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
@@ -73,7 +75,7 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     ``coverage_05``, ``coverage_10``), and, when ``n_bootstrap > 0``, 95% bootstrap
     intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for the specs with ``interval``
     (:data:`INTERVAL_KEYS`; percentile intervals; smECE's shifted by the bootstrap's bias so it
-    contains its estimate: :func:`acute.metrics.bias_shifted_interval`). Every estimator (and
+    contains its estimate: :func:`acute.metrics.intervals.bias_shifted_interval`). Every estimator (and
     every repeat) sees the same resampled records (:func:`acute.metrics.resample_indices` with
     ``seed``): with ``clusters`` (one value per record: the groups the folds keep apart, e.g. a
     tool set) records sharing a value are resampled together (a cluster bootstrap), else records

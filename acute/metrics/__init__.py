@@ -22,64 +22,50 @@ Metrics
                    ``metric_over_resamples`` a metric on many resamples at once.
 
 Modules: ``common`` (input checks, binning helpers), ``binned`` (ECE, KS-Cal, Brier, NLL, AUROC),
-``smooth`` (smECE), ``kde`` (KDE-ECE), ``euro`` (euro, auc-euro), ``resampling`` (bootstrap,
-intervals of draws), ``specs`` (the results tables' columns and the ranking rule), ``intervals``
-(bias-shifted intervals, the corrected resampled t-test, Holm), ``selective`` (risk-coverage,
-AURC), ``certify`` (Learn-then-Test thresholds).
+``smooth`` (smECE), ``kde`` (KDE-ECE), ``utility`` (euro, auc-euro: the selective-trust utility),
+``resampling`` (bootstrap, intervals of draws), ``specs`` (the results tables' columns and the
+ranking rule), ``intervals`` (bias-shifted intervals, the corrected resampled t-test, Holm),
+``selective`` (risk-coverage, AURC), ``certify`` (Learn-then-Test thresholds).
+
+The names below are the package's public API (docs/api.md); the helpers the evaluation builds on
+(``percentile_interval``, the ranking rule, the paired tests) are imported from their module.
 """
 
 from __future__ import annotations
 
-from .binned import NLL_EPS, auroc, brier, ece, ks_cal, nll
-from .common import validate_inputs
-from .euro import BANDS, EURO_GRID, auc_euro, euro, euro_curve
-from .intervals import TTest, bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences, holm
+from .binned import auroc, brier, ece, ks_cal, nll
 from .kde import kde_ece, kde_ece_bandwidth
-from .resampling import (DEFAULT_N_BOOTSTRAP, Interval, bootstrap, bootstrap_indices, cluster_bootstrap_indices, metric_over_resamples,
-                         paired_bootstrap, percentile_interval, resample_indices)
+from .resampling import (DEFAULT_N_BOOTSTRAP, Interval, bootstrap, bootstrap_indices, metric_over_resamples,
+                         paired_bootstrap, resample_indices)
 from .smooth import SmoothReliability, smece, smece_bandwidth, smooth_reliability
-from .specs import METRIC_SPECS, METRICS, RANKING, MetricSpec, best_of, best_value, ranked, ranking_key
+from .specs import METRIC_SPECS, METRICS, MetricSpec
+from .utility import BANDS, EURO_GRID, auc_euro, euro, euro_curve
 
 __all__ = [
     "BANDS",
     "DEFAULT_N_BOOTSTRAP",
     "EURO_GRID",
-    "NLL_EPS",
     "Interval",
     "METRICS",
     "METRIC_SPECS",
     "MetricSpec",
-    "RANKING",
     "SmoothReliability",
-    "TTest",
     "auc_euro",
     "auroc",
-    "best_of",
-    "best_value",
-    "bias_shifted_interval",
     "bootstrap",
     "bootstrap_indices",
-    "bootstrap_p_value",
     "brier",
-    "cluster_bootstrap_indices",
-    "corrected_t_test",
     "ece",
     "euro",
     "euro_curve",
-    "fold_differences",
-    "holm",
     "kde_ece",
     "kde_ece_bandwidth",
     "ks_cal",
     "metric_over_resamples",
     "nll",
     "paired_bootstrap",
-    "percentile_interval",
     "resample_indices",
-    "ranked",
-    "ranking_key",
     "smece",
     "smece_bandwidth",
     "smooth_reliability",
-    "validate_inputs",
 ]

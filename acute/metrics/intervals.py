@@ -1,6 +1,6 @@
 """Intervals and tests for comparing estimators: what varies between runs, not only records.
 
-Three tools beside the percentile bootstrap of :func:`acute.metrics.percentile_interval`:
+Three tools beside the percentile bootstrap of :func:`acute.metrics.resampling.percentile_interval`:
 
 * :func:`bias_shifted_interval`: the percentile interval of bootstrap draws shifted by the
   bootstrap's bias estimate (``mean(draws) - estimate``), clipped to the metric's range. For a

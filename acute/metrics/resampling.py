@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 from ..errors import InputError
 from .binned import auroc, auroc_rows, brier, brier_rows, ece, ece_rows, ks_cal, ks_cal_rows, nll, nll_rows
 from .common import validate_inputs
-from .euro import AUC_EURO_BANDS, auc_euro_rows
+from .utility import AUC_EURO_BANDS, auc_euro_rows
 from .kde import kde_ece, kde_ece_rows
 from .selective import (aurc, aurc_rows, coverage_at_10pct, coverage_at_5pct, coverage_at_error_rows, e_aurc,
                         e_aurc_rows)

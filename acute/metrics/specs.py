@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .binned import auroc, brier
-from .euro import AUC_EURO_BANDS
+from .utility import AUC_EURO_BANDS
 from .selective import aurc, coverage_at_10pct, coverage_at_5pct, e_aurc
 from .smooth import smece
 

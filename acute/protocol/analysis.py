@@ -197,7 +197,7 @@ def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> n
 
 
 def _percentiles(stats: np.ndarray, alpha: float = ALPHA) -> tuple[float | None, float | None, int]:
-    from ..metrics import percentile_interval
+    from ..metrics.resampling import percentile_interval
 
     low, high, n_bad = percentile_interval(stats, alpha)
     return _finite(low), _finite(high), n_bad

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-from ..metrics import best_value
+from ..metrics.specs import best_value
 from ..protocol import PAPER_SHIFTS
 from .runs import REPORT_METRICS
 
