@@ -28,7 +28,7 @@ QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Nam
              "How many legs does a spider have? Be brief.", "Gold is"]
 TIMEOUT = 60.0
 #: the keys of a /v1/score answer decided by the risk rule, as before the precheck existed
-SCORE_KEYS = {"answer", "raw_confidence", "confidence", "decision", "risk", "rule", "threshold", "estimator",
+SCORE_KEYS = {"id", "answer", "raw_confidence", "confidence", "decision", "risk", "rule", "threshold", "estimator",
               "model", "latency_ms", "n_tokens", "finish_reason"}
 ACUTE_KEYS = {"confidence", "raw_confidence", "decision", "risk", "rule", "threshold", "estimator"}
 

@@ -88,8 +88,10 @@ def chat_flag(args):
 
 
 def open_labelled_store(path: str, allow_partial: bool = False):
-    """The store at ``path``; one whose collection did not finish (status other than
-    "complete") or whose manifest disagrees with its shards is refused unless ``allow_partial``."""
+    """The labelled records of the store at ``path``; one whose collection did not finish (status
+    other than "complete") or whose manifest disagrees with its shards is refused unless
+    ``allow_partial``. Records without a label (answers ``acute serve --record-to`` recorded and
+    feedback did not label) are left out, their number logged; a store without any is refused."""
     from ..store import open_store
 
     store = open_store(path)
@@ -106,6 +108,14 @@ def open_labelled_store(path: str, allow_partial: bool = False):
                          f"or pass --allow-partial to use the {len(store)} committed records")
     if problem:
         logger.warning("store %s: %s; using its %d committed records", path, problem, len(store))
+    labelled = store.labelled
+    if not labelled.all():  # answers `acute serve --record-to` recorded, not (yet) labelled by feedback
+        if not labelled.any():
+            raise InputError(f"store {path}: none of its {len(store)} records has a label; label served "
+                             "answers with POST /v1/feedback")
+        logger.warning("store %s: %d of its %d records have no label (served answers without feedback); "
+                       "using the %d labelled ones", path, int((~labelled).sum()), len(store), int(labelled.sum()))
+        store = store.select(labelled)
     return store
 
 

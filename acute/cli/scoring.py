@@ -182,7 +182,8 @@ def cmd_serve(args) -> int:
         max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
         read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
         allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
-        **default_risk)
+        drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
+        record_shard_size=args.record_shard_size, record_flush_s=args.record_flush, **default_risk)
     settings = serve.with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
     model, tok = load_model(model_name, **load_options_from_args(args))
     try:
@@ -200,6 +201,9 @@ def cmd_serve(args) -> int:
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
           f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+    if settings.record_to is not None:
+        print(f"recording every served answer (prompt, answer, confidence, pooled states) to the store "
+              f"{settings.record_to}; POST /v1/feedback labels them", flush=True)
     if api_key is None and args.allow_remote and not args.allowed_host:
         print("note: without an API key only requests to a loopback Host name are served; name the "
               "others with --allowed-host NAME", flush=True)
@@ -280,4 +284,18 @@ def add_serve(sub, model_opts) -> None:
                     help="let text in requests become the tokenizer's control tokens (default: kept as text)")
     sv.add_argument("--allow-other-weights", action="store_true",
                     help="serve a probe trained on other weights of the same architecture")
+    sv.add_argument("--drift-window", type=int, default=default.drift_window, metavar="N",
+                    help="/metrics' drift signal compares the last N confidences with the probe's calibration "
+                         "confidences (default %(default)s)")
+    sv.add_argument("--drift-threshold", type=float, default=default.drift_threshold, metavar="D",
+                    help="log a warning when that KS distance rises above D (default %(default)s)")
+    sv.add_argument("--record-to", default=None, metavar="STORE",
+                    help="write every served answer (prompt, answer, confidence, pooled states) to this acute "
+                         "store on this machine, to label with POST /v1/feedback and retrain with "
+                         "`acute export --store STORE` (default: nothing recorded)")
+    sv.add_argument("--record-shard-size", type=int, default=default.record_shard_size, metavar="N",
+                    help="with --record-to: answers per committed shard (default %(default)s)")
+    sv.add_argument("--record-flush", type=float, default=default.record_flush_s, metavar="SECONDS",
+                    help="with --record-to: commit answers once the oldest uncommitted one is this old "
+                         "(default %(default)s; all are committed on SIGTERM)")
     sv.set_defaults(func=cmd_serve)

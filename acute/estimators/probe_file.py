@@ -51,6 +51,7 @@ import numpy as np
 
 from ..fileio import default_mode, json_ready
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
+from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from ..validation import check_confidence, check_states
@@ -226,9 +227,11 @@ class ExportedProbe:
     ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection`` (how ``auto`` chose
     the probe, or None), ``certificates`` (the certified thresholds it carries, a list of
     ``probe.json`` entries, :mod:`acute.estimators.certificates`; empty for a probe exported
-    without one), ``n_layer_outputs``, ``hidden_size``, ``precheck`` (the question-only probe
-    saved beside it in ``precheck/``, an :class:`ExportedProbe`, or None). The constructor
-    validates every array and certificate (:class:`ProbeFormatError`).
+    without one), ``confidence_reference`` (percentiles of its calibration records' confidences,
+    :mod:`acute.metrics.drift`; None for a probe written before acute kept them),
+    ``n_layer_outputs``, ``hidden_size``, ``precheck`` (the question-only probe saved beside it
+    in ``precheck/``, an :class:`ExportedProbe`, or None). The constructor validates every array
+    and certificate (:class:`ProbeFormatError`).
     """
 
     def __init__(self, manifest: dict, arrays: dict[str, np.ndarray], source: str = ARRAYS_FILE):
@@ -248,6 +251,8 @@ class ExportedProbe:
         self.selection = manifest.get("selection")
         self.certificates = check_certificates(manifest.get("certificates"),
                                                str(Path(source).with_name(MANIFEST_FILE)))
+        self.confidence_reference = check_reference(manifest.get("confidence_reference"),
+                                                    str(Path(source).with_name(MANIFEST_FILE)))
         self.n_layer_outputs = int(manifest["input"]["n_layer_outputs"])
         self.hidden_size = int(manifest["input"]["hidden_size"])
         self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)

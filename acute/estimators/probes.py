@@ -354,13 +354,17 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
                training_summary: dict | None = None, metrics: dict | None = None,
-               selection: dict | None = None, certificates: list | None = None) -> ExportedProbe:
+               selection: dict | None = None, certificates: list | None = None,
+               confidence_reference: dict | None = None) -> ExportedProbe:
         """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory).
 
         ``selection`` (e.g. :meth:`acute.estimators.registry.AutoEstimator.selection`) records how this
         probe was chosen: the winner, its cross-validated scores and the runners-up.
         ``certificates``: its certified trust thresholds (:mod:`acute.estimators.certificates`
-        entries, from :func:`acute.evaluation.certification.certify_probe`)."""
+        entries, from :func:`acute.evaluation.certification.certify_probe`).
+        ``confidence_reference``: the distribution of its calibration records' confidences that
+        the service's drift signal compares live confidences with
+        (:func:`acute.metrics.drift.confidence_reference`)."""
         self._check_fitted()
         d = self.hidden_size_ // pooling_blocks(self.pooling)
         fp = check_fingerprint(model_fingerprint, self.n_layer_outputs_, d)
@@ -406,11 +410,14 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             manifest["selection"] = selection
         if certificates:
             manifest["certificates"] = list(certificates)
+        if confidence_reference is not None:
+            manifest["confidence_reference"] = dict(confidence_reference)
         return ExportedProbe(json_ready(manifest, where="manifest"), arrays)
 
     def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
              training_summary: dict | None = None, metrics: dict | None = None,
-             selection: dict | None = None, certificates: list | None = None) -> Path:
+             selection: dict | None = None, certificates: list | None = None,
+             confidence_reference: dict | None = None) -> Path:
         """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically.
 
         ``model_fingerprint`` (from ``acute.models.model_fingerprint``) must agree with the
@@ -418,7 +425,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         probe directory is replaced; any other non-empty directory is refused. Returns the path.
         """
         return self.export(model_name, model_fingerprint, training_summary, metrics, selection,
-                           certificates).save(path)
+                           certificates, confidence_reference).save(path)
 
 
 # ------------------------------------------------------------------------------ pieces

@@ -49,6 +49,7 @@ from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
 from ..metrics.certify import (DEFAULT_DELTA, certify_threshold, check_delta, check_max_error,
                                min_calibration_records)
+from ..metrics.drift import confidence_reference
 from ..store.identity import diff, model_record, of_store
 from ..store.pooling import store_states
 
@@ -256,4 +257,5 @@ def certify_checked(trained, store, alphas: Sequence[float], delta: float, *, ca
                                  backend=backend, **details)
                for alpha in alphas]
     trained.certificates = entries
+    trained.confidence_reference = confidence_reference(conf, details["source"])  # the drift signal's
     return entries

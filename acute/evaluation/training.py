@@ -23,6 +23,7 @@ from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_DELTA
+from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.pooling import store_states
 from .certification import certify_checked, check_certification
@@ -50,7 +51,11 @@ class TrainedProbe:
     ``precheck``: the question-only probe fitted on the same records' last-prompt states
     (``train_probe(precheck=True)``), or None, ``precheck_held_out`` its
     :func:`held_out_metrics` and ``precheck_estimator`` its name (``question-only``, the PCA-10
-    view, or ``question-only-cosine``, ``-mid``, ...).
+    view, or ``question-only-cosine``, ``-mid``, ...); ``confidence_reference``: percentiles of
+    the confidences the probe gave records it was not fitted on, which ``acute serve``'s drift
+    signal compares live confidences with (:mod:`acute.metrics.drift`; the certificate's
+    calibration records, else ``auto``'s out-of-fold predictions, else the held-out records;
+    None when there are none: a named probe exported without a certificate).
     """
 
     probe: ActivationProbe
@@ -67,13 +72,15 @@ class TrainedProbe:
     precheck: ActivationProbe | None = None
     precheck_held_out: dict | None = None
     precheck_estimator: str | None = None
+    confidence_reference: dict | None = None
 
     def export(self):
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
         question-only probe as its ``precheck`` when one was fitted."""
         exported = self.probe.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
                                      training_summary=self.training_summary, metrics=self.held_out,
-                                     selection=self.selection, certificates=self.certificates)
+                                     selection=self.selection, certificates=self.certificates,
+                                     confidence_reference=self.confidence_reference)
         if self.precheck is not None:
             summary = {**self.training_summary, "estimator": self.precheck_estimator or PRECHECK_ESTIMATOR}
             exported.precheck = self.precheck.export(model_name=self.model_name,
@@ -167,6 +174,20 @@ def check_precheck_store(store, name: str = "precheck") -> None:
                          f"kept them); {REMEDY}")
 
 
+def _reference(trained: TrainedProbe, store, test: np.ndarray) -> dict | None:
+    """The drift reference of a probe before any certificate: ``auto``'s out-of-fold predictions
+    of the training records, else the probe's on the held-out records, else None."""
+    auto = trained.auto
+    if auto is not None and getattr(auto, "oof_", None) is not None:
+        return confidence_reference(auto.oof_[auto.chosen_], "out-of-fold")
+    if not test.any():
+        return None
+    rows = np.flatnonzero(test)
+    conf = trained.probe.predict_proba(_rows(store, getattr(trained.probe, "pooling", "mean"), rows),
+                                       confidence=store.raw_confidence[rows])[:, 1]
+    return confidence_reference(conf, "held-out")
+
+
 def train_probe(store, estimator: str | None = None, *, view: str | None = None, layer: Any = None,
                 test_fraction: float = 0.0, seed: int = 0, n_jobs: int | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
@@ -218,7 +239,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
                            n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
                            model_fingerprint=store_identity(m), train_index=idx)
-    if max_error is not None:
+    trained.confidence_reference = _reference(trained, store, test)
+    if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
                         calibration_path=calibration_path, backend=certify_backend, group_by=group_by)
     if precheck_name:

@@ -23,7 +23,8 @@ two-stage gate: it generates only for the prompts whose precheck passes (:mod:`a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,6 +59,12 @@ class ScoredGeneration:
     not (``answer`` ``""``, ``raw_confidence`` and ``confidence`` None, ``n_tokens`` 0,
     ``finish_reason`` ``"precheck"``, decision ``"abstain"``). Without a precheck both are left
     out of :meth:`to_dict`.
+
+    ``recorded`` is the :class:`acute.extraction.Generation` the answer was scored from (its
+    pooled states, token ids and log-probs: what ``acute serve --record-to`` stores), ``seconds``
+    the wall time of its batch's ``"generation"`` (recording, for a given response) and
+    ``"scoring"`` (the probe); both None for an answer not generated, both left out of
+    :meth:`to_dict`.
     """
 
     question: str
@@ -75,6 +82,8 @@ class ScoredGeneration:
     certificate: dict | None = None
     generated: bool = True
     precheck: dict | None = None
+    recorded: Any = field(default=None, repr=False, compare=False)
+    seconds: dict | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.rule == "risk" and self.threshold is None:
@@ -97,7 +106,8 @@ class ScoredGeneration:
         """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on
         request; ``max_error`` and ``certificate`` only for the certificate rule; ``generated``
         and ``precheck`` only when decided in two stages)."""
-        d = asdict(self)
+        d = asdict(replace(self, recorded=None, seconds=None))
+        del d["recorded"], d["seconds"]
         if not include_prompt:
             d.pop("prompt")
         if self.rule == "risk":
@@ -267,11 +277,12 @@ class Scorer:
 
         if not items:
             return []
+        start = time.perf_counter()
         gens = generate_and_record(self.model, self.tokenizer, texts,
                                    max_new_tokens=self.max_new_tokens,
                                    batch_size=self.batch_size, stop_strings=self.stop_strings,
                                    pool=self.pool, on_too_long="error")
-        return self._scored(items, texts, gens, [g.text for g in gens], gates)
+        return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start)
 
     def _check_fits(self, texts: Sequence[str]) -> None:
         """:class:`InputError` for the first prompt that does not fit the context window with
@@ -383,10 +394,11 @@ class Scorer:
         if not items:
             return []
         texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
+        start = time.perf_counter()
         gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
                                 batch_size=self.batch_size, stop_strings=self.stop_strings,
                                 on_too_long="error")
-        return self._scored(items, texts, gens, responses, gates)
+        return self._scored(items, texts, gens, responses, gates, time.perf_counter() - start)
 
     def _response_prompt(self, item, where: str) -> str:
         """The prompt a given response answers, formatted as the probe's training store was."""
@@ -416,21 +428,25 @@ class Scorer:
     def _trained_task(self):
         return _probe_summary(self.probe).get("task")
 
-    def _scored(self, items, texts, gens, answers, gates: list[Gate]) -> list[ScoredGeneration]:
+    def _scored(self, items, texts, gens, answers, gates: list[Gate],
+                generation_s: float = 0.0) -> list[ScoredGeneration]:
         from ..store.pooling import DEFAULT_POOLING, generation_states
 
+        start = time.perf_counter()
         states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
         conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
         out = []
         trusted = [bool(gate.decide(c)) for gate, c in zip(gates, conf)]
+        seconds = {"generation": generation_s, "scoring": time.perf_counter() - start}
         for item, t, g, a, r, c, gate, ok in zip(items, texts, gens, answers, raw, conf, gates, trusted):
             f = gate.rule.fields()
             out.append(ScoredGeneration(
                 question=_question_of(item), prompt=t, answer=a.strip(), raw_confidence=float(r),
                 confidence=float(c), risk=f["risk"], trust=ok,
                 n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason, rule=f["rule"],
-                threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate")))
+                threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate"),
+                recorded=g, seconds=seconds))
         return out
 
 

@@ -13,6 +13,7 @@ from ..errors import InputError
 from .batcher import Batcher
 from .errors import RequestError, ServerBusyError, is_input_error, require_serve_extra
 from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
+from .monitoring import RequestMetrics, ServiceMetrics
 from .openai_bodies import chat_body, chat_chunks, estimator_name, models_body, score_body, sse_events
 from .request_body import ClientGone, read_json
 from .request_ids import RequestIds, request_id
@@ -20,9 +21,12 @@ from .schemas import chat_job, score_job
 from .security import HostGuard, authorize, check_json_content_type
 from .settings import ServeSettings, resolve_settings
 
-__all__ = ["create_app"]
+__all__ = ["ROUTES", "create_app"]
 
 logger = logging.getLogger(__name__)
+
+#: the routes of the service (what ``/metrics`` counts answers by)
+ROUTES = ("/healthz", "/metrics", "/v1/models", "/v1/score", "/v1/chat/completions", "/v1/feedback")
 
 
 class _FailureLog:
@@ -125,6 +129,26 @@ def _close_in_background(batcher: Batcher, timeout_s: float) -> None:
     threading.Thread(target=batcher.close, args=(timeout_s,), name="acute-batcher-close", daemon=True).start()
 
 
+async def _flush_periodically(recorder, every_s: float) -> None:
+    """Commit the recorder's buffered answers once the oldest is ``recorder.flush_s`` old."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await asyncio.to_thread(recorder.flush_if_due)
+        except Exception:  # noqa: BLE001 - logged; the next try may succeed (disk space freed)
+            logger.exception("committing the recorded answers to %s failed", recorder.path)
+
+
+def _open_recorder(scorer, settings: ServeSettings):
+    """The :class:`~acute.serving.recording.AnswerRecorder` of ``settings.record_to`` (None without)."""
+    if settings.record_to is None:
+        return None
+    from .recording import AnswerRecorder
+
+    return AnswerRecorder(settings.record_to, scorer, model_name=settings.model_name,
+                          shard_size=settings.record_shard_size, flush_s=settings.record_flush_s)
+
+
 def create_app(scorer, settings: ServeSettings | None = None, **options):
     """The FastAPI app serving ``scorer`` (an :class:`acute.scoring.scorer.Scorer`).
 
@@ -134,7 +158,11 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
     resolved), ``app.state.begin_shutdown()`` starts the graceful stop
     (:func:`acute.serving.server.make_server` calls it when the server is told to stop). The
     batcher's worker starts with the app (or on the first request) and is drained when the app
-    shuts down, within ``settings.shutdown_timeout_s``.
+    shuts down, within ``settings.shutdown_timeout_s``. ``app.state.metrics`` is the
+    :class:`~acute.serving.monitoring.ServiceMetrics` ``GET /metrics`` shows;
+    ``app.state.recorder`` the :class:`~acute.serving.recording.AnswerRecorder` writing served
+    answers to ``settings.record_to`` (None without), opened here (a store it cannot resume is
+    refused now) and closed, its buffered answers committed, when the app shuts down.
     """
     require_serve_extra()
     from contextlib import asynccontextmanager
@@ -154,20 +182,36 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                       max_queue=settings.max_queue, key=functools.partial(group_key, scorer))
     started = int(time.time())
     grace = settings.shutdown_timeout_s
+    metrics = ServiceMetrics(batcher, getattr(scorer.probe, "confidence_reference", None),
+                             window=settings.drift_window, threshold=settings.drift_threshold)
+    if not metrics.window.available:
+        logger.info("no drift signal: the probe keeps no calibration confidences (exported before acute "
+                    "kept them, or a named probe without a certificate); re-export it to have one")
+    recorder = _open_recorder(scorer, settings)
 
     @asynccontextmanager
     async def lifespan(app):
         batcher.start()
-        yield
-        await asyncio.to_thread(batcher.close, grace)  # in-flight and queued requests finish first
+        flusher = (None if recorder is None else
+                   asyncio.ensure_future(_flush_periodically(recorder, min(1.0, recorder.flush_s))))
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(batcher.close, grace)  # in-flight and queued requests finish first
+            if flusher is not None:
+                flusher.cancel()
+            if recorder is not None:
+                await asyncio.to_thread(recorder.close)  # the buffered answers committed
 
     app = FastAPI(title="acute trust gate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.batcher, app.state.settings, app.state.scorer = batcher, settings, scorer
+    app.state.metrics, app.state.recorder = metrics, recorder
     app.state.begin_shutdown = functools.partial(_close_in_background, batcher, grace)
     _add_error_handlers(app)
     if settings.api_key is None:
         app.add_middleware(HostGuard, allowed_hosts=settings.allowed_hosts)
+    app.add_middleware(RequestMetrics, metrics=metrics, endpoints=ROUTES)  # every answer counted
     app.add_middleware(RequestIds)  # the outermost: every answer, refusals included, carries its id
 
     async def body_of(request):
@@ -177,6 +221,20 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     async def wait_for(request, jobs):
         return await _results(request, batcher, jobs, settings.retry_after_s, log)
+
+    async def served(request, jobs, results, endpoint: str) -> None:
+        """Count the scored answers and, with --record-to, record them before they are sent (so
+        feedback can name them at once); an answer that cannot be recorded is still served,
+        the failure logged and counted."""
+        metrics.scored(jobs, results)
+        if recorder is None:
+            return
+        try:
+            metrics.recorded.inc(await asyncio.to_thread(
+                recorder.record, [(j.response_id, j, r, endpoint) for j, r in zip(jobs, results)]))
+        except Exception as e:  # noqa: BLE001 - the answer is served all the same
+            metrics.record_errors.inc(len(jobs))
+            log(e, request_id(request))
 
     # Plain Starlette routes (the endpoint gets the request): bodies are parsed and validated
     # here, so that every error names its field in OpenAI's error format.
@@ -199,21 +257,27 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                                    f"(--max-batch), got {len(items)}")
             jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit, scorer.probe,
                               precheck_probe) for i, obj in enumerate(items)]
+            for job in jobs:
+                job.response_id = f"score-{uuid.uuid4().hex}"
             results = await wait_for(request, jobs)
         except ClientGone:
             return Response(status_code=499)
+        await served(request, jobs, results, "/v1/score")
         ms = (time.perf_counter() - t0) * 1000.0
-        out = [score_body(r, model=settings.model_name, estimator=estimator, latency_ms=ms) for r in results]
+        out = [{"id": j.response_id, **score_body(r, model=settings.model_name, estimator=estimator, latency_ms=ms)}
+               for j, r in zip(jobs, results)]
         return JSONResponse(out[0] if single else out)
 
     async def chat(request):
         try:
             job, req = chat_job(await body_of(request), settings, scorer.probe, precheck_probe)
+            job.response_id = f"chatcmpl-{uuid.uuid4().hex}"
             [result] = await wait_for(request, [job])
         except ClientGone:
             return Response(status_code=499)
+        await served(request, [job], [result], "/v1/chat/completions")
         meta = {"model": settings.model_name, "estimator": estimator,
-                "id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time())}
+                "id": job.response_id, "created": int(time.time())}
         if not req.stream:
             return JSONResponse(chat_body(result, **meta))
         usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -234,6 +298,25 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                 raise _request_error(None, e, settings.retry_after_s, log, request_id(request)) from None
         return run
 
+    async def metrics_text(request):
+        authorize(request, settings.api_key)
+        text, content_type = metrics.text()
+        return Response(text, headers={"Content-Type": content_type})
+
+    async def feedback(request):
+        from .recording import feedback_fields
+
+        body = await body_of(request)
+        if recorder is None:
+            raise RequestError("this server records no answers, so it takes no feedback: start it with "
+                               "--record-to STORE", status=404, code="not_found")
+        rid, correct = feedback_fields(body)
+        await asyncio.to_thread(recorder.label, rid, correct)
+        metrics.feedback.labels(correct=str(correct).lower()).inc()
+        return JSONResponse({"object": "feedback", "id": rid, "correct": correct})
+
+    app.add_route("/metrics", answered(metrics_text), methods=["GET"])
+    app.add_route("/v1/feedback", answered(feedback), methods=["POST"])
     app.add_route("/healthz", answered(healthz), methods=["GET"])
     app.add_route("/v1/models", answered(models), methods=["GET"])
     app.add_route("/v1/score", answered(score), methods=["POST"])

@@ -227,6 +227,7 @@ def _start(job: Job) -> bool:
     or already answered, possibly by another thread just now)."""
     if job.abandoned.is_set():
         return False
+    job.started_at = time.monotonic()
     try:
         return job.future.set_running_or_notify_cancel()
     except RuntimeError:  # answered meanwhile (the server's grace period ended)

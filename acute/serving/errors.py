@@ -44,13 +44,15 @@ class ServerBusyError(AcuteError):
 
 
 def require_serve_extra() -> None:
-    """Raise :class:`MissingExtraError` unless FastAPI and uvicorn can be imported."""
+    """Raise :class:`MissingExtraError` unless FastAPI, uvicorn and prometheus_client (``/metrics``)
+    can be imported."""
     try:
         import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise MissingExtraError(f"acute serve needs FastAPI and uvicorn ({e.name} is missing): "
-                                "pip install 'acute[serve]'") from None
+        raise MissingExtraError(f"acute serve needs FastAPI, uvicorn and prometheus_client ({e.name} is "
+                                "missing): pip install 'acute[serve]'") from None
 
 
 def param_name(loc: Sequence) -> str | None:

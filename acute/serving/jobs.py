@@ -50,6 +50,8 @@ class Job:
     future: Future = dataclasses.field(default_factory=Future, repr=False)
     abandoned: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
     queued_at: float = dataclasses.field(default=0.0, repr=False)  #: when the batcher took it (monotonic)
+    started_at: float = dataclasses.field(default=0.0, repr=False)  #: when its batch began (monotonic)
+    response_id: str | None = None  #: the id its answer carries (a record's id with --record-to)
 
     def cancel(self, error: BaseException | None = None) -> None:
         """Abandon the job: dropped if not started, stopped between decoding steps once every job

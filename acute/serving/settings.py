@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..metrics.certify import check_max_error
 from ..scoring.gate import Gate, resolve_gate
 from ..scoring.risk import DEFAULT_RISK, check_risk
+from ..validation import check_level
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_ERROR_NAME", "DEFAULT_RISK_NAME", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings",
            "check_bind", "is_loopback", "resolve_api_key", "resolve_settings", "with_default_gate"]
@@ -51,6 +52,15 @@ class ServeSettings:
     requests finish before it answers them with a 503 error. ``allow_control_tokens``: text in
     request fields may become the tokenizer's special (control) tokens, as in a plain
     ``tokenizer(text)`` call; by default it is tokenized as text (:mod:`acute.serving.user_text`).
+
+    Monitoring (``GET /metrics``, :mod:`acute.serving.monitoring`): ``drift_window`` the live
+    confidences the drift signal compares with the probe's calibration confidences (the last
+    that many answers; none is reported until it is full), ``drift_threshold`` the KS distance
+    above which the drift is logged as a warning (once per crossing).
+
+    Recording (:mod:`acute.serving.recording`): ``record_to`` a store folder every served answer
+    is written to (``None``: none; opt-in), committed in shards of ``record_shard_size`` answers
+    or once the oldest uncommitted one is ``record_flush_s`` seconds old, and on shutdown.
     """
 
     model_name: str = "model"
@@ -70,9 +80,15 @@ class ServeSettings:
     keep_alive_s: float = 5.0
     shutdown_timeout_s: float = 30.0
     allow_control_tokens: bool = False
+    drift_window: int = 500
+    drift_threshold: float = 0.2
+    record_to: str | None = None
+    record_shard_size: int = 64
+    record_flush_s: float = 60.0
 
     def __post_init__(self):
-        for name in ("max_batch", "max_queue", "max_request_bytes", "retry_after_s", "max_connections"):
+        for name in ("max_batch", "max_queue", "max_request_bytes", "retry_after_s", "max_connections",
+                     "drift_window", "record_shard_size"):
             _check_count(name, getattr(self, name))
         if self.max_new_tokens_limit is not None:
             _check_count("max_new_tokens_limit", self.max_new_tokens_limit)
@@ -81,6 +97,15 @@ class ServeSettings:
         for name in ("read_timeout_s", "keep_alive_s"):
             if not 0 < float(getattr(self, name)) <= 3600:
                 raise InputError(f"{name} must be in (0, 3600] seconds, got {getattr(self, name)!r}")
+        object.__setattr__(self, "drift_threshold", check_level(
+            self.drift_threshold, "drift_threshold", "the KS distance of live from calibration confidences "
+            "that is logged as drift"))
+        if not 0 < float(self.record_flush_s) <= 86400:
+            raise InputError(f"record_flush_s must be in (0, 86400] seconds, got {self.record_flush_s!r}")
+        if self.record_to is not None:
+            if not isinstance(self.record_to, (str, os.PathLike)) or not str(self.record_to).strip():
+                raise InputError(f"record_to must be a store folder, got {self.record_to!r}")
+            object.__setattr__(self, "record_to", str(self.record_to))
         if not 0 <= float(self.shutdown_timeout_s) <= 3600:
             raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
         object.__setattr__(self, "default_risk", check_risk(self.default_risk, DEFAULT_RISK_NAME))

@@ -13,6 +13,8 @@ A store is a directory::
     shard-p000-00000.safetensors     shards of part 0 of a multi-process collection
     shard-p000-00000.jsonl ...
     shard-p001-00000.safetensors ... shards of part 1, etc.
+    labels.jsonl                     labels added after their records were written (optional;
+                                     :mod:`~acute.store.labels`: ``acute serve --record-to``)
 
 Pooled hidden states (:data:`POOLINGS`, one [L+1, d] row per record each): ``layer_means`` is the
 mean of each layer's states over the answer positions, ``last_prompt`` the state at the prompt's
@@ -103,7 +105,8 @@ one identity of a store, a probe and a running model, and the one ``diff`` every
 and settings?" check uses), :mod:`~acute.store.locks`,
 :mod:`~acute.store.writer` (:class:`StoreWriter`, :func:`prepare_store`, :func:`finalize_store`),
 :mod:`~acute.store.reader` (:class:`Store`, :func:`open_store`) and :mod:`~acute.store.verify`
-(:func:`verify_store`). Everything public is importable from ``acute.store``.
+(:func:`verify_store`) and :mod:`~acute.store.labels` (labels added later, merged by the
+reader). Everything public is importable from ``acute.store``.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ from .format import (COLLECTION_KEY_FIELDS, COMPAT_KEYS, DEFAULT_STORE_DTYPE, FO
                      POOLINGS, SHARD_FORMAT_VERSION, STATUSES, STORAGE_DTYPES, WEIGHTS_KEY, collection_key,
                      storage_dtype)
 from .header import read_safetensors_header
+from .labels import LABELS, LabelFile, read_labels
 from .reader import Store, open_store
 from .verify import verify_store
 from .writer import StoreWriter, finalize_store, prepare_store
@@ -140,4 +144,7 @@ __all__ = [
     "read_safetensors_header",
     "ShardDirectory",
     "check_identity",
+    "LABELS",
+    "LabelFile",
+    "read_labels",
 ]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import CorruptStoreError, InputError
 from ..validation import first_nonfinite_row
+from .labels import check_labels, read_labels
 from .format import DEFAULT_STORE_DTYPE, MEAN_ONLY, POOLINGS, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
 from .manifest import load_manifest
 from .shard import Shard, load_shards
@@ -24,10 +25,12 @@ class Store:
     over a subset of rows that shares the same memory-mapped shards.
     """
 
-    def __init__(self, path: Path, manifest: dict, shards: list[Shard], rows: np.ndarray | None = None):
+    def __init__(self, path: Path, manifest: dict, shards: list[Shard], rows: np.ndarray | None = None,
+                 labels: dict | None = None):
         self.path = path
         self.manifest = manifest
         self._shards = shards
+        self._labels = labels or {}  # labels.jsonl: ids -> correct (acute.store.labels)
         self._starts = np.cumsum([0] + [s.n for s in shards]).astype(np.int64)
         self._rows = rows  # global row indices of this view, or None for all rows
         self._cache: dict[str, Any] = {}
@@ -106,9 +109,13 @@ class Store:
     # -- per-record data ------------------------------------------------------------------------
     @property
     def records(self) -> list[dict]:
-        """Record dicts in store order (shared objects; copy before mutating)."""
+        """Record dicts in store order (shared objects; copy before mutating); a record labelled
+        later (the store's ``labels.jsonl``, :mod:`acute.store.labels`) carries that label as
+        its ``correct``."""
         if "records" not in self._cache:
-            all_records = [r for s in self._shards for r in s.records]
+            labels = self._labels
+            all_records = [r if r["id"] not in labels else {**r, "correct": labels[r["id"]]}
+                           for s in self._shards for r in s.records]
             self._cache["records"] = (
                 all_records if self._rows is None else [all_records[i] for i in self._rows]
             )
@@ -130,6 +137,12 @@ class Store:
                 out[i] = bool(value)
             self._cache["correct"] = out
         return self._cache["correct"]
+
+    @property
+    def labelled(self) -> np.ndarray:
+        """bool[n]: which records carry a label (``correct`` not null: every record of a
+        collection; the answers ``acute serve --record-to`` recorded once feedback labelled them)."""
+        return np.array([r.get("correct") is not None for r in self.records], dtype=bool)
 
     @property
     def token_logprobs(self) -> list[np.ndarray]:
@@ -241,7 +254,7 @@ class Store:
             raise IndexError(f"indices out of range for a store of {n} records")
         idx = np.where(idx < 0, idx + n, idx)
         rows = self._global_rows()[idx]
-        return Store(self.path, self.manifest, self._shards, rows)
+        return Store(self.path, self.manifest, self._shards, rows, self._labels)
 
 
 def open_store(path: str | os.PathLike, verify: bool = True) -> Store:
@@ -253,8 +266,15 @@ def open_store(path: str | os.PathLike, verify: bool = True) -> Store:
     directory or manifest and :class:`CorruptStoreError` (a ``ValueError``) naming the file for a
     truncated shard, an impossible header length, a jsonl/tensor row-count mismatch, an id in two
     shards, etc., and :class:`IncompatibleStoreError` naming a shard written by another collection.
-    A store with zero records opens as an empty Store (see the module docstring).
+    A store with zero records opens as an empty Store (see the module docstring). Labels added
+    later (``labels.jsonl``, :mod:`acute.store.labels`) are merged into the records; a label of
+    a record the store does not hold, or of one labelled in its shard, is a
+    :class:`CorruptStoreError` naming the file.
     """
     path = Path(path)
     manifest = load_manifest(path)
-    return Store(path, manifest, load_shards(path, manifest, verify))
+    shards = load_shards(path, manifest, verify)
+    labels = read_labels(path)
+    if labels:
+        check_labels(path, labels, [r for s in shards for r in s.records])
+    return Store(path, manifest, shards, labels=labels)

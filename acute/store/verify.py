@@ -8,6 +8,7 @@ from pathlib import Path
 from .commit import ShardDirectory
 from .files import SHARD_FILES
 from .format import MEAN_ONLY
+from .labels import check_labels, read_labels
 from .manifest import load_manifest
 from .shard import load_shards
 
@@ -27,8 +28,12 @@ def verify_store(path: str | os.PathLike) -> dict:
     unique.
     Orphan ``.jsonl`` and temporary files are listed, not deleted.
 
+    The labels added later (``labels.jsonl``, :mod:`acute.store.labels`) must each name a
+    record the store holds without a label of its own.
+
     Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records", "checksummed"}],
-    "orphans": [...], "status", "poolings": [...], "problems": [...]}``; ``problems`` names what
+    "orphans": [...], "status", "poolings": [...], "num_labels", "problems": [...]}``
+    (``num_labels``: the lines of ``labels.jsonl``); ``problems`` names what
     makes the store unfit for use as is without being corrupt: an unfinished collection (status other than
     "complete"), a manifest count that disagrees with the shards, orphans, shards without
     checksums (written by an older acute). Raises ``FileNotFoundError`` (missing directory or
@@ -47,6 +52,8 @@ def verify_store(path: str | os.PathLike) -> dict:
         problems.append(f"the manifest counts {manifest['num_records']} records, the shards hold {n}")
     if leftovers:
         problems.append(f"{len(leftovers)} uncommitted file(s), removed by the next resume: {', '.join(leftovers)}")
+    labels = read_labels(path)
+    check_labels(path, labels, [r for s in shards for r in s.records])
     unchecked = [s.path.name for s in shards if not s.has_checksums]
     if unchecked:
         problems.append(f"{len(unchecked)} shard(s) without checksums (written by an older acute)")
@@ -57,5 +64,6 @@ def verify_store(path: str | os.PathLike) -> dict:
         "orphans": leftovers,
         "status": manifest.get("status"),
         "poolings": list(manifest.get("poolings", MEAN_ONLY)),
+        "num_labels": len(labels),
         "problems": problems,
     }

@@ -281,6 +281,21 @@ class StoreWriter:
     def num_buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def buffered_ids(self) -> frozenset:
+        """Ids added but not yet committed (:meth:`flush` commits them)."""
+        return frozenset(self._pending)
+
+    def is_committed(self, record_id) -> bool:
+        """Whether ``record_id`` is in a committed shard (of any part, earlier runs included)."""
+        return record_id in self._tally.ids
+
+    def flush(self) -> None:
+        """Commit the buffered records now, as one (possibly smaller) shard; nothing without any."""
+        if self._closed:
+            raise InputError("StoreWriter is closed")
+        self._flush(len(self._buffer))
+
     # Long because adding is one ordered sequence (validate every record, then buffer them, then
     # record what the first batch decides, then commit full shards); splitting it would hide the order.
     def add(self, records: Sequence[dict], layer_means: np.ndarray, token_logprobs: Sequence[np.ndarray],
