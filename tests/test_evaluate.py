@@ -13,12 +13,8 @@ from acute.metrics.selective import aurc
 from acute.estimators.baselines import BASELINES
 from acute.estimators import ESTIMATORS
 from acute.estimators.registry import ACUTE_VARIANTS
-from acute.evaluation import (
-    evaluate_predictions,
-    evaluate_store,
-    results_markdown,
-    split_ids,
-)
+from acute.evaluation import evaluate_predictions, evaluate_store, split_ids
+from acute.evaluation.markdown import results_markdown
 
 PAPER_ROWS = list(BASELINES + ACUTE_VARIANTS)  # the paper's twelve rows
 
@@ -310,7 +306,7 @@ def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(acute.plots, "euro_curves", boom)
+    monkeypatch.setattr(acute.evaluation.plots, "euro_curves", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"],
                        n_bootstrap=0, progress=False)

@@ -227,7 +227,7 @@ def test_a_misspelt_store_dtype_fails_when_the_config_is_loaded(tmp_path, monkey
 
 def test_the_command_lines_take_each_default_from_its_owner():
     from acute.cli import build_parser
-    from acute.evaluation.evaluate import DEFAULT_TEST_FRACTION
+    from acute.evaluation.crossval import DEFAULT_TEST_FRACTION
     from acute.metrics import DEFAULT_N_BOOTSTRAP
     from acute.serving.settings import ServeSettings
 
@@ -254,7 +254,7 @@ def test_no_signature_retypes_an_owned_default():
     (``DEFAULT_N_BOOTSTRAP``, ``DEFAULT_TEST_FRACTION``, ``DEFAULT_STORE_DTYPE``) instead. A
     deliberately other value (the demo's 200 resamples) is not a retyped default.
     acute/evaluation/crossval.py (split_ids) is another engineer's refactor in progress."""
-    from acute.evaluation.evaluate import DEFAULT_TEST_FRACTION
+    from acute.evaluation.crossval import DEFAULT_TEST_FRACTION
     from acute.metrics import DEFAULT_N_BOOTSTRAP
 
     assert (DEFAULT_N_BOOTSTRAP, DEFAULT_TEST_FRACTION, DEFAULT_STORE_DTYPE) == (1000, 0.3, "float16")

@@ -115,8 +115,9 @@ def test_one_label_rule_everywhere():
 
 def test_one_list_of_metric_specs_drives_the_tables():
     from acute import metrics
-    from acute.evaluation import TABLE_COLUMNS, evaluate_predictions, results_markdown
-    from acute.evaluation.markdown import selective_markdown
+    from acute.evaluation import evaluate_predictions
+    from acute.evaluation.markdown import results_markdown, selective_markdown
+    from acute.evaluation.table import TABLE_COLUMNS
     from acute.report import REPORT_METRICS
 
     assert [k for k, _, _ in TABLE_COLUMNS] == [m.name for m in metrics.METRIC_SPECS]

@@ -47,12 +47,10 @@ from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_input
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import DEFAULT_TEST_FRACTION, ids_digest, split_ids
 from .markdown import results_markdown, selective_markdown
-from .table import TABLE_COLUMNS, best_estimators, evaluate_predictions
+from .table import best_estimators, evaluate_predictions
 
-__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "DEFAULT_TEST_FRACTION", "RECORD_IDS", "TABLE_COLUMNS", "EvaluationResult", "best_estimators",
-           "estimator_names", "evaluate_predictions", "evaluate_store", "resolve_group_by", "results_markdown",
-           "split_ids", "store_arrays", "store_groups",
-           "usable_controls"]
+__all__ = ["DEFAULT_FOLDS", "DEFAULT_REPEATS", "RECORD_IDS", "EvaluationResult", "estimator_names", "evaluate_store",
+           "resolve_group_by", "store_arrays", "store_groups", "usable_controls"]
 
 logger = logging.getLogger(__name__)
 

@@ -311,7 +311,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     fig = run.get("figures_model")
     if fig is not None and fig not in models_raw:
         raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
-    from ..evaluation.evaluate import DEFAULT_TEST_FRACTION
+    from ..evaluation.crossval import DEFAULT_TEST_FRACTION
 
     tf = check_level(run.get("test_fraction", DEFAULT_TEST_FRACTION), f"{path}: run.test_fraction",
                      _RUN_LEVELS["test_fraction"])

@@ -67,7 +67,7 @@ def task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]
     euro difference of the two over the risk level with its paired bootstrap band. Returns ``(caption, path
     relative to the report)`` pairs."""
     from ..estimators.registry import DEFAULT_ESTIMATOR
-    from ..evaluation.evaluate import best_estimators
+    from ..evaluation.table import best_estimators
     from ..evaluation.curves import euro_difference
     from ..evaluation.plots import euro_curves, euro_difference_curve, reliability_diagram
 
