@@ -1,5 +1,5 @@
 """The ``acute`` command line: demo, collect, tasks, models, verify, train, evaluate,
-learning-curve, export, score, serve, rerecord, plot, protocol, protocol-report and run. Each
+learning-curve, export, score, serve, vllm-args, rerecord, plot, protocol, protocol-report and run. Each
 command's parser and function live in the module of its group (collecting, training, scoring,
 studies); heavy imports happen inside each command."""
 
@@ -33,11 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     collecting.add_collect(sub, model_opts)
     collecting.add_listings(sub, model_opts)
     training.add_train_export(sub, model_opts)
+    training.add_recertify(sub, model_opts)
     training.add_evaluate(sub, model_opts)
     training.add_learning_curve(sub, model_opts)
     training.add_plot(sub, model_opts)
     scoring.add_score(sub, model_opts)
     scoring.add_serve(sub, model_opts)
+    scoring.add_vllm_args(sub, model_opts)
     collecting.add_rerecord(sub, model_opts)
     studies.add_protocol(sub, model_opts)
     sub.add_parser("run", help="the reproduction pipeline: models x tasks -> stores, evaluations, "

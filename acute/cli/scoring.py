@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from ..scoring.risk import DEFAULT_RISK, check_risk
 from .common import DEFAULT_MODEL, default_probe_dir, level_arg
 from ..console import load_options_from_args
 
-__all__ = ['add_score', 'add_serve', 'cmd_score', 'cmd_serve']
+__all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 'cmd_vllm_args']
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +168,7 @@ def cmd_serve(args) -> int:
     if args.risk is not None and args.max_error is not None:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
                          "requests that name neither, not both")
+    vllm = _check_engine_args(args)
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
@@ -183,24 +186,35 @@ def cmd_serve(args) -> int:
         read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
         allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
-        record_shard_size=args.record_shard_size, record_flush_s=args.record_flush, **default_risk)
+        record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
+        concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
     settings = serve.with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
     model, tok = load_model(model_name, **load_options_from_args(args))
-    try:
-        scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
-                        allow_other_weights=args.allow_other_weights)
-    except (TypeError, ValueError) as e:
-        if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
-            raise
-        # a malformed probe.json (e.g. training settings of the wrong type): one line, not a traceback
-        raise InputError(f"{probe_dir / 'probe.json'}: cannot serve with this probe's training "
-                         f"settings: {e}") from None
+    sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
+    with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
+        try:  # with the engine: the setting the probe is checked against names it
+            scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
+                            allow_other_weights=args.allow_other_weights, engine=engine)
+        except (TypeError, ValueError) as e:
+            if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
+                raise
+            # a malformed probe.json (e.g. training settings of the wrong type): one line, not a traceback
+            raise InputError(f"{probe_dir / 'probe.json'}: cannot serve with this probe's training "
+                             f"settings: {e}") from None
+        _serve(args, serve, scorer, settings, sock, served, probe_dir, api_key, engine)
+    return 0
+
+
+def _serve(args, serve, scorer, settings, sock, served, probe_dir, api_key, engine) -> None:
+    """``acute serve`` once the model (and the engine) runs."""
     app = serve.create_app(scorer, settings)
-    sock = serve.bind_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
           f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
+    if engine is not None:
+        print(f"generating with vLLM ({'its server at ' + args.upstream if args.upstream else 'started by acute'}; "
+              f"{settings.concurrent_batches} batches at once)", flush=True)
     if settings.record_to is not None:
         print(f"recording every served answer (prompt, answer, confidence, pooled states) to the store "
               f"{settings.record_to}; POST /v1/feedback labels them", flush=True)
@@ -209,6 +223,100 @@ def cmd_serve(args) -> int:
               "others with --allowed-host NAME", flush=True)
     serve.run_server(app, sock)
     print("stopped", flush=True)
+
+
+#: batches an engine that batches continuously (vLLM) scores at once by default
+_ENGINE_BATCHES = 8
+
+
+def _check_engine_args(args) -> bool:
+    """Whether vLLM generates (``--engine vllm`` or ``--upstream``); refuses options that do not go
+    together, before anything is loaded."""
+    if args.upstream is not None and args.engine is not None:
+        raise InputError("--upstream URL generates with the vLLM server at URL; leave out --engine")
+    vllm = args.upstream is not None or args.engine == "vllm"
+    if not vllm and (args.pooled_dir is not None or args.upstream_api_key is not None):
+        raise InputError("--pooled-dir and --upstream-api-key go with --upstream URL")
+    if args.upstream is None and args.pooled_dir is not None:
+        raise InputError("--pooled-dir names the pooled folder of a vLLM server given by --upstream URL")
+    if args.upstream is not None and args.vllm_max_model_len is not None:
+        raise InputError("--vllm-max-model-len sets the vLLM server acute starts (--engine vllm); the one at "
+                         "--upstream was started with its own")
+    return vllm
+
+
+@contextlib.contextmanager
+def _serving_engine(args, model, settings):
+    """None (transformers); else a started :class:`~acute.engines.upstream.UpstreamEngine` on the
+    vLLM server at ``--upstream``, or on one started here (``--engine vllm``, stopped on exit)."""
+    if args.upstream is None and args.engine != "vllm":
+        yield None
+        return
+    from ..engines.upstream import UpstreamEngine
+    from ..errors import EngineError
+    from ..extraction.layers import context_window
+    from ..models import model_fingerprint
+
+    with contextlib.ExitStack() as stack:
+        if args.upstream is not None:
+            url, key, pooled = args.upstream, args.upstream_api_key or os.environ.get("VLLM_API_KEY"), args.pooled_dir
+        else:
+            from ..engines.vllm import model_folder
+            from ..engines.vllm_server import VllmServer
+
+            print("starting vLLM's server with acute's pooling connector (a minute or more) ...", flush=True)
+            server = stack.enter_context(VllmServer(
+                model_folder(model), dtype=str(model.dtype).replace("torch.", ""),
+                max_model_len=args.vllm_max_model_len or context_window(model),
+                max_num_seqs=max(settings.max_batch * settings.concurrent_batches, 1)))
+            url, key, pooled = server.url, server.api_key, server.pooled_dir
+        engine = stack.enter_context(UpstreamEngine(url, api_key=key, pooled_dir=pooled,
+                                                    max_connections=settings.max_batch * settings.concurrent_batches))
+        fingerprint = model_fingerprint(model)
+        want = (fingerprint["num_layers"] + 1, fingerprint["hidden_size"])
+        if engine.info["states_shape"] != want:
+            raise EngineError(f"the vLLM server at {url} records states of shape {engine.info['states_shape']}, "
+                              f"not {want} as the model {getattr(model, 'name_or_path', '')} has: it serves another "
+                              "model")
+        yield engine
+
+
+def _model_folder(name: str) -> Path:
+    """A saved model folder (config.json and weights) from a folder or a model card's name."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    from ..models import card_names, get_card
+    from ..models.cache import ensure_card_cached
+
+    if name in card_names():
+        return ensure_card_cached(get_card(name))
+    raise InputError(f"--model {name!r} is neither a saved model folder nor a model card ({', '.join(card_names())}); "
+                     "vLLM loads a folder (a card's converted folder, or save_pretrained's)")
+
+
+def cmd_vllm_args(args) -> int:
+    from ..engines.vllm import find_vllm_python
+    from ..errors import EngineError
+    from ..engines.vllm_server import server_args, server_command
+    from ..models import acute_home
+
+    folder = _model_folder(args.model or DEFAULT_MODEL)
+    pooled = Path(args.pooled_dir) if args.pooled_dir else acute_home() / "vllm-pooled"
+    try:
+        python = find_vllm_python()
+    except EngineError as e:  # the command is printed all the same, for the Python that will have vLLM
+        print(f"# {e}")
+        python = "python"
+    line = server_command(python, server_args(folder, pooled.resolve(), host=args.host, port=args.port,
+                                              dtype=args.dtype, served_model_name=args.served_model_name,
+                                              max_model_len=args.max_model_len))
+    print(f"# vLLM's OpenAI server for {folder.name} with acute's pooling connector (pooled states in {pooled}):")
+    print(f"mkdir -p {pooled} && {line}")
+    print("# then acute's gate in front of it (on this machine: it reads the pooled folder):")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"acute serve --upstream http://{host}:{args.port} --model {args.model or DEFAULT_MODEL} --probe PROBE "
+          "--port 8001")
     return 0
 
 
@@ -224,7 +332,7 @@ def add_score(sub, model_opts) -> None:
                    help="decide by the threshold the probe certified at this error rate instead "
                         "(acute export --max-error): trust iff confidence >= it")
     s.add_argument("--precheck", type=level_arg(check_precheck, "--precheck"), default=None, metavar="U0",
-                   help="two-stage gate: generate only when the question-only probe (acute export --precheck) "
+                   help="two-stage gate: generate only when the question-only probe (acute export --with-precheck) "
                         "gives P(correct) > U0 in (0, 1); otherwise abstain without generating")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
@@ -237,6 +345,21 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("--task", default=None,
                    help="wrap questions in this task's prompt (default: the probe's open-QA task; 'none': ask as is)")
     s.set_defaults(func=cmd_score)
+
+
+def add_vllm_args(sub, model_opts) -> None:
+    """``acute vllm-args``."""
+    v = sub.add_parser("vllm-args", help="print the command that starts vLLM's OpenAI server with acute's pooling "
+                       "connector, and the gate in front of it")
+    v.add_argument("--model", default=None, help=f"a model card or saved folder (default {DEFAULT_MODEL})")
+    v.add_argument("--pooled-dir", default=None, metavar="DIR",
+                   help="where the connector writes each request's pooled states (default $ACUTE_HOME/vllm-pooled)")
+    v.add_argument("--host", default="127.0.0.1", help="vLLM's address (default loopback)")
+    v.add_argument("--port", type=int, default=8000, help="vLLM's port (default %(default)s)")
+    v.add_argument("--dtype", default="float32", help="vLLM's dtype (default %(default)s, as acute's recorder)")
+    v.add_argument("--max-model-len", type=int, default=None, help="vLLM's context (default: the model's)")
+    v.add_argument("--served-model-name", default=None, help="the model id vLLM serves (default: the folder)")
+    v.set_defaults(func=cmd_vllm_args)
 
 
 def add_serve(sub, model_opts) -> None:
@@ -284,6 +407,20 @@ def add_serve(sub, model_opts) -> None:
                     help="let text in requests become the tokenizer's control tokens (default: kept as text)")
     sv.add_argument("--allow-other-weights", action="store_true",
                     help="serve a probe trained on other weights of the same architecture")
+    sv.add_argument("--engine", choices=["transformers", "vllm"], default=None,
+                    help="what generates: acute's transformers recorder (default) or vLLM with acute's pooling "
+                         "connector, started here (docs/serving-with-vllm.md)")
+    sv.add_argument("--upstream", default=None, metavar="URL",
+                    help="generate with the vLLM server at URL, started with acute's connector (`acute vllm-args`)")
+    sv.add_argument("--upstream-api-key", default=None, metavar="KEY",
+                    help="with --upstream: the key that server requires (default $VLLM_API_KEY)")
+    sv.add_argument("--pooled-dir", default=None, metavar="DIR",
+                    help="with --upstream: that server's pooled folder, checked (default: learned from it)")
+    sv.add_argument("--vllm-max-model-len", type=int, default=None, metavar="N",
+                    help="with --engine vllm: vLLM's context (default: the model's)")
+    sv.add_argument("--concurrent-batches", type=int, default=None, metavar="N",
+                    help=f"batches scored at once (default 1; with vLLM {_ENGINE_BATCHES}: it batches them "
+                         "continuously)")
     sv.add_argument("--drift-window", type=int, default=default.drift_window, metavar="N",
                     help="/metrics' drift signal compares the last N confidences with the probe's calibration "
                          "confidences (default %(default)s)")

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +51,13 @@ logger = logging.getLogger(__name__)
 
 #: The kv_transfer_params key under which a finished request names its pooled file.
 POOLED_PATH_KEY = "acute_pooled_path"
+#: The kv_transfer_params key a request names its file with: a plain name (:data:`NAME_PATTERN`),
+#: written as ``<shared_storage_path>/<name>.safetensors``. The client knows the path before the
+#: request ends, so it needs no answer to carry it (a streamed answer, or one a stop string
+#: aborted, carries none), and no client can make vLLM write outside that folder (vLLM's own
+#: ``hidden_states_path`` needs ``allow_custom_save_path``, which lets a client write anywhere).
+POOLED_NAME_KEY = "acute_pooled_name"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 @dataclass
@@ -69,8 +78,10 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
     Extra config (``kv_connector_extra_config``): ``shared_storage_path`` (where the per-request
     files go), ``sum_dtype`` (``"float32"``, default, or ``"float64"``: the dtype of the
     reduction, as acute's recorder's ``dtype``), ``tail_positions`` (default 4: the positions
-    kept one by one for an aborted request, see the module docstring), and the stock
-    connector's ``allow_custom_save_path`` (acute's worker names each request's file).
+    kept one by one for an aborted request, see the module docstring). A request names its file
+    with ``kv_transfer_params={"acute_pooled_name": NAME}`` (:data:`POOLED_NAME_KEY`: a plain
+    name, written in ``shared_storage_path``); one that names none gets the stock connector's
+    default, ``<shared_storage_path>/<request id>.safetensors``.
     """
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -84,12 +95,25 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
 
     # -- scheduler side ----------------------------------------------------------------------
 
+    def _named(self, request) -> str | None:
+        """``<shared_storage_path>/<name>.safetensors`` for a request that names its file
+        (:data:`POOLED_NAME_KEY`); None when it names none or a name that is not plain."""
+        name = (request.kv_transfer_params or {}).get(POOLED_NAME_KEY)
+        if name is None:
+            return None
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            logger.warning("acute: request %s names its pooled file %r, not a plain name "
+                           "([A-Za-z0-9_-], 1 to 128): the default name is used", request.request_id, name)
+            return None
+        return os.path.join(self._storage_path, name + ".safetensors")
+
     def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         req_id = request.request_id
         filename = self._request_filenames.pop(req_id, None)
         if filename is None or request.prompt_token_ids is None:
             self._pending_saves.pop(req_id, None)
             return False, None
+        filename = self._named(request) or filename
         from vllm.v1.request import RequestStatus
 
         prompt_len = len(request.prompt_token_ids)
@@ -107,6 +131,25 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
 
     def wait_for_save(self) -> None:
         pass  # nothing to lock: files appear whole (written, then renamed)
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        """The stock registration, then the final norm taken from the model runner that
+        registers the caches (its caller), so that a plain ``vllm serve`` / api_server started
+        with this connector needs no ``collective_rpc`` (:class:`AcuteWorkerExtension` remains
+        for the offline engine, and to check)."""
+        super().register_kv_caches(kv_caches)
+        frame = sys._getframe(1)
+        for _ in range(4):  # the runner's initialize_kv_cache, or a helper it calls
+            if frame is None:
+                break
+            runner = frame.f_locals.get("self")
+            if callable(getattr(runner, "get_model", None)):
+                try:
+                    self.final_norm = _final_norm(runner.get_model())
+                except RuntimeError as e:
+                    logger.warning("acute: %s", e)
+                break
+            frame = frame.f_back
 
     def _states(self, pending: PendingPool) -> torch.Tensor:
         """``[N-1 - (P-1), L+1, d]`` cached states of the pooled positions, in the model dtype."""
@@ -130,8 +173,10 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
         return {
             "sum": states.to(self.sum_dtype).sum(dim=0).cpu(),
             "count": torch.tensor([count], dtype=torch.int64),
-            "last_prompt": states[0].float().cpu(),
-            "tail": states[-min(pending.tail, count):].float().cpu().contiguous(),
+            # copies: for a one-token answer the tail is the last prompt position itself, and
+            # safetensors refuses tensors that share memory
+            "last_prompt": states[0].float().cpu().clone(),
+            "tail": states[-min(pending.tail, count):].float().cpu().clone(),
         }
 
     def _write(self, pending: PendingPool) -> None:
@@ -167,9 +212,7 @@ class AcuteWorkerExtension:
 
         model = self.model_runner.get_model()
         inner = getattr(model, "model", model)
-        norm = getattr(inner, "norm", None)
-        if norm is None:
-            raise RuntimeError(f"acute: {type(model).__name__} has no final norm at .model.norm")
+        norm = _final_norm(model)
         connector = get_kv_transfer_group()
         connector.final_norm = norm
         return {"model": type(model).__name__, "norm": type(norm).__name__,
@@ -181,3 +224,12 @@ class AcuteWorkerExtension:
         connector = get_kv_transfer_group()
         return {"bytes_written": connector.bytes_written,
                 "requests_written": connector.requests_written}
+
+
+def _final_norm(model):
+    """The decoder's final norm module (``model.model.norm``); RuntimeError when there is none."""
+    inner = getattr(model, "model", model)
+    norm = getattr(inner, "norm", None)
+    if norm is None:
+        raise RuntimeError(f"{type(model).__name__} has no final norm at .model.norm")
+    return norm

@@ -38,6 +38,39 @@ def _stock_cpu_connector_module() -> str:
     return "acute.engines.vllm_stock"
 
 
+#: The kv_transfer_params key a request names its pooled file with
+#: (:data:`acute.engines.vllm_connector.POOLED_NAME_KEY`; not imported: this module imports
+#: only the standard library until vLLM is started).
+POOLED_NAME_KEY = "acute_pooled_name"
+#: The worker extension that hands the model's final norm to acute's connector in an offline
+#: engine (the connector also finds it itself when the caches are registered).
+WORKER_EXTENSION = CONNECTOR_MODULE + ".AcuteWorkerExtension"
+
+
+def speculative_config(num_layers: int) -> dict:
+    """vLLM's ``speculative_config``: the ``extract_hidden_states`` method caching the states of
+    layer ids ``0 .. num_layers`` (id ``num_layers``: the last layer before the final norm)."""
+    return {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+            "draft_model_config": {"hf_config": {
+                "eagle_aux_hidden_state_layer_ids": list(range(int(num_layers) + 1))}}}
+
+
+def kv_transfer_config(pooled_dir: str, mode: str = "acute", sum_dtype: str = "float32") -> dict:
+    """vLLM's ``kv_transfer_config`` for acute's pooling connector (``mode="acute"``: one small
+    file per request in ``pooled_dir``, named by the request) or vLLM's stock connector made to
+    run on a CPU (``"stock"``, benchmarks: every state, at a path each request gives)."""
+    if mode == "acute":
+        return {"kv_connector": "AcutePoolingConnector", "kv_connector_module_path": CONNECTOR_MODULE,
+                "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(pooled_dir), "sum_dtype": sum_dtype}}
+    if mode == "stock":
+        return {"kv_connector": "CpuHiddenStatesConnector",
+                "kv_connector_module_path": _stock_cpu_connector_module(), "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": str(pooled_dir),
+                                              "allow_custom_save_path": True}}
+    raise ValueError(f"mode must be 'acute' or 'stock', got {mode!r}")
+
+
 def engine_kwargs(cmd: dict) -> dict:
     """``vllm.LLM`` keyword arguments for a ``start`` command."""
     num_layers = int(cmd["num_layers"])
@@ -52,20 +85,9 @@ def engine_kwargs(cmd: dict) -> dict:
     }
     mode = cmd.get("mode", "acute")
     if mode in ("acute", "stock"):
-        kwargs["speculative_config"] = {
-            "method": "extract_hidden_states", "num_speculative_tokens": 1,
-            "draft_model_config": {"hf_config": {
-                "eagle_aux_hidden_state_layer_ids": list(range(num_layers + 1))}},
-        }
-        module = CONNECTOR_MODULE if mode == "acute" else _stock_cpu_connector_module()
-        name = "AcutePoolingConnector" if mode == "acute" else "CpuHiddenStatesConnector"
-        kwargs["kv_transfer_config"] = {
-            "kv_connector": name, "kv_connector_module_path": module, "kv_role": "kv_producer",
-            "kv_connector_extra_config": {"shared_storage_path": cmd["pooled_dir"],
-                                          "sum_dtype": cmd.get("sum_dtype", "float32"),
-                                          "allow_custom_save_path": True},
-        }
-        kwargs["worker_extension_cls"] = CONNECTOR_MODULE + ".AcuteWorkerExtension"
+        kwargs["speculative_config"] = speculative_config(num_layers)
+        kwargs["kv_transfer_config"] = kv_transfer_config(cmd["pooled_dir"], mode, cmd.get("sum_dtype", "float32"))
+        kwargs["worker_extension_cls"] = WORKER_EXTENSION
     elif mode != "plain":
         raise ValueError(f"mode must be 'acute', 'stock' or 'plain', got {mode!r}")
     return kwargs
@@ -107,9 +129,10 @@ class Worker:
         for _ in cmd["prompts"]:
             self.count += 1
             paths.append(os.path.join(self.pooled_dir, f"r{self.count}.safetensors"))
-            transfer = {"hidden_states_path": paths[-1]}
             if self.mode == "stock":
-                transfer["include_output_tokens"] = True
+                transfer = {"hidden_states_path": paths[-1], "include_output_tokens": True}
+            else:
+                transfer = {POOLED_NAME_KEY: f"r{self.count}"}
             per_request.append(params.clone())
             per_request[-1].extra_args = {"kv_transfer_params": transfer}
         prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in cmd["prompts"]]

@@ -157,18 +157,31 @@ class Scorer:
     precheck=u0)`` decide with (default: the one exported beside ``probe``, its ``precheck``
     attribute, or None); it is checked against the model like ``probe`` and must read the
     last-prompt states only, without the raw confidence.
+
+    ``engine`` generates instead of acute's transformers recorder: a started
+    :class:`acute.engines.pooled.PooledEngine` (vLLM with acute's pooling connector:
+    :class:`~acute.engines.vllm.VllmEngine`, :class:`~acute.engines.upstream.UpstreamEngine`),
+    which gives the recorder's records (``engine.generate``) and last-prompt states
+    (``engine.prompt_states``) for the same formatted prompts. Everything else stays here:
+    formatting, the checks, the probe and the decision. ``model`` is still the transformers
+    model (its identity is checked against the probe, its context window bounds prompts) and
+    records given responses (:meth:`score_responses`, by teacher forcing).
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
                  chat: bool | None = None, batch_size: int = BATCH_SIZE,
                  stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False,
-                 precheck_probe=None):
+                 precheck_probe=None, engine=None):
         from ..estimators.probe_file import check_precheck_probe
         from ..models import model_identity
 
+        if engine is not None and not (callable(getattr(engine, "generate", None))
+                                       and callable(getattr(engine, "prompt_states", None))):
+            raise InputError(f"engine must be a started vLLM engine (acute.engines), got {type(engine).__name__}")
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
+        self.engine = engine
         identity = model_identity(model)
         _check_probe_model(probe, identity, allow_other_weights)
         if precheck_probe is None:
@@ -278,10 +291,12 @@ class Scorer:
         if not items:
             return []
         start = time.perf_counter()
-        gens = generate_and_record(self.model, self.tokenizer, texts,
-                                   max_new_tokens=self.max_new_tokens,
-                                   batch_size=self.batch_size, stop_strings=self.stop_strings,
-                                   pool=self.pool, on_too_long="error")
+        settings = dict(max_new_tokens=self.max_new_tokens, stop_strings=self.stop_strings, pool=self.pool,
+                        on_too_long="error")
+        if self.engine is not None:
+            gens = self.engine.generate(self.tokenizer, texts, model=self.model, **settings)
+        else:
+            gens = generate_and_record(self.model, self.tokenizer, texts, batch_size=self.batch_size, **settings)
         return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start)
 
     def _check_fits(self, texts: Sequence[str]) -> None:
@@ -335,6 +350,8 @@ class Scorer:
     def _prompt_pass(self, texts) -> tuple[np.ndarray, list[int]]:
         from ..extraction import record_prompt_states
 
+        if self.engine is not None:
+            return self.engine.prompt_states(self.tokenizer, texts, model=self.model)
         passes = record_prompt_states(self.model, self.tokenizer, texts, batch_size=self.batch_size)
         if not passes:
             return np.zeros((0, 0, 0), dtype=np.float32), []

@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 
-from ..errors import InputError
+from ..errors import EngineError, InputError
 from .batcher import Batcher
 from .errors import RequestError, ServerBusyError, is_input_error, require_serve_extra
 from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
@@ -20,6 +20,7 @@ from .request_ids import RequestIds, request_id
 from .schemas import chat_job, score_job
 from .security import HostGuard, authorize, check_json_content_type
 from .settings import ServeSettings, resolve_settings
+from .threads import concurrent_scorer
 
 __all__ = ["ROUTES", "create_app"]
 
@@ -59,6 +60,10 @@ def _request_error(param: str | None, error: BaseException, retry_after_s: int, 
     if is_input_error(error):
         return RequestError(str(error), param=param)
     log(error, rid)
+    if isinstance(error, EngineError):  # vLLM failed this request (gone, refused, no states): 502
+        return RequestError(f"the inference engine failed this request (request id {rid}): "
+                            f"{str(error).splitlines()[0][:300]}", status=502, type="server_error",
+                            code="engine_error")
     return RequestError(f"internal error: {type(error).__name__} (request id {rid}, named in the "
                         f"server's log)", status=500, type="server_error")
 
@@ -176,10 +181,12 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
     estimator = estimator_name(scorer.probe)
     precheck_probe = getattr(scorer, "precheck_probe", None)
     log = _FailureLog()
+    scorer = concurrent_scorer(scorer, settings.concurrent_batches)  # its tokenizer locked for several
     batcher = Batcher(functools.partial(score_jobs, scorer, batch_size=settings.max_batch,
                                         protect_text=not settings.allow_control_tokens),
                       max_batch=settings.max_batch, max_wait_s=settings.max_wait_ms / 1000.0,
-                      max_queue=settings.max_queue, key=functools.partial(group_key, scorer))
+                      max_queue=settings.max_queue, key=functools.partial(group_key, scorer),
+                      workers=settings.concurrent_batches)
     started = int(time.time())
     grace = settings.shutdown_timeout_s
     metrics = ServiceMetrics(batcher, getattr(scorer.probe, "confidence_reference", None),

@@ -76,14 +76,20 @@ class Batcher:
     its own (``run_batch`` may settle them earlier, :func:`acute.serving.jobs.settle`).
     :meth:`submit` raises :class:`ServerBusyError` when ``max_queue`` jobs are waiting or after
     :meth:`close`, which lets the worker finish the waiting jobs, within its timeout, and then stop.
+
+    ``workers`` threads take batches (default 1: one batch at a time, as a transformers model
+    runs). An engine that batches continuously itself (vLLM) takes several: a batch taken while
+    others generate joins them in the engine at its next step; ``run_batch`` must then be safe
+    to call from several threads at once.
     """
 
     def __init__(self, run_batch: Callable[[list[Job]], list], *, max_batch: int = 16,
                  max_wait_s: float = 0.01, max_queue: int = 256,
-                 key: Callable[[Job], Hashable] | None = None):
-        if max_batch < 1 or max_queue < 1 or max_wait_s < 0:
-            raise InputError(f"max_batch and max_queue must be >= 1 and max_wait_s >= 0, got "
-                             f"{max_batch}, {max_queue}, {max_wait_s}")
+                 key: Callable[[Job], Hashable] | None = None, workers: int = 1):
+        if max_batch < 1 or max_queue < 1 or max_wait_s < 0 or workers < 1:
+            raise InputError(f"max_batch, max_queue and workers must be >= 1 and max_wait_s >= 0, got "
+                             f"{max_batch}, {max_queue}, {workers}, {max_wait_s}")
+        self.workers = workers
         self.run_batch = run_batch
         self.key = key or (lambda job: None)
         self.max_batch, self.max_wait_s, self.max_queue = max_batch, max_wait_s, max_queue
@@ -92,13 +98,13 @@ class Batcher:
         self._cond = threading.Condition()
         self._closing = False
         self._deadline: float | None = None
-        self._current: list[Job] = []
-        self._thread: threading.Thread | None = None
+        self._current: dict[int, list[Job]] = {}  #: per worker, the jobs it scores now
+        self._threads: list[threading.Thread] = []
 
     @property
     def running(self) -> int:
-        """Jobs the worker is scoring now."""
-        return len(self._current)
+        """Jobs the workers are scoring now."""
+        return sum(len(jobs) for jobs in list(self._current.values()))
 
     @property
     def depth(self) -> int:
@@ -107,11 +113,14 @@ class Batcher:
             return sum(not j.abandoned.is_set() and not j.future.done() for j in self._pending)
 
     def start(self) -> None:
-        """Start the worker thread (idempotent)."""
+        """Start the worker threads (idempotent)."""
         with self._cond:
-            if self._thread is None and not self._closing:
-                self._thread = threading.Thread(target=self._loop, name="acute-batcher", daemon=True)
-                self._thread.start()
+            if not self._threads and not self._closing:
+                self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True,
+                                                  name="acute-batcher" + (f"-{i}" if i else ""))
+                                 for i in range(self.workers)]
+                for thread in self._threads:
+                    thread.start()
 
     def submit(self, jobs: Sequence[Job]) -> None:
         """Queue ``jobs`` (all or none); ``ServerBusyError`` when they do not fit or after close."""
@@ -140,27 +149,29 @@ class Batcher:
                 self._deadline = float("inf") if timeout is None else time.monotonic() + timeout
             deadline = self._deadline
             self._cond.notify_all()
-            thread = self._thread
-        if thread is None:
+            threads = list(self._threads)
+        if not threads:
             return
-        thread.join(None if deadline == float("inf") else max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
+        for thread in threads:
+            thread.join(None if deadline == float("inf") else max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in threads):
             n = self.abandon(ServerBusyError("the server is shutting down: its grace period "
                                              "(--shutdown-timeout) ended before this request was scored"))
             if n:
                 logger.warning("shutdown grace period over: %d request(s) answered 503 and stopped", n)
-            thread.join(_STOP_JOIN_S)
+            for thread in threads:
+                thread.join(_STOP_JOIN_S)
 
     def abandon(self, error: BaseException) -> int:
         """Answer every waiting and running job with ``error`` and abandon it; how many."""
         with self._cond:
-            jobs = [*self._pending, *self._current]
+            jobs = [*self._pending, *(j for running in self._current.values() for j in running)]
             self._pending.clear()
         for job in jobs:
             job.cancel(error)
         return len(jobs)
 
-    def _next_batch(self) -> list[Job] | None:
+    def _next_batch(self, worker: int = 0) -> list[Job] | None:
         with self._cond:
             while not self._pending:
                 if self._closing:
@@ -174,7 +185,7 @@ class Batcher:
                 self._cond.wait(left)
             batch, dropped = self._take()
             live = [j for j in batch if _start(j)]
-            self._current = live
+            self._current[worker] = live
             self.stats.record(len(live), dropped + len(batch) - len(live))
             return live
 
@@ -205,8 +216,8 @@ class Batcher:
         self._pending = collections.deque(j for j in live if id(j) not in taken)
         return batch, dropped
 
-    def _loop(self) -> None:
-        while (live := self._next_batch()) is not None:
+    def _loop(self, worker: int = 0) -> None:
+        while (live := self._next_batch(worker)) is not None:
             if not live:
                 continue
             try:
@@ -216,7 +227,7 @@ class Batcher:
                                  ", ".join(dict.fromkeys(getattr(job, "request_id", "-") for job in live)))
                 outcomes = [e] * len(live)
             with self._cond:
-                self._current = []
+                self._current.pop(worker, None)
             self.stats.record_stopped(sum(j.abandoned.is_set() for j in live))
             for job, outcome in zip(live, outcomes):
                 settle(job, outcome)

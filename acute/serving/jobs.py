@@ -154,18 +154,28 @@ def _prepare(scorer, guard: UserTextGuard | None, job: Job, max_new_tokens: int)
 
 
 @contextlib.contextmanager
-def _stop_when_abandoned(model, jobs: Sequence[Job]):
+def _stop_when_abandoned(model, jobs: Sequence[Job], engine=None):
     """Raise :class:`JobCancelled` before the model's next forward pass (decoding step) once every
-    job in ``jobs`` is abandoned; the recorder detaches its hooks on the way out."""
-    def check(module, args):
+    job in ``jobs`` is abandoned; the recorder detaches its hooks on the way out. With an
+    ``engine`` (vLLM), its requests for these jobs are cancelled instead (vLLM aborts them)."""
+    def check(*_):
         if all(j.abandoned.is_set() for j in jobs):
             raise JobCancelled(f"all {len(jobs)} requests of this group were abandoned")
 
+    if engine is not None:
+        with engine.stopping(check):
+            yield
+        return
     handle = model.register_forward_pre_hook(check)
     try:
         yield
     finally:
         handle.remove()
+
+
+#: one transformers model runs one batch at a time: with an engine, batches run concurrently and
+#: only given responses (recorded by teacher forcing on the model) take this lock
+_MODEL_LOCK = threading.Lock()
 
 
 def _ids(jobs: Sequence[Job]) -> str:
@@ -177,9 +187,12 @@ def _run_jobs(scorer, jobs: Sequence[Job]) -> list:
     """Generate and score the jobs, or (when they carry responses) score the given responses."""
     items = [job.item for job in jobs]
     gates = [job.gate for job in jobs]  # gates change no answer (a precheck only skips some): one call
-    with _stop_when_abandoned(scorer.model, jobs):
-        if jobs[0].response is None:
+    engine = getattr(scorer, "engine", None)
+    if jobs[0].response is None:
+        with _stop_when_abandoned(scorer.model, jobs, engine):
             return scorer.generate(items, gate=gates)
+    with (_MODEL_LOCK if engine is not None else contextlib.nullcontext()), \
+            _stop_when_abandoned(scorer.model, jobs):
         return scorer.score_responses(items, [job.response for job in jobs], gate=gates)
 
 

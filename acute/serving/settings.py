@@ -52,6 +52,8 @@ class ServeSettings:
     requests finish before it answers them with a 503 error. ``allow_control_tokens``: text in
     request fields may become the tokenizer's special (control) tokens, as in a plain
     ``tokenizer(text)`` call; by default it is tokenized as text (:mod:`acute.serving.user_text`).
+    ``concurrent_batches``: batches scored at once (1: one at a time, as a transformers model
+    runs; more only with an engine that batches continuously, vLLM, :mod:`acute.serving.threads`).
 
     Monitoring (``GET /metrics``, :mod:`acute.serving.monitoring`): ``drift_window`` the live
     confidences the drift signal compares with the probe's calibration confidences (the last
@@ -80,6 +82,7 @@ class ServeSettings:
     keep_alive_s: float = 5.0
     shutdown_timeout_s: float = 30.0
     allow_control_tokens: bool = False
+    concurrent_batches: int = 1
     drift_window: int = 500
     drift_threshold: float = 0.2
     record_to: str | None = None
@@ -88,7 +91,7 @@ class ServeSettings:
 
     def __post_init__(self):
         for name in ("max_batch", "max_queue", "max_request_bytes", "retry_after_s", "max_connections",
-                     "drift_window", "record_shard_size"):
+                     "drift_window", "record_shard_size", "concurrent_batches"):
             _check_count(name, getattr(self, name))
         if self.max_new_tokens_limit is not None:
             _check_count("max_new_tokens_limit", self.max_new_tokens_limit)
