@@ -10,7 +10,7 @@ with ``acute rerecord OLD --out NEW``), in one run: every record gets out-of-fol
 (stratified k-fold x repeats grouped by id, :func:`acute.evaluation.crossval.cv_folds`; the same
 folds for every row) from the answer probe (``--estimator``), the question-only probe
 (``question-only``: the PCA-10 forest over the last-prompt states, no raw confidence, what
-``acute export --precheck`` ships) and Platt scaling of the raw confidence. The two-stage policy
+``acute export --with-precheck`` ships) and Platt scaling of the raw confidence. The two-stage policy
 at a precheck threshold u0 answers a record only when its question-only P(correct) > u0 and
 then trusts it iff the answer probe's confidence > u; a record skipped before generating counts
 as an abstention at every risk level u (its confidence is 0). Per u0 the table gives:

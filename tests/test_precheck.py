@@ -63,7 +63,7 @@ def collected(loaded, tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(collected):
     _, _, store = collected
-    return train_probe(store, view="pca10", n_estimators=5, precheck=True)
+    return train_probe(store, view="pca10", n_estimators=5, precheck_estimator="question-only")
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def test_numpy_scoring_equals_the_fitted_question_only_probe(probe_dir, trained,
 
 def test_a_probe_exported_without_precheck_has_none_and_replaces_an_old_one(collected, tmp_path):
     _, _, store = collected
-    with_pre = train_probe(store, view="pca10", n_estimators=3, precheck=True)
+    with_pre = train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only")
     with_pre.save(tmp_path / "p")
     train_probe(store, view="pca10", n_estimators=3).save(tmp_path / "p")  # replaces it whole
     assert load_probe(tmp_path / "p").precheck is None
@@ -125,7 +125,7 @@ def test_a_missing_or_foreign_question_only_probe_is_refused_on_load(collected, 
     foreign = tmp_path / "foreign"
     shutil.copytree(probe_dir, foreign)
     other = tmp_path / "other"
-    train_probe(store, view="pca10", n_estimators=3, precheck=True, seed=1).save(other)
+    train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only", seed=1).save(other)
     shutil.rmtree(foreign / "precheck")
     shutil.copytree(other / "precheck", foreign / "precheck")
     with pytest.raises(ProbeFormatError, match="not exported with this answer probe"):
@@ -134,7 +134,7 @@ def test_a_missing_or_foreign_question_only_probe_is_refused_on_load(collected, 
     (tmp_path / "busy" / "precheck").mkdir(parents=True)
     (tmp_path / "busy" / "precheck" / "notes.txt").write_text("x")
     with pytest.raises(InputError, match="not an acute probe directory"):
-        train_probe(store, view="pca10", n_estimators=3, precheck=True).save(tmp_path / "busy")
+        train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only").save(tmp_path / "busy")
 
 
 def test_a_store_without_last_prompt_states_is_refused_with_the_rerecord_remedy(tmp_path):
@@ -145,25 +145,43 @@ def test_a_store_without_last_prompt_states_is_refused_with_the_rerecord_remedy(
              "correct": bool(i % 2), "finish_reason": "eos", "meta": {}} for i in range(20)]
     with StoreWriter(tmp_path / "old", m, dtype="float32") as w:  # the mean only, as stores before acute kept more
         w.add(recs, rng.normal(size=(20, 3, 4)), [np.array([-0.5])] * 20)
-    with pytest.raises(InputError, match=r"precheck: .*last-prompt.*acute rerecord"):
-        train_probe(open_store(tmp_path / "old"), view="pca10", n_estimators=3, precheck=True)
+    with pytest.raises(InputError, match=r"precheck_estimator: .*last-prompt.*acute rerecord"):
+        train_probe(open_store(tmp_path / "old"), view="pca10", n_estimators=3, precheck_estimator="question-only")
     code = main(["export", "--store", str(tmp_path / "old"), "--out", str(tmp_path / "p"), "--view", "pca10",
-                 "--n-estimators", "3", "--precheck"])
+                 "--n-estimators", "3", "--with-precheck"])
     assert code == 2 and not (tmp_path / "p").exists()
 
 
-def test_cli_export_precheck(collected, tmp_path, capsys):
+def test_cli_export_with_precheck(collected, tmp_path, capsys):
     root, _, _ = collected
     code = main(["export", "--store", str(root / "store"), "--out", str(tmp_path / "p"), "--view", "pca10",
-                 "--n-estimators", "3", "--precheck"])
-    out = capsys.readouterr().out
-    assert code == 0 and f"written to {tmp_path / 'p' / 'precheck'}" in out and "acute score --precheck" in out
+                 "--n-estimators", "3", "--with-precheck"])
+    captured = capsys.readouterr()
+    assert code == 0 and f"written to {tmp_path / 'p' / 'precheck'}" in captured.out
+    assert "acute score --precheck" in captured.out and "deprecated" not in captured.err
     assert load_probe(tmp_path / "p").precheck.pooling == "last-prompt"
     code = main(["export", "--store", str(root / "store"), "--out", str(tmp_path / "q"), "--view", "pca10",
-                 "--n-estimators", "3", "--precheck", "question-only-cosine"])
+                 "--n-estimators", "3", "--with-precheck", "question-only-cosine"])
     out = capsys.readouterr().out
     assert code == 0 and "precheck (cosine view" in out
     assert json.loads((tmp_path / "q" / "probe.json").read_text())["precheck"]["estimator"] == "question-only-cosine"
+
+
+def test_export_precheck_is_the_deprecated_spelling_of_with_precheck(collected, tmp_path, capsys):
+    """``acute export --precheck [ESTIMATOR]`` still fits the question-only probe in this release,
+    saying once on stderr that it is deprecated and naming --with-precheck; given together with
+    --with-precheck it is refused before anything is read; an unknown view is refused by name."""
+    root, _, _ = collected
+    base = ["export", "--store", str(root / "store"), "--view", "pca10", "--n-estimators", "3"]
+    assert main(base + ["--out", str(tmp_path / "p"), "--precheck", "question-only-cosine"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("deprecated") == 1 and "--with-precheck [ESTIMATOR]" in err
+    assert json.loads((tmp_path / "p" / "probe.json").read_text())["precheck"]["estimator"] == "question-only-cosine"
+    assert main(base + ["--out", str(tmp_path / "q"), "--precheck", "--with-precheck"]) == 2
+    assert "give --with-precheck [ESTIMATOR] only" in capsys.readouterr().err and not (tmp_path / "q").exists()
+    with pytest.raises(SystemExit):
+        main(base + ["--out", str(tmp_path / "r"), "--with-precheck", "question-only-magic"])
+    assert "invalid choice: 'question-only-magic'" in capsys.readouterr().err and not (tmp_path / "r").exists()
 
 
 # ------------------------------------------------------------------ 2. the prompt pass
@@ -290,7 +308,7 @@ def test_a_probe_without_a_question_only_probe_says_how_to_export_one(loaded, co
     s = Scorer(model, tok, load_probe(tmp_path / "p"))
     assert s.precheck_probe is None
     for call in (lambda: s.generate("a?", precheck=0.2), lambda: s.precheck("a?")):
-        with pytest.raises(InputError, match=r"no question-only probe.*acute export --store STORE --out PROBE --precheck"):
+        with pytest.raises(InputError, match=r"no question-only probe.*acute export --store STORE --out PROBE --with-precheck"):
             call()
     assert s.generate("a?", risk=0.5).precheck is None  # without a precheck nothing changes
 
@@ -341,7 +359,7 @@ def test_acute_score_precheck_without_a_question_only_probe(collected, capsys, t
     train_probe(store, view="pca10", n_estimators=3).save(tmp_path / "p")
     assert main(["score", "Who?", "--probe", str(tmp_path / "p"), "--precheck", "0.2"]) == 2
     err = capsys.readouterr().err
-    assert "--precheck" in err and f"acute export --store STORE --out {tmp_path / 'p'} --precheck" in err
+    assert "--precheck" in err and f"acute export --store STORE --out {tmp_path / 'p'} --with-precheck" in err
 
 
 # ------------------------------------------------------------------ 5. the benchmark
@@ -448,7 +466,7 @@ def test_a_question_only_probe_of_another_view(collected, tmp_path, name, view):
     """Every view is offered for the precheck: exported, named in probe.json, scored in numpy
     as fitted; an unknown name is refused listing the known ones."""
     _, _, store = collected
-    trained = train_probe(store, view="pca10", n_estimators=3, precheck=name)
+    trained = train_probe(store, view="pca10", n_estimators=3, precheck_estimator=name)
     assert trained.precheck.view == view and trained.precheck.append_confidence is False
     trained.save(tmp_path / "p")
     answer = json.loads((tmp_path / "p" / "probe.json").read_text())
@@ -458,5 +476,6 @@ def test_a_question_only_probe_of_another_view(collected, tmp_path, name, view):
     X = np.asarray(store.states("last-prompt"), dtype=np.float32)
     np.testing.assert_allclose(load_probe(tmp_path / "p").precheck.predict_proba(X)[:, 1],
                                trained.precheck.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
-    with pytest.raises(InputError, match="question-only-cosine"):
-        train_probe(store, view="pca10", n_estimators=3, precheck="question-only-magic")
+    for bad in ("question-only-magic", True, "acute-pca10"):  # a boolean is not an estimator's name
+        with pytest.raises(InputError, match=r"precheck_estimator must be None or .*question-only-cosine"):
+            train_probe(store, view="pca10", n_estimators=3, precheck_estimator=bad)

@@ -196,7 +196,7 @@ def test_a_server_without_a_question_only_probe_refuses_precheck(loaded, probe_d
             assert r.status_code == 400, r.text
             err = r.json()["error"]
             assert err["param"] == "precheck" and err["code"] == "precheck_not_available"
-            assert "acute export --store STORE --out PROBE --precheck" in err["message"]
+            assert "acute export --store STORE --out PROBE --with-precheck" in err["message"]
         ok = httpx.post(url + "/v1/score", json={"prompt": "Q?", "risk": 0.5}, timeout=TIMEOUT)
         assert ok.status_code == 200 and set(ok.json()) == SCORE_KEYS
         assert httpx.get(url + "/v1/models", timeout=TIMEOUT).json()["data"][0]["precheck"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -10,8 +11,10 @@ import numpy as np
 
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
+from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
 from ..evaluation.crossval import DEFAULT_TEST_FRACTION
 from ..evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
+from ..evaluation.training import PRECHECK_ESTIMATOR
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
@@ -29,9 +32,10 @@ def _train(args, test_fraction: float):
                                    or args.group_by is not None):
         raise InputError("--delta, --calibration-store and --group-by go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
+    with_precheck = _with_precheck(args)
     store = open_labelled_store(args.store, args.allow_partial)
-    if args.precheck:  # a store without last-prompt states fails before anything is fitted
-        check_precheck_store(store, "--precheck")
+    if with_precheck:  # a store without last-prompt states fails before anything is fitted
+        check_precheck_store(store, "--with-precheck")
     calibration = (open_labelled_store(args.calibration_store, args.allow_partial)
                    if args.calibration_store else None)
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
@@ -39,7 +43,7 @@ def _train(args, test_fraction: float):
                           store_path=args.store, max_error=args.max_error,
                           delta=DEFAULT_DELTA if args.delta is None else args.delta, calibration_store=calibration,
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
-                          precheck=args.precheck, group_by=args.group_by)
+                          precheck_estimator=with_precheck, group_by=args.group_by)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -51,6 +55,20 @@ def _train(args, test_fraction: float):
             print(f"acute: warning: {est.warning_}", file=sys.stderr)
     trained.save(args.out)
     return store, trained
+
+
+def _with_precheck(args) -> str | None:
+    """The question-only estimator ``--with-precheck`` names (None: none). The old spelling
+    ``--precheck [ESTIMATOR]`` still works on ``train``/``export`` in this release, with a
+    deprecation message: on ``acute score`` ``--precheck`` is a threshold, not an estimator."""
+    if args.old_precheck is None:
+        return args.with_precheck
+    if args.with_precheck is not None:
+        raise InputError("give --with-precheck [ESTIMATOR] only (--precheck is its deprecated spelling)")
+    print(f"acute: warning: `acute {args.command} --precheck` is deprecated and will be removed in acute 0.2; "
+          "use --with-precheck [ESTIMATOR] (`acute score --precheck U0` is the precheck's threshold)",
+          file=sys.stderr)
+    return args.old_precheck
 
 
 def _print_certificates(entries) -> None:
@@ -217,11 +235,14 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
                        help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
                             "exact binomial test (default %(default)s)")
-        t.add_argument("--precheck", nargs="?", const=True, default=False, metavar="ESTIMATOR",
+        t.add_argument("--with-precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
+                       choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR",
                        help="also fit a question-only probe (last-prompt states, no raw confidence) into "
                             "OUT/precheck: decides before generating (acute score --precheck U0); optionally "
-                            "its view: question-only (PCA-10, default), question-only-cosine, -pca20, -early, "
-                            "-mid or -late")
+                            f"its view: {PRECHECK_ESTIMATOR} (PCA-10, default), question-only-cosine, -pca20, "
+                            "-early, -mid or -late")
+        t.add_argument("--precheck", dest="old_precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
+                       choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR", help=argparse.SUPPRESS)
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")

@@ -29,7 +29,7 @@ without ``input.pooling`` reads the mean.
 
 A probe folder may also hold a **question-only probe** in ``precheck/`` (its own ``probe.json``
 and ``probe.safetensors``, the same format): it reads the ``last-prompt`` states, takes no raw
-confidence, and decides before anything is generated (``acute export --precheck``,
+confidence, and decides before anything is generated (``acute export --with-precheck``,
 :meth:`acute.scoring.Scorer.precheck`). The answer probe's ``probe.json`` names it
 (``precheck``: its folder, estimator, pooling and the sha256 of its ``probe.json``), so a
 question-only probe copied in from another export is refused; :func:`load_probe` loads it as
@@ -576,7 +576,7 @@ def _load_precheck(path: Path, entry: Any) -> ExportedProbe:
     sub = path / PRECHECK_DIR
     if not (sub / MANIFEST_FILE).is_file():
         raise ProbeFormatError(f"{man} names a question-only probe in {sub}, but {sub / MANIFEST_FILE} "
-                               "is missing; export the probe again (acute export --precheck)")
+                               "is missing; export the probe again (acute export --with-precheck)")
     if _sha256(sub / MANIFEST_FILE) != entry.get("manifest_sha256"):
         raise ProbeFormatError(f"{sub / MANIFEST_FILE}: sha256 does not match the one {man} records; "
                                "this question-only probe was not exported with this answer probe")

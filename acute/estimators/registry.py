@@ -101,7 +101,7 @@ _PROBES: dict[str, dict[str, Any]] = {**_VIEWS, **_STACKED}
 # raw confidence (none exists before the answer), Platt-calibrated on its forest's out-of-bag probabilities.
 _QUESTION_ONLY: dict[str, Any] = {"view": "pca10", "append_confidence": False, "calibration": "platt",
                                   "cv": STACK_CV, "oof": STACK_OOF, "pooling": "last-prompt"}
-# The question-only probe over every view (what ``acute export --precheck`` may ship): ``question-only`` is the
+# The question-only probe over every view (what ``acute export --with-precheck`` may ship): ``question-only`` is the
 # PCA-10 one (the control of every evaluation table), ``question-only-cosine``, ``question-only-mid``, ... the others.
 _QUESTION_VIEWS: dict[str, dict[str, Any]] = {
     ("question-only" if kw["view"] == "pca10" else f"question-only-{name.removeprefix('acute-')}"):

@@ -29,10 +29,11 @@ from ..store.pooling import store_states
 from .certification import certify_checked, check_certification
 from .crossval import split_ids
 
-__all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_store", "held_out_metrics", "probe_estimator",
-           "train_probe"]
+__all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_estimator", "check_precheck_store",
+           "held_out_metrics", "probe_estimator", "train_probe"]
 
-#: the question-only estimator ``precheck=True`` fits (:mod:`acute.estimators.controls`)
+#: the question-only estimator ``acute export --with-precheck`` fits when no other is named
+#: (:mod:`acute.estimators.controls`)
 PRECHECK_ESTIMATOR = "question-only"
 
 
@@ -49,7 +50,7 @@ class TrainedProbe:
     ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
     thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none);
     ``precheck``: the question-only probe fitted on the same records' last-prompt states
-    (``train_probe(precheck=True)``), or None, ``precheck_held_out`` its
+    (``train_probe(precheck_estimator=...)``), or None, ``precheck_held_out`` its
     :func:`held_out_metrics` and ``precheck_estimator`` its name (``question-only``, the PCA-10
     view, or ``question-only-cosine``, ``-mid``, ...); ``confidence_reference``: percentiles of
     the confidences the probe gave records it was not fitted on, which ``acute serve``'s drift
@@ -151,20 +152,22 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
     return out
 
 
-def _precheck_name(precheck: bool | str) -> str | None:
-    """The question-only estimator ``train_probe(precheck=...)`` fits, or None."""
+def check_precheck_estimator(name: Any, option: str = "precheck_estimator") -> str | None:
+    """``name`` if it is a question-only estimator
+    (:data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`), None for None; anything else
+    (booleans, other estimators) is an :class:`InputError` naming ``option`` and the choices."""
     from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
 
-    if precheck is False or precheck is None:
+    if name is None:
         return None
-    if precheck is True:
-        return PRECHECK_ESTIMATOR
-    if precheck not in QUESTION_ONLY_ESTIMATORS:
-        raise InputError(f"precheck must be True or one of {', '.join(QUESTION_ONLY_ESTIMATORS)}, got {precheck!r}")
-    return str(precheck)
+    if not isinstance(name, str) or name not in QUESTION_ONLY_ESTIMATORS:
+        raise InputError(f"{option} must be None or the name of a question-only estimator "
+                         f"({', '.join(QUESTION_ONLY_ESTIMATORS)}; {PRECHECK_ESTIMATOR} is the PCA-10 one), "
+                         f"got {name!r}")
+    return name
 
 
-def check_precheck_store(store, name: str = "precheck") -> None:
+def check_precheck_store(store, name: str = "precheck_estimator") -> None:
     """:class:`InputError` naming ``name`` and the ``acute rerecord`` remedy unless ``store``
     keeps the last-prompt states a question-only probe is fitted on."""
     if "last-prompt" not in getattr(store, "poolings", ()):
@@ -193,7 +196,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = DEFAULT_DELTA,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                certify_backend: str = "mapie", precheck: bool | str = False,
+                certify_backend: str = "mapie", precheck_estimator: str | None = None,
                 group_by: str | None = None) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
@@ -208,13 +211,14 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     ``group_by`` (a metadata field; default: the store's task's grouping, e.g. APIGen's tool
     sets; ``"id"``: records one by one) on one side of every split, as the evaluation's do.
 
-    ``precheck``: also fit a question-only probe: True for :data:`PRECHECK_ESTIMATOR` (the PCA-10
-    one), or the name of another view's (``question-only-cosine``, ``question-only-mid``, ...:
-    :data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`); the default is the PCA-10
-    forest over the same records' last-prompt states, no raw confidence, Platt-calibrated), which
-    :meth:`TrainedProbe.save` writes beside the probe in ``precheck/``; a store without
-    last-prompt states is refused first (:func:`check_precheck_store`)."""
-    precheck_name = _precheck_name(precheck)
+    ``precheck_estimator``: also fit this question-only probe (the one that decides before
+    generating): :data:`PRECHECK_ESTIMATOR` (``"question-only"``, the PCA-10 forest over the same
+    records' last-prompt states, no raw confidence, Platt-calibrated) or another view's
+    (``question-only-cosine``, ``question-only-mid``, ...:
+    :data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`); :meth:`TrainedProbe.save` writes
+    it beside the probe in ``precheck/``; a store without last-prompt states is refused first
+    (:func:`check_precheck_store`). None (the default): no precheck."""
+    precheck_name = check_precheck_estimator(precheck_estimator)
     if precheck_name:
         check_precheck_store(store)
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)

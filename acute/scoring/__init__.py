@@ -7,7 +7,7 @@ certified threshold.
   rule chosen by the caller (a risk level, or the probe's certified threshold at ``max_error``:
   trust iff confidence >= it) and an optional precheck threshold;
 * :mod:`~acute.scoring.precheck`: deciding from the question alone, before generating (the
-  question-only probe exported with ``acute export --precheck``): :class:`PrecheckResult`,
+  question-only probe exported with ``acute export --with-precheck``): :class:`PrecheckResult`,
   :func:`check_precheck`;
 * :mod:`~acute.scoring.scorer`: :class:`Scorer` (``generate``, ``score_responses``,
   ``precheck``) and :class:`ScoredGeneration`.

@@ -1,6 +1,6 @@
 """The precheck: deciding from the question alone, before anything is generated.
 
-A probe folder exported with ``acute export --precheck`` holds, beside the answer probe, a
+A probe folder exported with ``acute export --with-precheck`` holds, beside the answer probe, a
 question-only probe (``precheck/``: the PCA-10 forest over the states at the prompt's last
 token, no raw confidence, Platt-calibrated; :mod:`acute.estimators.probe_file`). It gives
 P(correct) of the answer the model is about to give from one forward pass over the prompt
@@ -29,7 +29,7 @@ from ..validation import check_level
 __all__ = ["PRECHECK_MEANING", "PRECHECK_REMEDY", "PrecheckResult", "check_precheck", "require_precheck"]
 
 #: how to get a question-only probe, for every refusal that lacks one
-PRECHECK_REMEDY = ("export one with `acute export --store STORE --out PROBE --precheck` (the question-only "
+PRECHECK_REMEDY = ("export one with `acute export --store STORE --out PROBE --with-precheck` (the question-only "
                    "probe is fitted on the same store's last-prompt states and written to PROBE/precheck)")
 #: what a precheck threshold means, in every refusal of a bad one
 PRECHECK_MEANING = "answer only when the question-only probe's P(correct) exceeds it"
@@ -47,7 +47,7 @@ def require_precheck(precheck_probe: Any, name: str, folder: Any = None) -> None
     if precheck_probe is None:
         where = "this probe" if folder is None else f"the probe folder {folder}"
         remedy = (PRECHECK_REMEDY if folder is None else
-                  f"export one with `acute export --store STORE --out {folder} --precheck` (fitted on the "
+                  f"export one with `acute export --store STORE --out {folder} --with-precheck` (fitted on the "
                   f"same store's last-prompt states, written to {folder}/precheck)")
         raise InputError(f"{name}: {where} has no question-only probe to precheck with (no precheck/ "
                          f"folder); {remedy}")
