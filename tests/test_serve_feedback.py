@@ -33,7 +33,8 @@ from acute.extraction import generate_and_record  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 from acute.serving.recording import probe_digest  # noqa: E402
-from acute.store import LABELS, LabelFile, StoreWriter, open_store, read_labels, verify_store  # noqa: E402
+from acute.store import LabelFile, StoreWriter, open_store, read_labels, verify_store  # noqa: E402
+from acute.store.labels import LABELS  # noqa: E402
 
 GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
 NAME = "tiny-llama"

@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from acute.store import (
-    CorruptStoreError,
-    IncompatibleStoreError,
-    Store,
-    StoreWriter,
-    open_store,
-    read_safetensors_header,
-    verify_store,
-)
+from acute.errors import CorruptStoreError, IncompatibleStoreError
+from acute.store import Store, StoreWriter, open_store, verify_store
+from acute.store.header import read_safetensors_header
 
 L, D = 3, 5  # 3 decoder layers -> 4 rows per record, hidden size 5
 
@@ -557,8 +551,6 @@ def test_store_files_get_default_permissions_not_private(tmp_path):
 
 
 def test_flipped_bytes_in_hidden_states_or_records_are_detected(tmp_path):
-    from acute.store import read_safetensors_header
-
     write_store(tmp_path / "s")
     shard = tmp_path / "s" / "shard-00001.safetensors"
     info, _ = read_safetensors_header(shard)
@@ -583,8 +575,6 @@ def test_flipped_bytes_in_hidden_states_or_records_are_detected(tmp_path):
 def test_checksums_are_what_the_files_hold(tmp_path):
     """Recomputed here from the files with hashlib, independently of the store reader."""
     import hashlib
-
-    from acute.store import read_safetensors_header
 
     write_store(tmp_path / "s")
     for i in range(3):
@@ -615,8 +605,6 @@ def test_resume_removes_a_safetensors_temporary_and_shards_get_the_usual_mode(tm
 
 
 def test_a_non_finite_value_is_named_by_record_id_and_shard(tmp_path):
-    from acute.store import read_safetensors_header
-
     records, _, _ = write_store(tmp_path / "s")  # shards of 4: records 4-7 in shard-00001
     shard = tmp_path / "s" / "shard-00001.safetensors"
     info = read_safetensors_header(shard)[0]["layer_means"]

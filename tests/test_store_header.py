@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from acute.errors import AcuteError
-from acute.store import (CorruptStoreError, StoreWriter, collection_key, open_store, read_safetensors_header,
-                         verify_store)
+from acute.errors import CorruptStoreError
+from acute.store import StoreWriter, open_store, verify_store
+from acute.store.format import collection_key
+from acute.store.header import read_safetensors_header
 
 #: (tensor, shape) whose int64 element count wraps: to 0 (so np.prod(shape, dtype=np.int64) said
 #: 0 bytes) or to 4; "junk" is an extra tensor that readers otherwise ignore

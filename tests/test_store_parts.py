@@ -13,17 +13,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from acute.store import (
-    CorruptStoreError,
-    IncompatibleStoreError,
-    StoreError,
-    StoreWriter,
-    collection_key,
-    finalize_store,
-    open_store,
-    prepare_store,
-    verify_store,
-)
+from acute.errors import CorruptStoreError, IncompatibleStoreError, StoreError
+from acute.store import StoreWriter, finalize_store, open_store, prepare_store, verify_store
+from acute.store.format import collection_key
 
 L, D = 2, 3  # 2 decoder layers -> 3 rows per record, hidden size 3
 

@@ -10,17 +10,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from acute.errors import InputError
-from acute.store import (
-    POOLINGS,
-    CorruptStoreError,
-    IncompatibleStoreError,
-    StoreWriter,
-    finalize_store,
-    open_store,
-    prepare_store,
-    read_safetensors_header,
-    verify_store,
-)
+from acute.errors import CorruptStoreError, IncompatibleStoreError
+from acute.store import POOLINGS, StoreWriter, finalize_store, open_store, prepare_store, verify_store
+from acute.store.header import read_safetensors_header
 
 L, D = 2, 3  # 2 decoder layers -> 3 rows per record, hidden size 3
 TENSORS = {"mean": "layer_means", "last-prompt": "last_prompt", "last-answer": "last_answer"}

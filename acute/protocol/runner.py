@@ -135,7 +135,8 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
     non-positive sizes).
     """
     from ..collect import collect, store_identity
-    from ..store import collection_key, open_store
+    from ..store import open_store
+    from ..store.format import collection_key
 
     start = time.perf_counter()
     examples = list(examples)

@@ -98,7 +98,8 @@ def _manifest(scorer, model_name: str) -> dict:
 def _check_served(path: Path, manifest: dict) -> None:
     """Refuse to resume a store that ``acute serve`` did not record, or recorded under another
     probe (naming both)."""
-    from ..store import MANIFEST, check_identity
+    from ..store.commit import check_identity
+    from ..store.format import MANIFEST
     from ..store.manifest import load_manifest
 
     if not (path / MANIFEST).is_file():

@@ -106,45 +106,32 @@ and settings?" check uses), :mod:`~acute.store.locks`,
 :mod:`~acute.store.writer` (:class:`StoreWriter`, :func:`prepare_store`, :func:`finalize_store`),
 :mod:`~acute.store.reader` (:class:`Store`, :func:`open_store`) and :mod:`~acute.store.verify`
 (:func:`verify_store`) and :mod:`~acute.store.labels` (labels added later, merged by the
-reader). Everything public is importable from ``acute.store``.
+reader). The names below are the package's public API (docs/api.md): reading, writing
+(one writer or part writers), verifying and labelling a store; the format's constants and
+the commit protocol are imported from their modules. Its errors live in :mod:`acute.errors`
+(:class:`~acute.errors.StoreError`, :class:`~acute.errors.CorruptStoreError`,
+:class:`~acute.errors.IncompatibleStoreError`).
 """
 
 from __future__ import annotations
 
-from ..errors import CorruptStoreError, IncompatibleStoreError, StoreError
-from .commit import ShardDirectory, check_identity
-from .format import (COLLECTION_KEY_FIELDS, COMPAT_KEYS, DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST,
-                     POOLINGS, SHARD_FORMAT_VERSION, STATUSES, STORAGE_DTYPES, WEIGHTS_KEY, collection_key,
-                     storage_dtype)
-from .header import read_safetensors_header
-from .labels import LABELS, LabelFile, read_labels
+from .format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
+from .labels import LabelFile, read_labels
+from .pooling import POOLINGS
 from .reader import Store, open_store
 from .verify import verify_store
 from .writer import StoreWriter, finalize_store, prepare_store
 
 __all__ = [
     "DEFAULT_STORE_DTYPE",
-    "STORAGE_DTYPES",
-    "storage_dtype",
-    "FORMAT_VERSION",
-    "SHARD_FORMAT_VERSION",
-    "COMPAT_KEYS",
     "POOLINGS",
-    "StoreError",
-    "CorruptStoreError",
-    "IncompatibleStoreError",
-    "COLLECTION_KEY_FIELDS",
-    "StoreWriter",
-    "prepare_store",
-    "finalize_store",
-    "collection_key",
-    "Store",
-    "open_store",
-    "verify_store",
-    "read_safetensors_header",
-    "ShardDirectory",
-    "check_identity",
-    "LABELS",
+    "STORAGE_DTYPES",
     "LabelFile",
+    "Store",
+    "StoreWriter",
+    "finalize_store",
+    "open_store",
+    "prepare_store",
     "read_labels",
+    "verify_store",
 ]

@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import CorruptStoreError, InputError
 from ..validation import first_nonfinite_row
 from .labels import check_labels, read_labels
-from .format import DEFAULT_STORE_DTYPE, MEAN_ONLY, POOLINGS, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
+from .format import DEFAULT_STORE_DTYPE, MEAN_ONLY, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
+from .pooling import POOLINGS
 from .manifest import load_manifest
 from .shard import Shard, load_shards
 

@@ -12,7 +12,8 @@ from ..fileio import iter_jsonl
 from ..errors import CorruptStoreError, IncompatibleStoreError
 from .commit import ShardDirectory
 from .files import SHARD_FILES, parse_shard_name
-from .format import MANIFEST, MEAN_ONLY, POOLINGS, STORAGE_DTYPES, TENSORS, collection_key, expected_shape
+from .format import MANIFEST, MEAN_ONLY, STORAGE_DTYPES, TENSORS, collection_key, expected_shape
+from .pooling import POOLINGS
 from .header import read_safetensors_header, read_small, tensors_sha256
 
 

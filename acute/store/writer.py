@@ -17,8 +17,9 @@ from ..validation import first_nonfinite_row
 from .compat import check_compatible, check_poolings, merge_weights
 from .commit import ShardDirectory
 from .files import PART_LOCK_RE, SHARD_FILES
-from .format import (DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, POOLINGS, STATUSES, STORAGE_DTYPES, TENSORS,
+from .format import (DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, STATUSES, STORAGE_DTYPES, TENSORS,
                      collection_key, dumps, storage_dtype)
+from .pooling import POOLINGS
 from .header import array_bytes_sha256
 from .locks import lock_part, lock_store, store_lock, unlock_part
 from .manifest import Tally, fill_shape, load_manifest, normalised_manifest, now, shape_of, write_manifest
