@@ -82,3 +82,48 @@ def test_window_reports_once_full_and_logs_each_crossing_once(caplog):
         window.add([0.9] * 4)
         assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO, logging.WARNING]
     assert DriftWindow(None, 4, 0.3).add([0.9] * 10) is None
+
+
+def _store(path, n=200, seed=0):
+    """``n`` labelled synthetic records whose dimension 0 and raw confidence carry the label."""
+    from acute.store import StoreWriter, open_store
+
+    rng = np.random.default_rng(seed)
+    y = rng.uniform(size=n) < 0.6
+    states = rng.normal(size=(n, 4, 12))
+    states[:, :, 0] += 2 * y[:, None] - 1
+    raw = 1 / (1 + np.exp(-(2 * y - 1) - rng.normal(size=n)))
+    manifest = {"model": "tiny", "model_fingerprint": {"architecture": "LlamaForCausalLM", "num_layers": 3,
+                                                       "hidden_size": 12}, "task": "default"}
+    with StoreWriter(path, manifest, dtype="float32") as w:
+        w.add([{"id": f"q{i}", "correct": bool(y[i])} for i in range(n)], states,
+              [np.array([np.log(r)]) for r in raw])
+    return open_store(path)
+
+
+def test_export_keeps_the_confidences_the_probe_gave_records_it_was_not_fitted_on(tmp_path):
+    """The certificate's calibration records (out of fold), else the held-out records, else none;
+    each checked against predictions computed here."""
+    from sklearn.base import clone
+    from sklearn.model_selection import StratifiedKFold
+
+    from acute.evaluation.training import train_probe
+    from acute.evaluation.crossval import split_ids
+
+    store = _store(tmp_path / "s")
+    X, y, raw = np.asarray(store.layer_means, dtype=np.float32), store.correct, store.raw_confidence
+    certified = train_probe(store, view="pca10", n_estimators=10, max_error=0.2, delta=0.2,
+                            certify_backend="binomial")
+    oof = np.empty(len(y))
+    for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
+        est = clone(certified.probe).fit(X[tr], y[tr], confidence=raw[tr])
+        oof[te] = est.predict_proba(X[te], confidence=raw[te])[:, 1]
+    assert certified.confidence_reference == confidence_reference(oof, "out-of-fold")
+    certified.save(tmp_path / "p")
+    assert load_probe(tmp_path / "p").confidence_reference == certified.confidence_reference
+
+    held = train_probe(store, view="pca10", n_estimators=10, test_fraction=0.3)
+    test = split_ids(store.ids, test_fraction=0.3, seed=0)[1]
+    conf = held.probe.predict_proba(X[test], confidence=raw[test])[:, 1]
+    assert held.confidence_reference == confidence_reference(conf, "held-out")
+    assert train_probe(store, view="pca10", n_estimators=10).confidence_reference is None

@@ -120,6 +120,23 @@ def test_served_answers_become_records_and_feedback_labels_them(loaded, probe_di
     assert got.records[1]["token_ids"] == [int(t) for t in alone.token_ids]
 
 
+def test_an_answer_that_cannot_be_recorded_is_served_and_counted(loaded, probe_dir, tmp_path, caplog):
+    model, tok = loaded
+    app = create_app(Scorer(model, tok, load_probe(probe_dir)), model_name=NAME, record_to=tmp_path / "s")
+
+    def full_disk(answers):
+        raise OSError(28, "No space left on device")
+
+    app.state.recorder.record = full_disk
+    with caplog.at_level(logging.ERROR, logger="acute.serving.app"), running(app) as url:
+        r = post(url, "/v1/score", {"prompt": QUESTIONS[0], "risk": 0.5})
+        assert r.status_code == 200 and r.json()["answer"] is not None
+        assert post(url, "/v1/feedback", {"id": r.json()["id"], "correct": True}).status_code == 404
+        metrics = httpx.get(url + "/metrics", timeout=TIMEOUT).text
+    assert "acute_record_errors_total 1.0" in metrics and "acute_recorded_answers_total 0.0" in metrics
+    assert any("No space left" in m.getMessage() for m in caplog.records)  # logged with its request id
+
+
 def test_without_record_to_feedback_is_404_naming_the_option(loaded, probe_dir):
     model, tok = loaded
     with running(create_app(Scorer(model, tok, load_probe(probe_dir)), model_name=NAME)) as url:
