@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from acute.tasks import (TASKS, Example, TaskDataError, answer_type, assign_wrong_types, get_task,
-                         list_tasks)
+from acute.errors import TaskDataError
+from acute.tasks import TASKS, Example, get_task, list_tasks
+from acute.tasks.answer_types import answer_type, assign_wrong_types
 from acute.tasks.tool_calls import calls_equal, normalize_value, parse_calls
-from acute.tasks.base import format_prompt
+from acute.models import format_prompt
 from acute.tasks.choice import extract_choice
 from acute.tasks.normalize import extract_short_answer, normalize_answer, parse_number
 from acute.tasks.qa import JsonlQATask, default_questions_path

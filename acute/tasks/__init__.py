@@ -7,34 +7,32 @@ ones. A path to a ``.jsonl`` file of ``{id, question, answers}`` rows gives a ge
 Every task's ``load(path=None, split=None, limit=None)`` reads a file or a folder (see each task's
 ``data_hint``); with ``path=None`` it reads ``$ACUTE_DATA/<benchmark folder>`` (the built-in
 ``default`` task needs no data; ``bfcl`` fetches its pinned wheel into ``$ACUTE_HOME``).
-Wrong-type answers are assigned on load (see :func:`assign_wrong_types`).
+Wrong-type answers are assigned on load (see :func:`acute.tasks.answer_types.assign_wrong_types`).
+
+The names below are the package's public API (docs/api.md): finding a task, the records it
+loads, and the base classes a new task extends (:class:`Task`; :class:`OpenQATask` and
+:class:`MultipleChoiceTask` for the two kinds of labelling). A built-in task's class and the
+answer helpers (normalising, extracting a choice, ROUGE-L) are imported from their modules;
+prompts are formatted by :func:`acute.models.format_prompt`; a bad data file raises
+:class:`acute.errors.TaskDataError`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .answer_types import ANSWER_TYPES, answer_type, assign_wrong_types
 from .apigen import APIGenTask
 from .bfcl import BFCLTask
-from .base import DATA_ENV, Example, Task, TaskDataError, format_prompt
-from .choice import MultipleChoiceTask, SciQMCTask, extract_choice
+from .base import DATA_ENV, Example, Task
+from .choice import MultipleChoiceTask, SciQMCTask
 from .mmlu import MMLUTask
-from .normalize import extract_short_answer, normalize_answer, parse_number
-from .qa import DefaultTask, JsonlQATask, OpenQATask, SciQTask, TriviaQATask, answer_matches
-from .rouge import rouge_l, rouge_l_f1
+from .qa import DefaultTask, JsonlQATask, OpenQATask, SciQTask, TriviaQATask
 from .scitldr import SciTLDRTask
 from .truthfulqa import TruthfulQAGenTask, TruthfulQAMCTask
 from ..errors import InputError
 
-__all__ = [
-    "get_task", "list_tasks", "TASKS", "Example", "Task", "TaskDataError", "DATA_ENV",
-    "OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask", "SciQMCTask",
-    "MultipleChoiceTask", "MMLUTask", "TruthfulQAMCTask", "TruthfulQAGenTask", "APIGenTask", "BFCLTask",
-    "SciTLDRTask", "assign_wrong_types", "answer_type", "ANSWER_TYPES", "normalize_answer",
-    "extract_short_answer", "extract_choice", "parse_number", "answer_matches", "rouge_l",
-    "rouge_l_f1", "format_prompt",
-]
+__all__ = ["DATA_ENV", "Example", "JsonlQATask", "MultipleChoiceTask", "OpenQATask", "TASKS", "Task", "get_task",
+           "list_tasks"]
 
 #: task name -> class (construct with options via :func:`get_task`)
 TASKS: dict[str, type[Task]] = {

@@ -15,10 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .base import Example, Task, TaskDataError, find_file, read_json_array, read_jsonl
+from ..errors import TaskDataError
+from .base import Example, Task, find_file, read_json_array, read_jsonl
 from .tool_calls import calls_equal, normalize_value, parse_calls, reply_structure, toolset_key
 
-__all__ = ["APIGenTask", "toolset_key"]
+__all__ = ["APIGenTask"]
 
 
 def _load_json_field(value: Any, where: str, what: str) -> Any:

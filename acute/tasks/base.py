@@ -1,4 +1,4 @@
-"""Shared pieces of the task layer: ``Example``, the ``Task`` base class, prompt formatting and
+"""Shared pieces of the task layer: ``Example``, the ``Task`` base class, prompts with tools and
 data-file helpers (file/folder resolution, JSONL/JSON/CSV reading with file:line errors).
 """
 
@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, TaskDataError
+from ..models.prompts import format_prompt
 
 
 __all__ = [
     "Example",
     "Task",
-    "TaskDataError",
-    "format_prompt",
     "template_prompt_with_tools",
     "use_chat",
     "read_jsonl",
@@ -61,16 +60,7 @@ class Example:
 
 
 # --------------------------------------------------------------------------- prompt formatting
-
-def format_prompt(tokenizer, messages_or_text, chat: bool | None = None,
-                  tools: list[dict] | None = None) -> str:
-    """Return a fully formatted prompt (:func:`acute.models.format_prompt`: chat template with
-    generation prompt, ``tools`` passed to it when given; plain text with BOS text prepended when
-    the tokenizer adds BOS by default). The result is meant for ``add_special_tokens=False``."""
-    from ..models import format_prompt as models_format_prompt
-
-    return models_format_prompt(tokenizer, messages_or_text, chat=chat, tools=tools)
-
+# (prompts are formatted by acute.models.format_prompt, the one formatter)
 
 def template_prompt_with_tools(tokenizer, messages: list[dict], tools: list[dict]) -> str | None:
     """The chat prompt of ``messages`` with ``tools`` offered by the chat template, or ``None``

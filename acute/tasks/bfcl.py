@@ -62,8 +62,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .base import DATA_ENV, Example, Task, TaskDataError, read_jsonl
+from ..errors import InputError, TaskDataError
+from .base import DATA_ENV, Example, Task, read_jsonl
 from .bfcl_data import CATEGORIES, NO_ANSWER_FILE, PACKAGE, SHA256, VERSION, answer_member, fetch_bfcl, question_member
 from .tool_calls import parse_reply_calls, reply_structure, toolset_key
 

@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .base import (Example, TaskDataError, clean_texts, read_csv_rows, read_jsonl, require)
+from .base import (Example, clean_texts, read_csv_rows, read_jsonl, require)
 from .choice import MultipleChoiceTask
-from ..errors import InputError
+from ..errors import InputError, TaskDataError
 
 __all__ = ["MMLUTask", "parse_mmlu_csv_row"]
 

@@ -15,7 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .base import (Example, Task, TaskDataError, clean_texts, find_file, read_json_array, read_jsonl,
+from ..errors import TaskDataError
+from .base import (Example, Task, clean_texts, find_file, read_json_array, read_jsonl,
                    require)
 from .normalize import (contains_phrase, copula_tail, extract_short_answer, first_line, normalize_answer,
                         numbers_equal, parse_number, strip_answer_prefix)

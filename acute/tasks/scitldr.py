@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .base import Example, Task, TaskDataError, clean_texts, find_file, read_jsonl
+from ..errors import TaskDataError
+from .base import Example, Task, clean_texts, find_file, read_jsonl
 from .normalize import first_line, strip_answer_prefix
 from .rouge import best_rouge_l_f1
 from ..validation import check_level

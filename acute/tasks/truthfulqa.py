@@ -11,7 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from .base import Example, Task, TaskDataError, clean_texts, find_file, read_csv_rows, read_jsonl, read_text
+from ..errors import TaskDataError
+from .base import Example, Task, clean_texts, find_file, read_csv_rows, read_jsonl, read_text
 from .choice import LETTERS, MultipleChoiceTask
 from .normalize import first_line, strip_answer_prefix
 from .qa import parse_jsonl_qa
