@@ -12,7 +12,7 @@ import pytest
 from scipy.special import expit, logit
 from scipy.stats import binom, norm
 
-from acute.metrics import certify as C
+from acute.metrics import certify as C, ltt
 from acute.metrics.certify import (
     DEFAULT_GRID,
     Certificate,
@@ -81,31 +81,43 @@ def test_too_few_records_says_how_many_are_needed():
     with pytest.raises(InputError, match=r"^correct: 134 calibration records cannot certify any "
                        r"threshold at max_error=0.05, delta=0.1 \(bonferroni_holm over 100 "
                        r"thresholds\).*at least 135 are needed"):
-        certify_threshold(c, y, 0.05, 0.1)
-    with pytest.raises(InputError, match="at least 45 are needed"):
-        certify_threshold(c[:44], y[:44], 0.05, 0.1, fwer="fixed_sequence")
-    certify_threshold(c[:45], y[:45], 0.05, 0.1, fwer="fixed_sequence")  # enough to be tried
+        certify_threshold(c, y, 0.05, 0.1, fwer="bonferroni_holm")
+    for fwer in ("fixed_sequence", "quantile_sequence", "quantile_holm"):  # their first level: delta
+        with pytest.raises(InputError, match=rf"\({fwer}( over 100 thresholds)?\): even if .*at least 45 are needed"):
+            certify_threshold(c[:44], y[:44], 0.05, 0.1, fwer=fwer)
+        certify_threshold(c[:45], y[:45], 0.05, 0.1, fwer=fwer)  # enough to be tried
+    with pytest.raises(InputError, match=r"at least 45 are needed"):  # the default
+        certify_threshold(c[:44], y[:44], 0.05, 0.1)
+    # the split sequence tests on 70%: 63 records leave 45 (floor(0.3 * 63) = 18 learn), 62 leave 44
+    with pytest.raises(InputError, match="at least 63 are needed"):
+        certify_threshold(c[:62], y[:62], 0.05, 0.1, fwer="split_sequence")
+    certify_threshold(c[:63], y[:63], 0.05, 0.1, fwer="split_sequence")
 
 
 @pytest.mark.parametrize("alpha, delta, fwer, m", [
     (0.05, 0.1, "fixed_sequence", 100), (0.05, 0.1, "bonferroni_holm", 100),
     (0.1, 0.1, "fixed_sequence", 100), (0.1, 0.05, "bonferroni_holm", 20), (0.3, 0.5, "fixed_sequence", 1),
+    (0.2, 0.05, "quantile_sequence", 100), (0.05, 0.1, "quantile_holm", 100),
 ])
 def test_min_calibration_records_is_the_smallest_count(alpha, delta, fwer, m):
     n = min_calibration_records(alpha, delta, fwer=fwer, n_thresholds=m)
-    level = delta if fwer == "fixed_sequence" else delta / m
+    level = delta if fwer != "bonferroni_holm" else delta / m
     assert (1 - alpha) ** n <= level * (1 + 1e-12) and (1 - alpha) ** (n - 1) > level
-    assert {(0.05, 0.1, "fixed_sequence"): 45, (0.05, 0.1, "bonferroni_holm"): 135}.get(
-        (alpha, delta, fwer), n) == n
+    assert {(0.05, 0.1, "fixed_sequence"): 45, (0.05, 0.1, "bonferroni_holm"): 135,
+            (0.2, 0.05, "quantile_sequence"): 14}.get((alpha, delta, fwer), n) == n
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(grid=[0.5, 0.5]), "grid: thresholds must be distinct"),
-    (dict(grid=[0.5, 1.2]), r"grid: thresholds must lie in \[0, 1\]"),
-    (dict(grid=[]), "grid: expected a non-empty 1-D array"),
-    (dict(grid=[[0.5]]), "grid: expected a non-empty 1-D array"),
-    (dict(grid=["a"]), "grid: expected a 1-D array"),
-    (dict(fwer="holm"), "fwer must be one of 'bonferroni_holm', 'fixed_sequence'"),
+    (dict(grid=[0.5, 0.5], fwer="bonferroni_holm"), "grid: thresholds must be distinct"),
+    (dict(grid=[0.5, 1.2], fwer="fixed_sequence"), r"grid: thresholds must lie in \[0, 1\]"),
+    (dict(grid=[], fwer="bonferroni_holm"), "grid: expected a non-empty 1-D array"),
+    (dict(grid=[[0.5]], fwer="bonferroni_holm"), "grid: expected a non-empty 1-D array"),
+    (dict(grid=["a"], fwer="bonferroni_holm"), "grid: expected a 1-D array"),
+    (dict(grid=[0.5, 0.9]), "grid: quantile_sequence places its own thresholds .* a grid goes with "
+                            "fwer='bonferroni_holm' or 'fixed_sequence'"),
+    (dict(grid=[0.5, 0.9], fwer="split_sequence"), "grid: split_sequence places its own"),
+    (dict(fwer="holm"), "fwer must be one of 'bonferroni_holm', 'fixed_sequence', 'quantile_sequence', "
+                        "'quantile_holm', 'split_sequence'"),
     (dict(backend="torch"), "backend must be one of 'mapie', 'binomial'"),
 ])
 def test_bad_options(kwargs, match):
@@ -127,8 +139,8 @@ def test_missing_mapie_names_the_extra(monkeypatch):
     c, y = draw(np.random.default_rng(0), 500)
     monkeypatch.setitem(sys.modules, "mapie", None)  # makes `import mapie` raise ImportError
     with pytest.raises(InputError, match=r"acute\[risk\].*backend='binomial'"):
-        certify_threshold(c, y, 0.1, 0.1)
-    assert certify_threshold(c, y, 0.1, 0.1, backend="binomial").valid  # no MAPIE needed
+        certify_threshold(c, y, 0.1, 0.1, backend="mapie")
+    assert certify_threshold(c, y, 0.1, 0.1).valid  # the default needs no MAPIE
 
 
 def test_old_mapie_is_refused_with_the_version_needed(monkeypatch):
@@ -136,7 +148,7 @@ def test_old_mapie_is_refused_with_the_version_needed(monkeypatch):
 
     monkeypatch.setattr(mapie, "__version__", "1.3.0")
     with pytest.raises(InputError, match=r"mapie>=1.4,<2 .*found mapie 1.3.0"):
-        certify_threshold(*draw(np.random.default_rng(0), 500), 0.1, 0.1)
+        certify_threshold(*draw(np.random.default_rng(0), 500), 0.1, 0.1, backend="mapie")
 
 
 # --------------------------------------------------------------- MAPIE vs acute's binomial
@@ -151,7 +163,7 @@ def _power_of_two_example() -> tuple[np.ndarray, np.ndarray]:
     return np.array(conf), np.array(correct)
 
 
-@pytest.mark.parametrize("fwer", C.FWER_METHODS)
+@pytest.mark.parametrize("fwer", ltt.GRID_PROCEDURES)
 def test_mapie_and_binomial_agree_on_a_fixed_example(fwer):
     conf, correct = _power_of_two_example()
     grid = C._check_grid(None)
@@ -159,8 +171,8 @@ def test_mapie_and_binomial_agree_on_a_fixed_example(fwer):
     trusted, wrong = (a[0] for a in C._grid_counts(conf[None], correct[None], grid))
     p_exact = C.binomial_p_values(trusted, wrong, 0.1)
     np.testing.assert_allclose(p_mapie, p_exact, rtol=1e-12, atol=0)
-    m = certify_threshold(conf, correct, 0.1, 0.1, fwer=fwer)
-    b = certify_threshold(conf, correct, 0.1, 0.1, fwer=fwer, backend="binomial")
+    m = certify_threshold(conf, correct, 0.1, 0.1, fwer=fwer, backend="mapie")
+    b = certify_threshold(conf, correct, 0.1, 0.1, fwer=fwer)
     assert m.method == "learn-then-test, MAPIE BinaryClassificationController"
     assert b.method == "learn-then-test, exact binomial tail p-values (acute)"
     # Holm: the 128 records >= 0.95 (2 wrong, p = 1.6e-4) pass its first level 0.1/100 at the
@@ -179,25 +191,27 @@ def test_mapie_and_binomial_agree_on_a_fixed_example(fwer):
 def test_mapie_is_never_more_liberal_than_the_exact_binomial(fwer):
     """MAPIE's p-value counts ceil(N * risk_hat) errors, one more than K when the float product
     lands an ulp above it; its p-values are never below the exact ones, so its certified set is
-    a subset and its threshold never lower. Here the two thresholds are equal in 26 (Holm) and
-    23 (fixed sequence) of 40 draws; otherwise MAPIE's is a grid step or two higher."""
+    a subset and its threshold never lower. Here the two thresholds are equal in 26 (Holm), 23
+    (fixed sequence), 25 (quantile sequence), 38 (quantile Holm) and 19 (split sequence) of 40
+    draws; otherwise MAPIE's is a step or two higher."""
     rng = np.random.default_rng(11)
     grid = C._check_grid(None)
     same = 0
     for _ in range(40):
         c, y = draw(rng, 600)
-        rejected_m, p_m = C._mapie_rejected(c, y, 0.1, 0.1, grid, fwer)
-        trusted, wrong = (a[0] for a in C._grid_counts(c[None], y[None], grid))
-        p_b = C.binomial_p_values(trusted, wrong, 0.1)
-        assert np.all(np.nan_to_num(p_m, nan=1.0) >= p_b * (1 - 1e-12))
-        rejected_b = C._reject(p_b[None], 0.1, fwer)[0]
-        assert not np.any(rejected_m & ~rejected_b)
-        tm = certify_threshold(c, y, 0.1, 0.1, fwer=fwer).threshold
+        if fwer in ltt.GRID_PROCEDURES:
+            rejected_m, p_m = C._mapie_rejected(c, y, 0.1, 0.1, grid, fwer)
+            trusted, wrong = (a[0] for a in C._grid_counts(c[None], y[None], grid))
+            p_b = C.binomial_p_values(trusted, wrong, 0.1)
+            assert np.all(np.nan_to_num(p_m, nan=1.0) >= p_b * (1 - 1e-12))
+            rejected_b = C._reject(p_b[None], 0.1, fwer)[0]
+            assert not np.any(rejected_m & ~rejected_b)
+        tm = certify_threshold(c, y, 0.1, 0.1, fwer=fwer, backend="mapie").threshold
         tb = ltt_thresholds(c, y, 0.1, 0.1, fwer=fwer).threshold[0]
         if tm is not None:  # MAPIE certified: so did the exact test, at the same or a lower one
             assert tb <= tm
         same += (tm is None and np.isnan(tb)) or tm == tb
-    assert same >= 20
+    assert same >= {"quantile_holm": 35, "split_sequence": 17}.get(fwer, 20)
 
 
 def test_mapie_holm_alone_certifies_nothing_when_a_threshold_is_unreached():
@@ -215,7 +229,7 @@ def test_mapie_holm_alone_certifies_nothing_when_a_threshold_is_unreached():
         warnings.simplefilter("ignore")
         plain.calibrate(c, y)
     assert plain.best_predict_param is None and np.isnan(plain.p_values).any()
-    cert = certify_threshold(c, y, 0.1, 0.1)
+    cert = certify_threshold(c, y, 0.1, 0.1, fwer="bonferroni_holm")
     assert cert.valid and cert.threshold <= 0.8 and cert.p_value < 1e-3
 
 
@@ -263,6 +277,136 @@ def test_fixed_sequence_runs_from_the_top_in_grid_order():
     assert certify_threshold(c, y, 0.1, 0.1).valid  # Holm is not stopped by the top
 
 
+# ------------------------------------------------- the label-free and split procedures by hand
+def _thirty() -> tuple[np.ndarray, np.ndarray]:
+    """30 records, confidence 1.0, 29/30, ..., 1/30 (rank i has (31 - i) / 30); ranks 3 and 19 wrong."""
+    c = (30 - np.arange(30)) / 30
+    y = np.ones(30, dtype=int)
+    y[[2, 18]] = 0
+    return c, y
+
+
+def test_start_count_is_the_fewest_records_passing_at_half_the_error_rate():
+    for alpha, level, n in [(0.2, 0.1, 30), (0.1, 0.1, 5000), (0.05, 0.1, 5000), (0.1, 0.005, 1000),
+                            (0.02, 0.1, 400)]:
+        m = ltt.start_count(alpha, level, n)
+        assert binom.cdf(np.floor(m * alpha / 2), m, alpha) <= level
+        assert all(binom.cdf(np.floor(k * alpha / 2), k, alpha) > level for k in range(1, m))
+    assert (ltt.start_count(0.2, 0.1, 30), ltt.start_count(0.1, 0.1, 5000), ltt.start_count(0.05, 0.1, 5000)) \
+        == (18, 38, 77)
+    assert ltt.start_count(0.01, 0.1, 100) == 100  # none of 1..100 passes: the count is n itself
+
+
+def test_quantile_sequence_by_hand():
+    """alpha 0.2, delta 0.1, n 30: m = 18, s = ceil(30 / 100) = 1, so the candidates sit just above
+    the records at ranks 19, 20, ..., 30, then at 0. The 18 most confident hold one wrong record
+    (rank 3): p = P(Binomial(18, 0.2) <= 1) = 0.0991 <= 0.1, rejected; adding rank 19 (wrong) gives
+    P(Binomial(19, 0.2) <= 2) = 0.237 > 0.1 and the sequence stops. Certified: just above rank
+    19's confidence 0.4, trusting the 18 records above it."""
+    c, y = _thirty()
+    tested = ltt.run(c[None], y[None], 0.2, 0.1, "quantile_sequence", None)
+    np.testing.assert_array_equal(ltt.schedule("quantile_sequence", 30, 0.2, 0.1), np.arange(18, 31))
+    expected_t = np.r_[np.nextafter((30 - np.arange(18, 30)) / 30, 1), 0.0]
+    np.testing.assert_array_equal(tested.thresholds[0], expected_t)
+    np.testing.assert_array_equal(tested.trusted[0], np.arange(18, 31))
+    assert tested.p[0, 0] == pytest.approx(binom.cdf(1, 18, 0.2)) and binom.cdf(1, 18, 0.2) <= 0.1
+    assert tested.p[0, 1] == pytest.approx(binom.cdf(2, 19, 0.2)) and binom.cdf(2, 19, 0.2) > 0.1
+    assert tested.rejected[0].tolist() == [True] + [False] * 12
+    cert = certify_threshold(c, y, 0.2, 0.1, backend="binomial")
+    assert cert.fwer == "quantile_sequence" and cert.threshold == np.nextafter(0.4, 1)
+    assert (cert.calibration_coverage, cert.calibration_precision) == (18 / 30, 17 / 18)
+    assert cert.p_value == pytest.approx(0.0990792) and cert.n_thresholds == 13
+    assert decide(c, cert).tolist() == [True] * 18 + [False] * 12  # 0.4 itself is not trusted
+    # the fixed grid's top, 0.99, holds one record: its sequence stops there; Holm needs 31 records
+    fixed = certify_threshold(c, y, 0.2, 0.1, fwer="fixed_sequence", backend="binomial")
+    assert not fixed.valid and "first threshold 0.99: 1 calibration records reach it" in fixed.reason
+    with pytest.raises(InputError, match="at least 31 are needed"):
+        certify_threshold(c, y, 0.2, 0.1, fwer="bonferroni_holm")
+    # MAPIE counts 18 * (1 - 17/18) = 1.0000000000000009 errors as 2 (binomial p = 0.271, so it
+    # takes its Hoeffding bound, 0.214): above delta, and its sequence stops at once
+    mapie = certify_threshold(c, y, 0.2, 0.1, backend="mapie")
+    assert not mapie.valid and "18 calibration records reach it, 1 wrong, p = 0.214" in mapie.reason
+
+
+def test_quantile_holm_by_hand():
+    c, y = _thirty()
+    # n 30 is below m20 (alpha 0.2 at level 0.1 / 20): one candidate, all 30 records at threshold
+    # 0, level delta: 2 wrong, P(Binomial(30, 0.2) <= 2) = 0.0442
+    np.testing.assert_array_equal(ltt.schedule("quantile_holm", 30, 0.2, 0.1), [30])
+    cert = certify_threshold(c, y, 0.2, 0.1, fwer="quantile_holm", backend="binomial")
+    assert (cert.threshold, cert.calibration_coverage, cert.n_thresholds) == (0.0, 1.0, 1)
+    assert cert.p_value == pytest.approx(binom.cdf(2, 30, 0.2))
+    # n 1000, alpha 0.1: 20 counts from m20 = 195 geometrically to 1000, Holm over their p-values
+    # (checked against acute.metrics.intervals.holm, written separately)
+    from acute.metrics.intervals import holm
+
+    k = ltt.schedule("quantile_holm", 1000, 0.1, 0.1)
+    assert k[0] == ltt.start_count(0.1, 0.1 / 20, 1000) == 195 and k[-1] == 1000 and k.size == 20
+    np.testing.assert_allclose(k[1:] / k[:-1], (1000 / 195) ** (1 / 19), rtol=0.02)
+    rng = np.random.default_rng(8)
+    for _ in range(5):
+        c, y = draw(rng, 1000)
+        tested = ltt.run(c[None], y[None], 0.1, 0.1, "quantile_holm", None)
+        order = np.sort(c)[::-1]
+        t = np.r_[np.nextafter(order[k[:-1]], 1), 0.0]
+        np.testing.assert_array_equal(tested.thresholds[0], t)
+        p = np.array([binom.cdf(np.sum(~y.astype(bool) & (c >= ti)), np.sum(c >= ti), 0.1) for ti in t])
+        np.testing.assert_allclose(tested.p[0], p, rtol=1e-12)
+        rejected = np.asarray(holm(p, 0.1), dtype=bool)
+        np.testing.assert_array_equal(tested.rejected[0], rejected)
+        cert = certify_threshold(c, y, 0.1, 0.1, fwer="quantile_holm", backend="binomial")
+        assert cert.threshold == (t[rejected].min() if rejected.any() else None)
+
+
+def test_split_sequence_by_hand():
+    """n 100: the 30 learning records (split_indices: seed 0) have confidences 0.99, 0.98, ...,
+    0.70; the top 20 are correct, the bottom 10 wrong. Their p-values are 0.9 ** r down to 0.80
+    (r = 20: 0.1216), then 0.365 and up: the sequence starts at 0.80 and runs down over 0.79, ...,
+    0.70 (11 thresholds). Of the 70 testing records 40 reach 0.80, all correct (p = 0.9 ** 40 =
+    0.0148), and 5 more at 0.795 are all wrong (45 records, 5 wrong: p = 0.70 at 0.79): certified
+    0.80, trusting 20 + 40 of the 100 records."""
+    learn, test = ltt.split_indices(100)
+    assert (learn.size, test.size) == (30, 70) and not set(learn) & set(test)
+    c, y = np.empty(100), np.empty(100, dtype=int)
+    c[learn], y[learn] = 0.99 - np.arange(30) / 100, np.r_[np.ones(20), np.zeros(10)]
+    c[test] = np.r_[np.linspace(0.99, 0.81, 40), np.full(5, 0.795), np.full(25, 0.5)]
+    y[test] = np.r_[np.ones(40), np.zeros(5), np.arange(25) % 2]
+    for backend in C.BACKENDS:
+        cert = certify_threshold(c, y, 0.1, 0.1, fwer="split_sequence", backend=backend)
+        assert cert.threshold == pytest.approx(0.80) and cert.n_thresholds == 11
+        assert (cert.calibration_coverage, cert.calibration_precision) == (0.6, 1.0)
+        assert cert.p_value == pytest.approx(0.9 ** 40)
+        assert "40 of the 70 testing records reach 0.8" in cert.reason
+    # the learning records' own labels never enter a test: flipping them all moves the start only
+    y2 = y.copy()
+    y2[learn] = 1
+    tested = ltt.run(c[None], y2[None], 0.1, 0.1, "split_sequence", None)
+    assert tested.active[0].sum() == 1 and tested.thresholds[0][tested.active[0]][0] == pytest.approx(0.70)
+
+
+@pytest.mark.parametrize("fwer", ["quantile_sequence", "quantile_holm"])
+def test_label_free_thresholds_do_not_depend_on_the_labels(fwer):
+    c, y = draw(np.random.default_rng(9), (3, 700))
+    a = ltt.run(c, y.astype(int), 0.1, 0.1, fwer, None)
+    b = ltt.run(c, 1 - y.astype(int), 0.1, 0.1, fwer, None)
+    np.testing.assert_array_equal(a.thresholds, b.thresholds)
+    np.testing.assert_array_equal(a.active, b.active)
+
+
+def test_tied_confidences_skip_repeated_candidates():
+    """Records tied at the top: the candidates that would sit above 1 or repeat one are skipped,
+    not tested (a sequence would otherwise stop at an empty one)."""
+    c = np.r_[np.ones(100), np.linspace(0.9, 0.1, 200)]
+    y = np.r_[np.ones(100), np.linspace(0.9, 0.1, 200) > 0.5].astype(int)
+    tested = ltt.run(c[None], y[None], 0.1, 0.1, "quantile_sequence", None)
+    t = tested.thresholds[0][tested.active[0]]
+    assert t.max() <= 1.0 and np.unique(t).size == t.size
+    # the first tested: the 100 tied at 1.0 and the next few (counts 38, 41, ..., 101 for s = 3)
+    assert tested.trusted[0][tested.active[0]][0] == 101
+    cert = certify_threshold(c, y, 0.1, 0.1, backend="binomial")
+    assert cert.valid and cert.calibration_coverage > 100 / 300
+
+
 def test_ltt_thresholds_rows_match_one_at_a_time():
     rng = np.random.default_rng(5)
     c, y = draw(rng, (30, 400))
@@ -304,6 +448,22 @@ def test_certificate_records_what_was_certified_and_round_trips_through_json():
     np.testing.assert_array_equal(decide(c, d), trusted)  # a dict read from JSON works too
 
 
+def test_a_certificate_written_before_the_procedures_changed_still_loads():
+    """A probe.json entry of the Holm era (no n_needed or rule keys: older still) loads and
+    decides; a new certificate names its procedure in ``fwer`` and its backend in ``method``."""
+    old = {"method": "learn-then-test, MAPIE BinaryClassificationController", "fwer": "bonferroni_holm",
+           "threshold": 0.62, "alpha": 0.1, "delta": 0.1, "n_calibration": 2041, "n_thresholds": 100,
+           "calibration_coverage": 0.31, "calibration_precision": 0.93, "p_value": 0.0004, "valid": True,
+           "reason": "the lowest of 7 certified thresholds"}
+    cert = Certificate.from_dict(json.loads(json.dumps(old)))
+    assert cert.fwer == "bonferroni_holm" and cert.rule == "trust iff confidence >= threshold"
+    assert decide([0.61, 0.62, 0.9], cert).tolist() == [False, True, True]
+    new = certify_threshold(*draw(np.random.default_rng(7), 1000), 0.1, 0.1, backend="binomial").to_dict()
+    assert new["fwer"] == C.DEFAULT_FWER == "quantile_sequence"
+    assert new["method"] == "learn-then-test, exact binomial tail p-values (acute)"
+    assert Certificate.from_dict(json.loads(json.dumps(new))).to_dict() == new
+
+
 def test_from_dict_refuses_other_keys_and_rules():
     d = certify_threshold(*draw(np.random.default_rng(7), 1000), 0.1, 0.1).to_dict()
     with pytest.raises(InputError, match=r"unknown keys \['extra'\]"):
@@ -325,7 +485,7 @@ def test_from_dict_refuses_other_keys_and_rules():
 def test_no_valid_threshold_says_so_and_how_many_records_would_do():
     rng = np.random.default_rng(3)
     c, y = draw(rng, 200)
-    cert = certify_threshold(c, y, 0.1, 0.1)
+    cert = certify_threshold(c, y, 0.1, 0.1, fwer="bonferroni_holm")
     assert not cert.valid and cert.threshold is None and cert.calibration_coverage is None
     assert cert.reason.startswith("no threshold passed") and "calibration records" in cert.reason
     assert isinstance(cert.n_needed, int) and cert.n_needed > 200
@@ -333,16 +493,37 @@ def test_no_valid_threshold_says_so_and_how_many_records_would_do():
         decide(c, cert)
     # the projection is a usable guide: that many records from the same model certify in most draws
     cc, yy = draw(rng, (50, cert.n_needed))
-    assert ltt_thresholds(cc, yy, 0.1, 0.1).valid.mean() >= 0.5
+    assert ltt_thresholds(cc, yy, 0.1, 0.1, fwer="bonferroni_holm").valid.mean() >= 0.5
+
+
+def test_the_default_sequence_says_where_it_stopped():
+    """alpha 0.02: m = 194 (P(Binomial(194, 0.02) <= 1) = 0.0985 <= delta = 0.1, and 0.1001 at 193).
+    Of 400 records from the well-ranked model the 194 most confident hold 28 wrong ones, so the
+    sequence stops at its first threshold, just above the 195th most confident record."""
+    rng = np.random.default_rng(3)
+    c, y = draw(rng, 400)
+    cert = certify_threshold(c, y, 0.02, 0.1)
+    top = np.argsort(-c)[:194]
+    assert binom.cdf(1, 194, 0.02) <= 0.1 < binom.cdf(1, 193, 0.02)
+    assert ltt.start_count(0.02, 0.1, 400) == 194 and (~y[top]).sum() == 28
+    assert not cert.valid and cert.fwer == "quantile_sequence"
+    assert cert.reason.startswith(f"the quantile sequence stopped at its first threshold "
+                                  f"{np.nextafter(np.sort(c)[::-1][194], 1):g}: 194 calibration records "
+                                  f"reach it, {(~y[top]).sum()} wrong")
+    assert "just above the 194 most confident records" in cert.reason
 
 
 def test_no_threshold_reaches_the_precision_even_on_calibration_records():
     rng = np.random.default_rng(4)
     c = rng.uniform(size=1000)
     y = rng.uniform(size=1000) < 0.6  # confidence unrelated to correctness
-    cert = certify_threshold(c, y, 0.05, 0.1)
+    cert = certify_threshold(c, y, 0.05, 0.1, fwer="bonferroni_holm")
     assert not cert.valid and cert.n_needed is None
     assert "more records like these will not help" in cert.reason
+    for fwer in ("quantile_sequence", "split_sequence"):
+        cert = certify_threshold(c, y, 0.05, 0.1, fwer=fwer)
+        assert not cert.valid and cert.n_needed is None
+        assert "no number of records like these would carry the sequence" in cert.reason
     top_unreached = certify_threshold(c * 0.9, y, 0.05, 0.1, fwer="fixed_sequence")
     assert top_unreached.n_needed is None and "0 calibration records reach it" in \
         top_unreached.reason and "no record reaches them" in top_unreached.reason
@@ -396,8 +577,8 @@ def test_certified_precision_holds_in_all_but_delta_of_draws(calibration_draws, 
 
 def test_mapie_certificates_hold_on_the_overconfident_estimator(calibration_draws):
     c, y = calibration_draws[2.0]
-    t = np.array([np.nan if (r := certify_threshold(c[i], y[i], ALPHA, DELTA)).threshold is None
-                  else r.threshold for i in range(D)])
+    t = np.array([np.nan if (r := certify_threshold(c[i], y[i], ALPHA, DELTA, backend="mapie")).threshold
+                  is None else r.threshold for i in range(D)])
     test_share, pop_share = _violations(np.random.default_rng(1), t, 2.0)
     assert test_share <= TOLERANCE and pop_share <= TOLERANCE
     assert np.mean(~np.isnan(t)) >= 0.5
@@ -424,3 +605,83 @@ def test_uncertified_empirical_threshold_breaks_the_target(calibration_draws):
     t = np.where(ok.any(1), grid[j], np.nan)
     test_share, pop_share = _violations(np.random.default_rng(1), t, 0.0)
     assert test_share > 3 * DELTA and pop_share > 3 * DELTA
+
+
+# ----------------------------------- the guarantee where the label-free sequence has no proof
+# Two curves the quantile sequence's exactness argument does not cover, and a flat one where
+# every threshold is a null: the Monte-Carlo check must pass for every procedure and fail for
+# testing each grid threshold at delta with no correction.
+D_HARD, N_HARD = 400, 1000
+TOLERANCE_HARD = binom.ppf(0.999, D_HARD, DELTA) / D_HARD  # 0.1 + about 3.1 standard errors
+_MAIN_GOOD, _MAIN_MASS = _GOOD_TAIL / _MASS_TAIL[0], _MASS_TAIL / _MASS_TAIL[0]
+
+
+def _main_tail(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(correct, X >= x), P(X >= x)) of the calibrated A = 3 model."""
+    i = np.minimum(np.searchsorted(_X, x), _X.size - 1)
+    return _MAIN_GOOD[i], _MAIN_MASS[i]
+
+
+def _hard_model(name: str, rng: np.random.Generator, shape) -> tuple[np.ndarray, np.ndarray]:
+    x = rng.standard_normal(shape)
+    if name == "not monotone":  # 2% confidently wrong: c uniform in [0.97, 0.99], correct w.p. 0.3
+        odd = rng.uniform(size=shape) < 0.02
+        c = np.where(odd, rng.uniform(0.97, 0.99, size=shape), expit(A * x))
+        return c, rng.uniform(size=shape) < np.where(odd, 0.3, expit(A * x))
+    if name == "tied":  # overconfident, rounded to 0.05
+        return np.round(expit(A * x + 1.0) * 20) / 20, rng.uniform(size=shape) < expit(A * x)
+    return expit(A * x), rng.uniform(size=shape) < 1 - ALPHA - 0.001  # flat, just below the target
+
+
+def _hard_precision(name: str, t: np.ndarray) -> np.ndarray:
+    """Population precision of "trust iff c >= t" (t = NaN: nothing trusted, precision 1)."""
+    t = np.asarray(t, dtype=float)
+    none = np.isnan(t)
+    t = np.nan_to_num(t, nan=0.5)
+    with np.errstate(divide="ignore"):
+        if name == "not monotone":
+            good, mass = _main_tail(logit(t) / A)
+            band = 0.02 * np.clip((0.99 - np.maximum(t, 0.97)) / 0.02, 0.0, 1.0)
+            prec = (0.98 * good + 0.3 * band) / (0.98 * mass + band)
+        elif name == "tied":  # the reported values k / 20 >= t  <=>  c >= (k - 0.5) / 20, k the first
+            b = (np.searchsorted(np.arange(21) / 20, t, side="left") - 0.5) / 20
+            good, mass = _main_tail(np.where(b <= 0, -np.inf, (logit(np.clip(b, 0, 1)) - 1.0) / A))
+            prec = good / mass
+        else:
+            prec = np.full(t.shape, 1 - ALPHA - 0.001)
+    return np.where(none, 1.0, prec)
+
+
+def test_hard_population_precision_against_monte_carlo():
+    rng = np.random.default_rng(0)
+    for name in ("not monotone", "tied"):
+        c, y = _hard_model(name, rng, 1_000_000)
+        for t in (0.5, 0.8, 0.9, 0.96, 0.975, 0.991):
+            assert _hard_precision(name, np.array([t]))[0] == pytest.approx(y[c >= t].mean(), abs=0.003)
+    assert _hard_precision("not monotone", np.array([0.97, 0.9]))[0] < 0.9 < \
+        _hard_precision("not monotone", np.array([0.97, 0.9]))[1]  # a dip, then back above
+
+
+@pytest.fixture(scope="module")
+def hard_draws():
+    rng = np.random.default_rng(77)
+    return {name: _hard_model(name, rng, (D_HARD, N_HARD)) for name in ("not monotone", "tied", "flat")}
+
+
+@pytest.mark.parametrize("name", ["not monotone", "tied", "flat"])
+@pytest.mark.parametrize("fwer", C.FWER_METHODS)
+def test_certified_precision_holds_on_hard_curves(hard_draws, name, fwer):
+    c, y = hard_draws[name]
+    t = ltt_thresholds(c, y, ALPHA, DELTA, fwer=fwer).threshold
+    assert np.mean(_hard_precision(name, t) < 1 - ALPHA) <= TOLERANCE_HARD
+
+
+def test_the_hard_check_fails_a_procedure_with_no_correction(hard_draws):
+    """Every grid threshold tested at delta, the lowest that passes: on the flat curve about a
+    third of the draws certify a threshold whose precision is below the target."""
+    c, y = hard_draws["flat"]
+    grid = C._check_grid(None)
+    trusted, wrong = C._grid_counts(c, y.astype(np.int64), grid)
+    passed = C.binomial_p_values(trusted, wrong, ALPHA) <= DELTA
+    t = np.where(passed.any(1), grid[grid.size - 1 - np.argmax(passed[:, ::-1], axis=1)], np.nan)
+    assert np.mean(_hard_precision("flat", t) < 1 - ALPHA) > 2 * TOLERANCE_HARD

@@ -84,17 +84,18 @@ def _out_of_fold(store, probe, seed=0):
 # ------------------------------------------------------------------------ out of fold
 def test_a_named_probe_is_certified_on_its_cross_fitted_predictions(stores, tmp_path):
     store = stores["train"]
-    trained = train_probe(store, view="pca10", n_estimators=10, max_error=[0.1, 0.05], delta=0.1)
+    trained = train_probe(store, view="pca10", n_estimators=10, max_error=[0.1, 0.05], delta=0.1,
+                          certify_fwer="bonferroni_holm")
     valid, invalid = trained.certificates
     conf = _out_of_fold(store, trained.probe)
-    expected = certify_threshold(conf, store.correct, 0.1, 0.1)
+    expected = certify_threshold(conf, store.correct, 0.1, 0.1, fwer="bonferroni_holm")
     assert valid["valid"] and valid["threshold"] == expected.threshold
     assert valid["n_calibration"] == 300 and valid["source"] == "out-of-fold"
     assert valid["calibration_coverage"] == pytest.approx(np.mean(conf >= valid["threshold"]))
     assert 1 - store.correct[conf >= valid["threshold"]].mean() <= 0.1
     assert valid["folds"] == {"n_splits": 5, "seed": 0, "estimator": "view pca10",
                               "from": "cross-fitted for the certificate"}
-    assert valid["backend"] == "mapie" and valid["alpha"] == 0.1 and valid["delta"] == 0.1
+    assert valid["backend"] == "binomial" and valid["alpha"] == 0.1 and valid["delta"] == 0.1
     # none at 0.05 from these 300 records: recorded as such, with the projected records needed
     assert not invalid["valid"] and invalid["threshold"] is None and invalid["n_needed"] > 300
     assert "no threshold passed" in invalid["reason"]
@@ -106,6 +107,12 @@ def test_a_named_probe_is_certified_on_its_cross_fitted_predictions(stores, tmp_
         find_certificate(probe.certificates, 0.05)
     with pytest.raises(InputError, match=r"max_error=0.2: this probe carries no certificate.*0.1, 0.05 \(invalid\)"):
         find_certificate(probe.certificates, 0.2)
+    # the default procedure certifies at 0.05 from the same predictions, where Holm over the grid
+    # could not (its best, 115 records all correct at 0.9, p = 0.0027, misses 0.1 / 100)
+    [default] = train_probe(store, view="pca10", n_estimators=10, max_error=0.05, delta=0.1).certificates
+    assert default["valid"] and default["fwer"] == "quantile_sequence"
+    assert default["threshold"] == certify_threshold(conf, store.correct, 0.05, 0.1).threshold
+    assert 1 - store.correct[conf >= default["threshold"]].mean() <= 0.05
 
 
 def test_the_default_export_reuses_autos_out_of_fold_predictions(stores):
@@ -150,6 +157,28 @@ def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
     with pytest.raises(InputError, match=r"3 distinct values of 'toolset', fewer than the 5 folds"):
         train_probe(make_store(tmp_path / "three", meta=lambda i: {"toolset": f"t{i % 3}"}), view="pca10",
                     max_error=0.1, group_by="toolset")
+
+
+def test_a_task_that_groups_its_records_certifies_on_grouped_folds_by_default(tmp_path):
+    """No group_by given: an APIGen store's certificate is cross-fitted on folds that keep each
+    tool set whole (the task's default_group_by, as acute evaluate's folds do)."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    store = make_store(tmp_path / "apigen", task="apigen", meta=lambda i: {"toolset": f"t{i % 13}"})
+    groups = np.array([f"t{i % 13}" for i in range(len(store))])
+    y, X = store.correct.astype(int), np.asarray(store.layer_means, dtype=np.float32)
+    codes = np.unique(groups, return_inverse=True)[1]
+    folds = list(StratifiedGroupKFold(5, shuffle=True, random_state=0).split(np.zeros(len(y)), y, codes))
+    trained = train_probe(store, view="pca10", n_estimators=10, max_error=0.1, delta=0.2, certify_backend="binomial")
+    conf = np.empty(len(y))
+    for tr, te in folds:
+        assert not set(groups[tr]) & set(groups[te])
+        est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
+        conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+    [entry] = trained.certificates
+    assert entry["folds"]["group_by"] == "toolset" and entry["folds"]["from"] == "cross-fitted for the certificate"
+    expected = certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial")
+    assert entry["threshold"] == expected.threshold and entry["fwer"] == expected.fwer == "quantile_sequence"
 
 
 # ------------------------------------------------------------------- calibration store
@@ -209,14 +238,17 @@ def test_too_few_calibration_records_say_how_many_are_needed(stores, monkeypatch
     import acute.evaluation.training as training
 
     monkeypatch.setattr(training, "probe_estimator", lambda *a, **k: pytest.fail("fitted"))
-    need = min_calibration_records(0.1, 0.1)
-    with pytest.raises(InputError, match=rf"max_error=0.1, delta=0.1: the 50 calibration records "
-                                         rf"\(out-of-fold .*at least {need} are needed"):
-        train_probe(stores["few"], max_error=0.1, delta=0.1)
+    need = min_calibration_records(0.02, 0.1)  # 114: 0.98 ** 114 <= 0.1
+    with pytest.raises(InputError, match=rf"max_error=0.02, delta=0.1: the 50 calibration records "
+                                         rf"\(out-of-fold .*at least {need} are needed \(quantile_sequence\)"):
+        train_probe(stores["few"], max_error=0.02, delta=0.1)
     with pytest.raises(InputError, match=rf"the 50 calibration records \(all records of .*few\).*"
                                          rf"at least {need}"):
-        train_probe(stores["train"], max_error=0.1, calibration_store=stores["few"],
+        train_probe(stores["train"], max_error=0.02, calibration_store=stores["few"],
                     calibration_path=stores["few"].path)
+    need = min_calibration_records(0.1, 0.1, fwer="bonferroni_holm")  # 66: Holm over 100 thresholds
+    with pytest.raises(InputError, match=rf"at least {need} are needed \(bonferroni_holm over the default 100"):
+        train_probe(stores["few"], max_error=0.1, delta=0.1, certify_fwer="bonferroni_holm")
 
 
 def test_certify_probe_needs_the_trained_probe_of_its_store(stores):
@@ -257,19 +289,29 @@ def run(argv, capsys):
 def test_cli_export_writes_the_certificate_and_says_what_it_certifies(stores, tmp_path, capsys):
     out = tmp_path / "probe"
     rc, text, err = run(["export", "--store", stores["train"].path, "--view", "pca10", "--n-estimators", 10,
-                         "--max-error", 0.1, 0.05, "--delta", 0.1, "--out", out], capsys)
+                         "--max-error", 0.1, 0.02, "--delta", 0.1, "--out", out], capsys)
     assert rc == 0, err
     probe = load_probe(out)
     valid = find_certificate(probe.certificates, 0.1)
     assert f"certificate at max_error 0.1, delta 0.1: trust iff confidence >= {valid['threshold']:g}" in text
     assert "300 calibration records, out-of-fold predictions of the training records" in text
-    assert "acute: warning: NO certificate at max_error 0.05, delta 0.1" in err
-    assert "records with the same precision and coverage per threshold would certify one (projected)" in err
-    assert "scoring with --max-error 0.05 is refused" in err
+    assert "acute: warning: NO certificate at max_error 0.02, delta 0.1" in err
+    assert "the quantile sequence stopped at its first threshold" in err
+    assert "scoring with --max-error 0.02 is refused" in err
     # the same as the library's
-    trained = train_probe(stores["train"], view="pca10", n_estimators=10, max_error=[0.1, 0.05], delta=0.1,
+    trained = train_probe(stores["train"], view="pca10", n_estimators=10, max_error=[0.1, 0.02], delta=0.1,
                           store_path=stores["train"].path)
     assert probe.certificates == json.loads(json.dumps(trained.certificates))
+    # another procedure by name: recorded in the certificate
+    rc, text, err = run(["export", "--store", stores["train"].path, "--view", "pca10", "--n-estimators", 10,
+                         "--max-error", 0.1, "--certify-procedure", "split_sequence", "--out", tmp_path / "s"],
+                        capsys)
+    assert rc == 0, err
+    [entry] = load_probe(tmp_path / "s").certificates
+    assert entry["fwer"] == "split_sequence" and "binomial, split_sequence" in text
+    trained = train_probe(stores["train"], view="pca10", n_estimators=10, max_error=0.1,
+                          store_path=stores["train"].path, certify_fwer="split_sequence")
+    assert load_probe(tmp_path / "s").certificates == json.loads(json.dumps(trained.certificates))
 
 
 def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
@@ -301,9 +343,9 @@ def test_cli_export_refuses_bad_input_by_name(stores, tmp_path, capsys, extra, m
 
 
 def test_cli_export_with_too_few_records_says_how_many(stores, tmp_path, capsys):
-    rc, _, err = run(["export", "--store", stores["few"].path, "--max-error", 0.05, "--out", tmp_path / "p"],
+    rc, _, err = run(["export", "--store", stores["few"].path, "--max-error", 0.02, "--out", tmp_path / "p"],
                      capsys)
-    need = min_calibration_records(0.05, 0.1)
+    need = min_calibration_records(0.02, 0.1)
     assert rc == 2 and "the 50 calibration records" in err and f"at least {need} are needed" in err
 
 
@@ -328,8 +370,10 @@ def test_the_labels_benchmark_reads_a_store_and_a_predictions_file(stores, tmp_p
     out = capsys.readouterr().out
     # a perfect default certifies from 200 records: the correct ones (about 0.69 of the test set)
     assert "| 200 | 0.10 | 1.00 | 0.69" in out.split("### best baseline")[0]
-    assert "| 100 | 0.05 | too few (< 135) |" in out
+    assert "quantile_sequence (acute's binomial test)" in out and "too few" not in out  # 45 suffice
     assert "### best baseline (raw)" in out and "### raw" not in out  # raw and platt tie: shown once
+    mod["main"](["--predictions", str(tmp_path / "predictions.csv"), "--draws", "10", "--fwer", "bonferroni_holm"])
+    assert "| 100 | 0.05 | too few (< 135) |" in capsys.readouterr().out
     # beside an evaluation's results.json, its own best baseline is shown (one name per pair)
     (tmp_path / "results.json").write_text('{"reference": "platt"}')
     mod["main"](["--predictions", str(tmp_path / "predictions.csv"), "--draws", "10"])
@@ -344,6 +388,6 @@ def test_cli_export_without_mapie_says_what_to_install(stores, tmp_path, capsys,
 
     monkeypatch.setitem(sys.modules, "mapie", None)  # as if the acute[risk] extra were not installed
     monkeypatch.setattr(training, "probe_estimator", lambda *a, **k: pytest.fail("fitted"))
-    rc, _, err = run(["export", "--store", stores["train"].path, "--max-error", 0.1, "--out", tmp_path / "p"],
-                     capsys)
+    rc, _, err = run(["export", "--store", stores["train"].path, "--max-error", 0.1, "--certify-backend", "mapie",
+                      "--out", tmp_path / "p"], capsys)
     assert rc == 2 and "pip install 'acute[risk]'" in err and "--certify-backend" in err

@@ -16,7 +16,7 @@ from ..evaluation.crossval import DEFAULT_TEST_FRACTION
 from ..evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
 from ..evaluation.training import PRECHECK_ESTIMATOR
 from ..metrics import DEFAULT_N_BOOTSTRAP
-from ..metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
+from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
 
 __all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_train']
@@ -43,6 +43,7 @@ def _train(args, test_fraction: float):
                           store_path=args.store, max_error=args.max_error,
                           delta=DEFAULT_DELTA if args.delta is None else args.delta, calibration_store=calibration,
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
+                          certify_fwer=args.certify_procedure,
                           precheck_estimator=with_precheck, group_by=args.group_by)
     est = trained.auto
     if est is not None:
@@ -232,9 +233,14 @@ def add_train_export(sub, model_opts) -> None:
         t.add_argument("--calibration-store", default=None, metavar="STORE",
                        help="with --max-error: calibrate on this store's records (same model and prompt "
                             "format) instead of the out-of-fold predictions of the training records")
-        t.add_argument("--certify-backend", choices=["mapie", "binomial"], default="mapie",
-                       help="with --max-error: MAPIE's controller (the acute[risk] extra) or acute's own "
-                            "exact binomial test (default %(default)s)")
+        t.add_argument("--certify-procedure", choices=FWER_METHODS, default=DEFAULT_FWER,
+                       help="with --max-error: the Learn-then-Test procedure (default %(default)s: a "
+                            "fixed sequence from the top over thresholds placed by the calibration "
+                            "confidences alone; benchmarks/certify_labels.md compares them)")
+        t.add_argument("--certify-backend", choices=["binomial", "mapie"], default=DEFAULT_BACKEND,
+                       help="with --max-error: acute's own exact binomial test or MAPIE's controller "
+                            "(the acute[risk] extra; it counts an error too many now and then, so "
+                            "certifies less) (default %(default)s)")
         t.add_argument("--with-precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
                        choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR",
                        help="also fit a question-only probe (last-prompt states, no raw confidence) into "

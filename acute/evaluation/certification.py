@@ -47,8 +47,8 @@ import numpy as np
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
-from ..metrics.certify import (DEFAULT_DELTA, certify_threshold, check_delta, check_max_error,
-                               min_calibration_records)
+from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_delta,
+                               check_max_error, min_calibration_records)
 from ..metrics.drift import confidence_reference
 from ..store.identity import diff, model_record, of_store
 from ..store.pooling import store_states
@@ -107,11 +107,12 @@ def check_calibration_store(store: Any, calibration_store: Any, *, store_name: s
 def check_certification(store: Any, max_error: float | Sequence[float], delta: float, *,
                         train_index: Sequence[int] | None = None, calibration_store: Any = None,
                         calibration_path: str | os.PathLike | None = None,
-                        fwer: str = "bonferroni_holm", backend: str = "mapie",
+                        fwer: str = DEFAULT_FWER, backend: str = DEFAULT_BACKEND,
                         group_by: str | None = None) -> list[float]:
     """The error rates to certify a probe trained on the rows ``train_index`` of ``store``
     (default: all) at, checked before anything is fitted: each ``max_error`` and ``delta`` in
-    (0, 1), given once; the backend usable (MAPIE installed for ``"mapie"``); a
+    (0, 1), given once; ``fwer`` (the procedure, :data:`acute.metrics.certify.FWER_METHODS`) and
+    the backend usable (MAPIE installed for ``"mapie"``); a
     ``calibration_store`` compatible with ``store`` (:func:`check_calibration_store`); without
     one, the training records' groups (``group_by``, see :func:`calibration_confidence`) on every
     record and at least as many as the folds; and enough calibration records to certify
@@ -137,20 +138,21 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
                              f"{field!r}, fewer than the {CV_FOLDS} folds of the out-of-fold calibration "
                              f"(each value held out whole); pass a calibration store (--calibration-store) "
                              f"or label records of more values")
+    over_grid = " over the default 100 thresholds" if fwer == "bonferroni_holm" else ""
     for alpha in alphas:
         n_min = min_calibration_records(alpha, delta, fwer=fwer)
         if n < n_min:
             raise InputError(
                 f"max_error={alpha:g}, delta={delta:g}: the {n} calibration records ({source}) "
                 f"cannot certify any threshold even if every one were trusted and correct: at "
-                f"least {n_min} are needed ({fwer} over the default 100 thresholds); label more "
+                f"least {n_min} are needed ({fwer}{over_grid}); label more "
                 f"records, pass a calibration store (--calibration-store) with more, or raise "
                 f"max_error or delta. A useful certificate usually needs far more: "
                 f"benchmarks/certify_labels.md")
     try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
         certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer, backend=backend)
     except InputError as e:
-        raise InputError(f"{e} (the command line's --certify-backend)") from None
+        raise InputError(f"{e} (the command line's --certify-procedure, --certify-backend)") from None
     return alphas
 
 
@@ -227,7 +229,7 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None, see
 
 def certify_probe(trained, store, max_error: float | Sequence[float], delta: float = DEFAULT_DELTA, *,
                   calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                  backend: str = "mapie", fwer: str = "bonferroni_holm", group_by: str | None = None) -> list[dict]:
+                  backend: str = DEFAULT_BACKEND, fwer: str = DEFAULT_FWER, group_by: str | None = None) -> list[dict]:
     """Certify the trust threshold of ``trained`` (a :class:`~acute.evaluation.training.TrainedProbe`
     of ``store``) at each ``max_error`` (one alpha or several) with probability ``1 - delta``,
     on records the probe was not fitted on (module doc), and record the certificates on it
@@ -244,8 +246,8 @@ def certify_probe(trained, store, max_error: float | Sequence[float], delta: flo
 
 
 def certify_checked(trained, store, alphas: Sequence[float], delta: float, *, calibration_store: Any = None,
-                    calibration_path: str | os.PathLike | None = None, backend: str = "mapie",
-                    fwer: str = "bonferroni_holm", group_by: str | None = None) -> list[dict]:
+                    calibration_path: str | os.PathLike | None = None, backend: str = DEFAULT_BACKEND,
+                    fwer: str = DEFAULT_FWER, group_by: str | None = None) -> list[dict]:
     """:func:`certify_probe` at the error rates :func:`check_certification` returned for the same
     arguments (not checked again: e.g. ``train_probe`` checks them before fitting anything)."""
     _train_index(trained, store)

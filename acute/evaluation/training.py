@@ -22,7 +22,7 @@ from ..estimators.baselines import make_baseline
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
-from ..metrics.certify import DEFAULT_DELTA
+from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.pooling import store_states
@@ -196,8 +196,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 n_estimators: int | None = None, store_path: str | os.PathLike | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = DEFAULT_DELTA,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
-                certify_backend: str = "mapie", precheck_estimator: str | None = None,
-                group_by: str | None = None) -> TrainedProbe:
+                certify_backend: str = DEFAULT_BACKEND, precheck_estimator: str | None = None,
+                group_by: str | None = None, certify_fwer: str = DEFAULT_FWER) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -205,7 +205,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
 
     ``max_error`` (one alpha or several): also certify the trust threshold at each, with
     probability ``1 - delta``, on the out-of-fold predictions of the training records or on
-    ``calibration_store`` (named ``calibration_path``), with ``certify_backend``
+    ``calibration_store`` (named ``calibration_path``), by the procedure ``certify_fwer`` with
+    ``certify_backend``
     (:func:`acute.evaluation.certification.certify_probe`); bad values and too few calibration
     records are refused before anything is fitted. The out-of-fold folds keep the values of
     ``group_by`` (a metadata field; default: the store's task's grouping, e.g. APIGen's tool
@@ -225,7 +226,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     idx = np.flatnonzero(train)
     if max_error is not None:  # refuse what cannot be certified before fitting anything
         alphas = check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
-                                     calibration_path=calibration_path, backend=certify_backend, group_by=group_by)
+                                     calibration_path=calibration_path, fwer=certify_fwer, backend=certify_backend,
+                                     group_by=group_by)
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
     est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
@@ -246,7 +248,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     trained.confidence_reference = _reference(trained, store, test)
     if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
-                        calibration_path=calibration_path, backend=certify_backend, group_by=group_by)
+                        calibration_path=calibration_path, backend=certify_backend, fwer=certify_fwer,
+                        group_by=group_by)
     if precheck_name:
         q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
                            probe_params={"n_estimators": n_estimators})
