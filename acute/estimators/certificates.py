@@ -5,9 +5,9 @@ calibration records came from::
 
     {"alpha": 0.1, "delta": 0.1, "valid": true, "threshold": 0.62, "n_calibration": 2041,
      "calibration_coverage": 0.31, "calibration_precision": 0.93, "p_value": ..., "method": ...,
-     "fwer": "bonferroni_holm", "n_thresholds": 100, "reason": ..., "n_needed": null,
-     "rule": "trust iff confidence >= threshold",
-     "backend": "mapie",                       # certify_threshold's backend
+     "fwer": "quantile_sequence", "n_thresholds": 96, "reason": ..., "n_needed": null,
+     "rule": "trust iff confidence >= threshold",     # fwer: the procedure
+     "backend": "binomial",                    # certify_threshold's backend
      "source": "out-of-fold",                  # or "calibration-store"
      "folds": {"n_splits": 5, "seed": 0, "from": "auto's cross-validation"},   # out-of-fold
      "calibration_store": "/abs/path/store"}   # calibration-store

@@ -25,7 +25,8 @@ Modules: ``common`` (input checks, binning helpers), ``binned`` (ECE, KS-Cal, Br
 ``smooth`` (smECE), ``kde`` (KDE-ECE), ``utility`` (euro, auc-euro: the selective-trust utility),
 ``resampling`` (bootstrap, intervals of draws), ``specs`` (the results tables' columns and the
 ranking rule), ``intervals`` (bias-shifted intervals, the corrected resampled t-test, Holm),
-``selective`` (risk-coverage, AURC), ``certify`` (Learn-then-Test thresholds).
+``selective`` (risk-coverage, AURC), ``certify`` (Learn-then-Test thresholds), ``ltt`` (its
+procedures in numpy).
 
 The names below are the package's public API (docs/api.md); the helpers the evaluation builds on
 (``percentile_interval``, the ranking rule, the paired tests) are imported from their module.
