@@ -75,28 +75,33 @@ class CollectSummary:
 
 def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int | None,
                    stop_strings: Sequence[str], pool: str, chat: bool | None,
-                   engine: str = DEFAULT_ENGINE) -> dict:
+                   engine: str = DEFAULT_ENGINE, engine_version: str | None = None) -> dict:
     """The store manifest: model (fingerprint and weights digest), tokenizer, the engine that ran
-    the model (its identity, :mod:`acute.store.identity`), task and generation settings, acute
-    version.
+    the model and its version (default for transformers: :func:`acute.engines.transformers_version`),
+    the model's dtype and quantisation (:func:`acute.models.model_setting`; with the engine, the
+    pooling and the prompt format the validity domain of a probe trained on the store,
+    :mod:`acute.store.identity`), task and generation settings, acute version.
 
     ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
     manifest says how the prompts were actually built; a scorer reads it back from the probe.
     ``task`` is None (``task`` and ``task_settings`` None) for responses labelled by their
     ``label`` field, and ``max_new_tokens`` None for responses that were not generated here.
     """
-    from .models import model_fingerprint, weights_digest
+    from .engines import transformers_version
+    from .models import model_fingerprint, model_setting, weights_digest
     from .tasks.base import use_chat
 
     fp = model_fingerprint(model)
-    dtype = getattr(model, "dtype", None)
+    if engine_version is None and engine == "transformers":
+        engine_version = transformers_version()
     return {
         "model": str(model_name),
         "model_fingerprint": fp,
         "model_weights": weights_digest(model),
-        "model_dtype": None if dtype is None else str(dtype).replace("torch.", ""),
+        **model_setting(model),
         "tokenizer": getattr(tokenizer, "name_or_path", None),
         "engine": engine,
+        "engine_version": engine_version,
         "num_layers": fp["num_layers"],
         "hidden_size": fp["hidden_size"],
         "task": None if task is None else task.name,
@@ -317,8 +322,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         summary.extra.update(process=rank, num_processes=world)
     start = time.perf_counter()
     # engine="vllm": vLLM generates in a worker process for the collection's length (acute.engines)
+    # the manifest names the engine that ran and its version (vLLM's is known once it started)
     with open_engine(engine, model, tokenizer, engine_options) as generate, \
-            StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+            StoreWriter(out_dir, {**manifest, **generate.record}, dtype=dtype, shard_size=shard_size,
                         part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         if parallel:
@@ -685,7 +691,9 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     store's (fingerprint, and weights unless ``allow_other_weights``): else
     :class:`ModelMismatchError` naming both. Resumable like :func:`collect`.
     """
+    from .engines import transformers_version
     from .extraction import record_responses
+    from .models import model_setting
     from .store import POOLINGS, StoreWriter, open_store
 
     store_dir, out_dir = Path(store_dir), Path(out_dir)
@@ -702,6 +710,8 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
         raise InputError(f"pool must be 'decoding' or 'generated', got {pool!r}")
     manifest = {k: v for k, v in old.items() if k not in _STORE_OWN_FIELDS}
     manifest.update(_check_same_model(old, model, store_dir, allow_other_weights))
+    # the states are this model's under transformers now, whatever ran the source
+    manifest.update(engine="transformers", engine_version=transformers_version(), **model_setting(model))
     manifest["generation"] = {**generation, "pool": pool}
     manifest["rerecorded_from"] = {"store": str(store_dir.resolve()), "pool": old_pool}
     manifest["poolings"] = list(POOLINGS)  # re-recording adds what an older store lacks

@@ -15,9 +15,21 @@ def show_logs(level: int = 20) -> None:
     ``[acute] message``; library code logs, only the command line decides to show it."""
     import logging
 
+    class Stderr(logging.StreamHandler):
+        """Writes to ``sys.stderr`` as it is when a record comes, not as it was when the
+        handler was made (a later redirection or capture, e.g. pytest's, is followed)."""
+
+        @property
+        def stream(self):
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, value):
+            pass
+
     logger = logging.getLogger("acute")
     if not any(getattr(h, "_acute_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = Stderr()
         handler.setFormatter(logging.Formatter("[acute] %(message)s"))
         handler._acute_cli = True
         logger.addHandler(handler)

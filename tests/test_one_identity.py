@@ -110,12 +110,12 @@ def test_a_probe_against_a_model_goes_through_the_diff(tmp_path):
     fp = {**MANIFEST["model_fingerprint"], "weights_sha256": "aa"}
     probe = load_probe(_probe({"engine": "vllm"}).save(tmp_path / "p", model_name="tiny", model_fingerprint=fp))
     assert of_probe(probe)["engine"] == "vllm" and of_probe(probe)["num_layers"] == L
-    with pytest.raises(ModelMismatchError, match=r"different model \(tiny\): 'model_fingerprint', 'model_weights', "
-                                                 r"'engine' differ \('model_fingerprint'\['architecture'\]: probe "
+    with pytest.raises(ModelMismatchError, match=r"different model \(tiny\): 'model_fingerprint', 'model_weights' "
+                                                 r"differ \('model_fingerprint'\['architecture'\]: probe "
                                                  r"'LlamaForCausalLM', model 'Qwen2'; 'model_weights'\['sha256'\]: "
-                                                 r"probe 'aa', model 'bb'; 'engine': probe 'vllm', model "
-                                                 r"'transformers'\).*allow_other_weights"):
+                                                 r"probe 'aa', model 'bb'\).*allow_other_weights"):
         probe.check_model({**fp, "architecture": "Qwen2", "weights_sha256": "bb"})
+    probe.check_model(fp)  # the engine is the probe's validity domain, not the model (issue 45 item 2)
     old = load_probe(_probe().save(tmp_path / "old", model_fingerprint=fp))  # no engine recorded
     old.check_model(fp)
     old.check_model({**fp, "weights_sha256": "bb"}, allow_other_weights=True)

@@ -19,7 +19,7 @@ from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
 
-__all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_train']
+__all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_recertify', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_recertify', 'cmd_train']
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +123,37 @@ def cmd_export(args) -> int:
     print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
     _print_precheck(trained, args.out, f"all {len(store)}")
     _print_certificates(trained.certificates)
+    return 0
+
+
+def cmd_recertify(args) -> int:
+    """Re-certify an exported probe on a store collected under another setting; write a new probe."""
+    from ..estimators.probe_file import load_probe
+    from ..evaluation.recertify import recertify
+
+    if Path(args.out).resolve() == Path(args.probe).resolve():
+        raise InputError(f"--out {args.out} is the probe being re-certified; write the new probe to another "
+                         "folder (the original stays as it is)")
+    probe = load_probe(args.probe)
+    store = open_labelled_store(args.store, args.allow_partial)
+    done = recertify(probe, store, max_error=args.max_error, delta=args.delta, restack=args.restack,
+                     backend=args.certify_backend, seed=args.seed, store_path=args.store)
+    done.save(args.out)
+    s, old = done.summary, probe.domain or {}
+    new = done.probe.domain
+    changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in ("engine", "engine_version", "model_dtype",
+                                                                 "quantization", "pooling", "prompt_format")
+               if old.get(k) != new.get(k)]
+    print(f"re-certified on {s['n']} records of {args.store} (accuracy {s['accuracy']:.3f}); domain "
+          + ("; ".join(changed) if changed else "unchanged" if probe.domain else f"now {new}"))
+    b = s["before"]
+    print(f"the probe as it was, on these records: smECE {b['smece']:.4f}, auc-euro {b['auc_euro']:.4f}")
+    if s["restacked"]:
+        a = s["after_out_of_fold"]
+        print(f"{probe.calibration} map refitted: smECE {a['smece']:.4f}, auc-euro {a['auc_euro']:.4f} "
+              f"(out of fold)")
+    _print_certificates(done.certificates)
+    print(f"new probe written to {args.out}; {args.probe} is unchanged")
     return 0
 
 
@@ -257,6 +288,31 @@ def add_train_export(sub, model_opts) -> None:
             t.add_argument("--test-fraction", type=float, default=DEFAULT_TEST_FRACTION,
                            help="share of records held out, by id, for the printed test metrics (default %(default)s)")
         t.set_defaults(func=fn)
+
+
+def add_recertify(sub, model_opts) -> None:
+    """``acute recertify``."""
+    r = sub.add_parser("recertify", help="re-certify a probe's threshold (and optionally its calibration) on "
+                                          "labelled records of another setting (dtype, engine, version)")
+    r.add_argument("--probe", required=True, help="the exported probe folder (left unchanged)")
+    r.add_argument("--store", required=True,
+                   help="labelled records of the probe's model collected under the new setting, none of "
+                        "them a training record of the probe")
+    r.add_argument("--out", required=True, help="folder of the new probe (its domain: the store's setting)")
+    r.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), nargs="+", default=None,
+                   metavar="ALPHA", help="error rates to certify (default: those the probe carries)")
+    r.add_argument("--delta", type=level_arg(check_delta, "--delta"), default=None,
+                   help=f"the chance the certificate may fail (default: the probe's, else {DEFAULT_DELTA})")
+    r.add_argument("--restack", action="store_true",
+                   help="also refit the probe's calibration map (stacked, Platt or isotonic) on these records; "
+                        "the certificate is then calibrated on its out-of-fold predictions")
+    r.add_argument("--certify-backend", choices=["binomial", "mapie"], default=DEFAULT_BACKEND,
+                   help="acute's own exact binomial test or MAPIE's controller (the acute[risk] extra) "
+                        "(default %(default)s); the procedure is acute.metrics.certify's default")
+    r.add_argument("--seed", type=int, default=0, help="seed of the --restack folds (default %(default)s)")
+    r.add_argument("--allow-partial", action="store_true",
+                   help="use the committed records of a store whose collection did not finish")
+    r.set_defaults(func=cmd_recertify)
 
 
 def add_evaluate(sub, model_opts) -> None:

@@ -9,11 +9,13 @@ inside vLLM's processes, :mod:`acute.engines.vllm_connector`).
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "check_engine", "open_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "check_engine", "engine_record", "open_engine",
+           "transformers_version"]
 
 #: The engines a collection can run on.
 ENGINES: tuple[str, ...] = ("transformers", "vllm")
@@ -30,25 +32,66 @@ def check_engine(engine: Any) -> Any:
     raise InputError(f"engine must be one of {', '.join(ENGINES)} or a started VllmEngine, got {engine!r}")
 
 
+def transformers_version() -> str:
+    """The version of the transformers engine as a validity domain records it: transformers' and
+    torch's (``"4.57.1 (torch 2.8.0)"``): the kernels that compute the states are torch's."""
+    import torch
+    import transformers
+
+    return f"{transformers.__version__} (torch {torch.__version__})"
+
+
+def engine_record(engine: Any = None) -> dict:
+    """``{"engine", "engine_version"}`` of what generates: None for acute's transformers recorder
+    (:func:`transformers_version`), else a started vLLM engine (its ``info["vllm_version"]``;
+    None until it has started)."""
+    if engine is None or engine == "transformers":
+        return {"engine": "transformers", "engine_version": transformers_version()}
+    return {"engine": "vllm", "engine_version": (getattr(engine, "info", None) or {}).get("vllm_version")}
+
+
+@dataclass(frozen=True)
+class Generator:
+    """A started engine's ``generate(prompts, **settings)`` (call it), with what runs it:
+    ``engine`` (``"transformers"``, ``"vllm"``) and ``version`` (None when unknown); ``record``
+    is how a store manifest names them."""
+
+    generate: Callable[..., list]
+    engine: str
+    version: str | None
+
+    def __call__(self, prompts, **settings) -> list:
+        return self.generate(prompts, **settings)
+
+    @property
+    def record(self) -> dict:
+        """``{"engine", "engine_version"}`` for a store manifest."""
+        return {"engine": self.engine, "engine_version": self.version}
+
+
 @contextlib.contextmanager
 def open_engine(engine: Any, model: Any, tokenizer: Any,
-                options: dict | None = None) -> Iterator[Callable[..., list]]:
-    """A ``generate(prompts, **settings)`` on ``engine`` for ``model`` (a loaded transformers
-    model: what transformers runs, and for vLLM where its saved folder is and its context
-    window); ``options`` go to :class:`acute.engines.vllm.VllmEngine`. The vLLM worker process
-    lives as long as the context; a started engine (``engine`` a ``VllmEngine``) is used as it
-    is and left running."""
+                options: dict | None = None) -> Iterator[Generator]:
+    """A :class:`Generator` (``generate(prompts, **settings)``) on ``engine`` for ``model`` (a
+    loaded transformers model: what transformers runs, and for vLLM where its saved folder is
+    and its context window); ``options`` go to :class:`acute.engines.vllm.VllmEngine`. The vLLM
+    worker process lives as long as the context; a started engine (``engine`` a ``VllmEngine``)
+    is used as it is and left running."""
     check_engine(engine)
     if not isinstance(engine, str):
-        yield lambda prompts, **settings: engine.generate(tokenizer, prompts, model=model, **settings)
+        yield Generator(lambda prompts, **settings: engine.generate(tokenizer, prompts, model=model, **settings),
+                        *engine_record(engine).values())
         return
     if engine == "transformers":
         from ..extraction import generate_and_record
 
-        yield lambda prompts, **settings: generate_and_record(model, tokenizer, prompts, **settings)
+        yield Generator(lambda prompts, **settings: generate_and_record(model, tokenizer, prompts, **settings),
+                        *engine_record().values())
         return
     from .vllm import VllmEngine, model_folder
 
     dtype = str(getattr(model, "dtype", "float32")).replace("torch.", "")
     with VllmEngine(model_folder(model), dtype=dtype, **(options or {})) as vllm_engine:
-        yield lambda prompts, **settings: vllm_engine.generate(tokenizer, prompts, model=model, **settings)
+        yield Generator(lambda prompts, **settings: vllm_engine.generate(tokenizer, prompts, model=model,
+                                                                         **settings),
+                        "vllm", vllm_engine.info.get("vllm_version"))

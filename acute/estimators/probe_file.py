@@ -34,12 +34,22 @@ confidence, and decides before anything is generated (``acute export --with-prec
 (``precheck``: its folder, estimator, pooling and the sha256 of its ``probe.json``), so a
 question-only probe copied in from another export is refused; :func:`load_probe` loads it as
 ``ExportedProbe.precheck``.
+
+``domain`` in ``probe.json`` is the probe's **validity domain**: the engine and its version, the
+model dtype and quantisation, the pooling and the prompt format of the states it was fitted and
+certified on (:func:`acute.store.identity.domain_record`, from its training store's manifest;
+after ``acute recertify``, the recertification store's, with ``recertified_from``). Scoring
+under another setting is a change of domain (:class:`acute.scoring.Scorer` warns and refuses
+the certificates, :meth:`ExportedProbe.outside_domain`); a probe written before the field loads
+with a warning that its domain is unknown.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -89,6 +99,8 @@ PRECHECK_DIR = "precheck"
 #: the states a question-only probe reads (the only ones that exist before the answer)
 PRECHECK_POOLING = "last-prompt"
 FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
+
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- forests
@@ -260,6 +272,28 @@ class ExportedProbe:
         self._kind = view_kind(self.view)
         self._cal_params = calibration_params(self.calibration, arrays)
         self.precheck: ExportedProbe | None = None
+        self.domain = manifest.get("domain")
+        self.certificates_refused: str | None = None
+
+    def with_domain(self, domain: dict | None) -> "ExportedProbe":
+        """This probe recording ``domain`` (:func:`acute.store.identity.domain_record`) as its
+        validity domain (``probe.json``'s ``domain``; None leaves it unknown); returns it."""
+        if domain is not None and not isinstance(domain, dict):
+            raise InputError(f"domain must be a dict (acute.store.identity.domain_record), got {type(domain).__name__}")
+        self.manifest = {k: v for k, v in self.manifest.items() if k != "domain"}
+        if domain is not None:
+            self.manifest["domain"] = json_ready(domain, where="domain")
+        self.domain = self.manifest.get("domain")
+        return self
+
+    def outside_domain(self, reason: str) -> "ExportedProbe":
+        """This probe as scored outside its validity domain (:attr:`domain`): a shallow copy
+        whose certificates are refused, with ``reason`` (both settings, what to do), by every
+        gate that asks for one (:func:`acute.scoring.gate.certificate_rule`) until it is
+        re-certified (``acute recertify``). The risk rule is unaffected."""
+        out = copy.copy(self)
+        out.certificates_refused = str(reason)
+        return out
 
     def __repr__(self) -> str:
         return (f"ExportedProbe(view={self.view!r}, layers={self.layers if self._kind == 'mean' else 'all'}, "
@@ -292,17 +326,21 @@ class ExportedProbe:
         """1 where P(correct) > 0.5, else 0."""
         return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
 
-    def check_model(self, fingerprint: dict, allow_other_weights: bool = False) -> None:
+    def check_model(self, fingerprint: dict, allow_other_weights: bool = False,
+                    setting: dict | None = None) -> None:
         """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
 
         The probe's identity and the model's (:func:`acute.store.identity.of_probe`,
         :func:`~acute.store.identity.of_model`) compared by :func:`acute.store.identity.diff`:
         ``architecture``, ``num_layers`` and ``hidden_size`` as the probe recorded them (the
         model's fingerprint must have them), ``model_type`` and ``vocab_size`` when both
-        fingerprints have them, the engine, and the weights (``weights_sha256`` of
+        fingerprints have them, and the weights (``weights_sha256`` of
         :func:`acute.models.model_identity`) when both record them, unless
-        ``allow_other_weights``. A probe saved without a fingerprint is checked against its
-        input shape (``num_layers + 1`` layer outputs, ``hidden_size``) only.
+        ``allow_other_weights``; when the model runs in another dtype than the probe's domain
+        (``setting``: :func:`acute.models.model_setting`), by their bfloat16 digest. The engine
+        and the dtype are the probe's validity domain, not the model (:attr:`domain`). A probe
+        saved without a fingerprint is checked against its input shape (``num_layers + 1``
+        layer outputs, ``hidden_size``) only.
         """
         if not isinstance(fingerprint, dict):
             raise InputError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
@@ -312,9 +350,9 @@ class ExportedProbe:
         # what the probe recorded decides; vocab_size and model_type only where both know them
         unrecorded = [f"model_fingerprint.{key}" for key in FINGERPRINT_FIELDS
                       if key not in FINGERPRINT_KEYS or self.model_fingerprint.get(key) is None]
-        found = diff(of_probe(self), of_model(fingerprint), ("probe", "model"),
-                     fields=("model_fingerprint", "model_weights", "engine"),
-                     optional=unrecorded + ["model_weights"], allow_other_weights=allow_other_weights)
+        found = diff(of_probe(self), of_model(fingerprint, setting=setting), ("probe", "model"),
+                     fields=("model_fingerprint", "model_weights"), optional=unrecorded + ["model_weights"],
+                     allow_other_weights=allow_other_weights, across_dtypes=True)
         if found:
             name = f" ({self.model_name})" if self.model_name else ""
             hint = ("; another checkpoint of the same architecture, or another dtype? pass "
@@ -437,6 +475,9 @@ def _validate(manifest: dict, arrays: dict[str, np.ndarray], source: str) -> Non
     for key in ("view", "layers", "feature_names", "append_confidence", "input", "model"):
         if key not in manifest:
             raise _fail(man, f"missing field {key!r}")
+    if manifest.get("domain") is not None and not isinstance(manifest["domain"], dict):
+        raise _fail(man, f"'domain' must be an object (engine, engine_version, model_dtype, quantization, "
+                         f"pooling, prompt_format), got {type(manifest['domain']).__name__}")
     try:
         kind = view_kind(manifest["view"])
     except ValueError as exc:
@@ -559,12 +600,19 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe:
     an array has the wrong dtype/shape/structure. A question-only probe the manifest names
     (``precheck``) is loaded too, as ``.precheck``: missing, another export's (its
     ``probe.json`` sha256 differs) or one that needs more than the last-prompt states is a
-    :class:`ProbeFormatError`.
+    :class:`ProbeFormatError`. A probe without a validity domain (``domain``, written before
+    acute recorded one) loads with one warning saying its domain is unknown.
     """
     probe = _load_one(Path(path))
     entry = probe.manifest.get("precheck")
     if entry is not None:
         probe.precheck = _load_precheck(Path(path), entry)
+    if probe.domain is None:
+        logger.warning("%s records no validity domain (written before acute recorded one): the engine, "
+                       "dtype, quantisation, pooling and prompt format it was fitted and certified under are "
+                       "unknown, so scoring under another setting cannot be told; it is used as it is. Export "
+                       "it again, or `acute recertify` it on a store of the setting you serve, to record one",
+                       Path(path) / MANIFEST_FILE)
     return probe
 
 

@@ -22,7 +22,9 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
   stated use a calibration store.
 * ``"calibration-store"``: every record of a separate store, scored by the exported probe. It
   must come from the same model (fingerprint and weights) with the same prompt format (chat
-  template or not, prompts of given responses) as the training store
+  template or not, prompts of given responses) and setting (engine and its version, model dtype,
+  quantisation, pooling: the validity domain, :func:`acute.store.identity.domain_change`) as
+  the training store
   (:class:`~acute.errors.IncompatibleStoreError` naming both otherwise), and share no record
   with the training records of the same task.
 
@@ -50,7 +52,7 @@ from ..estimators.certificates import certificate_entry
 from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_delta,
                                check_max_error, min_calibration_records)
 from ..metrics.drift import confidence_reference
-from ..store.identity import diff, model_record, of_store
+from ..store.identity import diff, domain_change, model_record, of_store
 from ..store.pooling import store_states
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
@@ -83,12 +85,19 @@ def check_calibration_store(store: Any, calibration_store: Any, *, store_name: s
     # the model's fields are compared where both stores know them; the prompt format always
     found = diff(ia, ib, (store_name, calibration_name),
                  fields=("model_fingerprint", "model_weights", "engine", "prompt_format"),
-                 optional=("model_fingerprint", "model_weights"))
+                 optional=("model_fingerprint", "model_weights"), across_dtypes=True)
     if found:
         raise IncompatibleStoreError(
             f"{calibration_name} cannot certify a probe trained on {store_name}: its records come "
             f"from another model or prompt format: {found}; calibrate on records of the same model "
             f"collected the same way")
+    found = domain_change(ia, ib, (store_name, calibration_name))
+    if found:
+        raise IncompatibleStoreError(
+            f"{calibration_name} cannot certify a probe trained on {store_name}: its records come from "
+            f"another setting of the model (engine, its version, dtype, quantisation, pooling): {found}; "
+            f"calibrate on records collected the same way, or export the probe and re-certify it for that "
+            f"setting (acute recertify)")
     pa_, pb_ = getattr(store, "path", None), getattr(calibration_store, "path", None)
     if pa_ is not None and pb_ is not None and Path(pa_).resolve() == Path(pb_).resolve():
         raise InputError(f"calibration_store: {calibration_name} is {store_name} itself; the probe "

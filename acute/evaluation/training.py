@@ -25,6 +25,7 @@ from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
+from ..store.identity import domain_record, of_store
 from ..store.pooling import store_states
 from .certification import certify_checked, check_certification
 from .crossval import split_ids
@@ -48,7 +49,9 @@ class TrainedProbe:
     ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
     without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest;
     ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
-    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none);
+    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none); ``domain``:
+    the validity domain ``probe.json`` records (:func:`acute.store.identity.domain_record` of the
+    training store, whose setting the calibration records share), or None (unknown);
     ``precheck``: the question-only probe fitted on the same records' last-prompt states
     (``train_probe(precheck_estimator=...)``), or None, ``precheck_held_out`` its
     :func:`held_out_metrics` and ``precheck_estimator`` its name (``question-only``, the PCA-10
@@ -70,6 +73,7 @@ class TrainedProbe:
     model_fingerprint: dict | None = None
     train_index: np.ndarray | None = None
     certificates: list = field(default_factory=list)
+    domain: dict | None = None
     precheck: ActivationProbe | None = None
     precheck_held_out: dict | None = None
     precheck_estimator: str | None = None
@@ -87,7 +91,10 @@ class TrainedProbe:
             exported.precheck = self.precheck.export(model_name=self.model_name,
                                                      model_fingerprint=self.model_fingerprint,
                                                      training_summary=summary, metrics=self.precheck_held_out)
-        return exported
+            if self.domain is not None:
+                exported.precheck.with_domain(domain_record(self.domain, states=self.precheck.pooling,
+                                                            store=self.domain.get("store")))
+        return exported.with_domain(self.domain)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the probe folder (``probe.safetensors`` + ``probe.json``, and the question-only
@@ -244,7 +251,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
     trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
                            n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
-                           model_fingerprint=store_identity(m), train_index=idx)
+                           model_fingerprint=store_identity(m), train_index=idx,
+                           domain=domain_record(of_store(m), states=probe.pooling, store=summary["store"]))
     trained.confidence_reference = _reference(trained, store, test)
     if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from .cache import CACHE_MARKER, cache_dir_for, ensure_card_cached
 from .cards import DEFAULT_MODEL, ModelCard, WheelPart, acute_home, card_names, get_card, list_cards, parse_card
 from .fetch import fetch_gguf
-from .identity import model_fingerprint, model_identity, weights_digest
+from .identity import model_fingerprint, model_identity, model_setting, weights_digest
 from .loading import load_model
 from .prompts import END_OF_TURN_TOKENS, eos_token_ids, format_prompt, normalize_messages, tokenizer_adds_bos
 
@@ -38,6 +38,7 @@ __all__ = [
     "load_model",
     "model_fingerprint",
     "model_identity",
+    "model_setting",
     "normalize_messages",
     "parse_card",
     "tokenizer_adds_bos",

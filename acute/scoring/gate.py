@@ -108,7 +108,12 @@ def risk_rule(risk: float = DEFAULT_RISK) -> DecisionRule:
 def certificate_rule(probe: Any, max_error: float, name: str = "max_error") -> DecisionRule:
     """The rule of the certificate ``probe`` carries at ``max_error`` (already checked,
     :func:`~acute.metrics.certify.check_max_error`); :class:`InputError` naming ``name`` when it
-    carries none there or an invalid one."""
+    carries none there or an invalid one, or when it is scored outside the validity domain its
+    certificates hold in (``probe.certificates_refused``: the reason, naming both settings,
+    :meth:`acute.estimators.probe_file.ExportedProbe.outside_domain`)."""
+    refused = getattr(probe, "certificates_refused", None)
+    if refused:
+        raise InputError(f"{name}={max_error:g}: no certified decision here: {refused}")
     entry = find_certificate(getattr(probe, "certificates", None) or [], max_error, name=name)
     return DecisionRule(rule="certificate", threshold=float(entry["threshold"]), max_error=float(max_error),
                         certificate=entry)

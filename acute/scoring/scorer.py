@@ -23,6 +23,7 @@ two-stage gate: it generates only for the prompts whose precheck passes (:mod:`a
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
@@ -31,13 +32,15 @@ import numpy as np
 
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
-from ..store.identity import diff, of_model, of_probe
+from ..store.identity import diff, domain_change, of_model, of_probe
 from ..validation import check_count
 from .gate import Gate, check_gates, parse_gates
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .risk import DEFAULT_RISK
 
 __all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -166,6 +169,15 @@ class Scorer:
     formatting, the checks, the probe and the decision. ``model`` is still the transformers
     model (its identity is checked against the probe, its context window bounds prompts) and
     records given responses (:meth:`score_responses`, by teacher forcing).
+
+    The setting it scores under (the engine and its version, the model's dtype and
+    quantisation, the probe's pooling, ``chat``) is compared with the validity domain the probe
+    records (``probe.json``'s ``domain``, :func:`acute.store.identity.domain_change`). When they
+    differ the scorer logs one warning naming both and :attr:`probe` refuses its certificates
+    (a ``max_error`` is an :class:`InputError` giving the reason; the risk rule still decides)
+    until the probe is re-certified for this setting (``acute recertify``);
+    :attr:`domain_change` is what differs (empty when nothing does or the probe's domain is
+    unknown).
     """
 
     def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
@@ -173,7 +185,7 @@ class Scorer:
                  stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False,
                  precheck_probe=None, engine=None):
         from ..estimators.probe_file import check_precheck_probe
-        from ..models import model_identity
+        from ..models import model_identity, model_setting
 
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
@@ -182,13 +194,13 @@ class Scorer:
         self.tokenizer = tokenizer
         self.probe = probe
         self.engine = engine
-        identity = model_identity(model)
-        _check_probe_model(probe, identity, allow_other_weights)
+        identity, setting = model_identity(model), model_setting(model)
+        _check_probe_model(probe, identity, allow_other_weights, setting)
         if precheck_probe is None:
             precheck_probe = getattr(probe, "precheck", None)
         if precheck_probe is not None:
             check_precheck_probe(precheck_probe, "precheck_probe")
-            _check_probe_model(precheck_probe, identity, allow_other_weights)
+            _check_probe_model(precheck_probe, identity, allow_other_weights, setting)
         self.precheck_probe = precheck_probe
         if isinstance(task, str):
             if task != "auto":
@@ -211,6 +223,28 @@ class Scorer:
         self._trained_chat = generation.get("chat")
         responses = _probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None
+        self.domain_change = self._check_domain(identity, setting)
+
+    def _check_domain(self, identity: dict, setting: dict):
+        """What differs between the probe's validity domain and the setting this scorer scores
+        under (:func:`acute.store.identity.domain_change`); when anything does, one warning
+        naming both and :attr:`probe` refusing its certificates."""
+        from ..engines import engine_record
+        from ..store.pooling import DEFAULT_POOLING
+
+        here = of_model(identity, **engine_record(self.engine), setting=setting,
+                        pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.pool},
+                        prompt_format={"chat": self.chat, "prompts": None})
+        found = domain_change(of_probe(self.probe), here, ("the probe's domain", "this scorer"))
+        if found:
+            reason = (f"this probe was fitted and certified under another setting than it is scored under: "
+                      f"{found}; its calibration may not hold here and its certificates are refused: decide "
+                      f"by a risk level, or re-certify it on labelled records of this setting (acute "
+                      f"recertify --probe PROBE --store STORE --out NEW_PROBE)")
+            logger.warning("%s", reason)
+            if callable(getattr(self.probe, "outside_domain", None)):
+                self.probe = self.probe.outside_domain(reason)
+        return found
 
     def format(self, item) -> str:
         """The fully formatted prompt for one question (str) or chat (list of messages)."""
@@ -523,15 +557,17 @@ def _probe_generation(probe) -> dict:
     return dict(gen) if isinstance(gen, dict) else {}
 
 
-def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False) -> None:
+def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False,
+                       setting: dict | None = None) -> None:
     """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one: its
-    own ``check_model`` (an exported probe), else the shape a fitted probe read against the
+    own ``check_model`` (an exported probe; ``setting``, :func:`acute.models.model_setting`,
+    tells it the dtype the model runs in), else the shape a fitted probe read against the
     model's (:func:`acute.store.identity.diff`)."""
     from ..errors import ModelMismatchError
 
     check = getattr(probe, "check_model", None)
     if check is not None:
-        check(fingerprint, allow_other_weights=allow_other_weights)
+        check(fingerprint, allow_other_weights=allow_other_weights, setting=setting)
         return
     if getattr(probe, "n_layer_outputs_", None) is None or getattr(probe, "hidden_size_", None) is None:
         raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")

@@ -50,8 +50,9 @@ def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: boo
 
 
 def merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:
-    """The resumed manifest's weights: the stored digest stays; a different one (allowed by the
-    caller) is added to ``model_weights_also``; a store without one adopts the new one."""
+    """The resumed manifest's weights: the stored digest stays (gaining the entries an older
+    acute did not compute, e.g. ``bf16_sha256``, when the ones both have agree); a different one
+    (allowed by the caller) is added to ``model_weights_also``; a store without one adopts the new one."""
     ow, nw = old.get(WEIGHTS_KEY), new.get(WEIGHTS_KEY)
     if ow is None:
         if nw is not None and old.get("num_records"):
@@ -60,6 +61,8 @@ def merge_weights(merged: dict, old: dict, new: dict, path: Path) -> None:
                            path, old.get("num_records"))
         return
     merged[WEIGHTS_KEY] = ow
-    if nw is not None and nw != ow:
+    if nw is not None and all(ow.get(k) == v for k, v in nw.items() if k in ow):
+        merged[WEIGHTS_KEY] = {**nw, **ow}  # the same weights: a digest an older acute lacked is added
+    elif nw is not None:
         also = [w for w in old.get("model_weights_also", []) if w != nw]
         merged["model_weights_also"] = also + [nw]

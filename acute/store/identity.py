@@ -16,6 +16,12 @@ An identity is a plain dict of these fields (a field a side does not know is abs
 ``tokenizer``       the tokenizer's ``name_or_path``
 ``engine``          what ran the model: :data:`DEFAULT_ENGINE` (``"transformers"``) unless a
                     store or probe records another (a manifest that predates the field reads as it)
+``engine_version``  its version (:func:`acute.engines.transformers_version`, vLLM's version)
+``model_dtype``     the dtype the model ran in (``"float32"``, ``"bfloat16"``)
+``quantization``    ``"none"`` or how its weights were quantised (:func:`acute.models.model_setting`)
+``pooling``         ``{states, positions}``: the pooled states a probe reads (``"mean"``,
+                    ``"last-answer"``, ...; None for a store, which keeps several) and the
+                    positions pooled (``generation.pool``: ``"decoding"`` or ``"generated"``)
 ``task``, ``task_settings`` the task's name and :meth:`acute.tasks.Task.settings`
 ``generation``      a store manifest's ``generation`` (max new tokens, stop strings, pool, chat)
 ``prompt_format``   ``{chat, prompts}``: the chat flag and, for given responses, their kind
@@ -26,6 +32,16 @@ An identity is a plain dict of these fields (a field a side does not know is abs
 :func:`of_store` reads a store manifest, :func:`of_probe` an exported or fitted probe,
 :func:`of_model` the ``acute.models.model_identity`` of a loaded model; :func:`model_record` is
 the flat form a probe file records (``probe.json``'s ``model.fingerprint``).
+
+**Validity domain.** :data:`DOMAIN_FIELDS` (engine, its version, model dtype, quantisation,
+pooling, prompt format) are the setting the states came from: the same model under another
+setting gives states that differ by float rounding or more, and a probe's calibration and
+certificate hold for the setting they were fitted and certified under. A probe file records it
+(``probe.json``'s ``domain``, :func:`domain_record`), :func:`domain_change` compares it with the
+setting a probe is scored under: a difference there is a change of domain (warn, refuse the
+certificate until ``acute recertify``), not another model. For the same reason ``diff(...,
+across_dtypes=True)`` compares the weights of two sides that ran in different dtypes by their
+bfloat16 digest (``bf16_sha256``, :func:`acute.models.weights_digest`).
 """
 
 from __future__ import annotations
@@ -35,16 +51,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .pooling import DEFAULT_POOLING, pooling_blocks
 
-__all__ = ["DEFAULT_ENGINE", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "diff", "model_record",
-           "of_model", "of_probe", "of_store", "prompt_format"]
+__all__ = ["DEFAULT_ENGINE", "DOMAIN_FIELDS", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "diff",
+           "domain_change", "domain_record", "model_record", "of_model", "of_probe", "of_store", "prompt_format"]
 
 #: The engine that ran the model unless a store or probe records another (a vLLM backend will).
 DEFAULT_ENGINE = "transformers"
 #: The fields of ``model_fingerprint`` (in the order :func:`acute.models.model_fingerprint` gives).
 FINGERPRINT_FIELDS = ("architecture", "model_type", "num_layers", "hidden_size", "vocab_size")
 #: The fields of an identity (see the module docstring).
-FIELDS = ("model", "model_fingerprint", "model_weights", "tokenizer", "engine", "task", "task_settings",
-          "generation", "prompt_format", "dtype", "num_layers", "hidden_size")
+FIELDS = ("model", "model_fingerprint", "model_weights", "tokenizer", "engine", "engine_version", "model_dtype",
+          "quantization", "pooling", "task", "task_settings", "generation", "prompt_format", "dtype", "num_layers",
+          "hidden_size")
+#: The fields of the validity domain: the setting the states came from (see the module docstring).
+DOMAIN_FIELDS = ("engine", "engine_version", "model_dtype", "quantization", "pooling", "prompt_format")
 #: Prompts of a store of generated answers (no ``responses`` in its manifest).
 GENERATED = "generated answers"
 
@@ -57,9 +76,17 @@ def _fingerprint(fp: Any) -> dict | None:
     return {key: fp.get(key) for key in FINGERPRINT_FIELDS}
 
 
-def _weights(sha256: Any, gguf: Any) -> dict | None:
-    out = {key: value for key, value in (("sha256", sha256), ("gguf_sha256", gguf)) if value}
+def _weights(sha256: Any, gguf: Any, bf16: Any = None) -> dict | None:
+    out = {key: value for key, value in (("sha256", sha256), ("gguf_sha256", gguf), ("bf16_sha256", bf16))
+           if value}
     return out or None
+
+
+def _pooling(states: Any, generation: Any) -> dict:
+    """``{states, positions}``: the pooled states read and the positions pooled
+    (``generation.pool``; ``"decoding"`` when a ``generation`` does not say)."""
+    gen = generation if isinstance(generation, Mapping) else {}
+    return {"states": states, "positions": gen.get("pool") or ("decoding" if gen else None)}
 
 
 def prompt_format(generation: Any, responses: Any) -> dict:
@@ -73,15 +100,20 @@ def prompt_format(generation: Any, responses: Any) -> dict:
 def of_store(manifest: Mapping) -> dict:
     """The identity of a store from its manifest. ``task_settings`` and ``generation`` are absent
     when the manifest lacks them (a store from before they were recorded); a missing ``engine``
-    is :data:`DEFAULT_ENGINE`."""
+    is :data:`DEFAULT_ENGINE`; a missing engine version, model dtype or quantisation is None
+    (unknown); ``pooling`` names the positions only (a store keeps several pooled states)."""
     weights = manifest.get("model_weights")
     weights = weights if isinstance(weights, Mapping) else {}
     out = {
         "model": manifest.get("model"),
         "model_fingerprint": _fingerprint(manifest.get("model_fingerprint")),
-        "model_weights": _weights(weights.get("sha256"), weights.get("gguf_sha256")),
+        "model_weights": _weights(weights.get("sha256"), weights.get("gguf_sha256"), weights.get("bf16_sha256")),
         "tokenizer": manifest.get("tokenizer"),
         "engine": manifest.get("engine") or DEFAULT_ENGINE,
+        "engine_version": manifest.get("engine_version"),
+        "model_dtype": manifest.get("model_dtype"),
+        "quantization": manifest.get("quantization"),
+        "pooling": _pooling(None, manifest.get("generation")),
         "task": manifest.get("task"),
         "prompt_format": prompt_format(manifest.get("generation"), manifest.get("responses")),
         "dtype": manifest.get("dtype"),
@@ -93,28 +125,44 @@ def of_store(manifest: Mapping) -> dict:
 
 
 def of_model(identity: Mapping | None, *, name: str | None = None, tokenizer: str | None = None,
-             engine: str = DEFAULT_ENGINE) -> dict:
+             engine: str = DEFAULT_ENGINE, engine_version: str | None = None,
+             setting: Mapping | None = None, pooling: Mapping | None = None,
+             prompt_format: Mapping | None = None) -> dict:
     """The identity of a model from :func:`acute.models.model_identity` (or a fingerprint
-    without weights, or a probe's recorded ``model.fingerprint``: the same flat form)."""
+    without weights, or a probe's recorded ``model.fingerprint``: the same flat form), run by
+    ``engine`` at ``engine_version`` with ``setting`` (:func:`acute.models.model_setting`:
+    ``model_dtype``, ``quantization``), reading ``pooling`` with ``prompt_format`` (None:
+    unknown)."""
     flat = identity if isinstance(identity, Mapping) else {}
+    setting = setting if isinstance(setting, Mapping) else {}
     return {"model": name, "model_fingerprint": _fingerprint(identity),
-            "model_weights": _weights(flat.get("weights_sha256"), flat.get("gguf_sha256")),
-            "tokenizer": tokenizer, "engine": engine or DEFAULT_ENGINE,
+            "model_weights": _weights(flat.get("weights_sha256"), flat.get("gguf_sha256"),
+                                      flat.get("weights_bf16_sha256")),
+            "tokenizer": tokenizer, "engine": engine or DEFAULT_ENGINE, "engine_version": engine_version,
+            "model_dtype": setting.get("model_dtype"), "quantization": setting.get("quantization"),
+            "pooling": None if pooling is None else dict(pooling),
+            "prompt_format": None if prompt_format is None else dict(prompt_format),
             "num_layers": flat.get("num_layers"), "hidden_size": flat.get("hidden_size")}
 
 
 def of_probe(probe: Any) -> dict:
     """The identity of a probe: an :class:`acute.estimators.probe_file.ExportedProbe` (its
-    recorded model and training store settings) or a fitted
-    :class:`acute.estimators.probes.ActivationProbe` (the shape it was fitted on, its
-    ``training_summary_``). ``num_layers`` / ``hidden_size`` are the input shape it reads."""
+    recorded model and training store settings, and its validity domain, ``probe.json``'s
+    ``domain``, when it records one) or a fitted :class:`acute.estimators.probes.ActivationProbe`
+    (the shape it was fitted on, its ``training_summary_``). ``num_layers`` / ``hidden_size`` are
+    the input shape it reads. Without a recorded domain, the engine is the training summary's and
+    its version, model dtype and quantisation are None (unknown)."""
     manifest = getattr(probe, "manifest", None)
+    domain: Mapping = {}
     if isinstance(manifest, Mapping):
         model = manifest.get("model") or {}
         summary = manifest.get("training_summary") or {}
         inp = manifest.get("input") or {}
         n_outputs, hidden = inp.get("n_layer_outputs"), inp.get("hidden_size")
+        states = inp.get("pooling", DEFAULT_POOLING)
+        domain = manifest.get("domain") if isinstance(manifest.get("domain"), Mapping) else {}
     else:
+        states = getattr(probe, "pooling", DEFAULT_POOLING)
         model = {"name": None, "fingerprint": getattr(probe, "model_fingerprint", None)}
         summary = getattr(probe, "training_summary_", None) or {}
         n_outputs = getattr(probe, "n_layer_outputs_", None)
@@ -122,24 +170,46 @@ def of_probe(probe: Any) -> dict:
         if hidden is not None:
             hidden = int(hidden) // pooling_blocks(getattr(probe, "pooling", DEFAULT_POOLING))
     summary = summary if isinstance(summary, Mapping) else {}
-    out = of_model(model.get("fingerprint"), name=model.get("name"), engine=summary.get("engine"))
+    out = of_model(model.get("fingerprint"), name=model.get("name"), engine=summary.get("engine"),
+                   pooling=_pooling(states, summary.get("generation")),
+                   prompt_format=prompt_format(summary.get("generation"), summary.get("responses")))
     out.update(task=summary.get("task"), task_settings=summary.get("task_settings"),
                generation=summary.get("generation"),
-               prompt_format=prompt_format(summary.get("generation"), summary.get("responses")),
                num_layers=None if n_outputs is None else int(n_outputs) - 1,
                hidden_size=None if hidden is None else int(hidden))
+    out.update({key: domain[key] for key in DOMAIN_FIELDS if key in domain})
     return out
+
+
+def domain_record(identity: Mapping, states: str | None = None, **extra: Any) -> dict:
+    """The validity domain ``probe.json`` records (``domain``): the :data:`DOMAIN_FIELDS` of
+    ``identity`` (a store's, :func:`of_store`), ``pooling["states"]`` set to ``states`` (the
+    pooled states the probe reads), plus ``extra`` (where it came from: ``store``,
+    ``recertified_from``)."""
+    out = {key: _plain(identity.get(key)) for key in DOMAIN_FIELDS}
+    if states is not None:
+        out["pooling"] = {**(out["pooling"] or {}), "states": states}
+    return {**out, **extra}
+
+
+def domain_change(a: Mapping | None, b: Mapping | None,
+                  names: tuple[str, str] = ("the probe's domain", "this setting")) -> "Difference":
+    """How the settings of identities ``a`` and ``b`` differ on :data:`DOMAIN_FIELDS`, each field
+    (and key of ``pooling`` / ``prompt_format``) compared where both sides know it: a change of
+    domain, not another model (:func:`diff` with those fields optional)."""
+    return diff(a, b, names, fields=DOMAIN_FIELDS, optional=DOMAIN_FIELDS)
 
 
 def model_record(identity: Mapping) -> dict | None:
     """The flat model identity a probe file records (``probe.json``'s ``model.fingerprint``):
-    the fingerprint's known fields plus ``weights_sha256`` / ``gguf_sha256`` when known; None
-    without a fingerprint."""
+    the fingerprint's known fields plus ``weights_sha256`` / ``gguf_sha256`` /
+    ``weights_bf16_sha256`` when known; None without a fingerprint."""
     fp = identity.get("model_fingerprint")
     if fp is None:
         return None
     weights = identity.get("model_weights") or {}
-    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256")}
+    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256"),
+             "weights_bf16_sha256": weights.get("bf16_sha256")}
     return {key: value for key, value in {**fp, **extra}.items() if value is not None}
 
 
@@ -187,9 +257,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _across_dtypes(a: Mapping, b: Mapping) -> tuple[Mapping, Mapping]:
+    """``a`` and ``b`` with their weights reduced to the bfloat16 digest (and the GGUF's) when
+    they ran in different dtypes and both know that digest; else as they are."""
+    wa, wb = a.get("model_weights") or {}, b.get("model_weights") or {}
+    da, db = a.get("model_dtype"), b.get("model_dtype")
+    if not (da and db and da != db and wa.get("bf16_sha256") and wb.get("bf16_sha256")):
+        return a, b
+    keep = ("bf16_sha256", "gguf_sha256")
+    return ({**a, "model_weights": {k: wa.get(k) for k in keep}},
+            {**b, "model_weights": {k: wb.get(k) for k in keep}})
+
+
 def diff(a: Mapping | None, b: Mapping | None, names: tuple[str, str] = ("store", "probe"), *,
          fields: Iterable[str] | None = None, optional: Iterable[str] = (),
-         allow_other_weights: bool = False) -> Difference:
+         allow_other_weights: bool = False, across_dtypes: bool = False) -> Difference:
     """The fields on which the identities ``a`` and ``b`` (named ``names`` in the message)
     differ, each with both values.
 
@@ -198,9 +280,14 @@ def diff(a: Mapping | None, b: Mapping | None, names: tuple[str, str] = ("store"
     a field (or ``"field.key"`` inside a dict-valued one) named there is compared only when both
     sides know it (not None). Dict-valued fields are compared key by key (an optional field's
     keys are all optional). ``allow_other_weights`` leaves ``model_weights`` out: another
-    checkpoint of the same architecture passes.
+    checkpoint of the same architecture passes. ``across_dtypes``: two sides that ran in
+    different dtypes (``model_dtype``) compare their weights by the bfloat16 digest
+    (``bf16_sha256``) when both know it: the same checkpoint in float32 and in bfloat16 is one
+    model under two settings (a change of domain, :func:`domain_change`).
     """
     a, b = a or {}, b or {}
+    if across_dtypes:
+        a, b = _across_dtypes(a, b)
     keys = sorted(set(a) | set(b)) if fields is None else list(dict.fromkeys(fields))
     if allow_other_weights:
         keys = [k for k in keys if k != "model_weights"]
