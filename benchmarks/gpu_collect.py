@@ -41,7 +41,8 @@ from batch_throughput import (  # noqa: E402
 )
 from extract_overhead import gen_kwargs, run_plain, run_recorder  # noqa: E402
 
-from acute.extraction import batch_order, generate_and_record  # noqa: E402
+from acute.extraction import generate_and_record  # noqa: E402
+from acute.extraction.batching import batch_order  # noqa: E402
 from acute.models import eos_token_ids, load_model  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "gpu_collect.md"

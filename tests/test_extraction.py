@@ -10,15 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from acute.extraction import (
-    MIN_SHARED_PREFIX,
-    Generation,
-    HiddenStateRecorder,
-    UnsupportedArchitectureError,
-    find_layers,
-    generate_and_record,
-    continuation_logprobs,
-)
+from acute.errors import UnsupportedArchitectureError
+from acute.extraction import Generation, HiddenStateRecorder, continuation_logprobs, generate_and_record
+from acute.extraction.batching import MIN_SHARED_PREFIX
+from acute.extraction.layers import find_layers
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 
 PROMPTS = [
@@ -305,7 +300,7 @@ def test_shared_prefix_is_cached_once_and_matches_reference(arch, pool, tok, mon
     prompts = [SHARED + " Water is", SHARED + " How many legs does a spider have? Answer:",
                SHARED + " Mars", SHARED + " Mars is a"]
     shared = ex.batching.shared_prefix([_ids(tok, p) for p in prompts])
-    assert len(shared) >= ex.MIN_SHARED_PREFIX
+    assert len(shared) >= ex.batching.MIN_SHARED_PREFIX
     calls = []
     real = ex.batching.prefill
     monkeypatch.setattr(ex.generate, "prefill", lambda m, prefix: calls.append(len(prefix)) or real(m, prefix))

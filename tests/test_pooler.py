@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from acute.errors import InputError
-from acute.extraction import LayerPooler
+from acute.extraction.pooler import LayerPooler
 from acute.testing import make_tiny_model
 
 B, S, V = 3, 7, 320

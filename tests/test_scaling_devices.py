@@ -20,7 +20,9 @@ import torch
 
 import acute.models as am
 from acute import extraction
-from acute.extraction import HiddenStateRecorder, LayerPooler, batch_order, generate_and_record
+from acute.extraction import HiddenStateRecorder, generate_and_record
+from acute.extraction.batching import batch_order
+from acute.extraction.pooler import LayerPooler
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 from test_extraction import PROMPTS, assert_close_scaled, reference
 
@@ -128,7 +130,7 @@ def test_recorder_on_dispatched_model_matches_reference(tok, tmp_path, layout):
     device_map = _layer_map(**({"layer1": "disk", "layer3": "disk"} if layout == "disk-offload"
                                else {}))
     split = _dispatch(split, device_map, tmp_path)
-    layers = extraction.find_layers(split).layers
+    layers = extraction.layers.find_layers(split).layers
     assert all(hasattr(layer, "_hf_hook") for layer in layers)  # the emulation is real
     if layout == "disk-offload":
         assert layers[1].mlp.up_proj.weight.device.type == "meta"

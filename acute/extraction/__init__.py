@@ -42,7 +42,7 @@ same indexing):
 Devices and dtypes: each layer's running sum is allocated on the device where that layer's hidden
 states appear, so a model split over several devices (``device_map="auto"``, accelerate's
 dispatch hooks) is recorded without moving any hidden state between devices; per step only the
-row weights and picked positions (:class:`LayerPooler`) are copied to each device once. Sums are float32 (or float64) whatever the
+row weights and picked positions (:class:`~acute.extraction.pooler.LayerPooler`) are copied to each device once. Sums are float32 (or float64) whatever the
 model's dtype, so bfloat16 / float16 states are accumulated without half-precision rounding, and
 they are gathered to the CPU in float64 once, after ``generate`` returns.
 
@@ -63,38 +63,26 @@ generated) come from one forward pass over the prompt (``prompt_states.record_pr
 with the same hooks: they equal the recorder's ``last_prompt`` up to float rounding.
 
 Responses produced elsewhere are recorded by teacher forcing (``responses.record_responses``): one
-forward pass over prompt + response, pooled by the same :class:`LayerPooler` (weights over the
+forward pass over prompt + response, pooled by the same :class:`~acute.extraction.pooler.LayerPooler` (weights over the
 fed positions instead of one position per decoding step), gives the same pooled states, token
 log-probs and raw confidence as the recorder does while generating those tokens.
 """
 
-from ..errors import UnsupportedArchitectureError
-from .batching import MIN_SHARED_PREFIX, PREFIX_GROUP_DEPTH, batch_order
-from .responses import record_responses, response_token_ids
-from .generate import Generation, generate_and_record
-from .layers import LayerMap, context_window, find_layers
-from .pooler import LayerPooler
-from .prompt_states import PromptState, record_prompt_states
-from .recorder import HiddenStateRecorder, RecordedBatch
 from .continuations import continuation_logprobs, token_continuation_logprobs
+from .generate import Generation, generate_and_record
+from .layers import context_window
+from .prompt_states import PromptState, record_prompt_states
+from .recorder import HiddenStateRecorder
+from .responses import record_responses
 
 __all__ = [
     "Generation",
     "HiddenStateRecorder",
-    "LayerMap",
-    "LayerPooler",
     "PromptState",
-    "MIN_SHARED_PREFIX",
-    "PREFIX_GROUP_DEPTH",
-    "RecordedBatch",
-    "UnsupportedArchitectureError",
-    "batch_order",
     "context_window",
-    "find_layers",
+    "continuation_logprobs",
     "generate_and_record",
     "record_prompt_states",
     "record_responses",
-    "response_token_ids",
-    "continuation_logprobs",
     "token_continuation_logprobs",
 ]
