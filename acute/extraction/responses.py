@@ -320,7 +320,7 @@ def record_responses(model: nn.Module, tokenizer: Any, prompts: Sequence[str], r
     docstring). ``append_eos``: ``None`` (default) appends the most likely EOS id to text
     responses and nothing to token ids; a bool or one bool per response decides for each (never
     after a response that already ends with an EOS id). ``eos_token_ids`` default to
-    ``acute.models.eos_token_ids(model, tokenizer)``; ``stop_strings`` only decide the
+    ``acute.models.prompts.eos_token_ids(model, tokenizer)``; ``stop_strings`` only decide the
     ``"stop"`` finish reason and the text cut, as in the recorder.
 
     Returns one :class:`Generation` per pair in input order (``None`` for skipped ones):

@@ -13,25 +13,16 @@ Prompts are built by :func:`format_prompt` and always tokenized with ``add_speci
 
 from __future__ import annotations
 
-from .cache import CACHE_MARKER, cache_dir_for, ensure_card_cached
-from .cards import DEFAULT_MODEL, ModelCard, WheelPart, acute_home, card_names, get_card, list_cards, parse_card
-from .fetch import fetch_gguf
+from .cards import DEFAULT_MODEL, ModelCard, acute_home, card_names, get_card, list_cards
 from .identity import model_fingerprint, model_identity, model_setting, weights_digest
 from .loading import load_model
-from .prompts import END_OF_TURN_TOKENS, eos_token_ids, format_prompt, normalize_messages, tokenizer_adds_bos
+from .prompts import format_prompt
 
 __all__ = [
-    "CACHE_MARKER",
     "DEFAULT_MODEL",
-    "END_OF_TURN_TOKENS",
     "ModelCard",
-    "WheelPart",
     "acute_home",
-    "cache_dir_for",
     "card_names",
-    "ensure_card_cached",
-    "eos_token_ids",
-    "fetch_gguf",
     "format_prompt",
     "get_card",
     "list_cards",
@@ -39,8 +30,5 @@ __all__ = [
     "model_fingerprint",
     "model_identity",
     "model_setting",
-    "normalize_messages",
-    "parse_card",
-    "tokenizer_adds_bos",
     "weights_digest",
 ]
