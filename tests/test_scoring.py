@@ -12,7 +12,8 @@ from acute.extraction import generate_and_record
 from acute.models import format_prompt, model_fingerprint
 from acute.errors import ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
-from acute.scoring import ScoredGeneration, Scorer, decide
+from acute.scoring import ScoredGeneration, Scorer
+from acute.scoring.risk import decide
 from acute.tasks import Example, get_task
 from acute.testing import make_tiny_model
 

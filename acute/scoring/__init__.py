@@ -8,17 +8,19 @@ certified threshold.
   trust iff confidence >= it) and an optional precheck threshold;
 * :mod:`~acute.scoring.precheck`: deciding from the question alone, before generating (the
   question-only probe exported with ``acute export --with-precheck``): :class:`PrecheckResult`,
-  :func:`check_precheck`;
+  :func:`~acute.scoring.precheck.check_precheck`;
 * :mod:`~acute.scoring.scorer`: :class:`Scorer` (``generate``, ``score_responses``,
   ``precheck``) and :class:`ScoredGeneration`.
+
+The names below are the package's public API (docs/api.md); the level checkers and ``decide``
+are imported from their modules.
 """
 
 from __future__ import annotations
 
 from .gate import DecisionRule, Gate, parse_gate
-from .precheck import PrecheckResult, check_precheck
-from .risk import DEFAULT_RISK, check_risk, decide
-from .scorer import ScoredGeneration, Scorer, probe_task, task_from_settings
+from .precheck import PrecheckResult
+from .risk import DEFAULT_RISK
+from .scorer import ScoredGeneration, Scorer
 
-__all__ = ["DEFAULT_RISK", "DecisionRule", "Gate", "PrecheckResult", "ScoredGeneration", "Scorer", "check_precheck",
-           "check_risk", "decide", "parse_gate", "probe_task", "task_from_settings"]
+__all__ = ["DEFAULT_RISK", "DecisionRule", "Gate", "PrecheckResult", "ScoredGeneration", "Scorer", "parse_gate"]
