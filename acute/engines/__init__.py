@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..errors import InputError
+from ..store.identity import DEFAULT_ENGINE  # the one default: a store or probe without an engine ran on it
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "check_engine", "engine_record", "open_engine",
            "transformers_version"]
 
 #: The engines a collection can run on.
 ENGINES: tuple[str, ...] = ("transformers", "vllm")
-DEFAULT_ENGINE = "transformers"
 
 
 def check_engine(engine: Any) -> Any:
