@@ -227,3 +227,47 @@ def test_a_request_whose_caller_gives_up_is_cancelled(tmp_path):
             engine.generate_ids([[1]], max_new_tokens=2)
         assert time.monotonic() - started < 2.0
         gate.set()
+
+
+# ------------------------------------------------------------------ acute serve's options
+@pytest.mark.parametrize("argv, message", [
+    (["--upstream", "http://127.0.0.1:1", "--engine", "vllm"], "leave out --engine"),
+    (["--pooled-dir", "x"], "--pooled-dir and --upstream-api-key go with --upstream URL"),
+    (["--engine", "vllm", "--pooled-dir", "x"], "--pooled-dir names the pooled folder of a vLLM server"),
+    (["--upstream", "http://127.0.0.1:1", "--vllm-max-model-len", "64"], "sets the vLLM server acute starts"),
+    (["--concurrent-batches", "4"], "--concurrent-batches needs vLLM"),
+])
+def test_serve_refuses_engine_options_that_do_not_go_together(argv, message, tiny_model_dir, capsys):
+    """Refused before anything is loaded."""
+    from acute.cli import main
+
+    assert main(["serve", "--model", str(tiny_model_dir), "--port", "0", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_serve_engine_vllm_checks_the_server_it_started(tmp_path, tiny_model, monkeypatch):
+    """``--engine vllm``: the server acute starts (here a stand-in) is checked before serving: its
+    states must have the shape of the model acute loaded."""
+    import contextlib
+
+    from acute.cli import build_parser
+    from acute.cli.scoring import _serving_engine
+    from acute.engines import vllm_server
+    from acute.serving import ServeSettings
+
+    app, _ = _fake_vllm(tmp_path)
+    started = []
+
+    @contextlib.contextmanager
+    def fake_server(folder, **options):
+        started.append(options)
+        yield type("S", (), {"url": url, "api_key": "k", "pooled_dir": tmp_path})()
+
+    monkeypatch.setattr(vllm_server, "VllmServer", fake_server)
+    monkeypatch.setattr("acute.engines.vllm.model_folder", lambda model: tmp_path)
+    args = build_parser().parse_args(["serve", "--engine", "vllm", "--vllm-max-model-len", "64"])
+    with running(app) as url:
+        with pytest.raises(EngineError, match=r"states of shape \(3, 4\), not \(5, 64\).*another model"):
+            with _serving_engine(args, tiny_model, ServeSettings(max_batch=4, concurrent_batches=2)):
+                pass
+    assert started == [{"dtype": "float32", "max_model_len": 64, "max_num_seqs": 8}]

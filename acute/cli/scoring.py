@@ -235,6 +235,9 @@ def _check_engine_args(args) -> bool:
     if args.upstream is not None and args.engine is not None:
         raise InputError("--upstream URL generates with the vLLM server at URL; leave out --engine")
     vllm = args.upstream is not None or args.engine == "vllm"
+    if not vllm and args.concurrent_batches not in (None, 1):
+        raise InputError("--concurrent-batches needs vLLM (--engine vllm or --upstream URL), which batches "
+                         "continuously; a transformers model runs one batch at a time")
     if not vllm and (args.pooled_dir is not None or args.upstream_api_key is not None):
         raise InputError("--pooled-dir and --upstream-api-key go with --upstream URL")
     if args.upstream is None and args.pooled_dir is not None:
