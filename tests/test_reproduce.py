@@ -252,7 +252,7 @@ def test_a_smaller_size_reuses_the_store_without_the_model(driven, tmp_path):
     detail = t["stages"]["collect/tiny/qa"]["detail"]
     assert detail["selected"] == 30 and detail["new_records"] == 0 and detail["load_s"] == 0.0
     done = json.loads((work / "tiny" / "qa" / "collect.done.json").read_text(encoding="utf-8"))
-    assert done["summary"]["selected_ids"] == [e.id for e in rp.select_examples(
+    assert done["summary"]["selected_ids"] == [e.id for e in rp.plan.select_examples(
         [_Ex(f"q{i:03d}") for i in range(N_ROWS)], 30, seed=0)]
     # the evaluation's settings include the collection's, so it is due again
     jobs = {j.key: j for j in rp.plan_jobs(rp.load_config(smaller), work, tmp_path / "out")}
@@ -280,7 +280,7 @@ def test_a_failed_stage_is_recorded_and_blocks_its_evaluation(driven, tmp_path):
 def test_peak_memory_is_the_workers_own():
     """A child that touches 320 MB reports at least that; one that allocates nothing reports far
     less than this (large, torch-importing) test process, whose peak ``ru_maxrss`` would carry."""
-    code = ("import sys; sys.path.insert(0, {ex!r}); import acute.pipeline as r; import numpy as np; "
+    code = ("import sys; sys.path.insert(0, {ex!r}); import acute.pipeline.processes as r; import numpy as np; "
             "a = np.ones({n}); print(r.own_peak_rss_mb())")
     import subprocess
 
@@ -302,19 +302,19 @@ class _Ex:
 
 def test_select_examples_is_fixed_nested_and_order_free():
     exs = [_Ex(f"id{i}") for i in range(50)]
-    a = [e.id for e in rp.select_examples(exs, 10, seed=0)]
-    assert a == [e.id for e in rp.select_examples(list(reversed(exs)), 10, seed=0)]
-    assert a == [e.id for e in rp.select_examples(exs, 20, seed=0)][:10]
-    assert a != [e.id for e in rp.select_examples(exs, 10, seed=1)]
-    assert len(rp.select_examples(exs, 500, seed=0)) == 50
-    assert rp.select_examples(exs, 0, seed=0) == []
+    a = [e.id for e in rp.plan.select_examples(exs, 10, seed=0)]
+    assert a == [e.id for e in rp.plan.select_examples(list(reversed(exs)), 10, seed=0)]
+    assert a == [e.id for e in rp.plan.select_examples(exs, 20, seed=0)][:10]
+    assert a != [e.id for e in rp.plan.select_examples(exs, 10, seed=1)]
+    assert len(rp.plan.select_examples(exs, 500, seed=0)) == 50
+    assert rp.plan.select_examples(exs, 0, seed=0) == []
 
 
 def test_only_patterns():
-    assert rp.matches(None, "m", "t")
-    assert rp.matches(["m"], "m", "anything")
-    assert rp.matches(["*/sciq"], "qwen", "sciq") and not rp.matches(["*/sciq"], "qwen", "mmlu")
-    assert not rp.matches(["smollm*/mmlu"], "gemma", "mmlu")
+    assert rp.plan.matches(None, "m", "t")
+    assert rp.plan.matches(["m"], "m", "anything")
+    assert rp.plan.matches(["*/sciq"], "qwen", "sciq") and not rp.plan.matches(["*/sciq"], "qwen", "mmlu")
+    assert not rp.plan.matches(["smollm*/mmlu"], "gemma", "mmlu")
 
 
 def test_config_errors_name_the_key(tmp_path):
@@ -634,7 +634,7 @@ def test_the_report_lists_failures_of_planned_stages_only(tmp_path):
     stages = {"collect/m/a": {"status": "failed", "detail": "boom"},
               "collect/m/b": {"status": "failed", "detail": "dropped from the plan since"},
               "evaluate/m/a": {"status": "ran"}}
-    assert rp.planned_failures(cfg, {"stages": stages}) == [("collect/m/a", "boom")]
+    assert rp.plan.planned_failures(cfg, {"stages": stages}) == [("collect/m/a", "boom")]
 
 
 def test_an_earlier_summary_keeps_the_pairs_this_report_did_not_evaluate(tmp_path):

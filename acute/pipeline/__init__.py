@@ -6,17 +6,16 @@ processes, resume, timings) and its report.
 * :mod:`~acute.pipeline.processes`: a stage in its own process, its timings and peak memory;
 * :mod:`~acute.pipeline.workers`: the stage workers (collect, evaluate, transfer, protocol, report);
 * :mod:`~acute.pipeline.driver`: :func:`main`, the command line of ``acute run``.
+
+The names below are the package's public API (docs/api.md): reading a config, planning its jobs
+and running it; the stages' workers, the sample selection and the timings are imported from
+their modules.
 """
 
 from __future__ import annotations
 
-from .config import STAGES, Config, ModelSpec, TaskSpec, check_inputs, config_hash, load_config
-from .driver import main, regenerate_commands
-from .plan import Job, matches, pair_dir, plan_jobs, planned_failures, report_inputs_hash, select_examples
-from .processes import load_timings, own_peak_rss_mb, run_worker, update_timings
-from .workers import load_task_examples, worker_main
+from .config import STAGES, Config, ModelSpec, TaskSpec, load_config
+from .driver import main
+from .plan import Job, plan_jobs
 
-__all__ = ["STAGES", "Config", "Job", "ModelSpec", "TaskSpec", "check_inputs", "config_hash", "load_config",
-           "load_task_examples", "load_timings", "main", "matches", "own_peak_rss_mb", "pair_dir", "plan_jobs",
-           "planned_failures", "regenerate_commands", "report_inputs_hash", "run_worker", "select_examples",
-           "update_timings", "worker_main"]
+__all__ = ["STAGES", "Config", "Job", "ModelSpec", "TaskSpec", "load_config", "main", "plan_jobs"]
