@@ -147,7 +147,7 @@ class UpstreamEngine(PooledEngine):
         if not path:
             raise EngineError(f"the vLLM server at {self.base} does not run acute's pooling connector (its "
                               "answer names no pooled file); start it with the command `acute vllm-args` prints")
-        folder = str(Path(path).parent)
+        folder = str(Path(path).parent.resolve())
         if self.pooled_dir is not None and folder != self.pooled_dir:
             raise EngineError(f"the vLLM server at {self.base} writes its pooled states to {folder}, not to "
                               f"{self.pooled_dir} (--pooled-dir)")
@@ -202,7 +202,7 @@ class UpstreamEngine(PooledEngine):
         if not isinstance(logprobs, list) or len(logprobs) != len(choice["token_ids"]):
             raise EngineError(f"{where}: vLLM's answer has no log-prob per generated token")
         named = (answer.get("kv_transfer_params") or {}).get(PATH_KEY)
-        if named is not None and named != path:
+        if named is not None and os.path.realpath(named) != os.path.realpath(path):
             raise EngineError(f"{where}: vLLM wrote the pooled states elsewhere than asked")
         return {"token_ids": choice["token_ids"], "logprobs": [float(x) for x in logprobs],
                 "finish_reason": choice.get("finish_reason"), "stop_reason": choice.get("stop_reason"),
