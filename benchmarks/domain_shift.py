@@ -25,8 +25,12 @@ questions, shuffled once with seed 0, greedy, the task's settings; one thread is
   (the 500 are all of them).
 
 Columns: auc-euro (all), smECE, the certified threshold, the share of test answers it trusts
-and the realised precision among them (1 - error), which the certificate promises to be at least
-1 - max_error with probability 1 - delta.
+and the realised precision among them (1 - error, with an exact 95% interval), which the
+certificate promises to be at least 1 - max_error with probability 1 - delta. Before the table,
+what the change does on the same test questions (:func:`shift`): answers and labels that differ,
+the pooled states' relative L2 difference per layer, the probe's confidence change and the trust
+decisions that flip. Everything goes to ``OUT/domain_shift.json``; ``benchmarks/domain_shift.md``
+holds the measured run.
 """
 
 from __future__ import annotations
@@ -93,9 +97,42 @@ def _row(name: str, probe, store, labels: str = "") -> dict:
            "threshold": None, "coverage": None, "precision": None}
     cert = probe.certificates[0] if probe.certificates else None
     if cert is not None and cert["valid"]:
+        from scipy.stats import binomtest
+
         trusted = conf >= cert["threshold"]
         out.update(threshold=float(cert["threshold"]), coverage=float(trusted.mean()),
-                   precision=float(y[trusted].mean()) if trusted.any() else None)
+                   precision=float(y[trusted].mean()) if trusted.any() else None, n_trusted=int(trusted.sum()))
+        if trusted.any():
+            ci = binomtest(int(y[trusted].sum()), int(trusted.sum())).proportion_ci(0.95, method="exact")
+            out["precision_ci"] = [float(ci.low), float(ci.high)]
+    return out
+
+
+def shift(probe, a, b) -> dict:
+    """How the records of the same questions differ between stores ``a`` and ``b`` (float32 and
+    bfloat16): answers, labels, pooled states (relative L2 per layer) and the probe's confidence."""
+    ids_b = {str(i): k for k, i in enumerate(b.ids)}
+    pairs = [(k, ids_b[str(i)]) for k, i in enumerate(a.ids) if str(i) in ids_b]
+    ia, ib = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    ra, rb = a.records, b.records
+    xa = np.asarray(a.states(probe.pooling), dtype=np.float64)[ia]
+    xb = np.asarray(b.states(probe.pooling), dtype=np.float64)[ib]
+    same_text = np.array([ra[i]["generation"] == rb[j]["generation"] for i, j in pairs])
+    rel = np.linalg.norm(xb - xa, axis=2) / np.maximum(np.linalg.norm(xa, axis=2), 1e-12)  # [n, L+1]
+    ca = probe.predict_proba(xa.astype(np.float32), confidence=np.asarray(a.raw_confidence)[ia])[:, 1]
+    cb = probe.predict_proba(xb.astype(np.float32), confidence=np.asarray(b.raw_confidence)[ib])[:, 1]
+    ya, yb = np.asarray(a.correct)[ia], np.asarray(b.correct)[ib]
+    out = {"n": len(pairs), "same_answer": float(same_text.mean()), "label_flips": int((ya != yb).sum()),
+           "state_rel_l2_median": float(np.median(rel)), "state_rel_l2_same_answer_median":
+               float(np.median(rel[same_text])) if same_text.any() else None,
+           "state_rel_l2_layer_medians": [float(v) for v in np.median(rel, axis=0)],
+           "confidence_abs_diff_mean": float(np.abs(cb - ca).mean()),
+           "confidence_abs_diff_same_answer_mean": float(np.abs(cb - ca)[same_text].mean()) if same_text.any() else None,
+           "confidence_abs_diff_max": float(np.abs(cb - ca).max())}
+    cert = probe.certificates[0] if probe.certificates else None
+    if cert is not None and cert["valid"]:
+        t = cert["threshold"]
+        out["decision_flips"] = int(((ca >= t) != (cb >= t)).sum())
     return out
 
 
@@ -135,6 +172,8 @@ def measure(out: Path, max_error: float, delta: float, draws: int, seed: int) ->
           + (f"threshold {cert['threshold']:g}" if cert["valid"] else f"none ({cert['reason']})"), flush=True)
     rows = [_row("float32 (its domain)", probe, stores["float32-test"], "-"),
             _row("bfloat16, as fitted (refused by the Scorer)", probe, stores["bfloat16-test"], "-")]
+    moved = shift(probe, stores["float32-test"], stores["bfloat16-test"])
+    print(f"float32 -> bfloat16 on the same {moved['n']} test questions: {moved}", flush=True)
     recert = stores["bfloat16-recert"]
     rng = np.random.default_rng(seed)
     for restack in (False, True):
@@ -153,7 +192,8 @@ def measure(out: Path, max_error: float, delta: float, draws: int, seed: int) ->
             rows.append(_mean_row(got))
             print(rows[-1], flush=True)
     (out / "domain_shift.json").write_text(json.dumps({"max_error": max_error, "delta": delta,
-                                                       "fwer": cert["fwer"], "rows": rows}, indent=2))
+                                                       "fwer": cert["fwer"], "shift": moved, "rows": rows},
+                                                      indent=2))
     print(f"certification: {cert['fwer']} (acute.metrics.certify's default), binomial backend, "
           f"{time.perf_counter() - start:.0f} s in all")
     print(_table(rows, max_error, delta))
@@ -170,6 +210,8 @@ def _table(rows: list[dict], max_error: float, delta: float) -> str:
     for r in rows:
         share = r.get("certified", 1.0 if r["threshold"] is not None else 0.0)
         prec = _fmt(r["precision"])
+        if r.get("precision_ci") and not r["labels"].endswith("draws)"):
+            prec += f" [{r['precision_ci'][0]:.2f}, {r['precision_ci'][1]:.2f}] of {r['n_trusted']}"
         if r.get("precision_min") is not None and r["labels"].endswith("draws)"):
             prec += f" (min {r['precision_min']:.3f}; below target in {r['below_target']:.0%} of draws)"
         lines.append(f"| {r['setting']} | {r['labels']} | {r['auc_euro']:.4f} | {r['smece']:.4f} | {share:.2f} | "

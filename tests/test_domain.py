@@ -241,15 +241,34 @@ def test_scoring_under_another_dtype_warns_once_and_refuses_the_certificate(tiny
     assert load_probe(path).certificates_refused is None  # the probe itself is not changed
 
 
-def test_the_service_refuses_a_default_certificate_outside_the_domain(tiny_probe):
-    from acute.serving.settings import ServeSettings, resolve_settings
+def test_a_gate_made_before_the_model_loaded_is_refused_too(tiny_probe):
+    """``acute score`` resolves its gate before loading the model; the scorer refuses it then."""
+    from acute.scoring.gate import parse_gate
 
     model, tok, path = tiny_probe
-    scorer = acute.Scorer(model, tok, load_probe(path), chat=True)  # another prompt format
+    probe = load_probe(path)
+    gate = parse_gate(probe, max_error=0.1)  # the probe alone cannot know where it is scored
+    scorer = acute.Scorer(copy.deepcopy(model).to(torch.bfloat16), tok, probe)
+    with pytest.raises(InputError, match=r"max_error=0.1: no certified decision here: .*'model_dtype'"):
+        scorer.generate("What is 2+2?", gate=gate)
+    assert acute.Scorer(model, tok, probe).generate("What is 2+2?", gate=gate).rule == "certificate"
+
+
+def test_the_service_refuses_a_default_certificate_outside_the_domain(tiny_probe):
+    from acute.serving.settings import ServeSettings, resolve_settings, with_default_gate
+
+    model, tok, path = tiny_probe
+    probe = load_probe(path)
+    scorer = acute.Scorer(model, tok, probe, chat=True)  # another prompt format
     assert scorer.domain_change.fields == ("prompt_format",)
+    settings = ServeSettings(model_name="tiny", default_max_error=0.1)
     with pytest.raises(InputError, match=r"no certified decision here: .*'prompt_format'\['chat'\]: "
                                          r"the probe's domain False, this scorer True"):
-        resolve_settings(ServeSettings(model_name="tiny", default_max_error=0.1), scorer.probe, 4)
+        resolve_settings(settings, scorer.probe, 4)
+    early = with_default_gate(settings, probe)  # as acute serve does before loading the model
+    with pytest.raises(InputError, match=r"default max_error \(--max-error\)=0.1: no certified decision here"):
+        resolve_settings(early, scorer.probe, 4)
+    assert resolve_settings(early, probe, 4).default_gate.rule.rule == "certificate"
 
 
 def test_another_checkpoint_in_another_dtype_is_still_another_model(tiny_probe):
@@ -281,6 +300,13 @@ def test_recertify_calibrates_the_threshold_on_the_new_settings_records(exported
     assert entry["calibration_store"] == str(bf16.path.resolve())
     assert new.domain["model_dtype"] == "bfloat16" and new.domain["recertified_from"]["model_dtype"] == "float32"
     assert new.manifest["recertification"]["n"] == N
+    # the model it records is the store's, as the new setting loads it; both dtypes pass its check
+    assert new.model_fingerprint["weights_sha256"] == "b16" and old.model_fingerprint["weights_sha256"] == "f32"
+    model = {**FP, "weights_sha256": "b16", "weights_bf16_sha256": "same-bf16"}
+    new.check_model(model, setting={"model_dtype": "bfloat16"})
+    old.check_model(model, setting={"model_dtype": "bfloat16"})
+    with pytest.raises(ModelMismatchError, match="'model_weights'"):
+        new.check_model({**model, "weights_bf16_sha256": "other"}, setting={"model_dtype": "bfloat16"})
 
 
 def test_recertify_restack_refits_the_map_on_the_new_records(exported, stores):

@@ -15,7 +15,8 @@ records collected under it (a store, ``acute collect`` with that setting):
   predictions: each record's confidence comes from a map fitted on the other folds (5
   stratified folds, grouped as the store's task groups records), the usual cross-fitting
   assumption; the exported map is fitted on all of them;
-* the new probe's domain is the store's (``recertified_from``: the old one), its
+* the new probe's domain is the store's (``recertified_from``: the old one), and so is its
+  recorded model identity (the weights digest as the new setting loads them); its
   ``recertification`` entry says what was measured on the store before and after.
 
 The store must come from the probe's model: fingerprint, and weights (by their bfloat16 digest
@@ -41,7 +42,7 @@ from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_error
 from ..store.format import REMEDY
-from ..store.identity import FINGERPRINT_FIELDS, diff, domain_record, of_probe, of_store
+from ..store.identity import FINGERPRINT_FIELDS, diff, domain_record, model_record, of_probe, of_store
 from ..store.pooling import store_states
 from .certification import CV_FOLDS
 
@@ -210,6 +211,9 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
                 if k not in ("certificates", "recertification", "arrays", "files")}
     manifest["certificates"] = entries
     manifest["recertification"] = summary
+    record = model_record(of_store(store.manifest))  # the weights as the new setting loads them
+    if record is not None:
+        manifest["model"] = {**manifest["model"], "fingerprint": record}
     new = ExportedProbe(manifest, arrays)
     new.with_domain(domain_record(of_store(store.manifest), states=probe.pooling, store=where,
                                   recertified_from=None if old is None else

@@ -44,8 +44,8 @@ from ..metrics.certify import check_max_error
 from .precheck import check_precheck
 from .risk import DEFAULT_RISK, check_risk
 
-__all__ = ["LEVEL_CHECKS", "RULES", "DecisionRule", "Gate", "certificate_rule", "check_gates", "parse_gate",
-           "parse_gates", "resolve_gate", "risk_rule"]
+__all__ = ["LEVEL_CHECKS", "RULES", "DecisionRule", "Gate", "certificate_rule", "check_certified", "check_gates",
+           "parse_gate", "parse_gates", "resolve_gate", "risk_rule"]
 
 RULES = ("risk", "certificate")
 #: the checker of each level a gate is made of (each names the field it is given)
@@ -111,12 +111,28 @@ def certificate_rule(probe: Any, max_error: float, name: str = "max_error") -> D
     carries none there or an invalid one, or when it is scored outside the validity domain its
     certificates hold in (``probe.certificates_refused``: the reason, naming both settings,
     :meth:`acute.estimators.probe_file.ExportedProbe.outside_domain`)."""
-    refused = getattr(probe, "certificates_refused", None)
-    if refused:
-        raise InputError(f"{name}={max_error:g}: no certified decision here: {refused}")
+    _check_not_refused(probe, max_error, name)
     entry = find_certificate(getattr(probe, "certificates", None) or [], max_error, name=name)
     return DecisionRule(rule="certificate", threshold=float(entry["threshold"]), max_error=float(max_error),
                         certificate=entry)
+
+
+def _check_not_refused(probe: Any, max_error: float, name: str) -> None:
+    """:class:`InputError` naming ``name`` when ``probe`` refuses its certificates (scored outside
+    its validity domain, :meth:`acute.estimators.probe_file.ExportedProbe.outside_domain`)."""
+    refused = getattr(probe, "certificates_refused", None)
+    if refused:
+        raise InputError(f"{name}={max_error:g}: no certified decision here: {refused}")
+
+
+def check_certified(gates: Sequence["Gate"], probe: Any, name: str = "max_error") -> list["Gate"]:
+    """``gates`` (made before ``probe`` was known to be scored outside its validity domain, e.g.
+    resolved before the model loaded) as they are, unless one decides by a certificate that
+    ``probe`` now refuses: the :class:`InputError` :func:`certificate_rule` would give."""
+    for g in gates:
+        if g.rule.rule == "certificate":
+            _check_not_refused(probe, g.rule.max_error, name)
+    return list(gates)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
 from ..store.identity import diff, domain_change, of_model, of_probe
 from ..validation import check_count
-from .gate import Gate, check_gates, parse_gates
+from .gate import Gate, check_certified, check_gates, parse_gates
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .risk import DEFAULT_RISK
 
@@ -266,7 +266,7 @@ class Scorer:
             return parse_gates(self.probe, n, risk, max_error, precheck)
         if risk is not None or max_error is not None or precheck is not None:
             raise InputError("give gate= or risk= / max_error= / precheck=, not both")
-        return check_gates(gate, n)
+        return check_certified(check_gates(gate, n), self.probe)
 
     def generate(self, prompts, risk: float | Sequence[float] | None = None, *,
                  max_error: float | Sequence[float] | None = None,

@@ -9,7 +9,7 @@ import os
 
 from ..errors import InputError
 from ..metrics.certify import check_max_error
-from ..scoring.gate import Gate, resolve_gate
+from ..scoring.gate import Gate, check_certified, resolve_gate
 from ..scoring.risk import DEFAULT_RISK, check_risk
 from ..validation import check_level
 
@@ -145,9 +145,11 @@ def resolve_settings(settings: ServeSettings, probe, max_new_tokens: int) -> Ser
     new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times it) and the default gate
     resolved (:func:`with_default_gate`) where they are not set; ``InputError`` when a set
     limit is below ``max_new_tokens``, or when the probe carries no valid certificate at
-    ``default_max_error``."""
+    ``default_max_error`` or refuses it (scored outside its validity domain: a default gate
+    resolved before the model loaded is checked again here, at start)."""
     if settings.default_gate is None:
         settings = with_default_gate(settings, probe)
+    check_certified([settings.default_gate], probe, DEFAULT_MAX_ERROR_NAME)
     limit = settings.max_new_tokens_limit
     if limit is None:
         return _replaced(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * max_new_tokens)
