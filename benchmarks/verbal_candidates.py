@@ -34,7 +34,8 @@ from batch_throughput import command_line, markdown_table, write_report  # noqa:
 
 from acute.metrics import bootstrap_indices  # noqa: E402
 from acute.metrics.resampling import percentile_interval  # noqa: E402
-from acute.protocol import PROVENANCES, load_protocol  # noqa: E402
+from acute.protocol import load_protocol  # noqa: E402
+from acute.protocol.settings import PROVENANCES  # noqa: E402
 
 
 def provenance_rows(doc: dict) -> list[list[str]]:

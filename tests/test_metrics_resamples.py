@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from acute import metrics as M
-from acute.protocol import CONTEXTS, PROVENANCES, analysis, gap_cells
+from acute.protocol import analysis
+from acute.protocol.analysis import gap_cells
+from acute.protocol.settings import CONTEXTS, PROVENANCES
 
 FAST = {
     "ece": M.ece,

@@ -13,24 +13,10 @@ import pytest
 import torch
 
 from acute import metrics
-from acute.protocol import (
-    CONTEXTS,
-    ESTIMATORS,
-    PROVENANCES,
-    READOUTS,
-    ROBUSTNESS,
-    SCORED,
-    cell_data,
-    checklist,
-    gap_cells,
-    load_protocol,
-    provenance_table,
-    readout,
-    render_report,
-    run_protocol,
-    shift_table,
-    write_protocol_report,
-)
+from acute.protocol import load_protocol, run_protocol, write_protocol_report
+from acute.protocol.analysis import cell_data, checklist, gap_cells, provenance_table, readout, shift_table
+from acute.protocol.render import render_report
+from acute.protocol.settings import CONTEXTS, ESTIMATORS, PROVENANCES, READOUTS, ROBUSTNESS, SCORED
 
 LOG = math.log
 

@@ -69,70 +69,16 @@ provenance, token log-probs per (answer, context); plus the computed cells) and 
 (gap table with paired-bootstrap intervals, shift table, provenance table, reporting checklist,
 templates). The answers live in a store (``store/``, or one passed in and reused) and the
 per-record results in resumable, atomically committed shards (``records/``,
-:class:`RecordShards`); :func:`analyze_protocol` recomputes both files from the shards alone.
-:func:`write_protocol_report` combines several runs into the same tables.
+:class:`~acute.protocol.records.RecordShards`); :func:`analyze_protocol` recomputes both files
+from the shards alone. :func:`write_protocol_report` combines several runs into the same tables.
+
+The names below are the package's public API (docs/api.md): running, re-analysing, loading and
+reporting a study; its settings (:mod:`acute.protocol.settings`: ``SCORED``, ``READOUTS``,
+``CONTEXTS``, ``ESTIMATORS``, ...) and the analysis' pieces (:mod:`acute.protocol.analysis`)
+are imported from their modules.
 """
 
-from .analysis import (
-    CellData,
-    analyze_records,
-    cell_data,
-    checklist,
-    gap_cells,
-    provenance_table,
-    readout,
-    resample_indices,
-    shift_table,
-)
-from .render import load_protocol, render_combined_report, render_report, write_protocol_report
-from .records import RecordShards, protocol_key
+from .render import load_protocol, write_protocol_report
 from .runner import ProtocolResult, analyze_protocol, run_protocol
-from .settings import (
-    AXES,
-    CONTEXTS,
-    ESTIMATORS,
-    FORMAT,
-    PAPER_SHIFTS,
-    PROVENANCES,
-    PROVIDED,
-    PROVIDED_LABELS,
-    READOUTS,
-    ROBUSTNESS,
-    SCORED,
-    SHIFT_READOUTS,
-    VERBAL_MAX_NEW_TOKENS,
-)
 
-__all__ = [
-    "AXES",
-    "CONTEXTS",
-    "ESTIMATORS",
-    "FORMAT",
-    "PAPER_SHIFTS",
-    "PROVENANCES",
-    "PROVIDED",
-    "PROVIDED_LABELS",
-    "READOUTS",
-    "ROBUSTNESS",
-    "SCORED",
-    "SHIFT_READOUTS",
-    "VERBAL_MAX_NEW_TOKENS",
-    "CellData",
-    "ProtocolResult",
-    "RecordShards",
-    "analyze_protocol",
-    "analyze_records",
-    "cell_data",
-    "checklist",
-    "gap_cells",
-    "load_protocol",
-    "protocol_key",
-    "provenance_table",
-    "readout",
-    "render_combined_report",
-    "render_report",
-    "resample_indices",
-    "run_protocol",
-    "shift_table",
-    "write_protocol_report",
-]
+__all__ = ["ProtocolResult", "analyze_protocol", "load_protocol", "run_protocol", "write_protocol_report"]

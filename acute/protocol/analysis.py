@@ -16,7 +16,7 @@ import numpy as np
 
 from ..fileio import progress as _progress
 from ..errors import InputError
-from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, bootstrap_indices
 from ..validation import check_count
 from .settings import (
     ALPHA,
@@ -179,14 +179,6 @@ def cell_data(records: Sequence[Mapping], scored: str) -> CellData:
 # --------------------------------------------------------------------------------------------
 
 
-def resample_indices(size: int, n: int, seed: int) -> np.ndarray:
-    """``[n, size]`` bootstrap row indices: :func:`acute.metrics.bootstrap_indices`, so an
-    interval computed from them equals ``acute.metrics.paired_bootstrap``'s for the same seed."""
-    from ..metrics import bootstrap_indices
-
-    return bootstrap_indices(size, n, seed)
-
-
 def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``metric`` on every resample (row of ``idx``), non-finite-metric warnings silenced."""
     from ..metrics import metric_over_resamples
@@ -217,7 +209,8 @@ def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = DEFAULT_N_BOOTST
     ``n`` (rows used), ``n_rows``, ``n_elicited``, ``n_parse_failures``, ``parse_failure_rate``,
     ``excluded``, ``verb`` = metric(c_verb), ``tok`` = metric(c_tok), ``gap`` = verb - tok and
     ``low``/``high``: the ``1 - ALPHA`` paired percentile bootstrap interval of the gap (rows
-    resampled together, :func:`resample_indices`; non-finite resamples such as AUROC on a
+    resampled together, :func:`acute.metrics.bootstrap_indices`, so an interval equals
+    ``acute.metrics.paired_bootstrap``'s for the same seed; non-finite resamples such as AUROC on a
     single-class resample are dropped and counted in ``n_nonfinite``). Values are ``None`` for
     an n/a cell and where the metric is undefined (AUROC with one class).
     """
@@ -226,7 +219,7 @@ def gap_cells(records: Sequence[Mapping], *, n_bootstrap: int = DEFAULT_N_BOOTST
     cells: list[dict[str, Any]] = []
     jobs = [(s, e) for s in SCORED for e in estimators]
     data = {s: cell_data(records, s) for s in SCORED}
-    indices = {s: resample_indices(d.n, n_bootstrap, seed) for s, d in data.items() if d.status() == "ok"}
+    indices = {s: bootstrap_indices(d.n, n_bootstrap, seed) for s, d in data.items() if d.status() == "ok"}
     tok_conf = {(s, r, c): d.confidences(r, c) for s, d in data.items() if d.status() == "ok"
                 for r in READOUTS for c in CONTEXTS}
     for scored, est in _progress(jobs, len(jobs), progress, "bootstrap"):
@@ -303,7 +296,7 @@ def shift_table(cells: Sequence[Mapping], group_by: Sequence[str] = ("run",)) ->
 def _mean_interval(values: np.ndarray, n_bootstrap: int, seed: int) -> dict[str, Any]:
     if values.size == 0:
         return {"mean": None, "low": None, "high": None, "n": 0}
-    idx = resample_indices(values.size, n_bootstrap, seed)
+    idx = bootstrap_indices(values.size, n_bootstrap, seed)
     low, high, _ = _percentiles(values[idx].mean(axis=1))
     return {"mean": float(values.mean()), "low": low, "high": high, "n": int(values.size)}
 

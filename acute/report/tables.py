@@ -11,7 +11,7 @@ from typing import Any
 
 
 from ..metrics.specs import best_value
-from ..protocol import PAPER_SHIFTS
+from ..protocol.settings import PAPER_SHIFTS
 from .runs import REPORT_METRICS
 
 __all__ = ["ACUTE_VIEWS", "INTERPRETATION_END", "INTERPRETATION_START", "PAPER_NUMBERS", "ablation_markdown",
