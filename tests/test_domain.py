@@ -23,6 +23,7 @@ from acute.estimators.calibration import fit_calibration
 from acute.estimators.certificates import certificate_entry
 from acute.estimators.probe_file import forest_proba
 from acute.metrics.certify import certify_threshold
+from acute.metrics.drift import confidence_reference
 from acute.store import StoreWriter, open_store
 from acute.store.identity import DOMAIN_FIELDS, diff, domain_change, of_model, of_probe, of_store
 
@@ -300,6 +301,7 @@ def test_recertify_calibrates_the_threshold_on_the_new_settings_records(exported
     assert entry["calibration_store"] == str(bf16.path.resolve())
     assert new.domain["model_dtype"] == "bfloat16" and new.domain["recertified_from"]["model_dtype"] == "float32"
     assert new.manifest["recertification"]["n"] == N
+    assert new.confidence_reference == confidence_reference(conf, "calibration-store")  # drift: the new setting
     # the model it records is the store's, as the new setting loads it; both dtypes pass its check
     assert new.model_fingerprint["weights_sha256"] == "b16" and old.model_fingerprint["weights_sha256"] == "f32"
     model = {**FP, "weights_sha256": "b16", "weights_bf16_sha256": "same-bf16"}

@@ -17,7 +17,9 @@ records collected under it (a store, ``acute collect`` with that setting):
   assumption; the exported map is fitted on all of them;
 * the new probe's domain is the store's (``recertified_from``: the old one), and so is its
   recorded model identity (the weights digest as the new setting loads them); its
-  ``recertification`` entry says what was measured on the store before and after.
+  ``recertification`` entry says what was measured on the store before and after, and its
+  ``confidence_reference`` (what ``acute serve``'s drift signal compares live confidences with)
+  is the certificate's calibration confidences on the store.
 
 The store must come from the probe's model: fingerprint, and weights (by their bfloat16 digest
 when the dtypes differ: :func:`acute.store.identity.diff` ``across_dtypes``), else
@@ -41,6 +43,7 @@ from ..estimators.certificates import certificate_entry
 from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_error
+from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.identity import FINGERPRINT_FIELDS, diff, domain_record, model_record, of_probe, of_store
 from ..store.pooling import store_states
@@ -211,6 +214,8 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
                 if k not in ("certificates", "recertification", "arrays", "files")}
     manifest["certificates"] = entries
     manifest["recertification"] = summary
+    # the served confidences' drift is measured against the new setting's calibration records
+    manifest["confidence_reference"] = confidence_reference(conf, "calibration-store")
     record = model_record(of_store(store.manifest))  # the weights as the new setting loads them
     if record is not None:
         manifest["model"] = {**manifest["model"], "fingerprint": record}
