@@ -130,9 +130,12 @@ def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path)
     for pooling in ("mean", "last-prompt", "last-answer"):
         a, b = np.asarray(got.states(pooling))[order], np.asarray(want.states(pooling))
         assert float(np.abs(a - b).max() / np.abs(b).max()) < RTOL, pooling
-    skip = {"created", "updated", "num_records", "num_shards", "shards", "part"}
+    skip = {"created", "updated", "num_records", "num_shards", "shards", "part", "engine", "engine_version"}
     assert {k: v for k, v in got.manifest.items() if k not in skip} == \
         {k: v for k, v in want.manifest.items() if k not in skip}
+    # the store names what ran the model: its probe's validity domain (issue 45 item 2)
+    assert (got.manifest["engine"], got.manifest["engine_version"]) == ("vllm", engine.info["vllm_version"])
+    assert want.manifest["engine"] == "transformers"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="this Python has vLLM")
