@@ -422,7 +422,7 @@ def test_shipped_configs_parse(name):
 
 # ----------------------------------------------------------------------------- acute.report
 def test_average_summaries_by_hand():
-    from acute.report import average_summaries
+    from acute.report.runs import average_summaries
 
     a = {"raw": {"smece": {"estimate": 0.2, "low": 0.1, "high": 0.3}},
          "only-a": {"smece": {"estimate": 1.0, "low": 1.0, "high": 1.0}}}
@@ -443,7 +443,8 @@ def test_average_summaries_by_hand():
 
 
 def test_run_summary_reads_the_evaluations_rows():
-    from acute.report import EvalRun, run_summary
+    from acute.report import EvalRun
+    from acute.report.runs import run_summary
 
     rows = [{"estimator": "raw", "accuracy": 0.5, "smece": 0.1, "smece_ci_low": 0.05, "smece_ci_high": 0.2,
              "auc_euro_all": 0.7, "auc_euro_all_ci_low": 0.6, "auc_euro_all_ci_high": float("nan")}]
@@ -456,7 +457,7 @@ def test_run_summary_reads_the_evaluations_rows():
 
 
 def test_interpretation_block_is_kept():
-    from acute.report import INTERPRETATION_END, INTERPRETATION_START, preserved_block
+    from acute.report.tables import INTERPRETATION_END, INTERPRETATION_START, preserved_block
 
     old = f"x\n{INTERPRETATION_START}\nOur reading: context matters most.\n{INTERPRETATION_END}\ny"
     assert preserved_block(old) == "Our reading: context matters most."
@@ -465,7 +466,7 @@ def test_interpretation_block_is_kept():
 
 
 def test_timings_table_totals():
-    from acute.report import timings_markdown
+    from acute.report.tables import timings_markdown
 
     stages = {"collect/m/t": {"status": "ran", "wall_s": 30.0, "cpu_s": 55.0, "peak_rss_mb": 900.0},
               "evaluate/m/t": {"status": "ran", "wall_s": 90.0, "cpu_s": 170.0, "peak_rss_mb": 2048.0},
@@ -526,7 +527,7 @@ def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_val
     learning curve per pair, a transfer table per model and summary.csv agreeing with results.json."""
     import csv
 
-    from acute.report import SUMMARY_COLUMNS
+    from acute.report.summary import SUMMARY_COLUMNS
 
     out, work = cross_validated["out"], cross_validated["work"]
     assert cross_validated["rc"] == 0
@@ -577,7 +578,7 @@ def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_val
 
 
 def test_comparison_falls_back_to_the_default_for_views_not_evaluated():
-    from acute.report import comparison_markdown
+    from acute.report.tables import comparison_markdown
 
     cell = {f"auc_euro_{b}": {"estimate": 0.5, "low": 0.4, "high": 0.6} for b in ("all", "low", "med", "high")}
     md = comparison_markdown({"mmlu": {"raw": cell, "acute-pca10-stacked": cell}}, None)
@@ -638,7 +639,7 @@ def test_the_report_lists_failures_of_planned_stages_only(tmp_path):
 
 
 def test_an_earlier_summary_keeps_the_pairs_this_report_did_not_evaluate(tmp_path):
-    from acute.report import SUMMARY_COLUMNS, kept_summary_rows, summary_csv, summary_markdown
+    from acute.report.summary import SUMMARY_COLUMNS, kept_summary_rows, summary_csv, summary_markdown
 
     old = [{k: None for k in SUMMARY_COLUMNS} | {"model": "m", "task": "t", "n_records": 600, "accuracy": 0.5,
             "best_baseline": "platt", "best_baseline_auc_euro": 0.8, "default_estimator": "acute-cosine-stacked",
@@ -661,7 +662,8 @@ def test_pairs_of_an_earlier_report_are_kept_in_their_own_table(driven, tmp_path
     import csv
     import shutil
 
-    from acute.report import SUMMARY_COLUMNS, ReportInputs, summary_csv, write_report
+    from acute.report import ReportInputs, write_report
+    from acute.report.summary import SUMMARY_COLUMNS, summary_csv
 
     out = tmp_path / "results"
     shutil.copytree(driven["out"], out)
@@ -774,7 +776,7 @@ def test_committed_tables_of_other_settings_or_unfinished_stay_kept_rows(cross_v
 
 
 def test_committed_tables_are_read_only_when_complete_and_of_the_same_settings(tmp_path, caplog):
-    from acute.report import committed_eval_run, settings_differences
+    from acute.report.runs import committed_eval_run, settings_differences
 
     folder = tmp_path / "evaluations" / "m" / "t"
     folder.mkdir(parents=True)
@@ -800,7 +802,8 @@ def test_committed_tables_are_read_only_when_complete_and_of_the_same_settings(t
 
 
 def test_committed_tables_are_rows_of_the_holm_correction():
-    from acute.report import EvalRun, summary_rows
+    from acute.report import EvalRun
+    from acute.report.summary import summary_rows
 
     def run(model: str, p: float, tables_only: bool) -> EvalRun:
         default = {"estimator": "acute-pca10-stacked", "accuracy": 0.5, "auc_euro_all": 0.80, "smece": 0.02,

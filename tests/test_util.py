@@ -118,7 +118,7 @@ def test_one_list_of_metric_specs_drives_the_tables():
     from acute.evaluation import evaluate_predictions
     from acute.evaluation.markdown import results_markdown, selective_markdown
     from acute.evaluation.table import TABLE_COLUMNS
-    from acute.report import REPORT_METRICS
+    from acute.report.runs import REPORT_METRICS
 
     assert [k for k, _, _ in TABLE_COLUMNS] == [m.name for m in metrics.METRIC_SPECS]
     assert REPORT_METRICS == TABLE_COLUMNS[:6] + tuple(c for c in TABLE_COLUMNS if c[0] in ("aurc", "coverage_10"))

@@ -8,21 +8,15 @@
 * :mod:`~acute.report.summary`: the default estimator against the best baseline, per pair;
 * :mod:`~acute.report.figures`: figures and the learning-curve and transfer sections;
 * :mod:`~acute.report.render`: :class:`ReportInputs`, :func:`render_report`, :func:`write_report`.
+
+The names below are the package's public API (docs/api.md): the report's inputs, rendering and
+writing it, and reading one evaluation run; its tables and summaries are imported from their
+modules.
 """
 
 from __future__ import annotations
 
 from .render import ReportInputs, render_report, write_report
-from .runs import (REPORT_METRICS, EvalRun, average_summaries, committed_eval_run, load_eval_run, run_summary,
-                   settings_differences)
-from .summary import SUMMARY_COLUMNS, kept_summary_rows, summary_csv, summary_markdown, summary_rows
-from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPER_NUMBERS, ablation_markdown,
-                     comparison_markdown, estimator_markdown, preserved_block, timings_markdown)
+from .runs import EvalRun, load_eval_run
 
-__all__ = [
-    "ACUTE_VIEWS", "INTERPRETATION_END", "INTERPRETATION_START", "PAPER_NUMBERS", "REPORT_METRICS",
-    "SUMMARY_COLUMNS", "EvalRun", "ReportInputs", "ablation_markdown", "average_summaries", "comparison_markdown",
-    "committed_eval_run", "estimator_markdown", "kept_summary_rows", "load_eval_run", "run_summary",
-    "settings_differences",
-    "preserved_block", "render_report", "summary_csv", "summary_markdown", "summary_rows", "timings_markdown", "write_report",
-]
+__all__ = ["EvalRun", "ReportInputs", "load_eval_run", "render_report", "write_report"]
