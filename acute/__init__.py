@@ -3,8 +3,10 @@
 Public entry points are imported lazily so that ``import acute`` stays fast:
 ``load_model``, ``format_prompt``, ``model_fingerprint``, ``model_identity``, ``weights_digest``
 (models), ``generate_and_record``, ``HiddenStateRecorder`` (extraction), ``open_store``,
-``verify_store`` (store), ``get_task`` (tasks),
-``ActivationProbe``, ``load_probe`` (estimators), ``Scorer`` (scoring), ``metrics``.
+``verify_store``, ``StoreWriter`` (store), ``get_task`` (tasks), ``ActivationProbe``, ``load_probe``
+(estimators), ``Scorer`` (scoring), and the packages ``metrics`` and ``protocol``. These
+shortcuts are the only names with two public homes (``acute.open_store`` is
+``acute.store.open_store``); docs/api.md lists every package's public names.
 """
 
 from __future__ import annotations
@@ -29,10 +31,8 @@ _LAZY = {
     "load_probe": "estimators",
     "Scorer": "scoring",
 }
-#: attribute -> module, e.g. ``acute.metrics``, ``acute.plots`` (= ``acute.evaluation.plots``)
-_SUBMODULES = {"metrics": "metrics", "plots": "evaluation.plots", "features": "estimators.features",
-               "baselines": "estimators.baselines", "evaluate": "evaluation.evaluate", "protocol": "protocol",
-               "verbalize": "protocol.verbalize", "transfer": "evaluation.transfer"}
+#: attribute -> subpackage, loaded on first use (``acute.metrics``)
+_SUBMODULES = {"metrics": "metrics", "protocol": "protocol"}
 
 __all__ = sorted(_LAZY) + sorted(_SUBMODULES)
 
