@@ -32,7 +32,7 @@ from .vllm_worker import KNOWN_VERSIONS
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KNOWN_VERSIONS", "VLLM_EXTRA", "VllmEngine", "find_vllm_python", "model_folder"]
+__all__ = ["VLLM_EXTRA", "VllmEngine", "find_vllm_python", "model_folder"]
 
 #: How to get vLLM (one line, for every "vLLM is missing" message).
 VLLM_EXTRA = ("pip install 'acute[vllm]' (x86-64 Linux; known to work: "
