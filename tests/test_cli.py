@@ -252,7 +252,8 @@ def test_export_fits_everything(exported, work):
     store = open_store(work / "mixed")
     # the architecture fingerprint of the store plus the weights it was collected from
     assert probe.model_fingerprint == {**store.manifest["model_fingerprint"],
-                                       "weights_sha256": store.manifest["model_weights"]["sha256"]}
+                                       "weights_sha256": store.manifest["model_weights"]["sha256"],
+                                       "weights_bf16_sha256": store.manifest["model_weights"]["bf16_sha256"]}
     assert probe.model_name == store.manifest["model"]
 
 
