@@ -150,7 +150,7 @@ def test_a_run_config_refuses_a_level_in_the_same_words(tmp_path, text, shown):
                                           ("precheck", False), ("precheck", 1), ("precheck", "0.2")])
 def test_a_request_refuses_a_level_in_the_same_words(field, value):
     pytest.importorskip("pydantic")
-    from acute.serving import RequestError
+    from acute.serving.errors import RequestError
     from acute.serving.schemas import score_job
 
     body = {"prompt": "Q?", "risk": 0.5, field: value}

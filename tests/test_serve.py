@@ -34,9 +34,11 @@ from acute.extraction import generate_and_record  # noqa: E402
 from acute.estimators import ActivationProbe, load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.scoring.gate import Gate, risk_rule  # noqa: E402
-from acute.serving import (  # noqa: E402
-    Batcher, Job, ServerBusyError, check_bind, create_app, score_jobs,
-)
+from acute.serving import create_app  # noqa: E402
+from acute.serving.batcher import Batcher  # noqa: E402
+from acute.serving.errors import ServerBusyError  # noqa: E402
+from acute.serving.jobs import Job, score_jobs  # noqa: E402
+from acute.serving.settings import check_bind  # noqa: E402
 
 GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
 NAME = "tiny-llama"

@@ -21,7 +21,9 @@ from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the r
 
 from acute.engines.upstream import RefusedByEngine, UpstreamEngine  # noqa: E402
 from acute.errors import EngineError, InputError  # noqa: E402
-from acute.serving import Batcher, Job, ServeSettings  # noqa: E402
+from acute.serving import ServeSettings  # noqa: E402
+from acute.serving.batcher import Batcher  # noqa: E402
+from acute.serving.jobs import Job  # noqa: E402
 from acute.serving.threads import LockedTokenizer, concurrent_scorer  # noqa: E402
 
 TIMEOUT = 30.0

@@ -30,9 +30,10 @@ httpx = pytest.importorskip("httpx")
 from acute.errors import InputError  # noqa: E402
 from acute.estimators import load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
-from acute.serving import (  # noqa: E402
-    Batcher, Job, RequestError, ServeSettings, bind_socket, create_app, make_server, score_jobs,
-)
+from acute.serving import ServeSettings, bind_socket, create_app, make_server  # noqa: E402
+from acute.serving.batcher import Batcher  # noqa: E402
+from acute.serving.errors import RequestError  # noqa: E402
+from acute.serving.jobs import Job, score_jobs  # noqa: E402
 from acute.serving.server import MAX_HEADER_BYTES  # noqa: E402
 from test_serve import (  # noqa: E402,F401  (fixtures and helpers shared with the main service tests)
     GENERATION, NAME, QUESTIONS, TIMEOUT, GatedScorer, alone, assert_same, loaded, post, probe,

@@ -161,10 +161,11 @@ def cmd_score(args) -> int:
 
 def cmd_serve(args) -> int:
     from .. import serving as serve
+    from ..serving.settings import check_bind, resolve_api_key, with_default_gate
 
     serve.require_serve_extra()
-    api_key = serve.resolve_api_key(args.api_key)
-    serve.check_bind(args.host, api_key, args.allow_remote)
+    api_key = resolve_api_key(args.api_key)
+    check_bind(args.host, api_key, args.allow_remote)
     if args.risk is not None and args.max_error is not None:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
                          "requests that name neither, not both")
@@ -188,7 +189,7 @@ def cmd_serve(args) -> int:
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
         concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
-    settings = serve.with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
+    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
     model, tok = load_model(model_name, **load_options_from_args(args))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:

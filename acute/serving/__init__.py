@@ -10,11 +10,11 @@ Endpoints (built by :func:`create_app` around one :class:`acute.scoring.scorer.S
   an ``acute`` object (confidence, raw confidence, decision, its rule and threshold) on each choice.
 * ``GET /v1/models``, ``GET /healthz``.
 
-Concurrent requests are grouped by a :class:`Batcher` (up to ``max_batch`` requests, waiting at
+Concurrent requests are grouped by a :class:`~acute.serving.batcher.Batcher` (up to ``max_batch`` requests, waiting at
 most ``max_wait_ms`` for more) and generated together by its one worker thread: the scorer (model,
 recorder hooks, tokenizer) is used from that thread only. Requests of one batch with different
 generation settings (``max_new_tokens``, stop strings) are generated in separate groups, so every
-result equals scoring that request alone (:func:`score_jobs`).
+result equals scoring that request alone (:func:`~acute.serving.jobs.score_jobs`).
 
 Modules, one concept each: :mod:`.errors`, :mod:`.settings`, :mod:`.jobs` (scoring a batch,
 one job's failure its own), :mod:`.batcher`, :mod:`.user_text` (request text stays text),
@@ -30,34 +30,16 @@ without the ``serve`` extra, and :func:`require_serve_extra` says what to instal
 from __future__ import annotations
 
 from .app import create_app
-from .batcher import Batcher, BatchStats
-from .errors import MissingExtraError, RequestError, ServerBusyError, require_serve_extra
-from .jobs import Job, JobResult, score_jobs
-from .openai_bodies import estimator_name
-from .server import MAX_HEADER_BYTES, bind_socket, make_server, run_server
-from .settings import API_KEY_ENV, ServeSettings, check_bind, resolve_api_key, with_default_gate
-from .user_text import UserTextGuard
+from .errors import require_serve_extra
+from .server import bind_socket, make_server, run_server
+from .settings import API_KEY_ENV, ServeSettings
 
 __all__ = [
     "API_KEY_ENV",
-    "Batcher",
-    "BatchStats",
-    "MAX_HEADER_BYTES",
-    "Job",
-    "JobResult",
-    "MissingExtraError",
-    "RequestError",
-    "ServerBusyError",
     "ServeSettings",
-    "UserTextGuard",
     "bind_socket",
-    "check_bind",
     "create_app",
-    "estimator_name",
     "make_server",
     "require_serve_extra",
-    "resolve_api_key",
     "run_server",
-    "score_jobs",
-    "with_default_gate",
 ]
