@@ -130,7 +130,7 @@ def test_interval_with_one_repeat_is_the_bias_shifted_record_bootstrap():
 def test_intervals_hold_the_estimate_stay_in_range_and_are_recorded(tmp_path, monkeypatch):
     import json
 
-    from acute import plots
+    from acute.evaluation import plots
 
     X, y, c, ids = data(n=200, seed=5)
     y_cal = np.random.default_rng(5).random(200) < c  # calibrated raw confidences: smECE near 0

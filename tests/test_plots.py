@@ -1,4 +1,4 @@
-"""Tests for acute.plots: valid PNGs are written and bad input is rejected."""
+"""Tests for acute.evaluation.plots: valid PNGs are written and bad input is rejected."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from acute import plots
+from acute.evaluation import plots
 from acute.evaluation.curves import binned_reliability
 from acute.metrics import smooth_reliability
 
