@@ -31,9 +31,8 @@ from .store.format import DEFAULT_STORE_DTYPE
 from .store.identity import DEFAULT_ENGINE, diff, model_record, of_model, of_store
 from .validation import check_count
 
-__all__ = ["CollectSummary", "ResponseRow", "build_manifest", "collect", "collect_responses",
-           "collection_settings", "example_record", "length_windows", "read_responses",
-           "rerecord_store", "store_identity"]
+__all__ = ["CollectSummary", "ResponseRow", "collect", "collect_responses", "collection_settings", "read_responses",
+           "rerecord_store"]
 
 logger = logging.getLogger(__name__)
 
