@@ -154,6 +154,16 @@ def _check_type(value: Any, kind: type, where: str) -> Any:
     return value
 
 
+def _table(value: Any, where: str, known) -> dict:
+    """``value`` if it is a table (dict) whose keys are all ``known``; else :class:`InputError`
+    naming ``where`` and the unknown keys beside the known ones."""
+    _check_type(value, dict, where)
+    bad = sorted(set(value) - set(known))
+    if bad:
+        raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(known)}")
+    return value
+
+
 def _count(value: Any, where: str) -> int:
     value = _check_type(value, int, where)
     if value < 0:
@@ -189,10 +199,7 @@ def _sub_table(table: Any, where: str, keys: dict[str, type]) -> dict:
     counts >= 1."""
     if table is None:
         return {}
-    _check_type(table, dict, where)
-    bad = sorted(set(table) - set(keys))
-    if bad:
-        raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(keys)}")
+    _table(table, where, keys)
     out = {}
     for k, v in table.items():
         out[k] = _check_type(v, keys[k], f"{where}.{k}")
@@ -235,10 +242,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     unknown = sorted(set(raw) - {"run", "models", "tasks"})
     if unknown:
         raise InputError(f"{path}: unknown top-level table(s) {unknown}; expected run, models, tasks")
-    run = _check_type(raw.get("run", {}), dict, f"{path}: [run]")
-    bad = sorted(set(run) - set(_RUN_KEYS))
-    if bad:
-        raise InputError(f"{path}: [run] has unknown key(s) {bad}; known: {sorted(_RUN_KEYS)}")
+    run = _table(raw.get("run", {}), f"{path}: [run]", _RUN_KEYS)
     for k, kind in _RUN_KEYS.items():
         if k in run and k not in _RUN_LEVELS:  # levels: acute's one level checker, below
             run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
@@ -256,10 +260,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     tasks = []
     for key, t in tasks_raw.items():
         where = f"{path}: tasks.{key}"
-        _check_type(t, dict, where)
-        bad = sorted(set(t) - _TASK_KEYS)
-        if bad:
-            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_TASK_KEYS)}")
+        _table(t, where, _TASK_KEYS)
         task_name = _check_type(t.get("task", key), str, f"{where}.task")
         data = t.get("data")
         own_data = task_name == "default" or _task_data_source(task_name) is not None
@@ -294,10 +295,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     models = []
     for key, m in models_raw.items():
         where = f"{path}: models.{key}"
-        _check_type(m, dict, where)
-        bad = sorted(set(m) - _MODEL_KEYS)
-        if bad:
-            raise InputError(f"{where}: unknown key(s) {bad}; known: {sorted(_MODEL_KEYS)}")
+        _table(m, where, _MODEL_KEYS)
         if "/" in key or key.startswith("."):
             raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
         bs = _positive(m.get("batch_size", batch_default), f"{where}.batch_size")
