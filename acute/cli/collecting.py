@@ -144,6 +144,8 @@ def cmd_verify(args) -> int:
     print(f"records:  {report['num_records']} in {report['num_shards']} shard(s); structure checked; "
           f"{checked} shard(s) with checksums, all matching")
     print(f"status:   {report['status']}")
+    if report.get("num_labels"):
+        print(f"labels:   {report['num_labels']} added later (labels.jsonl), each naming a record of the store")
     for problem in report["problems"]:
         print(f"problem:  {problem}")
     if not report["problems"]:

@@ -9,6 +9,9 @@ Endpoints (built by :func:`create_app` around one :class:`acute.scoring.scorer.S
 * ``POST /v1/chat/completions``: OpenAI-compatible (greedy decoding only), streaming or not, with
   an ``acute`` object (confidence, raw confidence, decision, its rule and threshold) on each choice.
 * ``GET /v1/models``, ``GET /healthz``.
+* ``GET /metrics``: Prometheus' text format (:mod:`.monitoring`), with the label-free drift signal.
+* ``POST /v1/feedback``: ``{"id", "correct"}`` labels an answer recorded with ``record_to``
+  (``acute serve --record-to STORE``, :mod:`.recording`).
 
 Concurrent requests are grouped by a :class:`~acute.serving.batcher.Batcher` (up to ``max_batch`` requests, waiting at
 most ``max_wait_ms`` for more) and generated together by its one worker thread: the scorer (model,
@@ -21,9 +24,10 @@ one job's failure its own), :mod:`.batcher`, :mod:`.user_text` (request text sta
 :mod:`.request_body` (reading and parsing a body), :mod:`.request_ids` (every request's id, in
 its answer and its log lines), :mod:`.schemas` (validating a body),
 :mod:`.security` (API key, Host, Origin, Content-Type), :mod:`.openai_bodies` (response bodies),
+:mod:`.monitoring` (``/metrics``), :mod:`.recording` (served answers to a store, feedback),
 :mod:`.app` (the routes) and :mod:`.server` (the socket and uvicorn's limits).
 
-FastAPI, pydantic and uvicorn are imported inside functions: ``import acute.serving`` works
+FastAPI, pydantic, uvicorn and prometheus_client are imported inside functions: ``import acute.serving`` works
 without the ``serve`` extra, and :func:`require_serve_extra` says what to install.
 """
 
