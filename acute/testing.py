@@ -5,6 +5,7 @@ They produce random text: use them to test shapes, equalities and determinism, n
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from .errors import InputError
@@ -15,6 +16,15 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+
+def hash_label(key) -> bool:
+    """A label that depends on ``key`` alone (a record id, a row number or a text; compared as its
+    ``str``): True for about half the keys, the same in every run and process. Tests give tiny
+    random models' answers these labels, so a store has both classes and its folds can be fitted."""
+    return hashlib.sha256(str(key).encode()).digest()[0] % 2 == 0
+
 
 _CORPUS = [
     "What is the capital of France? The capital of France is Paris.",

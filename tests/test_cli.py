@@ -5,7 +5,6 @@ for train/evaluate/export/score get deterministic mixed labels."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import shutil
@@ -24,20 +23,17 @@ from acute.estimators.controls import CONTROLS
 from acute.store.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
+from acute.testing import hash_label
 
 N = 48
 
 
 
 
-def label(record_id) -> bool:
-    return hashlib.sha256(str(record_id).encode()).digest()[0] % 2 == 0
-
-
 def relabel(src: Path, dst: Path) -> Path:
     """Copy a store with the same activations and labels from :func:`label`."""
     st = open_store(src)
-    records = [dict(r, correct=label(r["id"])) for r in st.records]
+    records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
     with StoreWriter(dst, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
         w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
               last_answer=st.states("last-answer"))
@@ -119,7 +115,7 @@ def test_evaluate(work, capsys):
         with open(ev / name) as f:
             rows = list(csv.DictReader(f))
         assert len(rows) == N  # every record, out of fold
-        assert all(r["correct"] == str(int(label(r["id"]))) for r in rows)
+        assert all(r["correct"] == str(int(hash_label(r["id"]))) for r in rows)
 
 
 def test_evaluate_single_split(work, capsys, tmp_path):

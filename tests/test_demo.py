@@ -3,7 +3,6 @@ the live table's column saying whether each answer was right."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from types import SimpleNamespace
 
@@ -14,6 +13,7 @@ from acute.cli import demo
 from acute.estimators.registry import ACUTE_VARIANTS, DEFAULT_ESTIMATOR
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
+from acute.testing import hash_label
 
 
 def row(name, auc, smece=0.1):
@@ -64,10 +64,6 @@ def test_the_live_table_shows_a_trusted_wrong_answer():
 
 
 # ------------------------------------------------------------------ end to end, tiny model
-def _label(record_id) -> bool:
-    return hashlib.sha256(str(record_id).encode()).digest()[0] % 2 == 0
-
-
 @pytest.fixture
 def relabelled_collect(monkeypatch, tmp_path):
     """``collect`` as the demo calls it, then the store's labels replaced by a hash of the id:
@@ -79,7 +75,7 @@ def relabelled_collect(monkeypatch, tmp_path):
     def collect(model, tok, task, examples, out_dir, **kw):
         summary = real(model, tok, task, examples, tmp_path / "raw-store", progress=False, **kw)
         st = open_store(tmp_path / "raw-store")
-        records = [dict(r, correct=_label(r["id"])) for r in st.records]
+        records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
         with StoreWriter(out_dir, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
             w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
                   last_answer=st.states("last-answer"))

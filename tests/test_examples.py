@@ -3,7 +3,6 @@ labels can be made mixed: random tiny models answer everything wrong)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import runpy
 import sys
@@ -15,6 +14,7 @@ import pytest
 from acute.estimators import load_probe
 from acute.store import open_store
 from acute.tasks import OpenQATask
+from acute.testing import hash_label
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -22,13 +22,13 @@ EXAMPLES = ROOT / "examples"
 
 
 
-def hash_label(self, ex, generation) -> bool:
-    return hashlib.sha256(ex.id.encode()).digest()[0] % 2 == 0
+def hashed_is_correct(self, ex, generation) -> bool:
+    return hash_label(ex.id)
 
 
 @pytest.fixture
 def mixed_labels(monkeypatch):
-    monkeypatch.setattr(OpenQATask, "is_correct", hash_label)
+    monkeypatch.setattr(OpenQATask, "is_correct", hashed_is_correct)
 
 
 def run_example(name: str, *argv, monkeypatch) -> None:
@@ -40,7 +40,7 @@ def run_example(name: str, *argv, monkeypatch) -> None:
 def trained(long_context_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(OpenQATask, "is_correct", hash_label)
+        mp.setattr(OpenQATask, "is_correct", hashed_is_correct)
         run_example("train_probe.py", "--model", long_context_dir, "--limit", 40, "--trees", 10,
                     "--out", out, monkeypatch=mp)
     return out
@@ -49,7 +49,7 @@ def trained(long_context_dir, tmp_path_factory):
 def test_train_probe(trained, long_context_dir):
     store = open_store(trained / "store")
     assert len(store) == 40 and store.layer_means.shape == (40, 5, 64)
-    assert store.correct.tolist() == [hash_label(None, type("E", (), {"id": i}), "") for i in store.ids]
+    assert store.correct.tolist() == [hash_label(i) for i in store.ids]
     results = json.loads((trained / "evaluation" / "results.json").read_text())
     assert [r["estimator"] for r in results["results"]] == [
         "raw", "platt", "isotonic", "acute-pca10", "acute-pca10-stacked", "auto"] + results["params"]["controls"]

@@ -4,7 +4,6 @@ log-probs and raw confidence equal what the recorder recorded while generating t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
@@ -22,7 +21,7 @@ from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import Scorer
 from acute.store import open_store
 from acute.tasks import get_task
-from acute.testing import make_tiny_model, make_tiny_tokenizer
+from acute.testing import hash_label, make_tiny_model, make_tiny_tokenizer
 
 ARCHS = ["llama", "qwen2", "gemma3", "gpt2"]
 SHARED = "Question: How many legs does a spider have? Answer: 8. "  # > 8 shared tokens
@@ -221,10 +220,6 @@ def test_bad_inputs_and_too_long(tok):
 @pytest.fixture(scope="module")
 def loaded(tiny_model_dir):
     return load_model(tiny_model_dir)
-
-
-def hash_label(i) -> bool:
-    return hashlib.sha256(str(i).encode()).digest()[0] % 2 == 0
 
 
 def write_rows(path, rows):

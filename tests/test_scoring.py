@@ -3,7 +3,6 @@ the scorer's confidences with the probe applied to separately recorded activatio
 
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 import pytest
@@ -15,16 +14,12 @@ from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import ScoredGeneration, Scorer
 from acute.scoring.risk import decide
 from acute.tasks import Example, get_task
-from acute.testing import make_tiny_model
+from acute.testing import hash_label, make_tiny_model
 
 GENERATION = {"max_new_tokens": 5, "stop_strings": [], "pool": "decoding", "chat": False}
 LIVE = ["What is the capital of France?", "Who wrote Hamlet? Answer:", "2+2=", "Name a planet."]
 
 
-
-
-def _label(text: str) -> int:
-    return hashlib.sha256(text.encode()).digest()[0] % 2
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +31,7 @@ def probe_dir(tiny_model, tiny_tokenizer, tmp_path_factory):
                                max_new_tokens=GENERATION["max_new_tokens"])
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
-    y = np.array([_label(p) for p in prompts])
+    y = np.array([hash_label(p) for p in prompts], dtype=int)
     assert 0 < y.sum() < len(y)
     probe = ActivationProbe(view="pca10", n_estimators=10).fit(X, y, confidence=raw)
     path = tmp_path_factory.mktemp("probe") / "probe"
