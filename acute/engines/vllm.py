@@ -9,7 +9,7 @@ connector (:mod:`acute.engines.vllm_connector`) reduces them per request inside 
 returns the same :class:`~acute.extraction.Generation` objects as
 :func:`acute.extraction.generate_and_record`: tokens, raw log-probs, finish reason, text and
 the three pooled states (``"decoding"`` positions), equal to the transformers recorder's up to
-float rounding (``tests/test_vllm_engine.py``); the records come from the pooled files as for
+float rounding (``tests/engines/test_vllm_engine.py``); the records come from the pooled files as for
 every vLLM engine (:class:`~acute.engines.pooled.PooledEngine`).
 """
 

@@ -367,7 +367,7 @@ def top_components(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.nd
     Only the ``m`` wanted eigenpairs are computed (LAPACK ``syevr`` through
     ``scipy.linalg.eigh(subset_by_index=...)``): for d = 1536 (Qwen2.5-1.5B) and n = 1633 that is
     0.69 s a layer against scikit-learn's 1.84 s for the full decomposition, equal to it within
-    floating-point rounding (tests/test_features.py), which makes the PCA views affordable on
+    floating-point rounding (tests/estimators/test_features.py), which makes the PCA views affordable on
     29 layers x 6 fits per outer fold. With fewer records than dimensions (800 training records
     of 1536 dimensions, a learning curve's 50) the top eigenpairs of the n x n Gram matrix
     ``xc xc' / (n - 1)`` give the same eigenvalues and, through ``xc' u``, the same directions,

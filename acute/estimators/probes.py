@@ -242,7 +242,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         (a searched layer is searched by each probe's own folds, and the forest is one when both
         pick the same layer), and every probe whose calibration folds are another's takes those
         fold forests. Each piece is what this probe would fit itself, so the probabilities equal
-        a fit alone (tests/test_shared_fits.py)."""
+        a fit alone (tests/estimators/test_shared_fits.py)."""
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         if self.oof not in OOF_SOURCES:

@@ -260,7 +260,7 @@ class VisibleControl(ClassifierMixin, BaseEstimator):
 
     # The boosting runs on one OpenMP thread: on a thousand records threads cost more than they
     # gain (a fit took 14 s on two threads of a busy 2-core machine, 1.5 s on one); the trees and
-    # the probabilities are the same either way (tests/test_visible_control.py).
+    # the probabilities are the same either way (tests/evaluation/test_visible_control.py).
     def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> VisibleControl:
         from threadpoolctl import threadpool_limits
 

@@ -152,7 +152,7 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
     The estimators are fitted by one :class:`acute.estimators.plan.FitPlan`: each declares what
     it needs, then each is fitted in the order given, and every piece two of them need (a view's
     forest, a calibration's fold forests, ``auto``'s candidates) is fitted once for both; each
-    prediction equals the estimator's own fit to the last bit (tests/test_shared_fits.py).
+    prediction equals the estimator's own fit to the last bit (tests/estimators/test_shared_fits.py).
 
     ``states_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
     read other poolings (:func:`states_for`); None when only baselines are named.

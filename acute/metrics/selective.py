@@ -161,7 +161,7 @@ def coverage_at_error(confidence: ArrayLike, correct: ArrayLike, alpha: float) -
 
     This is the calibration-set value with no guarantee for new answers: a threshold chosen
     this way broke the target on new answers in 47% of simulated draws
-    (``tests/test_certify.py``); ``acute.metrics.certify`` gives a threshold with a guarantee.
+    (``tests/metrics/test_certify.py``); ``acute.metrics.certify`` gives a threshold with a guarantee.
     """
     alpha = _check_alpha(alpha)
     _, trusted, wrong = _steps(*_inputs(confidence, correct))

@@ -353,7 +353,7 @@ def test_cli_export_with_too_few_records_says_how_many(stores, tmp_path, capsys)
 def test_the_labels_benchmark_reads_a_store_and_a_predictions_file(stores, tmp_path, capsys):
     import runpy
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "certify_labels.py"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "certify_labels.py"
     mod = runpy.run_path(str(bench))
     mod["main"](["--store", str(stores["train"].path), "--n-estimators", "5", "--draws", "10"])
     out = capsys.readouterr().out

@@ -258,7 +258,7 @@ def test_no_signature_retypes_an_owned_default():
     from acute.metrics import DEFAULT_N_BOOTSTRAP
 
     assert (DEFAULT_N_BOOTSTRAP, DEFAULT_TEST_FRACTION, DEFAULT_STORE_DTYPE) == (1000, 0.3, "float16")
-    root = Path(__file__).resolve().parents[1] / "acute"
+    root = Path(__file__).resolve().parents[2] / "acute"
     found = []
     for path in sorted(root.rglob("*.py")):
         if path.name == "crossval.py":

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "examples" / "build_questions.py"
 DATA = REPO / "acute" / "data" / "questions.jsonl"  # the committed file (not an installed copy)
 

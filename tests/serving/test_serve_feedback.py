@@ -196,7 +196,7 @@ def test_labels_file_tail_cut_by_a_crash_and_corruption(tmp_path):
 # ------------------------------------------------------------------ the command line
 def _env():
     env = {k: v for k, v in os.environ.items() if k != "ACUTE_API_KEY"}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]), HF_HUB_OFFLINE="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_HUB_OFFLINE="1")
     return env
 
 

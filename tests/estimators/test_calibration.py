@@ -121,7 +121,7 @@ def test_the_shipped_probe_still_loads_and_scores_by_its_stored_map():
     from acute.estimators.calibration import apply_stacker
     from acute.estimators.probe_file import forest_proba
 
-    probe = load_probe(Path(__file__).resolve().parents[1] / "models" / "smollm2-135m-instruct" / "probe")
+    probe = load_probe(Path(__file__).resolve().parents[2] / "models" / "smollm2-135m-instruct" / "probe")
     r = np.random.default_rng(1)
     X = r.normal(size=(16, probe.n_layer_outputs, probe.hidden_size)).astype(np.float32)
     c = r.random(16)

@@ -2,7 +2,7 @@
 the batcher running several batches at once, the tokenizer they share, and
 :class:`acute.engines.upstream.UpstreamEngine` against a stand-in for vLLM's OpenAI server (its
 routes, and the pooled file acute's connector writes per request, named by the request).
-tests/test_vllm_serve.py runs the same against vLLM itself."""
+tests/serving/test_vllm_serve.py runs the same against vLLM itself."""
 
 from __future__ import annotations
 

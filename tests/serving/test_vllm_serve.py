@@ -9,7 +9,7 @@ SmolLM2 model and probe: the same answers, confidences within :data:`CONF_TOL`, 
 by a risk level, by a certificate and by a precheck; the official ``openai`` client under 16
 concurrent requests; streaming (the decision in the final chunk); a request the engine fails is
 answered 502 alone; a request the engine abandons is aborted; ``acute serve --upstream`` as a
-process, stopped by SIGTERM. vLLM runs as in tests/test_vllm_engine.py (``$ACUTE_VLLM_PYTHON``,
+process, stopped by SIGTERM. vLLM runs as in tests/engines/test_vllm_engine.py (``$ACUTE_VLLM_PYTHON``,
 else ``$ACUTE_HOME/vllm-venv``, built once).
 """
 
@@ -55,7 +55,7 @@ QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=?", "Na
              "What is the largest planet?", "Tell me a story about a cat.", "Is water wet?",
              "Which is bigger, 3 or 7?"]
 #: the measured difference of a confidence served through vLLM from the transformers service's
-#: is below 1e-5 (float32 states equal to relative 2e-6, tests/test_vllm_engine.py); a decision
+#: is below 1e-5 (float32 states equal to relative 2e-6, tests/engines/test_vllm_engine.py); a decision
 #: is compared where its threshold is further than this from the confidence
 CONF_TOL = 1e-3
 TIMEOUT = 120.0

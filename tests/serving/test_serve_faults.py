@@ -35,9 +35,8 @@ from acute.serving.batcher import Batcher  # noqa: E402
 from acute.serving.errors import RequestError  # noqa: E402
 from acute.serving.jobs import Job, score_jobs  # noqa: E402
 from acute.serving.server import MAX_HEADER_BYTES  # noqa: E402
-from test_serve import (  # noqa: E402,F401  (fixtures and helpers shared with the main service tests)
-    GENERATION, NAME, QUESTIONS, TIMEOUT, GatedScorer, alone, assert_same, loaded, post, probe,
-    probe_dir, wait_until,
+from service import (  # noqa: E402  (tests/serving/service.py; the fixtures are in its conftest.py)
+    GENERATION, NAME, QUESTIONS, TIMEOUT, GatedScorer, alone, assert_same, post, wait_until,
 )
 
 IM_START, IM_END = 1, 2  # the tiny ChatML tokenizer's control tokens
@@ -845,7 +844,7 @@ def test_the_faults_benchmark_counts_every_request(gate):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_faults.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_faults.py"
     spec = importlib.util.spec_from_file_location("bench_serve_faults", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

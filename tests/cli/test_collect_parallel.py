@@ -18,7 +18,7 @@ from acute.cli import main
 from acute.store import open_store
 
 N = 14
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COMMON = ["--max-new-tokens", "4", "--batch-size", "3", "--shard-size", "4", "--quiet",
           "--task-option", "shots=0"]  # the tiny model's context is 256 tokens
 

@@ -508,7 +508,7 @@ def test_verbal_candidates_differences_by_hand():
     parse, and a bootstrap interval that brackets the mean (and collapses when all are equal)."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "verbal_candidates.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "verbal_candidates.py"
     spec = importlib.util.spec_from_file_location("verbal_candidates", path)
     vc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vc)

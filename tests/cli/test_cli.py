@@ -430,7 +430,7 @@ def test_store_missing(capsys, tmp_path):
 
 def test_entry_point_subprocess():
     proc = subprocess.run([sys.executable, "-m", "acute.cli", "models"], capture_output=True,
-                          text=True, cwd=Path(__file__).resolve().parents[1], timeout=120)
+                          text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "smollm2-135m-instruct" in proc.stdout
 
@@ -464,7 +464,7 @@ def test_run_is_the_reproduction_pipeline(capsys, tmp_path):
 def test_probe_vs_baselines_benchmark(work, tmp_path, capsys):
     import runpy
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "probe_vs_baselines.py"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "probe_vs_baselines.py"
     mod = runpy.run_path(str(bench))
     rc = mod["main"](["--store", str(work / "mixed"), "--out", str(tmp_path), "--cv", "3", "--repeats", "1",
                       "--estimators", "raw,platt,acute-cosine-stacked", "--n-estimators", "5",

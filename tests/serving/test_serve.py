@@ -7,14 +7,12 @@ A real uvicorn server runs on a free loopback port in a background thread (and o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,10 +26,7 @@ uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 
-import acute  # noqa: E402
 from acute.errors import InputError  # noqa: E402
-from acute.extraction import generate_and_record  # noqa: E402
-from acute.estimators import ActivationProbe, load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.scoring.gate import Gate, risk_rule  # noqa: E402
 from acute.serving import create_app  # noqa: E402
@@ -40,75 +35,12 @@ from acute.serving.errors import ServerBusyError  # noqa: E402
 from acute.serving.jobs import Job, score_jobs  # noqa: E402
 from acute.serving.settings import check_bind  # noqa: E402
 
-GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
-NAME = "tiny-llama"
-QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Name a planet.",
-             "How many legs does a spider have? Be brief.", "Gold is", "Water is H2O. Mars is"]
-TOO_LONG = "Mars Venus " * 200  # > 256 positions of the tiny model, < the 4096-byte body limit
-TIMEOUT = 60.0  # seconds: every wait in this file is bounded
+from service import (  # noqa: E402  (tests/serving/service.py)
+    GENERATION, NAME, QUESTIONS, TIMEOUT, TOO_LONG, GatedScorer, alone, assert_same, post, wait_until,
+)
 
 
 # ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="module")
-def loaded(tiny_model_dir):
-    return acute.load_model(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
-def probe_dir(loaded, tmp_path_factory):
-    """A cosine probe (5 trees) fitted on the tiny model's activations with hash labels."""
-    model, tok = loaded
-    prompts = [f"Question: what is {i} times {i + 3}?" + " Be brief." * (i % 3) for i in range(30)]
-    gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
-    X = np.stack([g.layer_means for g in gens])
-    raw = np.array([g.raw_confidence for g in gens])
-    y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    probe = ActivationProbe(view="cosine", n_estimators=5).fit(X, y, confidence=raw)
-    path = tmp_path_factory.mktemp("serve-probe") / "probe"
-    probe.save(path, model_name=NAME, model_fingerprint=acute.model_identity(model),
-               training_summary={"generation": GENERATION, "task": None})
-    return path
-
-
-@pytest.fixture(scope="module")
-def probe(probe_dir):
-    return load_probe(probe_dir)
-
-
-def alone(loaded, probe, item, risk, **settings):
-    """The independent truth: a fresh Scorer scoring this one prompt by itself."""
-    model, tok = loaded
-    return Scorer(model, tok, probe, **settings).generate(item, risk=risk)
-
-
-def assert_same(got: dict, truth, answer_key="answer"):
-    assert got[answer_key] == truth.answer
-    assert abs(got["confidence"] - truth.confidence) <= 1e-6
-    np.testing.assert_allclose(got["raw_confidence"], truth.raw_confidence, rtol=1e-4)
-    assert got["decision"] == truth.decision
-    assert got["risk"] == truth.risk
-
-
-class GatedScorer(Scorer):
-    """A Scorer whose generate waits for ``gate``: holds the worker so tests control batching."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.gate, self.entered = threading.Event(), threading.Event()
-
-    def generate(self, prompts, *args, **kwargs):
-        self.entered.set()
-        assert self.gate.wait(TIMEOUT), "gate never opened"
-        return super().generate(prompts, *args, **kwargs)
-
-
-def wait_until(predicate, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
 @pytest.fixture(scope="module")
 def server(loaded, probe):
     model, tok = loaded
@@ -121,13 +53,6 @@ def server(loaded, probe):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=f"{server[1]}/v1", api_key="unused", max_retries=0, timeout=TIMEOUT)
-
-
-def post(url, path, body=None, content=None, **kwargs):
-    """POST ``body`` as JSON, or the bytes ``content`` (as ``application/json`` unless ``headers`` say)."""
-    if content is not None:
-        kwargs.setdefault("headers", {"Content-Type": "application/json"})
-    return httpx.post(url + path, json=body, content=content, timeout=TIMEOUT, **kwargs)
 
 
 # ------------------------------------------------------------------ /v1/score
@@ -535,7 +460,7 @@ def test_score_jobs_groups_settings_and_isolates_a_bad_prompt(loaded, probe):
 # ------------------------------------------------------------------ the command line
 def _env():
     env = {k: v for k, v in os.environ.items() if k != "ACUTE_API_KEY"}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]),
                HF_HUB_OFFLINE="1")
     return env
 
@@ -598,7 +523,7 @@ def test_benchmark_counts_answers_and_batches(server):
     and counted, batch sizes read from /healthz, a report with the ratio line."""
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_load.py"
     spec = importlib.util.spec_from_file_location("bench_serve_load", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -487,7 +487,7 @@ def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_pat
             w.writerow(["id", "correct", "raw", "platt"])
             for i in rng.permutation(n):  # any record order
                 w.writerow([f"q{i}", int(y[i]), preds["raw"][r, i], preds["platt"][r, i]])
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "parseable_only.py"))
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "parseable_only.py"))
     text = bench["section"](ev, tmp_path / "s", 50)
     keep = ~failed
     want = {r["estimator"]: r for r in evaluate_predictions({k: v[:, keep] for k, v in preds.items()}, y[keep],
@@ -500,7 +500,7 @@ def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_pat
 
 def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(tmp_path):
     """benchmarks/answer_controls.py (acute's answer-surface and answer-text controls, whose
-    features tests/test_visible_control.py checks by hand): folds.json (ids in any order) read
+    features tests/evaluation/test_visible_control.py checks by hand): folds.json (ids in any order) read
     back as the folds cv_folds made; a reply surface that decides correctness (short replies are
     right) gives answer-surface an AUROC near 1 while the evaluation's rows stay at chance, and it
     is above the default with both intervals."""
@@ -511,7 +511,7 @@ def test_answer_controls_benchmark_fits_reply_controls_on_the_evaluations_folds(
     from acute.evaluation.crossval import cv_folds
     from acute.store import StoreWriter
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "answer_controls.py"))
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "answer_controls.py"))
 
     rng = np.random.default_rng(1)
     n = 80
@@ -580,7 +580,7 @@ def test_apigen_errors_benchmark_kinds_and_auroc_per_kind(tmp_path):
 
     from acute.store import StoreWriter
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "apigen_errors.py"))
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "apigen_errors.py"))
     kind = bench["error_kind"]
     gold = [{"name": "f", "arguments": {"x": 1}}, {"name": "g", "arguments": {}}]
     assert kind(None, gold) == "unparsed"

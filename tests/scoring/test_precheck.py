@@ -27,7 +27,7 @@ from acute.tasks import get_task
 
 MAX_NEW = 4
 N = 40
-TOL = 1e-4  # scaled, as the teacher-forcing equality tests (tests/test_forced.py)
+TOL = 1e-4  # scaled, as the teacher-forcing equality tests (tests/collect/test_forced.py)
 
 
 def assert_states_close(got, want):
@@ -389,7 +389,7 @@ def _bench():
     import runpy
     from pathlib import Path
 
-    return runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "precheck.py"))
+    return runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "precheck.py"))
 
 
 def test_the_benchmark_cost_model_and_policy():

@@ -10,7 +10,7 @@ import numpy as np
 
 from acute.store import StoreWriter
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "evaluate_speed.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "evaluate_speed.py"
 
 
 def tiny_store(path: Path, n: int = 48, n_out: int = 5, d: int = 24) -> Path:

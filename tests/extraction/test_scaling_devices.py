@@ -26,7 +26,7 @@ from acute.extraction.pooler import LayerPooler
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 from test_extraction import PROMPTS, assert_close_scaled, reference
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _layer_map(num_layers: int = 4, **targets) -> dict:

@@ -175,7 +175,7 @@ def test_bad_indices_are_refused(indices, match):
 
 
 def _record(rng: np.random.Generator, rid: int) -> dict:
-    """A per-record dict as run_protocol stores it (see tests/test_protocol.py), with random
+    """A per-record dict as run_protocol stores it (see tests/protocol/test_protocol.py), with random
     verbalized confidences (ties, 0 and 1 included) and token log-probs."""
     answers = {p: f"{p}-{rid}" for p in PROVENANCES}
     verbal, token = {}, {}

@@ -30,7 +30,7 @@ from acute.cli import main
 from acute.errors import AcuteError, CorruptStoreError
 from acute.store import StoreWriter, open_store, verify_store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 N = 48
 COMMON = ["--max-new-tokens", "4", "--batch-size", "2", "--shard-size", "4", "--quiet", "-O", "shots=0"]
 

@@ -555,7 +555,7 @@ def test_forced_throughput_benchmark_times_the_bare_model():
 
     from acute.testing import make_tiny_model, make_tiny_tokenizer
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "benchmarks" / "forced_throughput.py"),
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "forced_throughput.py"),
                            run_name="bench")
     row, note, ratio = bench["measure"](make_tiny_model(max_position_embeddings=2048), make_tiny_tokenizer(),
                                         "default", None, 4, 2, 1)
