@@ -28,9 +28,8 @@ def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
     from ..evaluation.training import check_precheck_store, train_probe
 
-    if args.max_error is None and (args.delta is not None or args.calibration_store is not None
-                                   or args.group_by is not None):
-        raise InputError("--delta, --calibration-store and --group-by go with --max-error ALPHA (the error "
+    if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
+        raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
     with_precheck = _with_precheck(args)
     store = open_labelled_store(args.store, args.allow_partial)
@@ -351,12 +350,12 @@ def add_evaluate(sub, model_opts) -> None:
 
 
 def add_group_by(parser, certification: bool = False) -> None:
-    """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or the folds
-    of the out-of-fold predictions a certificate is calibrated on (train, export)."""
+    """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or what the
+    held-out split, ``auto``'s comparison and a certificate's out-of-fold folds keep whole (train, export)."""
     from ..evaluation.evaluate import RECORD_IDS
 
-    what = ("with --max-error: cross-fitted folds of the certificate's out-of-fold predictions that keep "
-            "each value of this record metadata field on one side" if certification else
+    what = ("keep each value of this record metadata field on one side of the held-out split (--test-fraction), "
+            "of auto's cross-validated comparison and of a certificate's out-of-fold folds" if certification else
             "folds that keep each value of this record metadata field on one side, and intervals that "
             "resample the values together")
     parser.add_argument("--group-by", default=None, metavar="FIELD",

@@ -15,13 +15,14 @@ sides of a split.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["Folds", "out_of_fold", "stratified_folds"]
+__all__ = ["Folds", "check_splits", "folds_digest", "out_of_fold", "stratified_folds"]
 
 #: ``(train_index, test_index)`` pairs, one per fold, the test parts a partition of the records
 Folds = list[tuple[np.ndarray, np.ndarray]]
@@ -49,6 +50,41 @@ def stratified_folds(correct: Any, n_splits: int, seed: int | None, groups: Sequ
         raise InputError(f"{n_groups} distinct {group_name} are fewer than {n_splits} folds")
     splitter = StratifiedGroupKFold(int(n_splits), shuffle=True, random_state=seed)
     return list(splitter.split(np.zeros(y.size), y, codes))
+
+
+def check_splits(splits: Any, n: int, name: str = "cv") -> Folds:
+    """``splits`` (``(train_index, test_index)`` pairs, as scikit-learn's ``cv=`` iterable) as
+    :data:`Folds` over ``n`` records, or an :class:`InputError` naming ``name``: at least two
+    pairs, integer indices in ``[0, n)``, no record on both sides of a pair, and the test parts a
+    partition of the records (each held out exactly once)."""
+    try:
+        folds = [(np.asarray(tr), np.asarray(te)) for tr, te in splits]
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number of folds or (train_index, test_index) pairs") from None
+    if len(folds) < 2:
+        raise InputError(f"{name} must hold at least 2 (train_index, test_index) pairs, got {len(folds)}")
+    held = np.zeros(int(n), dtype=np.int64)
+    for k, (tr, te) in enumerate(folds):
+        for part in (tr, te):
+            if part.ndim != 1 or (part.size and (part.dtype.kind not in "iu" or part.min() < 0 or part.max() >= n)):
+                raise InputError(f"{name}: fold {k} holds indices that are not record numbers in [0, {n})")
+        if np.intersect1d(tr, te).size:
+            raise InputError(f"{name}: fold {k} has records on both its train and test side")
+        np.add.at(held, te, 1)
+    if (held != 1).any():
+        raise InputError(f"{name}: the test parts must hold out every one of the {n} records exactly once "
+                         f"({int((held == 0).sum())} never, {int((held > 1).sum())} more than once)")
+    return folds
+
+
+def folds_digest(folds: Folds) -> str:
+    """sha256 of the folds' train and test indices, in order: equal for equal folds, however drawn."""
+    h = hashlib.sha256()
+    for train, test, *_ in folds:
+        for part in (train, test):
+            h.update(np.asarray(part, dtype=np.int64).tobytes())
+            h.update(b"|")
+    return h.hexdigest()
 
 
 def out_of_fold(fit_predict: Callable[..., Any], folds: Iterable[tuple], n: int) -> np.ndarray:

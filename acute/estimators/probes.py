@@ -36,7 +36,7 @@ from .features import (
     make_featurizer,
 )
 from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration
-from .folds import Folds, out_of_fold, stratified_folds
+from .folds import Folds, folds_digest, out_of_fold, stratified_folds
 from .plan import Piece, Pieces, fit_alone
 from .probe_file import (
     FORMAT,
@@ -499,7 +499,8 @@ class _ForestPiece(Piece):
 @dataclass(frozen=True, eq=False)
 class _FoldForestsPiece(Piece):
     """Out-of-fold forest P(correct) over ``folds`` (``StratifiedKFold`` folds drawn with ``seed``,
-    :func:`acute.estimators.folds.stratified_folds`): in each fold a copy of the unfitted
+    :func:`acute.estimators.folds.stratified_folds`, or folds ``auto`` was given; shared by
+    content): in each fold a copy of the unfitted
     featurizer ``template`` and a forest of the probe's settings fitted on the training part
     (``template`` and ``folds`` are None in a declaration). Not ``CalibratedClassifierCV(ensemble=False)``:
     the folds refit the featurizer on the states while the raw confidence is a separate input,
@@ -512,7 +513,8 @@ class _FoldForestsPiece(Piece):
     with_confidence: bool = False  # a searched template's per-fold search reads the confidence
 
     def key(self) -> Hashable:
-        folds = ("folds", len(self.folds), self.seed) if self.seed is not None else ("unseeded", object())
+        # by content: folds drawn with a seed and folds given (auto's grouped ones) share only if equal
+        folds = ("folds", folds_digest(self.folds)) if self.seed is not None else ("unseeded", object())
         return ("fold forests", _features_key(self.template), self.with_confidence, self.probe._forest_key(), folds)
 
     def family(self) -> Hashable:

@@ -37,13 +37,14 @@ Fits are deterministic given ``random_state``.
 from __future__ import annotations
 
 import math
+from numbers import Integral
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from .baselines import BASELINES, make_baseline
-from .folds import out_of_fold, stratified_folds
+from .folds import Folds, check_splits, out_of_fold, stratified_folds
 from .plan import Piece, Pieces, fit_alone, needs
 from .controls import (CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, ConstantEstimator,
                        MetadataPlatt, TextPlatt)
@@ -312,7 +313,12 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     probabilities out of fold over ``StratifiedKFold(cv, shuffle=True, random_state)``, or, when
     the view's stacked probe calibrates out of bag (``oof="oob"``, the default), that probe's
     out-of-bag probabilities (one forest on all records, which the refit then reuses); a stacked
-    candidate is scored by cross-fitting its two-feature logistic on them over the folds. The
+    candidate is scored by cross-fitting its two-feature logistic on them over the folds.
+    ``cv`` may also be the folds themselves (scikit-learn's iterable of ``(train_index,
+    test_index)`` pairs, e.g. folds that keep each tool set on one side,
+    :func:`acute.estimators.folds.stratified_folds` with ``groups``): every held-out prediction
+    is then out of fold over them, never out of bag, because a tree leaves records out one by one
+    and would score a record with trees that saw its group. The
     baselines (``references``) are scored on the same folds. The probe with the highest
     out-of-fold auc-euro (all) wins (ties: lower smECE) and is refitted on every record; the
     baselines are references only, because what ``auto`` picks must be exportable as a probe.
@@ -330,7 +336,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, candidates: Sequence[str] = AUTO_CANDIDATES,
-                 references: Sequence[str] = BASELINES, cv: int = 5,
+                 references: Sequence[str] = BASELINES, cv: int | Sequence[tuple] = 5,
                  random_state: int | None = 0, n_jobs: int | None = None,
                  probe_params: Mapping[str, Any] | None = None, refit: str = "best"):
         self.candidates = candidates
@@ -376,9 +382,25 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         out = [p for n in cands for p in needs(self._make(n))]
         for view in views:
             stacked = self._make(f"{view}-stacked")
-            if self.random_state is not None and stacked.oof == "oob":
+            if self._out_of_bag(stacked):
                 out += needs(stacked)
         return tuple(out)
+
+    def _out_of_bag(self, stacked) -> bool:
+        """Whether a view's held-out probabilities are its stacked probe's out-of-bag ones: folds
+        drawn here (``cv`` a number), seeded, and the stacked probe calibrating out of bag."""
+        return isinstance(self.cv, Integral) and self.random_state is not None and stacked.oof == "oob"
+
+    def _folds(self, y: np.ndarray) -> Folds:
+        """``cv`` stratified folds drawn with ``random_state``, or the folds ``cv`` gives."""
+        from .features import check_cv
+
+        if isinstance(self.cv, bool) or not isinstance(self.cv, (Integral, Sequence)) or isinstance(self.cv, str):
+            raise InputError(f"cv must be a number of folds or (train_index, test_index) pairs, got {self.cv!r}")
+        if isinstance(self.cv, Integral):
+            check_cv(self.cv, y)
+            return stratified_folds(y, self.cv, self.random_state)
+        return check_splits(self.cv, y.size)
 
     def fit_with(self, pieces: Pieces, states: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
         """:meth:`fit`, taking what it shares with other estimators of these records from
@@ -388,7 +410,6 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         out of fold over this estimator's folds (those a stacked probe calibrating on the same
         folds fits); the refit is the fitted candidate (the named probe of an evaluation fold).
         The scores and the refit equal a fit alone."""
-        from .features import check_cv
         from ..validation import check_confidence, check_correct, check_states
         from .calibration import apply_stacker, fit_stacker
 
@@ -396,8 +417,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         X = check_states(states)
         y = check_correct(correct, X.shape[0], both_classes=True)
         conf = check_confidence(confidence, X.shape[0])
-        check_cv(self.cv, y)
-        folds = stratified_folds(y, self.cv, self.random_state)
+        folds = self._folds(y)
         oof: dict[str, np.ndarray] = {}
         for name in refs:
             def reference(tr, te, name=name):
@@ -426,7 +446,7 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         self.warning_ = None
         if self.best_baseline_ is not None and self.ranking_.index(self.best_baseline_) < self.ranking_.index(self.chosen_):
             b, p = self.scores_[self.best_baseline_], self.scores_[self.chosen_]
-            self.warning_ = (f"the baseline {self.best_baseline_} scored above {self.chosen_} in {self.cv}-fold "
+            self.warning_ = (f"the baseline {self.best_baseline_} scored above {self.chosen_} in {len(folds)}-fold "
                              f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
                              f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
                              "measurable over the raw confidence")
@@ -437,10 +457,10 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
     def _held_out(self, pieces: Pieces, view: str, X: np.ndarray, y: np.ndarray, conf: np.ndarray,
                   folds) -> np.ndarray:
         """The held-out forest P(correct) of ``view`` on every record: its stacked probe's out-of-bag
-        ones (out-of-bag stacking, seeded, every record out of bag for some tree), else its forests
-        out of fold over ``folds``."""
+        ones (out-of-bag stacking, seeded, folds drawn here, every record out of bag for some
+        tree), else its forests out of fold over ``folds``."""
         stacked = self._make(f"{view}-stacked")
-        if self.random_state is not None and stacked.oof == "oob":
+        if self._out_of_bag(stacked):
             twin = pieces.fitted(stacked, X, y, conf)
             if np.isfinite(twin.oof_proba_).all():
                 return np.asarray(twin.oof_proba_, dtype=np.float64)
@@ -458,7 +478,8 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             "best_by_cv": self.best_,
             "refit": self.refit,
             "criterion": "out-of-fold auc-euro (all), ties by smECE",
-            "cv": {"n_splits": int(self.cv), "random_state": self.random_state},
+            "cv": ({"n_splits": int(self.cv), "random_state": self.random_state} if isinstance(self.cv, Integral)
+                   else {"n_splits": len(self.folds_), "given": True}),
             "candidates": list(self.candidates),
             "scores": [{"estimator": n, **self.scores_[n]} for n in self.ranking_],
             "best_baseline": self.best_baseline_,

@@ -13,8 +13,9 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
   When the store's task groups its records (``default_group_by``: APIGen and BFCL keep a tool
   set together) or ``group_by`` names a metadata field, the folds are grouped as the
   evaluation's are (:func:`acute.evaluation.evaluate.store_groups`,
-  ``StratifiedGroupKFold``): no group is on both sides of a split, so the probe is fitted
-  here on grouped folds instead of reusing ``auto``'s (which are not grouped). Each record's
+  ``StratifiedGroupKFold``): no group is on both sides of a split; ``auto``'s comparison ran on
+  the same grouped folds (:func:`acute.evaluation.training.train_probe`), so its predictions
+  are still the ones reused, and a named probe is cross-fitted on them. Each record's
   confidence comes from a probe fitted without it, so the test is sound for probes fitted on
   4/5 of the records; the exported probe, fitted on all of them, is taken to be at least as good
   (the usual cross-fitting assumption, not part of the theorem). With ``--estimator auto`` the
@@ -185,17 +186,21 @@ def _groups(store, idx: np.ndarray, group_by: str | None) -> tuple[str | None, l
     return store_groups(store, group_by, [store.ids[i] for i in idx])
 
 
-def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[str] | None) -> np.ndarray:
-    """Out-of-fold P(correct) of the training records ``idx``: ``auto``'s, when it made them on
-    folds like these (not grouped), else a clone of the probe fitted on each fold."""
+def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[str] | None) -> tuple[np.ndarray, bool]:
+    """``(P(correct), reused)``: the out-of-fold P(correct) of the training records ``idx`` over
+    :data:`CV_FOLDS` stratified folds (grouped by ``groups``): ``auto``'s (``reused``), when its
+    comparison ran on exactly these folds (:func:`acute.evaluation.training.train_probe` gives it
+    the grouped ones), else a clone of the probe fitted on each fold."""
     from sklearn.base import clone
 
-    from ..estimators.folds import out_of_fold, stratified_folds
+    from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
 
-    auto = trained.auto
-    if groups is None and auto is not None and getattr(auto, "oof_", None) is not None:
-        return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64)
     y = np.asarray(store.correct)[idx].astype(np.int64)
+    folds = stratified_folds(y, CV_FOLDS, seed, groups=groups)
+    auto = trained.auto
+    if auto is not None and getattr(auto, "oof_", None) is not None \
+            and folds_digest(auto.folds_) == folds_digest(folds):
+        return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64), True
     raw = np.asarray(store.raw_confidence, dtype=np.float64)[idx]
     states = store_states(store, getattr(trained.probe, "pooling", "mean"))
     X = np.asarray(states[idx], dtype=np.float32)
@@ -204,7 +209,7 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
         est = clone(trained.probe).fit(X[tr], y[tr], confidence=raw[tr])
         return est.predict_proba(X[te], confidence=raw[te])[:, 1]
 
-    return out_of_fold(fit_predict, stratified_folds(y, CV_FOLDS, seed, groups=groups), y.size)
+    return out_of_fold(fit_predict, folds, y.size), False
 
 
 def calibration_confidence(trained, store, *, calibration_store: Any = None, seed: int | None = None,
@@ -219,8 +224,7 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None, see
     if calibration_store is None:
         idx = _train_index(trained, store)
         field, groups = _groups(store, idx, group_by)
-        conf = _cross_fitted(trained, store, idx, seed, groups)
-        reused = groups is None and trained.auto is not None and getattr(trained.auto, "oof_", None) is not None
+        conf, reused = _cross_fitted(trained, store, idx, seed, groups)
         folds = {"n_splits": CV_FOLDS, "seed": seed, "estimator": trained.label,
                  "from": "auto's cross-validated comparison" if reused else "cross-fitted for the certificate"}
         if field is not None:

@@ -323,13 +323,17 @@ def _unit_hash(seed: int, record_id: Any) -> float:
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
-def split_ids(ids: Sequence[Any], test_fraction: float = DEFAULT_TEST_FRACTION, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Deterministic train/test split by record id.
+def split_ids(ids: Sequence[Any], test_fraction: float = DEFAULT_TEST_FRACTION, seed: int = 0,
+              groups: Sequence[Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic train/test split by record id, or by group.
 
     A record is in the test split when ``sha256(f"{seed}:{id}")`` read as a number in [0, 1) is
     below ``test_fraction``. Its side therefore depends only on its own id and the seed: not on the
     order of ``ids``, nor on which other records exist (a store that grows keeps its old split). The
-    test share is ``test_fraction`` in expectation (binomial spread around it).
+    test share is ``test_fraction`` in expectation (binomial spread around it). With ``groups``
+    (one value per record, e.g. its tool set) the hash is of ``f"{seed}:group:{value}"``: the
+    records sharing a value fall on one side together, the share of groups is ``test_fraction``
+    in expectation.
 
     Returns ``(train_mask, test_mask)``, complementary boolean arrays aligned with ``ids``.
     ``test_fraction`` must be in [0, 1); ids must be unique (``ValueError`` otherwise).
@@ -341,7 +345,12 @@ def split_ids(ids: Sequence[Any], test_fraction: float = DEFAULT_TEST_FRACTION, 
         seen: set[str] = set()
         dup = next(str(i) for i in ids if str(i) in seen or seen.add(str(i)))
         raise InputError(f"ids must be unique to split by id; {dup!r} occurs more than once")
-    u = np.array([_unit_hash(seed, i) for i in ids], dtype=np.float64)
+    if groups is not None:
+        if len(groups) != len(ids):
+            raise InputError(f"groups has {len(groups)} values but there are {len(ids)} records")
+        u = np.array([_unit_hash(seed, f"group:{g}") for g in groups], dtype=np.float64)
+    else:
+        u = np.array([_unit_hash(seed, i) for i in ids], dtype=np.float64)
     test = u < float(test_fraction)
     return ~test, test
 

@@ -27,7 +27,7 @@ from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.identity import domain_record, of_store
 from ..store.pooling import store_states
-from .certification import certify_checked, check_certification
+from .certification import CV_FOLDS, certify_checked, check_certification
 from .crossval import split_ids
 
 __all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_estimator", "check_precheck_store",
@@ -210,6 +210,11 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
     were left out. ``store_path`` (default: the store's own path) is recorded in the summary.
 
+    ``group_by`` (a metadata field; default: the store's task's grouping, e.g. APIGen's and
+    BFCL's tool sets; ``"id"``: records one by one) keeps each of its values on one side of the
+    held-out split, of ``auto``'s cross-validated comparison (its folds, and out-of-fold instead
+    of out-of-bag held-out probabilities) and of a certificate's out-of-fold folds.
+
     ``max_error`` (one alpha or several): also certify the trust threshold at each, with
     probability ``1 - delta``, on the out-of-fold predictions of the training records or on
     ``calibration_store`` (named ``calibration_path``), by the procedure ``certify_fwer`` with
@@ -226,10 +231,14 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     :data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`); :meth:`TrainedProbe.save` writes
     it beside the probe in ``precheck/``; a store without last-prompt states is refused first
     (:func:`check_precheck_store`). None (the default): no precheck."""
+    from ..estimators.folds import stratified_folds
+    from .evaluate import store_groups
+
     precheck_name = check_precheck_estimator(precheck_estimator)
     if precheck_name:
         check_precheck_store(store)
-    train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed)
+    field, groups = store_groups(store, group_by)
+    train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed, groups=groups)
     idx = np.flatnonzero(train)
     if max_error is not None:  # refuse what cannot be certified before fitting anything
         alphas = check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
@@ -237,17 +246,23 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                                      group_by=group_by)
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
+    if isinstance(est, AutoEstimator) and groups is not None:  # compared on folds that keep each group whole
+        est.set_params(cv=stratified_folds(store.correct[idx], CV_FOLDS, seed, groups=[groups[i] for i in idx],
+                                           group_name=f"values of {field!r} among the training records"))
     est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
             confidence=store.raw_confidence[idx])
     auto, selection, probe = None, None, est
     if isinstance(est, AutoEstimator):
         auto, selection, probe = est, est.selection(), est.estimator_
+        if field is not None:
+            selection["cv"]["group_by"] = field
         label = est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
     m = store.manifest
     path = store_path if store_path is not None else getattr(store, "path", None)
     summary = {"store": None if path is None else str(Path(path).resolve()), "n_train": int(train.sum()),
                "accuracy_train": float(np.mean(store.correct[train])),
-               "split": {"test_fraction": test_fraction, "seed": seed}, **collection_settings(m)}
+               "split": {"test_fraction": test_fraction, "seed": seed, **({"group_by": field} if field else {})},
+               **collection_settings(m)}
     held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
     trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
                            n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),

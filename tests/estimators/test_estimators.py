@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
 from acute import metrics
 from acute.estimators.baselines import BASELINES, make_baseline
@@ -15,7 +15,7 @@ from acute.estimators import (
     AutoEstimator,
     make_estimator,
 )
-from acute.errors import UnknownEstimatorError
+from acute.errors import InputError, UnknownEstimatorError
 from acute.estimators import ActivationProbe
 from acute.estimators.calibration import apply_calibration, fit_stacker
 
@@ -107,6 +107,49 @@ def test_auto_scores_by_hand_and_refits_the_winner():
     np.testing.assert_array_equal(auto.predict_proba(X, c), ref.predict_proba(X, c))
     sel = auto.selection()
     assert sel["chosen"] == best and [r["estimator"] for r in sel["scores"]] == auto.ranking_
+
+
+def test_auto_on_given_folds_holds_every_record_out_of_fold_never_out_of_bag():
+    """cv given as (train, test) pairs (folds that keep each group whole): every candidate's
+    held-out P(correct) is out of fold over them, by hand, even where the stacked probes calibrate
+    out of bag (a forest's out-of-bag probabilities would score a record with trees that saw
+    its group); with a number of folds the same estimator reads the out-of-bag ones."""
+    X, y, c = planted()
+    yi = y.astype(int)
+    groups = np.arange(len(y)) % 11
+    folds = list(StratifiedGroupKFold(4, shuffle=True, random_state=1).split(X, yi, groups))
+    params = {**SMALL, "n_estimators": 40}  # every record out of bag for some tree
+    auto = AutoEstimator(cv=folds, probe_params=params, random_state=1).fit(X, y, confidence=c)
+    drawn = AutoEstimator(cv=4, probe_params=params, random_state=1).fit(X, y, confidence=c)
+    for view in ("acute-cosine", "acute-pca10"):
+        forest = np.empty(len(y))
+        for tr, te in folds:
+            est = make_estimator(view, random_state=1, probe_params=params).fit(X[tr], yi[tr], c[tr])
+            forest[te] = est.predict_proba(X[te], c[te])[:, 1]
+        np.testing.assert_allclose(auto.oof_[view], forest, rtol=0, atol=1e-12)
+        stacked = np.empty(len(y))
+        for tr, te in folds:
+            w, v, b = fit_stacker(forest[tr], c[tr], yi[tr])
+            stacked[te] = apply_calibration(forest[te], "stacked", {"w": w, "v": v, "b": b}, c[te])
+        np.testing.assert_allclose(auto.oof_[f"{view}-stacked"], stacked, rtol=0, atol=1e-12)
+        oob = make_estimator(f"{view}-stacked", random_state=1, probe_params=params).fit(X, yi, c).oof_proba_
+        np.testing.assert_allclose(drawn.oof_[view], oob, rtol=0, atol=1e-12)
+    assert [te.tolist() for _, te in auto.folds_] == [te.tolist() for _, te in folds]
+    assert auto.selection()["cv"] == {"n_splits": 4, "given": True}
+
+
+@pytest.mark.parametrize("cv, message", [
+    ("five", "cv must be a number of folds or"),
+    (True, "cv must be a number of folds or"),
+    ([(np.arange(80), np.arange(80, 160))], "at least 2"),
+    ([(np.arange(80), np.arange(80, 160)), (np.arange(80, 160), np.arange(80, 160))], "both its train and test"),
+    ([(np.arange(80, 160), np.arange(80)), (np.arange(60), np.arange(60, 160))], "exactly once .0 never, 20 more"),
+    ([(np.arange(80, 160), np.arange(80)), (np.arange(80), np.arange(80, 161))], "not record numbers in .0, 160."),
+])
+def test_auto_refuses_folds_that_do_not_partition_the_records(cv, message):
+    X, y, c = planted()
+    with pytest.raises(InputError, match=message):
+        AutoEstimator(cv=cv, probe_params=SMALL).fit(X, y, confidence=c)
 
 
 def test_auto_says_when_a_baseline_beats_every_probe():

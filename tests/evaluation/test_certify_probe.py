@@ -128,8 +128,9 @@ def test_the_default_export_reuses_autos_out_of_fold_predictions(stores):
 
 
 def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
-    """Folds grouped as the evaluation's (StratifiedGroupKFold over the metadata field): the probe
-    is cross-fitted on them, auto's ungrouped comparison is not reused, the folds say so."""
+    """Folds grouped as the evaluation's (StratifiedGroupKFold over the metadata field): a named
+    probe is cross-fitted on them; the default export's comparison (auto) ran on the same folds
+    and its out-of-fold predictions are the ones certified; the folds say so."""
     from sklearn.model_selection import StratifiedGroupKFold
 
     store = make_store(tmp_path / "grouped", meta=lambda i: {"toolset": f"t{i % 17}"})
@@ -138,16 +139,26 @@ def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
     codes = np.unique(groups, return_inverse=True)[1]
     folds = list(StratifiedGroupKFold(5, shuffle=True, random_state=0).split(np.zeros(len(y)), y, codes))
     assert all(not set(groups[tr]) & set(groups[te]) for tr, te in folds)
-    for kw in ({"view": "pca10", "n_estimators": 10}, {"n_estimators": 5}):
-        trained = train_probe(store, max_error=0.1, delta=0.2, certify_backend="binomial", group_by="toolset", **kw)
-        conf = np.empty(len(y))
-        for tr, te in folds:
-            est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
-            conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
-        [entry] = trained.certificates
-        assert entry["threshold"] == certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial").threshold
-        assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
-                                  "from": "cross-fitted for the certificate", "group_by": "toolset"}
+    trained = train_probe(store, view="pca10", n_estimators=10, max_error=0.1, delta=0.2, certify_backend="binomial",
+                          group_by="toolset")
+    conf = np.empty(len(y))
+    for tr, te in folds:
+        est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
+        conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+    [entry] = trained.certificates
+    assert entry["threshold"] == certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial").threshold
+    assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
+                              "from": "cross-fitted for the certificate", "group_by": "toolset"}
+    trained = train_probe(store, n_estimators=5, max_error=0.1, delta=0.2, certify_backend="binomial",
+                          group_by="toolset")
+    auto = trained.auto
+    assert [te.tolist() for _, te in auto.folds_] == [te.tolist() for _, te in folds]
+    [entry] = trained.certificates
+    expected = certify_threshold(auto.oof_[auto.chosen_], store.correct, 0.1, 0.2, backend="binomial")
+    assert entry["threshold"] == expected.threshold
+    assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
+                              "from": "auto's cross-validated comparison", "group_by": "toolset"}
+    assert trained.selection["cv"] == {"n_splits": 5, "given": True, "group_by": "toolset"}
     common = ["export", "--store", str(tmp_path / "grouped"), "--view", "pca10", "--n-estimators", "10",
               "--max-error", "0.1", "--delta", "0.2", "--certify-backend", "binomial"]
     for group_by, folds_field in (("toolset", "toolset"), ("id", None)):  # acute export --group-by
@@ -157,6 +168,25 @@ def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
     with pytest.raises(InputError, match=r"3 distinct values of 'toolset', fewer than the 5 folds"):
         train_probe(make_store(tmp_path / "three", meta=lambda i: {"toolset": f"t{i % 3}"}), view="pca10",
                     max_error=0.1, group_by="toolset")
+
+
+def test_a_held_out_split_keeps_each_group_on_one_side(tmp_path):
+    """acute train's --test-fraction on a task that groups its records: each tool set lies wholly
+    in the training or the held-out records, decided by sha256 of "seed:group:value" (by hand);
+    group_by="id" splits record by record again."""
+    import hashlib
+
+    store = make_store(tmp_path / "apigen", task="apigen", meta=lambda i: {"toolset": f"t{i % 13}"})
+    groups = np.array([f"t{i % 13}" for i in range(len(store))])
+    trained = train_probe(store, view="pca10", n_estimators=5, test_fraction=0.3, seed=3)
+    held = {g for g in set(groups)
+            if int.from_bytes(hashlib.sha256(f"3:group:{g}".encode()).digest()[:8], "big") / 2.0**64 < 0.3}
+    assert 0 < len(held) < 13
+    assert sorted(trained.train_index.tolist()) == [i for i in range(len(store)) if groups[i] not in held]
+    assert trained.held_out["n"] == sum(g in held for g in groups)
+    assert trained.training_summary["split"] == {"test_fraction": 0.3, "seed": 3, "group_by": "toolset"}
+    by_id = train_probe(store, view="pca10", n_estimators=5, test_fraction=0.3, seed=3, group_by="id")
+    assert set(groups[by_id.train_index]) == set(groups) and "group_by" not in by_id.training_summary["split"]
 
 
 def test_a_task_that_groups_its_records_certifies_on_grouped_folds_by_default(tmp_path):
@@ -330,8 +360,8 @@ def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
                            "trusted answers), got 1.5"),
     (["--max-error", 0.1, "--delta", 0], "argument --delta: must be a number in (0, 1) (the probability that the "
                                          "guarantee fails), got 0.0"),
-    (["--delta", 0.2], "--delta, --calibration-store and --group-by go with --max-error"),
-    (["--group-by", "id"], "--delta, --calibration-store and --group-by go with --max-error"),
+    (["--delta", 0.2], "--delta and --calibration-store go with --max-error"),
+    (["--group-by", "toolset"], "record 'q0' has no metadata field 'toolset'"),
     (["--max-error", 0.1, "--calibration-store", "OTHER"], "train 320,"),
 ])
 def test_cli_export_refuses_bad_input_by_name(stores, tmp_path, capsys, extra, message):
