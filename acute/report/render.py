@@ -24,6 +24,9 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
 import logging
 import time
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..estimators.controls import CONTROLS
-from ..fileio import json_ready, write_text_atomic
+from ..fileio import atomic_path, json_ready, write_text_atomic
 from .figures import (LEARNING_CURVE_TABLE, clear_figures, kept_task_figures, learning_curve_figure,
                       learning_curve_section, task_figure_names, task_figures, transfer_section)
 from ..evaluation.markdown import results_markdown, selective_markdown
@@ -296,18 +299,44 @@ EVALUATIONS_DIR = "evaluations"
 _TABLE_FILES = ("results.json", "results.csv", "results.md")
 
 
+#: the compact copy of an evaluation's repeat-0 out-of-fold predictions kept beside its tables
+COMMITTED_PREDICTIONS = "predictions.csv.gz"
+#: significant digits of the committed predictions (enough for any metric or threshold re-analysis)
+PREDICTION_DIGITS = 6
+
+
+def compact_predictions(text: str) -> bytes:
+    """``predictions.csv`` (id, correct, one column per estimator) with every probability written
+    to :data:`PREDICTION_DIGITS` significant digits, gzip-compressed with no timestamp (the same
+    bytes for the same predictions)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(rows[0])
+    for row in rows[1:]:
+        w.writerow(row[:2] + [format(float(v), f".{PREDICTION_DIGITS}g") for v in row[2:]])
+    return gzip.compress(out.getvalue().encode("utf-8"), mtime=0)
+
+
 def copy_evaluation_tables(eval_runs, dest: Path) -> None:
-    """Copy each evaluation's tables (not its predictions) to ``dest/<model>/<task>/``, and its
-    learning curve's table (``learning-curve/learning_curve.json``: means per training size) as
-    ``learning-curve.json`` (a stale one goes when the evaluation has none), so the numbers of
-    every pair are committed beside the report and a later report can read them back as a
-    tables-only run; folders of pairs this report did not evaluate are kept."""
+    """Copy each evaluation's tables to ``dest/<model>/<task>/``, with its folds (``folds.json``:
+    every repeat's fold of every record) and its repeat-0 out-of-fold predictions in compact form
+    (:data:`COMMITTED_PREDICTIONS`, :func:`compact_predictions`), so a later analysis (a
+    certificate, a grouped bootstrap) can be redone on the real predictions without the store;
+    and its learning curve's table (``learning-curve/learning_curve.json``: means per training
+    size) as ``learning-curve.json`` (a stale one goes when the evaluation has none), so the
+    numbers of every pair are committed beside the report and a later report can read them back
+    as a tables-only run; folders of pairs this report did not evaluate are kept."""
     for model, task, path in eval_runs:
         target = dest / model / task
         target.mkdir(parents=True, exist_ok=True)
-        for name in _TABLE_FILES:
+        for name in _TABLE_FILES + ("folds.json",):
             if (Path(path) / name).is_file():
                 write_text_atomic(target / name, (Path(path) / name).read_text(encoding="utf-8"))
+        predictions = Path(path) / "predictions.csv"
+        if predictions.is_file():
+            with atomic_path(target / COMMITTED_PREDICTIONS) as tmp:
+                tmp.write_bytes(compact_predictions(predictions.read_text(encoding="utf-8")))
         curve = Path(path) / "learning-curve" / "learning_curve.json"
         if curve.is_file():
             write_text_atomic(target / LEARNING_CURVE_TABLE, curve.read_text(encoding="utf-8"))

@@ -9,6 +9,8 @@ those rows correct through the normal task code; nothing in the product is patch
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import math
 import sys
@@ -525,7 +527,6 @@ model = "{model_dir.as_posix()}"
 def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_validated):
     """cv / estimators / learning_curve / transfer in [run]: every record scored out of fold, a
     learning curve per pair, a transfer table per model and summary.csv agreeing with results.json."""
-    import csv
 
     from acute.report.summary import SUMMARY_COLUMNS
 
@@ -549,11 +550,21 @@ def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_val
     with open(out / "summary.csv", newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     assert list(rows[0]) == list(SUMMARY_COLUMNS)
-    # each pair's own tables and learning-curve table are kept beside the report (not its predictions)
+    # each pair's own tables, folds, learning-curve table and repeat-0 predictions (6 significant
+    # digits, gzip) are kept beside the report
     copied = out / "evaluations" / "tiny" / "qa"
-    assert sorted(p.name for p in copied.iterdir()) == ["learning-curve.json", "results.csv", "results.json",
-                                                        "results.md"]
+    assert sorted(p.name for p in copied.iterdir()) == ["folds.json", "learning-curve.json", "predictions.csv.gz",
+                                                        "results.csv", "results.json", "results.md"]
     assert json.loads((copied / "results.json").read_text()) == results
+    evaluated = work / "tiny" / "qa" / "eval"
+    assert (copied / "folds.json").read_text() == (evaluated / "folds.json").read_text()
+    with gzip.open(copied / "predictions.csv.gz", "rt", encoding="utf-8", newline="") as fh:
+        compact = list(csv.reader(fh))
+    with open(evaluated / "predictions.csv", newline="", encoding="utf-8") as fh:
+        full = list(csv.reader(fh))
+    assert compact[0] == full[0] and [r[:2] for r in compact] == [r[:2] for r in full] and len(full) == N_ROWS + 1
+    np.testing.assert_allclose(np.array([r[2:] for r in compact[1:]], dtype=float),
+                               np.array([r[2:] for r in full[1:]], dtype=float), rtol=5e-6, atol=0)
     assert json.loads((copied / "learning-curve.json").read_text()) == lc
     assert [(r["model"], r["task"]) for r in rows] == [("tiny", "qa"), ("tiny", "qa2")]
     by = {r["estimator"]: r for r in results["results"]}
@@ -659,7 +670,6 @@ def test_an_earlier_summary_keeps_the_pairs_this_report_did_not_evaluate(tmp_pat
 def test_pairs_of_an_earlier_report_are_kept_in_their_own_table(driven, tmp_path):
     """A summary row whose evaluation is gone moves to summary-kept.csv and its own section, out of
     summary.csv and its Holm correction; regenerating again keeps it (read back from either file)."""
-    import csv
     import shutil
 
     from acute.report import ReportInputs, write_report
@@ -687,7 +697,6 @@ def test_pairs_of_an_earlier_report_are_kept_in_their_own_table(driven, tmp_path
 
 # ----------------------------------------------------------------------------- committed tables
 def _csv_rows(path: Path) -> list[dict]:
-    import csv
 
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
