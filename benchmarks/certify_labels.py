@@ -381,11 +381,14 @@ REAL_ALPHAS = (0.05, 0.10)
 MIN_TEST = 300  # records kept out of every calibration subsample, to measure test coverage
 
 def read_predictions(path: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(correct, {estimator: out-of-fold P(correct)}) from an evaluation's predictions.csv (repeat 0)."""
+    """(correct, {estimator: out-of-fold P(correct)}) from an evaluation's predictions.csv, or a
+    report's committed predictions.csv.gz (repeat 0)."""
     from acute.evaluation import read_predictions as read_evaluation
+    from acute.evaluation.writer import COMMITTED_PREDICTIONS
 
-    if Path(path).name != "predictions.csv":
-        raise InputError(f"{path}: --predictions takes an evaluation's predictions.csv")
+    if Path(path).name not in ("predictions.csv", COMMITTED_PREDICTIONS):
+        raise InputError(f"{path}: --predictions takes an evaluation's predictions.csv or the "
+                         f"{COMMITTED_PREDICTIONS} a report keeps beside its tables (docs/results/evaluations)")
     _, y, preds = read_evaluation(Path(path).parent)
     return y > 0, {n: v[0] for n, v in preds.items()}
 
@@ -490,7 +493,7 @@ def main(argv=None) -> None:
                         help="calibration sets per row of the MAPIE-versus-binomial table (0: skip it)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--store", default=None, help="cross-fit the default and the baselines on this store")
-    source.add_argument("--predictions", default=None, help="an evaluation's predictions.csv (out of fold)")
+    source.add_argument("--predictions", default=None, help="an evaluation's predictions.csv, or predictions.csv.gz beside a report's tables (out of fold)")
     parser.add_argument("--n-estimators", type=int, default=None,
                         help="with --store: trees of the default's forests (default: the probe's)")
     parser.add_argument("--fwer", choices=PROCEDURES, default=DEFAULT_FWER,

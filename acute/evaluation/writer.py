@@ -7,6 +7,8 @@ reliability diagrams."""
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import json
 import logging
 import os
@@ -21,7 +23,7 @@ import numpy as np
 from ..fileio import fsync_dir, json_ready
 from .table import best_estimators
 
-__all__ = ["intro_markdown", "read_predictions", "write_evaluation"]
+__all__ = ["COMMITTED_PREDICTIONS", "compact_predictions", "intro_markdown", "read_predictions", "write_evaluation"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,25 +54,49 @@ def intro_markdown(res) -> str:
             f"{' Controls left out:' if left else ''}{left}\n\n")
 
 
+#: the compact copy of an evaluation's repeat-0 out-of-fold predictions a report keeps beside its tables
+COMMITTED_PREDICTIONS = "predictions.csv.gz"
+#: significant digits of the committed predictions (enough for any metric or threshold re-analysis)
+PREDICTION_DIGITS = 6
+
+
+def compact_predictions(text: str) -> bytes:
+    """``predictions.csv`` (id, correct, one column per estimator) with every probability written
+    to :data:`PREDICTION_DIGITS` significant digits, gzip-compressed with no timestamp (the same
+    bytes for the same predictions)."""
+    rows = list(csv.reader(io.StringIO(text)))
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(rows[0])
+    for row in rows[1:]:
+        w.writerow(row[:2] + [format(float(v), f".{PREDICTION_DIGITS}g") for v in row[2:]])
+    return gzip.compress(out.getvalue().encode("utf-8"), mtime=0)
+
+
 def read_predictions(eval_dir, names: Sequence[str] | None = None
                      ) -> tuple[list[str], np.ndarray, dict[str, np.ndarray]]:
     """What :func:`write_evaluation` wrote as predictions, read back: ``(ids, correct, {name:
     [repeats, n]})`` from ``predictions.csv`` and every ``predictions-repeat<r>.csv`` (in ``r``
-    order), records in ``predictions.csv``'s order, ``correct`` as int ``[n]``; ``names`` (default:
+    order), or from the compact copy a report keeps beside an evaluation's tables
+    (:data:`COMMITTED_PREDICTIONS`, :func:`compact_predictions`: repeat 0), records in the file's order, ``correct`` as int ``[n]``; ``names`` (default:
     every estimator column). A missing folder or file, a repeat with other records or a name that is
     no column is an :class:`~acute.errors.InputError` naming the file."""
     from ..errors import InputError
 
     folder = Path(eval_dir)
     first = folder / "predictions.csv"
+    if not first.is_file() and (folder / COMMITTED_PREDICTIONS).is_file():
+        first = folder / COMMITTED_PREDICTIONS  # a report's copy: repeat 0 only
     if not first.is_file():
         raise InputError(f"{first} does not exist: {folder} is not an evaluation folder")
-    files = [first] + sorted(folder.glob("predictions-repeat*.csv"), key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
+    files = [first] + (sorted(folder.glob("predictions-repeat*.csv"), key=lambda f: int(f.stem.rsplit("repeat", 1)[1]))
+                       if first.name == "predictions.csv" else [])
     ids: list[str] = []
     correct = np.zeros(0, dtype=np.int64)
     out: dict[str, list] = {}
     for f in files:
-        with open(f, newline="", encoding="utf-8") as fh:
+        opener = gzip.open if f.suffix == ".gz" else open
+        with opener(f, "rt", newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
         if not rows or "id" not in rows[0] or "correct" not in rows[0]:
             raise InputError(f"{f}: expected a header 'id,correct,<estimator>...' and rows")

@@ -24,9 +24,6 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 
 from __future__ import annotations
 
-import csv
-import gzip
-import io
 import json
 import logging
 import time
@@ -39,6 +36,7 @@ from ..fileio import atomic_path, json_ready, write_text_atomic
 from .figures import (LEARNING_CURVE_TABLE, clear_figures, kept_task_figures, learning_curve_figure,
                       learning_curve_section, task_figure_names, task_figures, transfer_section)
 from ..evaluation.markdown import results_markdown, selective_markdown
+from ..evaluation.writer import COMMITTED_PREDICTIONS, compact_predictions
 from .runs import EvalRun, average_summaries, load_eval_run, run_summary
 from .summary import kept_summary_rows, summary_csv, summary_markdown, summary_rows
 
@@ -297,25 +295,6 @@ def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[st
 #: where the report keeps each evaluation's own tables (``<model>/<task>/results.{json,csv,md}``)
 EVALUATIONS_DIR = "evaluations"
 _TABLE_FILES = ("results.json", "results.csv", "results.md")
-
-
-#: the compact copy of an evaluation's repeat-0 out-of-fold predictions kept beside its tables
-COMMITTED_PREDICTIONS = "predictions.csv.gz"
-#: significant digits of the committed predictions (enough for any metric or threshold re-analysis)
-PREDICTION_DIGITS = 6
-
-
-def compact_predictions(text: str) -> bytes:
-    """``predictions.csv`` (id, correct, one column per estimator) with every probability written
-    to :data:`PREDICTION_DIGITS` significant digits, gzip-compressed with no timestamp (the same
-    bytes for the same predictions)."""
-    rows = list(csv.reader(io.StringIO(text)))
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(rows[0])
-    for row in rows[1:]:
-        w.writerow(row[:2] + [format(float(v), f".{PREDICTION_DIGITS}g") for v in row[2:]])
-    return gzip.compress(out.getvalue().encode("utf-8"), mtime=0)
 
 
 def copy_evaluation_tables(eval_runs, dest: Path) -> None:

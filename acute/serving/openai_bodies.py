@@ -130,17 +130,21 @@ def public_summary(summary: Any) -> dict | None:
 
 
 def _certificates(probe) -> list[dict]:
-    """The certified thresholds a client may ask for by ``max_error`` (no file locations)."""
+    """The certified thresholds a client may ask for by ``max_error`` (no file locations), each
+    with ``refused``: why a request naming it is refused here (the probe is scored outside its
+    validity domain, :meth:`acute.estimators.probe_file.ExportedProbe.outside_domain`), or null."""
     from ..estimators.certificates import certificate_summary
 
-    return [{**certificate_summary(e), "valid": e["valid"], "threshold": e["threshold"]}
+    refused = getattr(probe, "certificates_refused", None)
+    return [{**certificate_summary(e), "valid": e["valid"], "threshold": e["threshold"], "refused": refused}
             for e in getattr(probe, "certificates", None) or []]
 
 
 def models_body(settings: ServeSettings, probe, created: int, precheck_probe=None) -> dict:
     """``GET /v1/models``: the served model with its probe's estimator, fingerprint, public
     training summary (:func:`public_summary`), certified thresholds (``certificates``: alpha,
-    delta, threshold, valid, calibration n and coverage, backend, source) and ``precheck`` (the
+    delta, threshold, valid, calibration n and coverage, backend, source, and ``refused``: why
+    they cannot be asked for here, or null) and ``precheck`` (the
     question-only probe requests may precheck with: its estimator and the states it reads; null
     without one)."""
     fingerprint = getattr(probe, "model_fingerprint", None)

@@ -240,6 +240,15 @@ def test_scoring_under_another_dtype_warns_once_and_refuses_the_certificate(tiny
                                          r"'float32'.*'bfloat16'.*recertify"):
         scorer.generate("What is 2+2?", max_error=0.1)
     assert load_probe(path).certificates_refused is None  # the probe itself is not changed
+    # GET /v1/models says so beside each certificate (it is still valid where it was certified)
+    from acute.serving import ServeSettings
+    from acute.serving.openai_bodies import models_body
+
+    listed = models_body(ServeSettings(model_name="m"), scorer.probe, 0)["data"][0]["certificates"]
+    assert listed and all(c["refused"] == scorer.probe.certificates_refused for c in listed)
+    assert "'model_dtype'" in listed[0]["refused"] and listed[0]["valid"]
+    at_home = models_body(ServeSettings(model_name="m"), load_probe(path), 0)["data"][0]["certificates"]
+    assert [c["refused"] for c in at_home] == [None] * len(listed)
 
 
 def test_a_gate_made_before_the_model_loaded_is_refused_too(tiny_probe):

@@ -565,6 +565,13 @@ def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_val
     assert compact[0] == full[0] and [r[:2] for r in compact] == [r[:2] for r in full] and len(full) == N_ROWS + 1
     np.testing.assert_allclose(np.array([r[2:] for r in compact[1:]], dtype=float),
                                np.array([r[2:] for r in full[1:]], dtype=float), rtol=5e-6, atol=0)
+    from acute.evaluation import read_predictions  # reads the committed copy as repeat 0
+    ids, y, kept = read_predictions(copied)
+    ids0, y0, every = read_predictions(evaluated)
+    assert ids == ids0 and (y == y0).all() and set(kept) == set(every)
+    for name, p in kept.items():
+        assert p.shape == (1, N_ROWS)
+        np.testing.assert_allclose(p[0], every[name][0], rtol=5e-6, atol=0)
     assert json.loads((copied / "learning-curve.json").read_text()) == lc
     assert [(r["model"], r["task"]) for r in rows] == [("tiny", "qa"), ("tiny", "qa2")]
     by = {r["estimator"]: r for r in results["results"]}
