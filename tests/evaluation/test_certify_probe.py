@@ -421,3 +421,38 @@ def test_cli_export_without_mapie_says_what_to_install(stores, tmp_path, capsys,
     rc, _, err = run(["export", "--store", stores["train"].path, "--max-error", 0.1, "--certify-backend", "mapie",
                       "--out", tmp_path / "p"], capsys)
     assert rc == 2 and "pip install 'acute[risk]'" in err and "--certify-backend" in err
+
+
+def test_the_q_style_benchmark_exports_on_one_part_and_checks_on_the_others(tmp_path, capsys):
+    """benchmarks/q_style_check.py measure: per split, the default probe exported (with its
+    certificate) from a seeded random part of the store and its certified threshold applied to
+    disjoint other records; the split, the trusted answers and their precision checked by hand."""
+    import runpy
+
+    from scipy.stats import binomtest
+
+    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "q_style_check.py"))
+    store = make_store(tmp_path / "s", n=300, signal=1.5)
+    out = tmp_path / "out"
+    assert bench["main"](["measure", "--store", str(tmp_path / "s"), "--export", "200", "--check", "80",
+                          "--splits", "2", "--max-error", "0.2", "--delta", "0.2", "--out", str(out)]) == 0
+    res = json.loads((out / "q_style_check.json").read_text())
+    assert [r["seed"] for r in res["splits"]] == [0, 1] and res["n_store"] == 300
+    for row in res["splits"]:
+        order = np.random.default_rng(row["seed"]).permutation(300)
+        export, check = np.sort(order[:200]), np.sort(order[200:280])
+        assert not set(export) & set(check)
+        trained = train_probe(store.select(export), max_error=0.2, delta=0.2, seed=row["seed"], n_jobs=1)
+        [cert] = trained.certificates
+        assert row["certified"] and cert["valid"] and row["threshold"] == cert["threshold"]
+        X = np.asarray(store.layer_means, dtype=np.float32)[check]
+        conf = trained.probe.predict_proba(X, confidence=store.raw_confidence[check])[:, 1]
+        trusted = conf >= cert["threshold"]
+        k, n = int(store.correct[check][trusted].sum()), int(trusted.sum())
+        assert (row["n_trusted"], row["n_check"]) == (n, 80) and row["precision"] == pytest.approx(k / n)
+        ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+        assert row["precision_ci"] == pytest.approx([ci.low, ci.high])
+    assert res["issue_check_passes"] == (res["splits"][0]["precision"] >= 0.77)
+    assert "| 0 | yes |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="holds 300 records; --export 800 \\+ --check 500 need 1300"):
+        bench["main"](["measure", "--store", str(tmp_path / "s"), "--out", str(out)])

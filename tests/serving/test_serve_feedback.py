@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from servers import running  # tests/servers.py
+from service import GENERATION, NAME, TIMEOUT  # tests/serving/service.py (the model: its conftest.py)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -36,15 +37,7 @@ from acute.serving.recording import probe_digest  # noqa: E402
 from acute.store import LabelFile, StoreWriter, open_store, read_labels, verify_store  # noqa: E402
 from acute.store.labels import LABELS  # noqa: E402
 
-GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
-NAME = "tiny-llama"
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Name a planet."]
-TIMEOUT = 60.0
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_dir):
-    return acute.load_model(tiny_model_dir)
 
 
 def _probe(loaded, path: Path, seed: int) -> Path:

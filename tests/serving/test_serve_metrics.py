@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 from servers import running  # tests/servers.py
+from service import GENERATION, NAME, TIMEOUT  # tests/serving/service.py (the model: its conftest.py)
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -24,17 +25,9 @@ from acute.metrics.drift import confidence_reference  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 
-GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
-NAME = "tiny-llama"
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Name a planet.",
              "How many legs does a spider have? Be brief.", "Gold is"]
-TIMEOUT = 60.0
 WINDOW = 4
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_dir):
-    return acute.load_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

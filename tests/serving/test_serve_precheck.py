@@ -11,6 +11,7 @@ import hashlib
 import numpy as np
 import pytest
 from servers import running  # tests/servers.py
+from service import GENERATION, NAME, TIMEOUT  # tests/serving/service.py (the model: its conftest.py)
 
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
@@ -22,20 +23,12 @@ from acute.extraction import generate_and_record  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 
-GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
-NAME = "tiny-llama"
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Name a planet.",
              "How many legs does a spider have? Be brief.", "Gold is"]
-TIMEOUT = 60.0
 #: the keys of a /v1/score answer decided by the risk rule, as before the precheck existed
 SCORE_KEYS = {"id", "answer", "raw_confidence", "confidence", "decision", "risk", "rule", "threshold", "estimator",
               "model", "latency_ms", "n_tokens", "finish_reason"}
 ACUTE_KEYS = {"confidence", "raw_confidence", "decision", "risk", "rule", "threshold", "estimator"}
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_model_dir):
-    return acute.load_model(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
