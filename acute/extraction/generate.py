@@ -30,9 +30,11 @@ from .batching import (
     prefill,
     prefix_batches,
     resolve_eos,
+    split_batches,
     window_allows_prefix_cache,
     batch_order,
 )
+from .prompt_states import PromptState
 from .recorder import HiddenStateRecorder
 
 logger = logging.getLogger(__name__)
@@ -130,10 +132,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     else:
         planned = [([keep[j] for j in batch], None) for batch in
                    batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
-    if not do_sample:
-        # Greedy: silence sampling parameters a model's generation_config may carry.
-        for key in ("temperature", "top_p", "top_k"):
-            generate_kwargs.setdefault(key, None)
+    _greedy_defaults(do_sample, generate_kwargs)
     prefix: list[int] = []
     prefix_cache = None
     results: list[Generation | None] = [None] * len(prompts)
@@ -157,20 +156,112 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                                          drop_finished=drop_finished, pad_token_id=pad_id,
                                          **cache_kwargs, **generate_kwargs)
             for r, i in enumerate(batch):
-                text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
-                reason = recorded.finish_reasons[r]
-                if reason == "stop":
-                    text = cut_at_stop(text, stop_strings)
-                results[i] = Generation(
-                    text=text,
-                    token_ids=recorded.token_ids[r],
-                    token_logprobs=recorded.token_logprobs[r],
-                    layer_means=recorded.layer_means[r],
-                    last_prompt=recorded.last_prompt[r],
-                    last_answer=recorded.last_answer[r],
-                    prompt_tokens=len(encoded[i]),
-                    finish_reason=reason,
-                )
+                results[i] = _generation(recorded, r, tokenizer, stop_strings, len(encoded[i]))
             if on_batch is not None:
                 on_batch(len(batch))
     return results
+
+
+def _generation(recorded, r: int, tokenizer: Any, stop_strings: Sequence[str], prompt_tokens: int) -> Generation:
+    """Row ``r`` of a recorded batch as a :class:`Generation` (text cut at its stop string)."""
+    text = tokenizer.decode(recorded.token_ids[r].tolist(), skip_special_tokens=True)
+    reason = recorded.finish_reasons[r]
+    if reason == "stop":
+        text = cut_at_stop(text, stop_strings)
+    return Generation(text=text, token_ids=recorded.token_ids[r], token_logprobs=recorded.token_logprobs[r],
+                      layer_means=recorded.layer_means[r], last_prompt=recorded.last_prompt[r],
+                      last_answer=recorded.last_answer[r], prompt_tokens=prompt_tokens, finish_reason=reason)
+
+
+def _greedy_defaults(do_sample: bool, generate_kwargs: dict) -> None:
+    if not do_sample:
+        # Greedy: silence sampling parameters a model's generation_config may carry.
+        for key in ("temperature", "top_p", "top_k"):
+            generate_kwargs.setdefault(key, None)
+
+
+def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
+                               decide: Callable[[np.ndarray, np.ndarray], Any], *, max_new_tokens: int = 64,
+                               batch_size: int = BATCH_SIZE, stop_strings: Sequence[str] = (),
+                               pool: PoolMode = "decoding", do_sample: bool = False,
+                               on_too_long: Literal["skip", "error"] = "error",
+                               eos_token_ids: Sequence[int] | None = None,
+                               **generate_kwargs: Any) -> tuple[list[PromptState | None], list[Generation | None]]:
+    """Decide from each prompt's last-token states, then generate only where the decision says
+    so, from the same forward pass: a two-stage gate whose first stage costs no extra prompt pass.
+
+    Prompts are tokenized and checked as :func:`generate_and_record` does (a prompt whose tokens
+    plus ``max_new_tokens`` exceed the context window: ``on_too_long``) and run longest first in
+    left-padded batches (:func:`~acute.extraction.batching.split_batches`). Per batch one forward
+    pass over the prompts gives their last-token states (those of
+    :func:`~acute.extraction.prompt_states.record_prompt_states`, exactly) and their KV cache;
+    ``decide(states, index)`` (float32 ``[b, L+1, d]`` and the rows' positions in ``prompts``,
+    int ``[b]`` -> ``b`` booleans) says which rows to generate for; those rows generate from that cache with the prompt's last position dropped from it, so
+    the recorder sees the last prompt token again (one token recomputed: the position that
+    decodes the first answer token, which both pool modes record). A model whose sliding
+    attention window is shorter than the longest prompt plus ``max_new_tokens`` generates from
+    scratch. The generations equal :func:`generate_and_record`'s with ``reuse_prefix=False`` up
+    to floating-point rounding (tested); prompts that share a prefix do not share its pass here.
+
+    Returns ``(passes, generations)`` in input order: a
+    :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
+    where ``decide`` said yes (None elsewhere, and in both lists for a skipped prompt).
+    """
+    import torch
+
+    from .pooler import LayerPooler
+    from .prompt_states import prompt_pass
+
+    prompts = check_strings(prompts, "prompts")
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if pool not in POOLS:
+        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
+    eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
+    pad_id = padding_id(tokenizer, eos_ids)
+    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
+    _greedy_defaults(do_sample, generate_kwargs)
+    lengths = [len(ids) for ids in encoded]
+    passes: list[PromptState | None] = [None] * len(prompts)
+    results: list[Generation | None] = [None] * len(prompts)
+    for batch in split_batches(sorted(keep, key=lambda i: -lengths[i]), lengths, batch_size):
+        seqs = [encoded[i] for i in batch]
+        reuse = window_allows_prefix_cache(model, max(len(q) for q in seqs) + max_new_tokens)
+        with LayerPooler(model) as pooler:
+            states, cache = prompt_pass(model, pooler, seqs, pad_id, keep_cache=reuse)
+        for r, i in enumerate(batch):
+            passes[i] = PromptState(last_prompt=states[r], prompt_tokens=lengths[i])
+        go = np.asarray(decide(states, np.asarray(batch, dtype=np.int64)), dtype=bool).reshape(-1)
+        if go.shape != (len(batch),):
+            raise InputError(f"decide returned {go.size} decisions for a batch of {len(batch)} prompts")
+        rows = np.flatnonzero(go)
+        if rows.size == 0:
+            continue
+        ids, mask = left_pad(seqs, pad_id)
+        ids, mask = ids[rows], mask[rows]
+        cache_kwargs: dict[str, Any] = {}
+        if cache is not None:
+            if rows.size < len(batch):
+                cache.batch_select_indices(torch.as_tensor(rows, device=_cache_device(cache)))
+            cache.crop(-1)  # transformers 5.x: a negative count removes that many positions
+            cache_kwargs[cache_keyword(model)] = cache
+        with HiddenStateRecorder(model, pool=pool) as recorder:
+            recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
+                                         stop_strings=stop_strings, tokenizer=tokenizer, do_sample=do_sample,
+                                         pad_token_id=pad_id, **cache_kwargs, **generate_kwargs)
+        for r, row in enumerate(rows):
+            i = batch[row]
+            results[i] = _generation(recorded, r, tokenizer, stop_strings, lengths[i])
+    return passes, results
+
+
+def _cache_device(cache) -> Any:
+    """The device of a KV cache's first layer (where its batch indices must live)."""
+    layers = getattr(cache, "layers", None)
+    if layers:
+        keys = getattr(layers[0], "keys", None)
+        if keys is not None:
+            return keys.device
+    return "cpu"

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .batching import BATCH_SIZE, check_strings, encode_prompts, left_pad, padding_id, resolve_eos, split_batches
+from .batching import (BATCH_SIZE, cache_keyword, check_strings, encode_prompts, left_pad, padding_id, resolve_eos,
+                       split_batches)
 from .layers import forward_accepts, model_device
 from .pooler import LayerPooler, check_dtype
 
-__all__ = ["PromptState", "record_prompt_states"]
+__all__ = ["PromptState", "prompt_pass", "record_prompt_states"]
 
 
 @dataclasses.dataclass
@@ -39,10 +40,18 @@ class PromptState:
 
 def _prompt_batch(model: nn.Module, pooler: LayerPooler, seqs: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
     """float32 ``[b, L+1, d]``: the last-token states of one left-padded batch, one forward."""
+    return prompt_pass(model, pooler, seqs, pad_id)[0]
+
+
+def prompt_pass(model: nn.Module, pooler: LayerPooler, seqs: Sequence[Sequence[int]], pad_id: int,
+                keep_cache: bool = False) -> tuple[np.ndarray, Any]:
+    """``(states, cache)``: the last-token states float32 ``[b, L+1, d]`` of one left-padded batch
+    of token lists, from one forward pass, and with ``keep_cache`` its KV cache (None without):
+    what :func:`acute.extraction.generate.generate_after_prompt_pass` generates from."""
     device = model_device(model)
     ids, mask = left_pad(seqs, pad_id)
     ids, mask = ids.to(device), mask.to(device)
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": False}
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": keep_cache}
     if forward_accepts(model, "position_ids"):  # as generate builds them: real tokens only
         kwargs["position_ids"] = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     if forward_accepts(model, "logits_to_keep"):
@@ -53,10 +62,13 @@ def _prompt_batch(model: nn.Module, pooler: LayerPooler, seqs: Sequence[Sequence
     pooler.set_weights(None, picks={"last_prompt": torch.zeros(len(seqs), dtype=torch.long, device=device)})
     try:
         with torch.no_grad():
-            model(**kwargs)
+            out = model(**kwargs)
     finally:
         pooler.set_weights(None)
-    return pooler.states("last_prompt")
+    cache = None
+    if keep_cache:
+        cache = out.cache if cache_keyword(model) == "cache" else out.past_key_values
+    return pooler.states("last_prompt"), cache
 
 
 def record_prompt_states(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,

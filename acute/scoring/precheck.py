@@ -5,7 +5,8 @@ question-only probe (``precheck/``: the PCA-10 forest over the states at the pro
 token, no raw confidence, Platt-calibrated; :mod:`acute.estimators.probe_file`). It gives
 P(correct) of the answer the model is about to give from one forward pass over the prompt
 (:func:`acute.extraction.record_prompt_states`), so a question the gate would refuse anyway
-costs a prompt pass instead of a generation.
+costs a prompt pass instead of a generation; one it lets through generates from that same pass
+(:func:`acute.extraction.generate_after_prompt_pass`), so it costs no second prompt pass.
 
 * :meth:`acute.scoring.Scorer.precheck` returns that P(correct) and the decision at a
   threshold u0 (trust iff P > u0) as a :class:`PrecheckResult`;

@@ -123,6 +123,13 @@ class ScoredGeneration:
         return d
 
 
+def _precheck_results(items, texts, lengths, conf, thresholds) -> list[PrecheckResult]:
+    """One :class:`PrecheckResult` per prompt: trust iff its question-only P(correct) > its u0."""
+    return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), threshold=float(u),
+                           trust=bool(c > u), prompt_tokens=int(n))
+            for item, t, n, c, u in zip(items, texts, lengths, conf, thresholds)]
+
+
 def _is_single(prompts: Any) -> bool:
     """Whether ``prompts`` is one prompt (a string or one chat) rather than a list of them."""
     return isinstance(prompts, str) or (
@@ -302,21 +309,51 @@ class Scorer:
             return []
         texts = [self.format(p) for p in items]
         checked: dict[int, PrecheckResult] = {}
+        out: list[ScoredGeneration | None] = [None] * len(items)
         if gated:
             self._check_fits(texts)  # before the precheck, so that errors name the prompt as given
-            checked = dict(zip(gated, self._prechecked([items[i] for i in gated], [texts[i] for i in gated],
-                                                       [gates[i].precheck for i in gated])))
-        todo = [i for i in range(len(items)) if i not in checked or checked[i].trust]
-        out: list[ScoredGeneration | None] = [None] * len(items)
+            if self.engine is None:  # the precheck's pass is the generation's prefill
+                checked = self._prechecked_generation(items, texts, gates, gated, out)
+            else:
+                checked = dict(zip(gated, self._prechecked([items[i] for i in gated], [texts[i] for i in gated],
+                                                           [gates[i].precheck for i in gated])))
+        todo = [i for i in range(len(items)) if out[i] is None and (i not in checked or checked[i].trust)]
         for i, s in zip(todo, self._generated([items[i] for i in todo], [texts[i] for i in todo],
                                               [gates[i] for i in todo])):
-            if i in checked:
-                s.precheck = checked[i].fields()
             out[i] = s
         for i, c in checked.items():
-            if not c.trust:
+            if out[i] is not None:
+                out[i].precheck = c.fields()
+            else:
                 out[i] = _skipped(items[i], texts[i], c, gates[i])
         return out[0] if single else out
+
+    def _prechecked_generation(self, items, texts, gates, gated: list[int],
+                               out: list[ScoredGeneration | None]) -> dict[int, PrecheckResult]:
+        """The prompts ``gated`` prechecked and, where the precheck lets them through, generated
+        from the precheck's own forward pass (:func:`acute.extraction.generate_after_prompt_pass`:
+        no second prompt pass); their scored answers go into ``out``. Returns the precheck results."""
+        from ..extraction import generate_after_prompt_pass
+
+        sub_items, sub_texts = [items[i] for i in gated], [texts[i] for i in gated]
+        thresholds = np.array([gates[i].precheck for i in gated], dtype=np.float64)
+        conf = np.full(len(gated), np.nan)
+
+        def decide(states: np.ndarray, index: np.ndarray) -> np.ndarray:
+            conf[index] = self.precheck_probe.predict_proba(states)[:, 1]
+            return conf[index] > thresholds[index]
+
+        start = time.perf_counter()
+        passes, gens = generate_after_prompt_pass(
+            self.model, self.tokenizer, sub_texts, decide, max_new_tokens=self.max_new_tokens,
+            batch_size=self.batch_size, stop_strings=self.stop_strings, pool=self.pool, on_too_long="error")
+        let = [k for k, g in enumerate(gens) if g is not None]
+        scored = [] if not let else self._scored([sub_items[k] for k in let], [sub_texts[k] for k in let], [gens[k] for k in let],
+                              [gens[k].text for k in let], [gates[gated[k]] for k in let], time.perf_counter() - start)
+        for k, s in zip(let, scored):
+            out[gated[k]] = s
+        results = _precheck_results(sub_items, sub_texts, [p.prompt_tokens for p in passes], conf, thresholds)
+        return dict(zip(gated, results))
 
     def _generated(self, items, texts, gates) -> list[ScoredGeneration]:
         """Generate and score ``texts`` (formatted ``items``), decided by ``gates``."""
@@ -394,10 +431,7 @@ class Scorer:
 
     def _prechecked(self, items, texts, thresholds) -> list[PrecheckResult]:
         states, lengths = self._prompt_pass(texts)
-        conf = self.precheck_probe.predict_proba(states)[:, 1]
-        return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), threshold=u,
-                               trust=bool(c > u), prompt_tokens=n)
-                for item, t, n, c, u in zip(items, texts, lengths, conf, thresholds)]
+        return _precheck_results(items, texts, lengths, self.precheck_probe.predict_proba(states)[:, 1], thresholds)
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
                        max_error: float | None = None, gate: Gate | None = None) -> ScoredGeneration:

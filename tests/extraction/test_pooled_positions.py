@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from acute.extraction import generate_and_record, record_responses
+from acute.extraction import generate_after_prompt_pass, generate_and_record, record_prompt_states, record_responses
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 from test_extraction import SHARED, assert_matches_reference, first_stop
 
@@ -47,6 +47,35 @@ def stopping_eos(model, tok):
     seqs = [g.token_ids.tolist() for g in free]
     eos = [seqs[0][0], seqs[1][3]]
     return eos, [first_stop(s, eos) or N for s in seqs]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gpt2"])
+@pytest.mark.parametrize("pool", ["decoding", "generated"])
+def test_generating_after_the_prompt_pass_equals_the_recorder(arch, pool, tok):
+    """The two-stage gate's generation (issue 45 item 5): the prompt pass's states are those of
+    record_prompt_states, and the prompts it lets through generate from that pass's cache what
+    the recorder generates from scratch (tokens equal, every state against the reference
+    forward), rows finishing at different steps, one after a single token; the others get None."""
+    model = tiny(arch)
+    eos, lengths = stopping_eos(model, tok)
+    reference = np.stack([p.last_prompt for p in record_prompt_states(model, tok, PROMPTS, batch_size=4)])
+    for keep in ([True] * 4, [True, False, False, True], [False, True, True, False], [False] * 4):
+        def decide(states, index):  # the rows are the prompts index says: their states are theirs
+            np.testing.assert_allclose(states, reference[index], rtol=1e-5, atol=1e-5)
+            return [keep[i] for i in index]
+
+        passes, gens = generate_after_prompt_pass(model, tok, PROMPTS, decide, max_new_tokens=N, batch_size=4,
+                                                  eos_token_ids=eos, pool=pool)
+        np.testing.assert_allclose(np.stack([p.last_prompt for p in passes]), reference, rtol=1e-5, atol=1e-5)
+        assert [g is not None for g in gens] == keep
+        kept = [i for i in range(len(PROMPTS)) if keep[i]]
+        assert [len(gens[i].token_ids) for i in kept] == [lengths[i] for i in kept]
+        assert_matches_reference(model, tok, [PROMPTS[i] for i in kept], [gens[i] for i in kept], pool)
+
+
+def test_generating_after_the_prompt_pass_refuses_a_wrong_number_of_decisions(tok):
+    with pytest.raises(ValueError, match="decide returned 1 decisions for a batch of 4 prompts"):
+        generate_after_prompt_pass(tiny("llama"), tok, PROMPTS, lambda states, index: [True], max_new_tokens=2)
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gpt2"])

@@ -273,6 +273,35 @@ def test_generate_with_precheck_answers_only_what_passes(scorer, collected):
     assert isinstance(single, ScoredGeneration) and not single.generated
 
 
+def test_a_precheck_costs_no_second_prompt_pass(scorer, collected):
+    """Issue 45 item 5: the precheck's forward pass is the generation's prefill. Counted with a
+    hook on the model (prompt positions fed in forwards of more than one position): a gated call
+    feeds exactly what the precheck alone feeds, the generation after it only single positions;
+    prechecking and then generating separately feeds the prompts again."""
+    _, examples, _ = collected
+    questions = [ex.question for ex in examples[:6]]
+    fed: list[int] = []
+
+    def count(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 1:
+            fed.append(int(ids.shape[0] * ids.shape[1]))
+
+    def positions(call) -> int:
+        fed.clear()
+        call()
+        return sum(fed)
+
+    handle = scorer.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        gated = positions(lambda: scorer.generate(questions, risk=0.3, precheck=1e-9))  # every prompt passes
+        alone = positions(lambda: scorer.precheck(questions, threshold=1e-9))
+        plain = positions(lambda: scorer.generate(questions, risk=0.3))
+    finally:
+        handle.remove()
+    assert gated == alone > 0 and plain > 0  # separately: alone + plain
+
+
 def test_without_precheck_every_answer_field_is_unchanged(scorer, collected):
     _, examples, _ = collected
     d = scorer.generate(examples[0].question, risk=0.5).to_dict()
