@@ -242,6 +242,14 @@ class Scorer:
         here = of_model(identity, **engine_record(self.engine), setting=setting,
                         pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.pool},
                         prompt_format={"chat": self.chat, "prompts": None})
+        if self.precheck_probe is not None:  # no certificates to refuse: its threshold is the caller's
+            pre_here = {**here, "pooling": {"states": getattr(self.precheck_probe, "pooling", "last-prompt"),
+                                            "positions": self.pool}}
+            pre = domain_change(of_probe(self.precheck_probe), pre_here, ("the precheck probe's domain", "this scorer"))
+            if pre:
+                logger.warning("the precheck probe was fitted under another setting than it is scored under: %s; "
+                               "its P(correct) may not be calibrated here: export it again from a store of this "
+                               "setting (acute export --with-precheck)", pre)
         found = domain_change(of_probe(self.probe), here, ("the probe's domain", "this scorer"))
         if found:
             reason = (f"this probe was fitted and certified under another setting than it is scored under: "

@@ -251,6 +251,34 @@ def test_scoring_under_another_dtype_warns_once_and_refuses_the_certificate(tiny
     assert [c["refused"] for c in at_home] == [None] * len(listed)
 
 
+def test_a_precheck_probe_scored_under_another_dtype_is_named_in_its_own_warning(tiny_probe, caplog):
+    """The question-only probe records its domain too (last-prompt states); scored under another
+    dtype it gets one warning of its own (it carries no certificate: its threshold is the caller's)."""
+    from acute.engines import transformers_version
+    from acute.estimators import make_estimator
+    from acute.extraction import record_prompt_states
+
+    model, tok, path = tiny_probe
+    prompts = [f"Question: what is {i} times {i + 3}?" for i in range(20)]
+    states = np.stack([p.last_prompt for p in record_prompt_states(model, tok, prompts)])
+    fitted = make_estimator("question-only", probe_params={"n_estimators": 3}).fit(states, np.arange(20) % 2)
+    pre = fitted.export(model_name="tiny", model_fingerprint=acute.model_identity(model),
+                        training_summary={"task": None}).with_domain(
+        {"engine": "transformers", "engine_version": transformers_version(), "model_dtype": "float32",
+         "quantization": "none", "pooling": {"states": "last-prompt", "positions": "decoding"},
+         "prompt_format": {"chat": False, "prompts": "generated answers"}})
+    with caplog.at_level(logging.WARNING):
+        acute.Scorer(model, tok, load_probe(path), precheck_probe=pre)  # its own setting: silent
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    with caplog.at_level(logging.WARNING):
+        acute.Scorer(half, tok, load_probe(path), precheck_probe=pre)
+    msgs = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(msgs) == 2 and "the precheck probe was fitted under another setting" in msgs[0]
+    assert "'model_dtype': the precheck probe's domain 'float32', this scorer 'bfloat16'" in msgs[0]
+    assert "the probe's domain 'float32'" in msgs[1]
+
+
 def test_a_gate_made_before_the_model_loaded_is_refused_too(tiny_probe):
     """``acute score`` resolves its gate before loading the model; the scorer refuses it then."""
     from acute.scoring.gate import parse_gate
