@@ -30,7 +30,6 @@ from .batching import (
     prefill,
     prefix_batches,
     resolve_eos,
-    split_batches,
     window_allows_prefix_cache,
     batch_order,
 )
@@ -133,23 +132,12 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
         planned = [([keep[j] for j in batch], None) for batch in
                    batch_order([len(encoded[i]) for i in keep], batch_size, sort_by_length)]
     _greedy_defaults(do_sample, generate_kwargs)
-    prefix: list[int] = []
-    prefix_cache = None
+    inputs = _BatchInputs(model, pad_id, max_new_tokens)
     results: list[Generation | None] = [None] * len(prompts)
     with HiddenStateRecorder(model, pool=pool) as recorder:
         for batch, shared in _progress(planned, len(planned), progress, "generate"):
-            seqs = [encoded[i] for i in batch]
-            cache_kwargs: dict[str, Any] = {}
-            if shared is None or len(shared) < MIN_SHARED_PREFIX or not window_allows_prefix_cache(
-                    model, max(len(s) for s in seqs) + max_new_tokens):
-                ids, mask = left_pad(seqs, pad_id)
-            else:
-                if shared != prefix:  # consecutive batches often share the same prefix
-                    prefix, prefix_cache = shared, prefill(model, shared)
-                ids, mask = pad_after_prefix(seqs, len(prefix), pad_id)
-                cache = copy.deepcopy(prefix_cache)
-                cache.batch_repeat_interleave(len(batch))
-                cache_kwargs[cache_keyword(model)] = cache
+            ids, mask, cache = inputs([encoded[i] for i in batch], shared)
+            cache_kwargs = {} if cache is None else {cache_keyword(model): cache}
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,
                                          eos_token_ids=eos_ids, stop_strings=stop_strings,
                                          tokenizer=tokenizer, do_sample=do_sample,
@@ -160,6 +148,29 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             if on_batch is not None:
                 on_batch(len(batch))
     return results
+
+
+class _BatchInputs:
+    """Each planned batch's inputs ``(ids, mask, cache)``: left-padded rows (cache None), or rows
+    padded after the prefix they share (at least :data:`MIN_SHARED_PREFIX` tokens, where the
+    model's attention window allows) with a copy of that prefix's KV cache, one prefill per
+    distinct prefix (consecutive batches often share it)."""
+
+    def __init__(self, model: nn.Module, pad_id: int, max_new_tokens: int):
+        self.model, self.pad_id, self.max_new_tokens = model, pad_id, max_new_tokens
+        self.prefix: Sequence[int] = []
+        self.cache = None
+
+    def __call__(self, seqs: Sequence[Sequence[int]], shared: Sequence[int] | None):
+        if shared is None or len(shared) < MIN_SHARED_PREFIX or not window_allows_prefix_cache(
+                self.model, max(len(s) for s in seqs) + self.max_new_tokens):
+            return (*left_pad(seqs, self.pad_id), None)
+        if list(shared) != list(self.prefix):
+            self.prefix, self.cache = list(shared), prefill(self.model, shared)
+        ids, mask = pad_after_prefix(seqs, len(self.prefix), self.pad_id)
+        cache = copy.deepcopy(self.cache)
+        cache.batch_repeat_interleave(len(seqs))
+        return ids, mask, cache
 
 
 def _generation(recorded, r: int, tokenizer: Any, stop_strings: Sequence[str], prompt_tokens: int) -> Generation:
@@ -190,18 +201,19 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     """Decide from each prompt's last-token states, then generate only where the decision says
     so, from the same forward pass: a two-stage gate whose first stage costs no extra prompt pass.
 
-    Prompts are tokenized and checked as :func:`generate_and_record` does (a prompt whose tokens
-    plus ``max_new_tokens`` exceed the context window: ``on_too_long``) and run longest first in
-    left-padded batches (:func:`~acute.extraction.batching.split_batches`). Per batch one forward
-    pass over the prompts gives their last-token states (those of
-    :func:`~acute.extraction.prompt_states.record_prompt_states`, exactly) and their KV cache;
+    Prompts are tokenized, checked and batched as :func:`generate_and_record` does (a prompt
+    whose tokens plus ``max_new_tokens`` exceed the context window: ``on_too_long``; prompts
+    sharing a prefix batched together, that prefix run once). Per batch one forward pass over the
+    prompts (after their shared prefix) gives their last-token states (those of
+    :func:`~acute.extraction.prompt_states.record_prompt_states` up to float rounding) and their
+    KV cache;
     ``decide(states, index)`` (float32 ``[b, L+1, d]`` and the rows' positions in ``prompts``,
     int ``[b]`` -> ``b`` booleans) says which rows to generate for; those rows generate from that cache with the prompt's last position dropped from it, so
     the recorder sees the last prompt token again (one token recomputed: the position that
     decodes the first answer token, which both pool modes record). A model whose sliding
     attention window is shorter than the longest prompt plus ``max_new_tokens`` generates from
-    scratch. The generations equal :func:`generate_and_record`'s with ``reuse_prefix=False`` up
-    to floating-point rounding (tested); prompts that share a prefix do not share its pass here.
+    scratch. The generations equal :func:`generate_and_record`'s up to floating-point rounding
+    (tested), and cost what it costs plus one recomputed position per prompt.
 
     Returns ``(passes, generations)`` in input order: a
     :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
@@ -224,13 +236,14 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
     _greedy_defaults(do_sample, generate_kwargs)
     lengths = [len(ids) for ids in encoded]
+    inputs = _BatchInputs(model, pad_id, max_new_tokens)
     passes: list[PromptState | None] = [None] * len(prompts)
     results: list[Generation | None] = [None] * len(prompts)
-    for batch in split_batches(sorted(keep, key=lambda i: -lengths[i]), lengths, batch_size):
-        seqs = [encoded[i] for i in batch]
-        reuse = window_allows_prefix_cache(model, max(len(q) for q in seqs) + max_new_tokens)
+    for batch, shared in prefix_batches(encoded, keep, batch_size):
+        ids, mask, cache = inputs([encoded[i] for i in batch], shared)
+        reuse = window_allows_prefix_cache(model, max(lengths[i] for i in batch) + max_new_tokens)
         with LayerPooler(model) as pooler:
-            states, cache = prompt_pass(model, pooler, seqs, pad_id, keep_cache=reuse)
+            states, cache = prompt_pass(model, pooler, ids, mask, cache=cache, keep_cache=reuse)
         for r, i in enumerate(batch):
             passes[i] = PromptState(last_prompt=states[r], prompt_tokens=lengths[i])
         go = np.asarray(decide(states, np.asarray(batch, dtype=np.int64)), dtype=bool).reshape(-1)
@@ -239,7 +252,6 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
         rows = np.flatnonzero(go)
         if rows.size == 0:
             continue
-        ids, mask = left_pad(seqs, pad_id)
         ids, mask = ids[rows], mask[rows]
         cache_kwargs: dict[str, Any] = {}
         if cache is not None:

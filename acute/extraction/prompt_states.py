@@ -40,35 +40,40 @@ class PromptState:
 
 def _prompt_batch(model: nn.Module, pooler: LayerPooler, seqs: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
     """float32 ``[b, L+1, d]``: the last-token states of one left-padded batch, one forward."""
-    return prompt_pass(model, pooler, seqs, pad_id)[0]
-
-
-def prompt_pass(model: nn.Module, pooler: LayerPooler, seqs: Sequence[Sequence[int]], pad_id: int,
-                keep_cache: bool = False) -> tuple[np.ndarray, Any]:
-    """``(states, cache)``: the last-token states float32 ``[b, L+1, d]`` of one left-padded batch
-    of token lists, from one forward pass, and with ``keep_cache`` its KV cache (None without):
-    what :func:`acute.extraction.generate.generate_after_prompt_pass` generates from."""
-    device = model_device(model)
     ids, mask = left_pad(seqs, pad_id)
+    return prompt_pass(model, pooler, ids, mask)[0]
+
+
+def prompt_pass(model: nn.Module, pooler: LayerPooler, ids: torch.Tensor, mask: torch.Tensor, cache: Any = None,
+                keep_cache: bool = False) -> tuple[np.ndarray, Any]:
+    """``(states, cache)``: the last-token states float32 ``[b, L+1, d]`` of a batch of prompts
+    (``ids`` / ``mask``, left-padded or padded after a prefix that ``cache`` already holds: only
+    the positions after it are fed) from one forward pass, and with ``keep_cache`` (or a given
+    ``cache``) the KV cache of the whole prompts, None otherwise: what
+    :func:`acute.extraction.generate.generate_after_prompt_pass` generates from."""
+    device = model_device(model)
     ids, mask = ids.to(device), mask.to(device)
-    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": mask, "use_cache": keep_cache}
+    past = cache.get_seq_length() if cache is not None else 0
+    kwargs: dict[str, Any] = {"input_ids": ids[:, past:], "attention_mask": mask,
+                              "use_cache": keep_cache or cache is not None}
+    if cache is not None:
+        kwargs[cache_keyword(model)] = cache
     if forward_accepts(model, "position_ids"):  # as generate builds them: real tokens only
-        kwargs["position_ids"] = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        kwargs["position_ids"] = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)[:, past:]
     if forward_accepts(model, "logits_to_keep"):
         kwargs["logits_to_keep"] = 1
-    pooler.reset(len(seqs))
+    pooler.reset(ids.shape[0])
     # no weights: the hooks see the last fed position of each row (left padding puts every
     # prompt's last token there) and keep it under "last_prompt"
-    pooler.set_weights(None, picks={"last_prompt": torch.zeros(len(seqs), dtype=torch.long, device=device)})
+    pooler.set_weights(None, picks={"last_prompt": torch.zeros(ids.shape[0], dtype=torch.long, device=device)})
     try:
         with torch.no_grad():
             out = model(**kwargs)
     finally:
         pooler.set_weights(None)
-    cache = None
-    if keep_cache:
-        cache = out.cache if cache_keyword(model) == "cache" else out.past_key_values
-    return pooler.states("last_prompt"), cache
+    if not kwargs["use_cache"]:
+        return pooler.states("last_prompt"), None
+    return pooler.states("last_prompt"), out.cache if cache_keyword(model) == "cache" else out.past_key_values
 
 
 def record_prompt_states(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,

@@ -276,8 +276,9 @@ def test_generate_with_precheck_answers_only_what_passes(scorer, collected):
 def test_a_precheck_costs_no_second_prompt_pass(scorer, collected):
     """Issue 45 item 5: the precheck's forward pass is the generation's prefill. Counted with a
     hook on the model (prompt positions fed in forwards of more than one position): a gated call
-    feeds exactly what the precheck alone feeds, the generation after it only single positions;
-    prechecking and then generating separately feeds the prompts again."""
+    feeds exactly what generating without the precheck feeds (the same batches, a shared prefix
+    once), the generation after its pass only single positions; prechecking and then generating
+    separately feeds the prompts again."""
     _, examples, _ = collected
     questions = [ex.question for ex in examples[:6]]
     fed: list[int] = []
@@ -299,7 +300,7 @@ def test_a_precheck_costs_no_second_prompt_pass(scorer, collected):
         plain = positions(lambda: scorer.generate(questions, risk=0.3))
     finally:
         handle.remove()
-    assert gated == alone > 0 and plain > 0  # separately: alone + plain
+    assert gated == plain > 0 and alone > 0  # separately: alone + plain
 
 
 def test_without_precheck_every_answer_field_is_unchanged(scorer, collected):
