@@ -354,7 +354,7 @@ def add_group_by(parser, certification: bool = False) -> None:
     held-out split, ``auto``'s comparison and a certificate's out-of-fold folds keep whole (train, export)."""
     from ..evaluation.evaluate import RECORD_IDS
 
-    what = ("keep each value of this record metadata field on one side of the held-out split (--test-fraction), "
+    what = ("keep each value of this record metadata field on one side of the held-out split (acute train), "
             "of auto's cross-validated comparison and of a certificate's out-of-fold folds" if certification else
             "folds that keep each value of this record metadata field on one side, and intervals that "
             "resample the values together")

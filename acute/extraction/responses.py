@@ -45,7 +45,6 @@ from torch import nn
 from ..fileio import progress as _progress
 from ..errors import InputError
 from .batching import (BATCH_SIZE, 
-    MAX_PADDING,
     MIN_SHARED_PREFIX,
     cache_keyword,
     check_strings,
