@@ -521,9 +521,11 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
     return usable, skipped
 
 
-def _record_field(store, field: str, ids: Sequence[Any], label: str = "the store") -> list[str]:
-    """``meta[field]`` of the records ``ids`` (in that order); an error names the first record
-    without it."""
+def _record_field(store, field: str, ids: Sequence[Any]) -> list[str]:
+    """``meta[field]`` of the records ``ids`` (in that order); an error names the store (its
+    folder, when it has one) and the first record without it."""
+    path = getattr(store, "path", None)
+    label = "the store" if path is None else str(path)
     records = getattr(store, "records", None)
     if records is None:
         raise InputError(f"{label} has no records: cannot read the metadata field {field!r}")

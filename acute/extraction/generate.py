@@ -115,17 +115,9 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts). Raises ``ValueError`` for an empty prompt, a bad argument, or a prompt that is not
     a string.
     """
-    prompts = check_strings(prompts, "prompts")
-    stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if pool not in POOLS:
-        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
-    eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
-    pad_id = padding_id(tokenizer, eos_ids)
-    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
+    prompts, stop_strings, eos_ids, pad_id, encoded, keep = _prepare(
+        model, tokenizer, prompts, stop_strings, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        pool=pool, on_too_long=on_too_long, eos_token_ids=eos_token_ids)
     if reuse_prefix and sort_by_length:
         planned = prefix_batches(encoded, keep, batch_size)
     else:
@@ -148,6 +140,25 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
             if on_batch is not None:
                 on_batch(len(batch))
     return results
+
+
+def _prepare(model: nn.Module, tokenizer: Any, prompts: Sequence[str], stop_strings: Sequence[str], *,
+             max_new_tokens: int, batch_size: int, pool: PoolMode, on_too_long: str,
+             eos_token_ids: Sequence[int] | None):
+    """The checked arguments and encoded prompts of one generation call:
+    ``(prompts, stop_strings, eos_ids, pad_id, encoded, keep)``."""
+    prompts = check_strings(prompts, "prompts")
+    stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
+    if batch_size < 1:
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
+    if max_new_tokens < 1:
+        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if pool not in POOLS:
+        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
+    eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
+    pad_id = padding_id(tokenizer, eos_ids)
+    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
+    return prompts, stop_strings, eos_ids, pad_id, encoded, keep
 
 
 class _BatchInputs:
@@ -224,16 +235,9 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     from .pooler import LayerPooler
     from .prompt_states import prompt_pass
 
-    prompts = check_strings(prompts, "prompts")
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if pool not in POOLS:
-        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
-    eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
-    pad_id = padding_id(tokenizer, eos_ids)
-    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
+    prompts, stop_strings, eos_ids, pad_id, encoded, keep = _prepare(
+        model, tokenizer, prompts, stop_strings, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        pool=pool, on_too_long=on_too_long, eos_token_ids=eos_token_ids)
     _greedy_defaults(do_sample, generate_kwargs)
     lengths = [len(ids) for ids in encoded]
     inputs = _BatchInputs(model, pad_id, max_new_tokens)

@@ -361,11 +361,12 @@ def test_cli_export_with_a_calibration_store(stores, tmp_path, capsys):
     (["--max-error", 0.1, "--delta", 0], "argument --delta: must be a number in (0, 1) (the probability that the "
                                          "guarantee fails), got 0.0"),
     (["--delta", 0.2], "--delta and --calibration-store go with --max-error"),
-    (["--group-by", "toolset"], "record 'q0' has no metadata field 'toolset'"),
+    (["--group-by", "toolset"], "TRAIN: record 'q0' has no metadata field 'toolset'"),
     (["--max-error", 0.1, "--calibration-store", "OTHER"], "train 320,"),
 ])
 def test_cli_export_refuses_bad_input_by_name(stores, tmp_path, capsys, extra, message):
     extra = [stores["other-model"].path if a == "OTHER" else a for a in extra]
+    message = message.replace("TRAIN", str(stores["train"].path))  # the store is named by its folder
     rc, _, err = run(["export", "--store", stores["train"].path, "--view", "pca10", "--out", tmp_path / "p",
                       *extra], capsys)
     assert rc == 2 and message in err and "Traceback" not in err

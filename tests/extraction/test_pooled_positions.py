@@ -78,6 +78,16 @@ def test_generating_after_the_prompt_pass_refuses_a_wrong_number_of_decisions(to
         generate_after_prompt_pass(tiny("llama"), tok, PROMPTS, lambda states, index: [True], max_new_tokens=2)
 
 
+@pytest.mark.parametrize("generate", [
+    lambda model, tok, **kw: generate_and_record(model, tok, PROMPTS, **kw),
+    lambda model, tok, **kw: generate_after_prompt_pass(model, tok, PROMPTS, lambda s, i: [True] * len(i), **kw)])
+@pytest.mark.parametrize("stops, message", [("\n", "stop_strings must be a list of strings"),
+                                            (["\n", 7], r"stop_strings\[1\] must be a str, got int")])
+def test_both_generation_paths_check_their_stop_strings(generate, stops, message, tok):
+    with pytest.raises(ValueError, match=message):
+        generate(tiny("llama"), tok, max_new_tokens=2, stop_strings=stops)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "gpt2"])
 @pytest.mark.parametrize("pool", ["decoding", "generated"])
 def test_last_states_are_at_the_prompts_last_and_the_last_pooled_position(arch, pool, tok):
