@@ -190,7 +190,7 @@ def cmd_serve(args) -> int:
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
         concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
     settings = with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
-    model, tok = load_model(model_name, **load_options_from_args(args))
+    model, tok = load_model(model_name, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
         try:  # with the engine: the setting the probe is checked against names it
@@ -216,6 +216,9 @@ def _serve(args, serve, scorer, settings, sock, served, probe_dir, api_key, engi
     if engine is not None:
         print(f"generating with vLLM ({'its server at ' + args.upstream if args.upstream else 'started by acute'}; "
               f"{settings.concurrent_batches} batches at once)", flush=True)
+        if not args.load_weights:
+            print("the gate holds no copy of the weights (their identity read from the model's files); "
+                  "/v1/score with a given response needs --load-weights", flush=True)
     if settings.record_to is not None:
         print(f"recording every served answer (prompt, answer, confidence, pooled states) to the store "
               f"{settings.record_to}; POST /v1/feedback labels them", flush=True)
@@ -224,6 +227,22 @@ def _serve(args, serve, scorer, settings, sock, served, probe_dir, api_key, engi
               "others with --allowed-host NAME", flush=True)
     serve.run_server(app, sock)
     print("stopped", flush=True)
+
+
+def _gate_load_options(args, vllm: bool) -> dict:
+    """``load_model`` keywords of ``acute serve``: with vLLM (which holds the weights) the model
+    without its weights unless ``--load-weights`` (given responses need them)."""
+    if not vllm:
+        if args.load_weights:
+            raise InputError("--load-weights goes with vLLM (--engine vllm or --upstream URL); the transformers "
+                             "service always loads the weights")
+        return load_options_from_args(args)
+    if args.load_weights:
+        return load_options_from_args(args)
+    if args.device != "cpu" or args.device_map is not None:
+        raise InputError("with vLLM the gate holds no weights of its own, so --device and --device-map place "
+                         "nothing; give --load-weights to keep a copy (for /v1/score with a given response)")
+    return {"dtype": args.model_dtype, "weights": False}
 
 
 #: batches an engine that batches continuously (vLLM) scores at once by default
@@ -420,6 +439,10 @@ def add_serve(sub, model_opts) -> None:
                     help="with --upstream: the key that server requires (default $VLLM_API_KEY)")
     sv.add_argument("--pooled-dir", default=None, metavar="DIR",
                     help="with --upstream: that server's pooled folder, checked (default: learned from it)")
+    sv.add_argument("--load-weights", action="store_true",
+                    help="with vLLM: also load the model's weights in the gate, for /v1/score with a given "
+                         "response (teacher forcing); by default the gate reads only the model's configuration, "
+                         "tokenizer and the identity of its weight files")
     sv.add_argument("--vllm-max-model-len", type=int, default=None, metavar="N",
                     help="with --engine vllm: vLLM's context (default: the model's)")
     sv.add_argument("--concurrent-batches", type=int, default=None, metavar="N",

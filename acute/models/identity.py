@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import InputError
 
-__all__ = ["model_fingerprint", "model_identity", "model_setting", "weights_digest"]
+__all__ = ["files_weights_digest", "model_fingerprint", "model_identity", "model_setting", "weights_digest"]
 
 
 def _weights_key(state: dict) -> tuple:
@@ -32,32 +32,92 @@ def weights_digest(model) -> dict:
     exporting and scoring with one loaded model hash its weights once; it is recomputed when a
     tensor is replaced or changed in place (its storage address or version counter moves).
     """
-    import hashlib
-
-    import torch
-
     state = model.state_dict()
     key = (_weights_key(state), getattr(model, "acute_gguf_sha256", None))
     cached = getattr(model, "_acute_weights_digest", None)
     if cached is not None and cached[0] == key:
         return dict(cached[1])
+    if any(t.device.type == "meta" for t in state.values()):
+        raise InputError("the model holds no weights (built on the meta device): the identity of its weights "
+                         "comes from its files (acute.models.identity.files_weights_digest), which were not read")
+    out = _digest(sorted(state.items()), getattr(model, "acute_gguf_sha256", None))
+    _keep_digest(model, key, out)
+    return out
+
+
+def _digest(entries, gguf_sha256: str | None) -> dict:
+    """:func:`weights_digest` of ``(name, tensor)`` pairs given in name order."""
+    import hashlib
+
+    import torch
+
     h, h16 = hashlib.sha256(), hashlib.sha256()
-    for name, tensor in sorted(state.items()):
+    for name, tensor in entries:
         t = tensor.detach()
         r = t.to(torch.bfloat16) if t.is_floating_point() else t  # t itself when already bfloat16
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode("utf-8"))
         h16.update(f"{name}|{r.dtype}|{tuple(r.shape)}\n".encode("utf-8"))
-        if t.numel() and t.device.type != "meta":
+        if t.numel():
             h.update(t.reshape(-1).cpu().contiguous().view(torch.uint8).numpy().data)
             h16.update(r.reshape(-1).cpu().contiguous().view(torch.uint8).numpy().data)
     out = {"sha256": h.hexdigest(), "bf16_sha256": h16.hexdigest()}
-    gguf = getattr(model, "acute_gguf_sha256", None)
-    if gguf:
-        out["gguf_sha256"] = str(gguf)
+    if gguf_sha256:
+        out["gguf_sha256"] = str(gguf_sha256)
+    return out
+
+
+def _keep_digest(model, key: tuple, digest: dict) -> None:
     try:
-        object.__setattr__(model, "_acute_weights_digest", (key, dict(out)))
+        object.__setattr__(model, "_acute_weights_digest", (key, dict(digest)))
     except (AttributeError, TypeError):  # an object that takes no attributes: hash every time
         pass
+
+
+def files_weights_digest(model, folder) -> dict:
+    """:func:`weights_digest` of the weights in ``folder``'s safetensors files, laid out as
+    ``model`` (built without its weights, e.g. on the ``meta`` device) would hold them once
+    loaded: its ``state_dict``'s names, shapes and dtypes, a tied entry (``lm_head.weight`` beside
+    ``model.embed_tokens.weight``) read from the file entry it shares. Equal to the digest of the
+    model loaded from ``folder`` in that dtype (tested), reading one tensor at a time, and kept on
+    ``model`` so :func:`weights_digest` and :func:`model_identity` return it without the weights.
+
+    Raises ``ModelLoadError`` naming the folder when it has no safetensors file or lacks an entry
+    of the model, or holds one of another shape.
+    """
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from ..errors import ModelLoadError
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{folder} has no .safetensors file: the identity of its weights cannot be read")
+    where = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            where.update((k, f) for k in handle.keys())
+    shared: dict[int, list[str]] = {}  # tied entries are one Parameter under several names
+    for name, value in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        shared.setdefault(id(value), []).append(name)
+    alias = {n: names for names in shared.values() for n in names}
+    state = model.state_dict()
+
+    def entries():
+        for name, like in sorted(state.items()):
+            source = next((n for n in [name, *alias.get(name, ())] if n in where), None)
+            if source is None:
+                raise ModelLoadError(f"{folder}: its safetensors files hold no weights for {name!r}")
+            with safe_open(str(where[source]), framework="pt") as handle:
+                t = handle.get_tensor(source)
+            if tuple(t.shape) != tuple(like.shape):
+                raise ModelLoadError(f"{folder}: {source!r} has shape {tuple(t.shape)}, the model's {name!r} "
+                                     f"{tuple(like.shape)}")
+            yield name, t.to(like.dtype)
+
+    out = _digest(entries(), getattr(model, "acute_gguf_sha256", None))
+    _keep_digest(model, (_weights_key(state), getattr(model, "acute_gguf_sha256", None)), out)
     return out
 
 

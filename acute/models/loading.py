@@ -26,9 +26,10 @@ from typing import Any, Mapping
 from ..errors import InputError, ModelLoadError
 from . import cache as model_cache
 from .cards import DEFAULT_MODEL, card_names, get_card
+from .identity import files_weights_digest
 from .prompts import ensure_pad_token
 
-__all__ = ["load_model"]
+__all__ = ["holds_no_weights", "load_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,10 +168,7 @@ def _from_pretrained(source: str, dtype, device, device_map, trust_remote_code: 
 
 
 def _load_folder(folder: Path, dtype, device, device_map, trust_remote_code: bool):
-    if not (folder / "config.json").is_file():
-        raise ModelLoadError(
-            f"{folder} has no config.json: expected a folder written by save_pretrained"
-        )
+    _require_config(folder)
     try:
         model, tokenizer = _from_pretrained(str(folder), dtype, device, device_map, trust_remote_code,
                                             str(folder), local_files_only=True)
@@ -178,13 +176,81 @@ def _load_folder(folder: Path, dtype, device, device_map, trust_remote_code: boo
         raise
     except Exception as exc:
         raise ModelLoadError(f"could not load model folder {folder}: {type(exc).__name__}: {exc}") from exc
+    _remember_gguf(model, folder)
+    return model, tokenizer
+
+
+def _gguf_folder(path: Path) -> Path:
+    """The cached conversion of the GGUF file ``path`` (converted on first use)."""
+    folder, digest = model_cache.gguf_cache_dir(path)
+    if not model_cache.is_complete_cache(folder):
+        model_cache.convert_to_cache(path, folder, {"gguf": str(path.resolve()), "sha256": digest})
+    return folder
+
+
+def _require_config(folder: Path) -> None:
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"{folder} has no config.json: expected a folder written by save_pretrained")
+
+
+def _local_folder(name: str, path: Path, cache: bool) -> Path:
+    """The saved folder a model without weights is read from: ``path`` itself, a card's or a
+    ``.gguf``'s converted folder (converted once, as a load would)."""
+    if path.is_dir():
+        return path
+    if path.is_file() and path.suffix.lower() == ".gguf" and cache:
+        return _gguf_folder(path)
+    if name in card_names():
+        return model_cache.ensure_card_cached(get_card(name))
+    raise InputError(f"weights=False reads a saved model folder, a model card or a .gguf file (with cache=True); "
+                     f"{name!r} is none of those")
+
+
+def _load_folder_without_weights(folder: Path, dtype, trust_remote_code: bool):
+    """The model of ``folder`` built on the meta device (its configuration, generation config and
+    tokenizer; no weights), the identity of its weights read from the folder's files
+    (:func:`~acute.models.identity.files_weights_digest`)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    _require_config(folder)
+    try:
+        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code, local_files_only=True)
+        _check_causal(config, str(folder))
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), padding_side="left", local_files_only=True,
+                                                  trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=torch.float32 if dtype == "auto" else dtype, trust_remote_code=trust_remote_code)
+        if (folder / "generation_config.json").is_file():
+            model.generation_config = GenerationConfig.from_pretrained(str(folder), local_files_only=True)
+    except ModelLoadError:
+        raise
+    except Exception as exc:
+        raise ModelLoadError(f"could not read model folder {folder}: {type(exc).__name__}: {exc}") from exc
+    model.config.name_or_path = model.name_or_path = str(folder)  # where vLLM loads it from
+    ensure_pad_token(tokenizer)
+    model.eval()
+    _remember_gguf(model, folder)
+    files_weights_digest(model, folder)
+    return model, tokenizer
+
+
+def holds_no_weights(model) -> bool:
+    """Whether ``model`` was built without its weights (``load_model(..., weights=False)``: its
+    parameters on the meta device)."""
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return first is not None and first.device.type == "meta"
+
+
+def _remember_gguf(model, folder: Path) -> None:
+    """A conversion of a GGUF: remember which one (see weights_digest)."""
     marker = folder / model_cache.CACHE_MARKER
-    if marker.is_file():  # a conversion of a GGUF: remember which one (see weights_digest)
+    if marker.is_file():
         try:
             model.acute_gguf_sha256 = json.loads(marker.read_text(encoding="utf-8")).get("sha256")
         except (OSError, ValueError):
             pass
-    return model, tokenizer
 
 
 def _hub_offline() -> bool:
@@ -194,7 +260,7 @@ def _hub_offline() -> bool:
 # Long mostly by its docstring (every accepted source and placement); the steps are helpers.
 def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "float32",
                device: str = "cpu", trust_remote_code: bool = False, *, cache: bool = True,
-               device_map: str | Mapping[str, Any] | None = None):
+               device_map: str | Mapping[str, Any] | None = None, weights: bool = True):
     """Load a causal LM and its tokenizer; return ``(model, tokenizer)``.
 
     ``name_or_path`` is a ``.gguf`` file, a ``save_pretrained`` folder, a model-card name (see
@@ -220,11 +286,24 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "fl
     and ``device_map``, a ``"disk"`` entry in ``device_map`` (offloading is not supported), or
     ``device_map`` with ``cache=False`` on a GGUF file (that path loads the GGUF in float32 on the
     CPU; the cached conversion is what gets placed).
+
+    ``weights=False`` loads no weights: the model is built on the ``meta`` device from the
+    folder's configuration (with its generation config and the tokenizer), for a caller that
+    only needs what the model is (its identity, context window, layer count, end-of-turn tokens)
+    while another engine holds the weights, e.g. the trust gate in front of a vLLM server. The
+    identity of its weights is read from the folder's safetensors files, one tensor at a time
+    (:func:`~acute.models.identity.files_weights_digest`, equal to that of the loaded model), so
+    :func:`model_identity` works; running it does not. Needs a folder, a card or a cached
+    ``.gguf`` (not a hub id), and no ``device`` or ``device_map``.
     """
     torch_dtype = _parse_dtype(dtype)
     _check_placement(device, device_map)
     name = os.fspath(name_or_path)
     path = Path(name).expanduser()
+    if not weights:
+        if str(device) != "cpu" or device_map is not None:
+            raise InputError("weights=False builds the model on the meta device: leave out device and device_map")
+        return _load_folder_without_weights(_local_folder(name, path, cache), torch_dtype, trust_remote_code)
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf file; pass a GGUF file, a "
@@ -240,10 +319,7 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "fl
             _to_device(model, device)
             model.eval()
             return model, tokenizer
-        folder, digest = model_cache.gguf_cache_dir(path)
-        if not model_cache.is_complete_cache(folder):
-            model_cache.convert_to_cache(path, folder, {"gguf": str(path.resolve()), "sha256": digest})
-        return _load_folder(folder, torch_dtype, device, device_map, trust_remote_code)
+        return _load_folder(_gguf_folder(path), torch_dtype, device, device_map, trust_remote_code)
     if path.is_dir():
         return _load_folder(path, torch_dtype, device, device_map, trust_remote_code)
     if name in card_names():

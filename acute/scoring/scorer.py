@@ -32,6 +32,7 @@ import numpy as np
 
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
+from ..models.loading import holds_no_weights
 from ..store.identity import diff, domain_change, of_model, of_probe
 from ..validation import check_count
 from .gate import Gate, check_certified, check_gates, parse_gates
@@ -175,7 +176,9 @@ class Scorer:
     (``engine.prompt_states``) for the same formatted prompts. Everything else stays here:
     formatting, the checks, the probe and the decision. ``model`` is still the transformers
     model (its identity is checked against the probe, its context window bounds prompts) and
-    records given responses (:meth:`score_responses`, by teacher forcing).
+    records given responses (:meth:`score_responses`, by teacher forcing). With an engine it may
+    be a model without weights (``load_model(..., weights=False)``: its identity read from its
+    files); then :meth:`score_responses` is refused, and without an engine the scorer is.
 
     The setting it scores under (the engine and its version, the model's dtype and
     quantisation, the probe's pooling, ``chat``) is compared with the validity domain the probe
@@ -197,6 +200,9 @@ class Scorer:
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
             raise InputError(f"engine must be a started vLLM engine (acute.engines), got {type(engine).__name__}")
+        if engine is None and holds_no_weights(model):
+            raise InputError("the model was loaded without its weights (weights=False): it can score only "
+                             "through an engine that holds them (engine=, e.g. vLLM)")
         self.model = model
         self.tokenizer = tokenizer
         self.probe = probe
@@ -486,6 +492,10 @@ class Scorer:
                              "(score_responses): leave out the precheck")
         if not items:
             return []
+        if holds_no_weights(self.model):
+            raise InputError("scoring a given response records it by teacher forcing, which needs the model's "
+                             "weights; this scorer's model was loaded without them (weights=False; "
+                             "acute serve: --load-weights)")
         texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
         start = time.perf_counter()
         gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,

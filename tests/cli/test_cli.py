@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from acute.cli import main
+from cli_run import run  # tests/cli_run.py
 from acute.extraction import generate_and_record
 from acute.models import load_model
 from acute.estimators import load_probe
@@ -55,15 +56,6 @@ def work(tmp_path_factory, tiny_model_dir):
     assert rc == 0
     relabel(root / "store", root / "mixed")
     return root
-
-
-def run(argv, capsys):
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_collect_output_and_store(work, tiny_model_dir):

@@ -19,6 +19,7 @@ from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold
 
 from acute.cli import main
+from cli_run import run  # tests/cli_run.py
 from acute.errors import IncompatibleStoreError, InputError, ProbeFormatError
 from acute.estimators import load_probe
 from acute.estimators.certificates import certificate_entry, find_certificate
@@ -307,15 +308,6 @@ def test_a_probe_without_certificates_loads_and_a_malformed_one_is_refused(store
 
 
 # ------------------------------------------------------------------------------ CLI
-def run(argv, capsys):
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def test_cli_export_writes_the_certificate_and_says_what_it_certifies(stores, tmp_path, capsys):
     out = tmp_path / "probe"
     rc, text, err = run(["export", "--store", stores["train"].path, "--view", "pca10", "--n-estimators", 10,

@@ -14,10 +14,10 @@ import json
 
 import numpy as np
 import pytest
+from cli_run import run  # tests/cli_run.py
 from servers import running  # tests/servers.py
 
 import acute
-from acute.cli import main
 from acute.errors import InputError
 from acute.estimators import ActivationProbe, load_probe
 from acute.estimators.certificates import certificate_entry
@@ -142,15 +142,6 @@ def test_a_probe_without_certificates_refuses_max_error(loaded, setup):
 
 
 # ------------------------------------------------------------------------------ acute score
-def run(argv, capsys):
-    try:
-        rc = main([str(a) for a in argv])
-    except SystemExit as e:  # argparse refused an argument (e.g. a level out of range): its exit status
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 def test_acute_score_decides_by_the_certificate(setup, tiny_model_dir, capsys, tmp_path):
     probe_dir, _, T, conf = setup
     at_t = int(np.flatnonzero(conf == T)[0])

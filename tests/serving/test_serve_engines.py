@@ -238,6 +238,8 @@ def test_a_request_whose_caller_gives_up_is_cancelled(tmp_path):
     (["--engine", "vllm", "--pooled-dir", "x"], "--pooled-dir names the pooled folder of a vLLM server"),
     (["--upstream", "http://127.0.0.1:1", "--vllm-max-model-len", "64"], "sets the vLLM server acute starts"),
     (["--concurrent-batches", "4"], "--concurrent-batches needs vLLM"),
+    (["--load-weights"], "--load-weights goes with vLLM"),
+    (["--upstream", "http://127.0.0.1:1", "--device-map", "auto"], "--device and --device-map place nothing"),
 ])
 def test_serve_refuses_engine_options_that_do_not_go_together(argv, message, tiny_model_dir, capsys):
     """Refused before anything is loaded."""
@@ -273,3 +275,42 @@ def test_serve_engine_vllm_checks_the_server_it_started(tmp_path, tiny_model, mo
             with _serving_engine(args, tiny_model, ServeSettings(max_batch=4, concurrent_batches=2)):
                 pass
     assert started == [{"dtype": "float32", "max_model_len": 64, "max_num_seqs": 8}]
+
+
+def test_a_gate_without_weights_scores_as_one_with_them(tmp_path):
+    """What ``acute serve --upstream`` loads by default (the model without its weights) scores
+    through the engine exactly as the loaded model does; given responses, which need the
+    weights, and scoring without an engine are refused by name."""
+    from acute.estimators import ActivationProbe
+    from acute.models import load_model
+    from acute.scoring import Scorer
+    from acute.testing import save_tiny_model
+
+    folder = save_tiny_model(tmp_path / "m", num_hidden_layers=L1 - 1, hidden_size=D, intermediate_size=8,
+                             num_attention_heads=1, num_key_value_heads=1)
+    rng = np.random.default_rng(0)
+    probe = ActivationProbe(view="cosine", n_estimators=5).fit(
+        rng.normal(size=(40, L1, D)), np.arange(40) % 2, confidence=rng.uniform(size=40))
+    pooled = tmp_path / "pooled"
+    pooled.mkdir()
+    app, _ = _fake_vllm(pooled)
+    loaded, bare = load_model(folder), load_model(folder, weights=False)
+    with running(app) as url, UpstreamEngine(url, api_key="k") as engine:
+        want, got = (Scorer(*m, probe, max_new_tokens=3, task=None, engine=engine).generate(["Hi", "Yo"], risk=0.5)
+                     for m in (loaded, bare))
+        assert [g.to_dict() | {"latency_s": 0} for g in got] == [w.to_dict() | {"latency_s": 0} for w in want]
+        gate = Scorer(*bare, probe, task=None, engine=engine)
+        with pytest.raises(InputError, match="needs the model's weights.*--load-weights"):
+            gate.score_responses(["Hi"], ["Hello"], risk=0.5)
+        from acute.serving import create_app
+
+        with running(create_app(gate, model_name="m", max_batch=2, max_wait_ms=5)) as gate_url:
+            given = httpx.post(gate_url + "/v1/score", json={"prompt": "Hi", "response": "Hello", "risk": 0.5},
+                               timeout=TIMEOUT)
+            asked = httpx.post(gate_url + "/v1/score", json={"prompt": "Hi", "risk": 0.5, "max_new_tokens": 3},
+                           timeout=TIMEOUT)
+        assert given.status_code == 400 and "--load-weights" in given.json()["error"]["message"]
+        assert asked.status_code == 200, asked.text
+        assert asked.json()["decision"] in ("trust", "abstain")
+    with pytest.raises(InputError, match="loaded without its weights.*through an engine"):
+        Scorer(*bare, probe, task=None)

@@ -325,8 +325,9 @@ def test_the_connector_writes_only_inside_its_folder(vllm_server):
 
 
 def test_acute_serve_upstream_process(smollm2, probe_dir, vllm_server, services):
-    """``acute serve --upstream URL`` as a process: answers a chat completion as the service does,
-    stops on SIGTERM with status 0."""
+    """``acute serve --upstream URL`` as a process, holding no copy of the weights (the default):
+    answers a chat completion as the service does, refuses a given response by naming
+    --load-weights, stops on SIGTERM with status 0."""
     hf, _, _, _ = services
     env = {**os.environ, "VLLM_API_KEY": vllm_server.api_key, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "acute", "serve", "--upstream", vllm_server.url,
@@ -346,9 +347,13 @@ def test_acute_serve_upstream_process(smollm2, probe_dir, vllm_server, services)
         assert got.status_code == 200, got.text
         g, w = got.json()["choices"][0], want.json()["choices"][0]
         assert g["message"]["content"] == w["message"]["content"] and g["acute"]["decision"] == w["acute"]["decision"]
+        given = httpx.post(url + "/score", json={"prompt": QUESTIONS[1], "response": "Shakespeare.", "risk": 0.5},
+                           timeout=TIMEOUT)
+        assert given.status_code == 400 and "--load-weights" in given.text, given.text
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0 and "stopped" in out, out
+        assert "the gate holds no copy of the weights" in "".join(lines) + out
     finally:
         if proc.poll() is None:
             proc.kill()
