@@ -211,14 +211,14 @@ def _serve(args, serve, scorer, settings, sock, served, probe_dir, api_key, engi
     app = serve.create_app(scorer, settings)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-    print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
-          f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
-    if engine is not None:
+    if engine is not None:  # before the line that says it serves: the last one a start prints
         print(f"generating with vLLM ({'its server at ' + args.upstream if args.upstream else 'started by acute'}; "
               f"{settings.concurrent_batches} batches at once)", flush=True)
         if not args.load_weights:
             print("the gate holds no copy of the weights (their identity read from the model's files); "
                   "/v1/score with a given response needs --load-weights", flush=True)
+    print(f"serving {served} with probe {probe_dir} at {url}/v1 (API key "
+          f"{'required' if api_key else 'not required'}); SIGTERM or Ctrl-C stops", flush=True)
     if settings.record_to is not None:
         print(f"recording every served answer (prompt, answer, confidence, pooled states) to the store "
               f"{settings.record_to}; POST /v1/feedback labels them", flush=True)
