@@ -57,14 +57,19 @@ def engine(request, smollm2, vllm_python):
         yield eng
 
 
-@pytest.fixture(scope="module", params=[(), (".",)], ids=["eos-or-length", "stop-string"])
-def reference(request, smollm2, prompts):
+#: the stop strings of the two reference batches: none (rows end by EOS or length), and "."
+STOPS = {"eos-or-length": (), "stop-string": (".",)}
+
+
+@pytest.fixture(scope="module")
+def references(smollm2, prompts):
+    """The recorder's generations for each of :data:`STOPS`: one module fixture (not a
+    parametrised one), so that each engine starts once for both."""
     from acute.extraction import generate_and_record
 
     model, tok = smollm2
-    stop = request.param
-    return stop, generate_and_record(model, tok, prompts, max_new_tokens=MAX_NEW_TOKENS, batch_size=5,
-                                     stop_strings=stop)
+    return {stop: generate_and_record(model, tok, prompts, max_new_tokens=MAX_NEW_TOKENS, batch_size=5,
+                                      stop_strings=stop) for stop in STOPS.values()}
 
 
 def _rel(a, b):
@@ -85,11 +90,12 @@ def _check_equal(gens, ref):
                 assert _rel(got[layer], want[layer]) < RTOL, (i, name, layer)
 
 
-def test_pooled_records_equal_the_recorder(engine, smollm2, prompts, reference):
+@pytest.mark.parametrize("stop", list(STOPS.values()), ids=list(STOPS))
+def test_pooled_records_equal_the_recorder(engine, smollm2, prompts, references, stop):
     """Same tokens, log-probs, texts, finish reasons and pooled states (the final norm's output at
     index L included), for a batch of different lengths ending by EOS, length or a stop string;
     run twice, so that with prefix caching the second run reads its prompts from the cache."""
-    stop, ref = reference
+    ref = references[stop]
     model, tok = smollm2
     lengths = {len(r.token_ids) for r in ref}
     reasons = {r.finish_reason for r in ref}
