@@ -1,5 +1,6 @@
-"""Fixtures the service tests share: the tiny model loaded once per module and a cosine probe
-fitted on its activations with hash labels (:func:`acute.testing.hash_label`)."""
+"""Fixtures the service tests share: the tiny model loaded once per module, and a cosine answer
+probe and a question-only probe fitted on its activations with hash labels
+(:func:`acute.testing.hash_label`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from service import GENERATION, NAME
 
 import acute
-from acute.estimators import ActivationProbe, load_probe
+from acute.estimators import ActivationProbe, load_probe, make_estimator
 from acute.extraction import generate_and_record
 from acute.testing import hash_label
 
@@ -19,18 +20,27 @@ def loaded(tiny_model_dir):
 
 
 @pytest.fixture(scope="module")
-def probe_dir(loaded, tmp_path_factory):
-    """A cosine probe (5 trees) fitted on the tiny model's activations with hash labels."""
+def hash_probes(loaded):
+    """``(answer, question, meta)``: a cosine answer probe and a question-only probe (5 trees
+    each) fitted on the tiny model's states of 30 prompts with hash labels, and the keywords
+    (model name and identity) to save or export them with."""
     model, tok = loaded
     prompts = [f"Question: what is {i} times {i + 3}?" + " Be brief." * (i % 3) for i in range(30)]
     gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
-    X = np.stack([g.layer_means for g in gens])
-    raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hash_label(p) for p in prompts])
-    probe = ActivationProbe(view="cosine", n_estimators=5).fit(X, y, confidence=raw)
+    answer = ActivationProbe(view="cosine", n_estimators=5).fit(
+        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
+    question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
+        np.stack([g.last_prompt for g in gens]), y)
+    return answer, question, {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
+
+
+@pytest.fixture(scope="module")
+def probe_dir(hash_probes, tmp_path_factory):
+    """The cosine answer probe of :func:`hash_probes`, saved."""
+    answer, _, meta = hash_probes
     path = tmp_path_factory.mktemp("serve-probe") / "probe"
-    probe.save(path, model_name=NAME, model_fingerprint=acute.model_identity(model),
-               training_summary={"generation": GENERATION, "task": None})
+    answer.save(path, training_summary={"generation": GENERATION, "task": None}, **meta)
     return path
 
 

@@ -5,7 +5,6 @@ KS statistic, two apps in one process kept apart, the API key, and a probe witho
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
@@ -18,9 +17,7 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 parser = pytest.importorskip("prometheus_client.parser")
 
-import acute  # noqa: E402
-from acute.estimators import ActivationProbe, load_probe, make_estimator  # noqa: E402
-from acute.extraction import generate_and_record  # noqa: E402
+from acute.estimators import load_probe  # noqa: E402
 from acute.metrics.drift import confidence_reference  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
@@ -37,18 +34,10 @@ def calibration():
 
 
 @pytest.fixture(scope="module")
-def probe_dirs(loaded, calibration, tmp_path_factory):
-    """``(with a reference and a question-only probe, without either)``: cosine probes (5 trees)
-    fitted on the tiny model's states with hash labels."""
-    model, tok = loaded
-    prompts = [f"Question: what is {i} times {i + 3}?" + " Be brief." * (i % 3) for i in range(30)]
-    gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
-    y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    answer = ActivationProbe(view="cosine", n_estimators=5).fit(
-        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
-    question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
-        np.stack([g.last_prompt for g in gens]), y)
-    meta = {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
+def probe_dirs(hash_probes, calibration, tmp_path_factory):
+    """``(with a reference and a question-only probe, without either)``: the shared hash-label
+    probes (tests/serving/conftest.py)."""
+    answer, question, meta = hash_probes
     root = tmp_path_factory.mktemp("serve-metrics")
     exported = answer.export(training_summary={"generation": GENERATION, "task": None},
                              confidence_reference=confidence_reference(calibration, "out-of-fold"), **meta)

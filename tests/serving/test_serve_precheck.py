@@ -6,9 +6,7 @@ answer equals ``Scorer.generate(..., precheck=u0)`` for that prompt alone, reque
 
 from __future__ import annotations
 
-import hashlib
 
-import numpy as np
 import pytest
 from servers import running  # tests/servers.py
 from service import GENERATION, NAME, TIMEOUT  # tests/serving/service.py (the model: its conftest.py)
@@ -17,9 +15,7 @@ pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
-import acute  # noqa: E402
-from acute.estimators import ActivationProbe, load_probe, make_estimator  # noqa: E402
-from acute.extraction import generate_and_record  # noqa: E402
+from acute.estimators import load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 
@@ -32,18 +28,10 @@ ACUTE_KEYS = {"confidence", "raw_confidence", "decision", "risk", "rule", "thres
 
 
 @pytest.fixture(scope="module")
-def probe_dirs(loaded, tmp_path_factory):
-    """``(with a question-only probe, without one)``: cosine answer probes (5 trees) and a
-    question-only probe (5 trees) fitted on the tiny model's states with hash labels."""
-    model, tok = loaded
-    prompts = [f"Question: what is {i} times {i + 3}?" + " Be brief." * (i % 3) for i in range(30)]
-    gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
-    y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    answer = ActivationProbe(view="cosine", n_estimators=5).fit(
-        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
-    question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
-        np.stack([g.last_prompt for g in gens]), y)
-    meta = {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
+def probe_dirs(hash_probes, tmp_path_factory):
+    """``(with a question-only probe, without one)``: the shared hash-label probes
+    (tests/serving/conftest.py)."""
+    answer, question, meta = hash_probes
     root = tmp_path_factory.mktemp("serve-precheck")
     exported = answer.export(training_summary={"generation": GENERATION, "task": None}, **meta)
     exported.precheck = question.export(training_summary={"generation": GENERATION}, **meta)
