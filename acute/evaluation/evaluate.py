@@ -158,8 +158,13 @@ class EvaluationResult:
                      "threshold: AURC is the mean error rate among trusted answers over all coverage "
                      "levels (lower is better), E-AURC the part above a perfect ranking's, coverage "
                      "at 5% / 10% error the largest fraction that can be trusted with at most that "
-                     "error rate among them (on these records: no guarantee for new answers, see "
-                     "`acute export --max-error`). Same intervals as above.\n\n" + selective)
+                     "error rate among them (a threshold chosen on these records, in hindsight: no "
+                     "guarantee for new answers). Its certified counterpart (cross-validation only) "
+                     "trusts each fold's answers by a certificate fitted on the other folds' "
+                     "out-of-fold predictions (at most 10% error, delta 0.1, as `acute export "
+                     "--max-error 0.1` certifies): the share trusted (mean over repeats), the error "
+                     "among them and the share of folds that certified anything. Same intervals as "
+                     "above.\n\n" + selective)
         return text
 
 

@@ -51,6 +51,18 @@ def _fmt_diff(row: dict, prefix: str = "diff", ref_key: str = "reference", key: 
     return f"**{text}**" if found and all(better(iv) for iv in found) else text
 
 
+def _fmt_certified(r: dict) -> str:
+    """``coverage (error among trusted; share of folds certified)``, or n/a."""
+    v = r.get("certified_coverage_10")
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    err = r.get("certified_error_10")
+    err_s = "-" if err is None or not math.isfinite(err) else f"{err:.3f}"
+    share = r.get("certified_folds_10")
+    share_s = "n/a" if share is None or not math.isfinite(share) else f"{share:.2f}"
+    return f"{v:.3f} ({err_s}; {share_s})"
+
+
 def _name(r: dict) -> str:
     name = r["estimator"] + (f" (layer {r['layer']})" if r.get("layer") is not None else "")
     return name + (f" ({r['chosen']})" if r.get("chosen") else "")
@@ -119,15 +131,21 @@ def selective_markdown(rows: Sequence[dict]) -> str:
     """The selective-prediction table of metric rows: AURC, E-AURC and the coverage at 5% and 10%
     error (intervals as in :func:`results_markdown`, best in bold), then, when the rows carry
     paired differences, AURC and coverage at 10% error minus the reference's with their
-    bootstrap and t-intervals (bold where every interval lies on the better side of zero).
+    bootstrap and t-intervals (bold where every interval lies on the better side of zero). After
+    cross-validation a column beside the coverage at 10% error gives its certified counterpart
+    (``certified_coverage_10``: each fold trusted by a certificate fitted on the other folds).
     Empty when no row has these columns (an evaluation written by an older acute)."""
     if not any(key in r for r in rows for key, _, _ in _SELECTIVE):
         return ""
     ref = next((r.get("reference") for r in rows if r.get("reference")), None)
-    extra = [f"Δ AURC vs {ref}", f"Δ coverage at 10% vs {ref}"] if ref else []
+    certified = any("certified_coverage_10" in r for r in rows)
+    extra = (["certified coverage at 10% error (error among trusted; folds certified)"] if certified else []) \
+        + ([f"Δ AURC vs {ref}", f"Δ coverage at 10% vs {ref}"] if ref else [])
     header = "| Estimator | " + " | ".join([h for _, h, _ in _SELECTIVE] + extra) + " |"
     lines = [header, "|---|" + "|".join("---:" for _ in list(_SELECTIVE) + extra) + "|"]
     for r, cells in zip(rows, _metric_cells(rows, _SELECTIVE)):
+        if certified:
+            cells.append(_fmt_certified(r))
         if ref:
             cells += [_fmt_diff(r, key="aurc"), _fmt_diff(r, key="coverage_10")]
         lines.append(f"| {_name(r)} | " + " | ".join(cells) + " |")

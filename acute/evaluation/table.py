@@ -16,12 +16,13 @@ from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
 from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
 from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, resample_indices
 from ..metrics.resampling import percentile_interval
+from ..metrics.certify import DEFAULT_DELTA, cross_certified
 from ..metrics.specs import best_of
 from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
 
-__all__ = ["CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL", "best_estimators", "evaluate_predictions", "estimator_uses"]
+__all__ = ["CERTIFIED_MAX_ERROR", "CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL", "best_estimators", "evaluate_predictions", "estimator_uses"]
 
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
@@ -41,6 +42,25 @@ VISIBLE_CONTROL = "visible"
 # metrics with bootstrap intervals, and those with paired differences to the reference (the specs say)
 INTERVAL_KEYS: tuple[str, ...] = tuple(m.name for m in METRIC_SPECS if m.interval)
 PAIRED_KEYS: tuple[str, ...] = tuple(m.name for m in METRIC_SPECS if m.paired)
+
+
+# the certified counterpart of "coverage at 10% error" (coverage_10): certificates at this error
+# rate and acute export's default delta, each fitted without the fold it is applied to
+CERTIFIED_MAX_ERROR = 0.10
+
+
+def _certified_columns(c: np.ndarray, y: np.ndarray, folds) -> dict[str, float]:
+    """``certified_coverage_10`` (mean over repeats of the share trusted by
+    :func:`acute.metrics.certify.cross_certified` over that repeat's folds), ``certified_error_10``
+    (the error among all the answers so trusted, NaN when none) and ``certified_folds_10`` (the
+    share of fold x repeat certificates that certified a threshold)."""
+    out = [cross_certified(row, y, [te for _, te in rep], CERTIFIED_MAX_ERROR, DEFAULT_DELTA)
+           for row, rep in zip(c, folds)]
+    n_trusted = sum(int(o.trusted.sum()) for o in out)
+    wrong = sum(int((o.trusted & (y == 0)).sum()) for o in out)
+    return {"certified_coverage_10": float(np.mean([o.trusted.mean() for o in out])),
+            "certified_error_10": wrong / n_trusted if n_trusted else math.nan,
+            "certified_folds_10": sum(o.certified for o in out) / max(1, sum(o.folds for o in out))}
 
 
 def _metric_fns() -> dict:
@@ -72,7 +92,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     (what the row may use), ``n``, ``repeats``, ``accuracy`` (of ``correct``; the same for
     every row) and every other metric of :data:`acute.metrics.METRIC_SPECS` (``smece``, the
     auc-euro bands, ``brier``, ``auroc``, and the selective columns ``aurc``, ``e_aurc``,
-    ``coverage_05``, ``coverage_10``), and, when ``n_bootstrap > 0``, 95% bootstrap
+    ``coverage_05``, ``coverage_10``; with ``folds``, their certified counterpart
+    ``certified_coverage_10``, ``certified_error_10`` and ``certified_folds_10``:
+    :func:`_certified_columns`), and, when ``n_bootstrap > 0``, 95% bootstrap
     intervals ``<metric>_ci_low`` / ``<metric>_ci_high`` for the specs with ``interval``
     (:data:`INTERVAL_KEYS`; percentile intervals; smECE's shifted by the bootstrap's bias so it
     contains its estimate: :func:`acute.metrics.intervals.bias_shifted_interval`). Every estimator (and
@@ -129,6 +151,8 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
                                "repeats": int(c.shape[0]), "accuracy": float(y.mean())}
         for key, fn in fns.items():
             row[key] = cv_metric(fn, c, y)
+        if folds is not None:
+            row.update(_certified_columns(c, y, folds))
         if groups is not None:
             row["within_group_auroc"] = float(np.mean([within_group_auroc(r, y, groups)[0] for r in c]))
         rows.append(row)

@@ -130,6 +130,7 @@ __all__ = [
     "binomial_p_values",
     "certify_threshold",
     "check_delta",
+    "cross_certified",
     "check_max_error",
     "decide",
     "ltt_thresholds",
@@ -218,6 +219,16 @@ class Certificate:
                              f"{cert.threshold!r}")
         _check_alpha_delta(cert.alpha, cert.delta)
         return cert
+
+
+class CrossCertified(NamedTuple):
+    """:func:`cross_certified` on one set of out-of-fold confidences: ``trusted`` (bool [n]:
+    each record trusted by the threshold certified without its fold), ``certified`` (folds whose
+    other folds certified a threshold) and ``folds``."""
+
+    trusted: np.ndarray
+    certified: int
+    folds: int
 
 
 class LTTResult(NamedTuple):
@@ -574,6 +585,45 @@ def certify_threshold(confidence: ArrayLike, correct: ArrayLike, max_error: floa
         rejected, p = _mapie_rejected(conf[rows], y[rows], alpha, delta, c.thresholds, fwer)
         c = c._replace(rejected=rejected, p=p)
     return _certificate(METHODS[backend], fwer, c, conf, y, alpha, delta)
+
+
+def cross_certified(confidence: ArrayLike, correct: ArrayLike, test_folds, max_error: float,
+                    delta: float = DEFAULT_DELTA, *, fwer: str = DEFAULT_FWER) -> CrossCertified:
+    """The certified counterpart of "coverage at a target error": what a certificate would have
+    let through on records whose labels it never saw.
+
+    ``confidence``: out-of-fold P(correct) of every record (``[n]``, e.g. one repeat of a
+    cross-validation); ``test_folds``: the folds' test indices (disjoint; records in none are
+    never trusted). For each fold, :func:`certify_threshold` (binomial backend, ``fwer``) runs
+    on the records of the other folds at ``max_error`` and ``delta``, and the fold's records are
+    trusted iff their confidence is >= that threshold; a fold whose other folds are too few or
+    certify nothing trusts none. So ``trusted.mean()`` is the coverage of certificates fitted
+    on about (k-1)/k of the labels, and the error among ``trusted`` what they let through. The
+    threshold never reads the labels of the fold it is applied to (the predictions it reads
+    come from fold models that were fitted on them: exchangeable, not independent)."""
+    alpha, delta = _check_alpha_delta(max_error, delta)
+    conf, y = _calibration_inputs(confidence, correct)
+    n = conf.shape[0]
+    trusted = np.zeros(n, dtype=bool)
+    certified, n_min = 0, min_calibration_records(alpha, delta, fwer=fwer)
+    folds = [np.asarray(f, dtype=np.intp) for f in test_folds]
+    seen = np.zeros(n, dtype=np.intp)
+    for te in folds:
+        if te.size and (te.min() < 0 or te.max() >= n):
+            raise InputError(f"test_folds: an index outside 0..{n - 1}")
+        seen[te] += 1
+    if (seen > 1).any():
+        raise InputError(f"test_folds: record {int(np.argmax(seen > 1))} is in more than one fold")
+    for te in folds:
+        rest = np.ones(n, dtype=bool)
+        rest[te] = False
+        if rest.sum() < n_min:
+            continue
+        cert = certify_threshold(conf[rest], y[rest], alpha, delta, fwer=fwer)
+        if cert.valid:
+            certified += 1
+            trusted[te] = conf[te] >= cert.threshold
+    return CrossCertified(trusted, certified, len(folds))
 
 
 def decide(confidence: ArrayLike, certificate: Certificate | Mapping[str, Any]) -> np.ndarray:

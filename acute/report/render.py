@@ -120,7 +120,10 @@ def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[st
         "is the mean of the per-model estimates; its interval combines the per-model intervals as "
         "independent normal errors (mean -/+ 1.96 sqrt(sum se_i^2) / k; one model: its own interval). Best value of each column "
         "in bold (accuracy has no direction). smECE, AURC: lower is better; auc-euro, coverage at "
-        "10% error: higher is better.", ""]
+        "10% error: higher is better. \"Coverage at 10% error\" picks its threshold on the records "
+        "themselves, in hindsight; its certified counterpart trusts each fold's answers by a "
+        "certificate (at most 10% error, delta 0.1) fitted on the other folds' out-of-fold predictions "
+        "(n/a: an evaluation without it).", ""]
 
     data: dict[str, Any] = {"tasks": {}, "ablation": {}, "comparison": {}, "protocol": None}
     if inputs.plan:

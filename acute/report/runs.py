@@ -28,9 +28,11 @@ logger = logging.getLogger(__name__)
 
 
 #: (key, column header, direction): the report's columns, from the evaluation's (``acute.evaluation.table``):
-#: the paper-style ones up to auc-euro all, then AURC and the coverage at 10% error
+#: the paper-style ones up to auc-euro all, then AURC and the coverage at 10% error beside its
+#: certified counterpart (cross-validation only: ``acute.evaluation.table.CERTIFIED_MAX_ERROR``)
 REPORT_METRICS: tuple[tuple[str, str, int], ...] = TABLE_COLUMNS[:6] + tuple(
-    c for c in TABLE_COLUMNS if c[0] in ("aurc", "coverage_10"))
+    c for c in TABLE_COLUMNS if c[0] in ("aurc", "coverage_10")) + (
+    ("certified_coverage_10", "certified coverage at 10% error ↑", +1),)
 
 
 _METRIC_KEYS = tuple(k for k, _, _ in REPORT_METRICS)

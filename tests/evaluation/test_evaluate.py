@@ -672,3 +672,45 @@ def test_read_predictions_gives_back_what_the_evaluation_wrote(cross_validated, 
     (bad / "predictions-repeat1.csv").write_text("\n".join(lines[:-1]) + "\n")
     with pytest.raises(ValueError, match="predictions-repeat1.csv: its records are not those of"):
         read_predictions(bad)
+
+
+def test_coverage_at_10pct_error_stands_beside_its_certified_counterpart():
+    """With folds, each row carries the coverage certificates fitted on the other folds give
+    (acute.metrics.certify.cross_certified, checked there): computed here fold by fold with
+    certify_threshold, averaged over repeats; the hindsight coverage_10 is at least as large on
+    well-ranked confidences. The selective table shows it beside coverage at 10% error."""
+    from scipy.special import expit
+
+    from acute.evaluation.markdown import selective_markdown
+    from acute.metrics.certify import certify_threshold
+
+    rng = np.random.default_rng(7)
+    n = 600
+    conf = expit(2.5 * rng.normal(size=n) + 1.0)
+    y = (rng.uniform(size=n) < conf).astype(int)
+    preds = np.stack([conf, np.clip(conf + rng.normal(0, 0.02, n), 0, 1)])
+    folds = [[(np.setdiff1d(np.arange(n), te), te) for te in np.array_split(rng.permutation(n), 5)]
+             for _ in range(2)]
+    (row,) = evaluate_predictions({"good": preds}, y, n_bootstrap=0, folds=folds)
+    covered, trusted_all, valid = [], [], []
+    for c, rep in zip(preds, folds):
+        trusted = np.zeros(n, bool)
+        for tr, te in rep:
+            cert = certify_threshold(c[tr], y[tr], 0.1, 0.1)
+            valid.append(cert.valid)
+            trusted[te] = cert.valid and c[te] >= cert.threshold
+        covered.append(trusted.mean())
+        trusted_all.append(trusted)
+    t = np.concatenate(trusted_all)
+    assert row["certified_coverage_10"] == pytest.approx(np.mean(covered))
+    assert row["certified_error_10"] == pytest.approx(1 - np.tile(y, 2)[t].mean())
+    assert row["certified_folds_10"] == pytest.approx(np.mean(valid)) and 0 < np.mean(valid) < 1
+    assert 0 < row["certified_coverage_10"] <= row["coverage_10"]
+    table = selective_markdown([row])
+    assert "certified coverage at 10% error" in table.splitlines()[0]
+    assert (f"| **{row['coverage_10']:.3f}** | {row['certified_coverage_10']:.3f} "
+            f"({row['certified_error_10']:.3f}; {np.mean(valid):.2f}) |") in table
+    # no folds (a held-out split): no certified columns, no such column
+    (plain,) = evaluate_predictions({"good": conf}, y, n_bootstrap=0)
+    assert "certified_coverage_10" not in plain
+    assert "certified coverage" not in selective_markdown([plain])

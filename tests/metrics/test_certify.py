@@ -685,3 +685,59 @@ def test_the_hard_check_fails_a_procedure_with_no_correction(hard_draws):
     passed = C.binomial_p_values(trusted, wrong, ALPHA) <= DELTA
     t = np.where(passed.any(1), grid[grid.size - 1 - np.argmax(passed[:, ::-1], axis=1)], np.nan)
     assert np.mean(_hard_precision("flat", t) < 1 - ALPHA) > 2 * TOLERANCE_HARD
+
+
+# ------------------------------------------------------------------ cross_certified
+def _folds(n: int, k: int = 5) -> list[np.ndarray]:
+    return [np.arange(i, n, k) for i in range(k)]
+
+
+def test_cross_certified_trusts_exactly_the_correct_answers_when_confidence_separates_them():
+    # 200 correct answers in [0.6, 0.99], 100 wrong in [0.01, 0.4]: every fold's certificate
+    # (fitted on 240 records) lets through every correct one and, as 10% error is allowed, only
+    # the most confident wrong ones, fewer than 10% of those trusted
+    y = np.r_[np.ones(200, int), np.zeros(100, int)]
+    conf = np.r_[np.linspace(0.6, 0.99, 200), np.linspace(0.01, 0.4, 100)]
+    out = C.cross_certified(conf, y, _folds(300), 0.1, 0.1)
+    assert out.certified == out.folds == 5
+    assert out.trusted[y == 1].all()
+    wrong = out.trusted & (y == 0)
+    assert 0 < wrong.sum() < 0.1 * out.trusted.sum()
+    assert conf[wrong].min() > np.median(conf[y == 0])
+
+
+def test_cross_certified_applies_each_fold_the_certificate_of_the_other_folds():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=600)
+    conf = expit(2.5 * x + 1.5)
+    y = (rng.random(600) < conf).astype(int)
+    folds = _folds(600)
+    out = C.cross_certified(conf, y, folds, 0.1, 0.1)
+    for te in folds:
+        rest = np.setdiff1d(np.arange(600), te)
+        cert = C.certify_threshold(conf[rest], y[rest], 0.1, 0.1)
+        assert cert.valid
+        np.testing.assert_array_equal(out.trusted[te], conf[te] >= cert.threshold)
+    # a fold's own labels never move its threshold: flipping them changes only the other folds
+    flipped = y.copy()
+    flipped[folds[0]] = 1 - flipped[folds[0]]
+    again = C.cross_certified(conf, flipped, folds, 0.1, 0.1)
+    np.testing.assert_array_equal(again.trusted[folds[0]], out.trusted[folds[0]])
+
+
+def test_cross_certified_trusts_nothing_where_nothing_can_be_certified():
+    y = np.ones(30, int)  # 24 calibration records cannot certify 5% error at delta 0.1 (45 needed)
+    out = C.cross_certified(np.full(30, 0.99), y, _folds(30), 0.05, 0.1)
+    assert (out.certified, out.folds) == (0, 5) and not out.trusted.any()
+    rng = np.random.default_rng(0)  # enough records, but confidence says nothing: no fold certifies
+    y = rng.integers(0, 2, 500)
+    out = C.cross_certified(rng.random(500), y, _folds(500), 0.1, 0.1)
+    assert out.certified == 0 and not out.trusted.any()
+
+
+def test_cross_certified_refuses_folds_that_overlap_or_leave_the_records():
+    y = np.r_[np.ones(50, int), np.zeros(50, int)]
+    with pytest.raises(InputError, match="record 3 is in more than one fold"):
+        C.cross_certified(np.full(100, 0.5), y, [np.arange(0, 10), np.arange(3, 20)], 0.1, 0.1)
+    with pytest.raises(InputError, match="outside 0..99"):
+        C.cross_certified(np.full(100, 0.5), y, [np.array([0, 100])], 0.1, 0.1)
