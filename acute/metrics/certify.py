@@ -130,8 +130,8 @@ __all__ = [
     "binomial_p_values",
     "certify_threshold",
     "check_delta",
-    "cross_certified",
     "check_max_error",
+    "cross_certified",
     "decide",
     "ltt_thresholds",
     "min_calibration_records",
@@ -599,8 +599,9 @@ def cross_certified(confidence: ArrayLike, correct: ArrayLike, test_folds, max_e
     trusted iff their confidence is >= that threshold; a fold whose other folds are too few or
     certify nothing trusts none. So ``trusted.mean()`` is the coverage of certificates fitted
     on about (k-1)/k of the labels, and the error among ``trusted`` what they let through. The
-    threshold never reads the labels of the fold it is applied to (the predictions it reads
-    come from fold models that were fitted on them: exchangeable, not independent)."""
+    threshold never reads the labels of the fold it is applied to, though the predictions it
+    reads come from fold models fitted on them (so the guarantee is approximate here: a
+    deployment certifies on records no model saw)."""
     alpha, delta = _check_alpha_delta(max_error, delta)
     conf, y = _calibration_inputs(confidence, correct)
     n = conf.shape[0]
