@@ -22,7 +22,8 @@ from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, correc
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
 
-__all__ = ["CERTIFIED_MAX_ERROR", "CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL", "best_estimators", "evaluate_predictions", "estimator_uses"]
+__all__ = ["CERTIFIED_MAX_ERROR", "CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL",
+           "VISIBLE_SIGNALS", "best_estimators", "evaluate_predictions", "estimator_uses"]
 
 
 # (column key, table header, direction: +1 higher is better, -1 lower is better, 0 neither),
@@ -37,6 +38,12 @@ CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
 # the control that sees everything a deployment sees without hidden states (issue 42): every row
 # is also compared with it (diff_visible_auc_euro_all ...)
 VISIBLE_CONTROL = "visible"
+
+
+# every control that sees no hidden states (what a deployment sees: the reply, its token
+# log-probs, the prompt's text and metadata): every row is also compared with the best of those
+# present (diff_best_visible_auc_euro_all ..., best_visible_reference names it)
+VISIBLE_SIGNALS: tuple[str, ...] = (VISIBLE_CONTROL, "answer-surface", "answer-text", "platt+meta", "tfidf+platt")
 
 
 # metrics with bootstrap intervals, and those with paired differences to the reference (the specs say)
@@ -118,7 +125,9 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     repeats), which the bootstrap interval belongs to; for nonlinear metrics the two can differ. When the rows include the
     metadata or text controls, the same columns compare every row with the best of the
     baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...), and with a
-    :data:`VISIBLE_CONTROL` row every row is compared with it (``diff_visible_auc_euro_all`` ...). Without
+    :data:`VISIBLE_CONTROL` row every row is compared with it (``diff_visible_auc_euro_all`` ...) and,
+    with any of :data:`VISIBLE_SIGNALS`, with the best of them (``best_visible_reference``;
+    ``diff_best_visible_auc_euro_all`` ...). Without
     a baseline among the rows (and no ``reference``) there are no differences. Metrics
     undefined on the data (AUROC with one class) are NaN.
     """
@@ -188,12 +197,15 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
         n_te = np.mean([len(te) for rep in folds for _, te in rep])
         ratio = float(n_te / (y.size - n_te))
     visible_ref = VISIBLE_CONTROL if VISIBLE_CONTROL in preds else None
-    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref), ("diff_visible", visible_ref)):
+    best_visible = _best_baseline([r for r in rows if r["estimator"] in VISIBLE_SIGNALS], VISIBLE_SIGNALS)
+    names_of = {"diff": "reference", "diff_meta": "meta_reference", "diff_best_visible": "best_visible_reference"}
+    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref), ("diff_visible", visible_ref),
+                           ("diff_best_visible", best_visible)):
         if r_name is None:
             continue
         for row in rows:
-            if prefix != "diff_visible":
-                row["reference" if prefix == "diff" else "meta_reference"] = r_name
+            if prefix in names_of:
+                row[names_of[prefix]] = r_name
             for key in PAIRED_KEYS if prefix == "diff" else ("auc_euro_all",):
                 col = f"{prefix}_{key}"
                 row[col] = row[key] - by_name[r_name][key]

@@ -22,7 +22,9 @@ SUMMARY_COLUMNS = ("model", "task", "n_records", "folds", "repeats", "accuracy",
                    "meta_ci_low", "meta_ci_high", "t_mean", "t_ci_low", "t_ci_high", "holm_significant",
                    "question_only_auc_euro", "within_group_auroc_raw", "within_group_auroc_default",
                    "visible_auc_euro", "visible_diff", "visible_ci_low", "visible_ci_high", "visible_t_low",
-                   "visible_t_high", "group_by", "evaluation")
+                   "visible_t_high", "best_visible_control", "best_visible_auc_euro", "best_visible_diff",
+                   "best_visible_ci_low", "best_visible_ci_high", "best_visible_t_low", "best_visible_t_high",
+                   "group_by", "evaluation")
 
 
 def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -43,7 +45,7 @@ def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[st
                 if v in (None, ""):
                     kept[k] = None
                 elif k in ("model", "task", "best_baseline", "default_estimator", "best_meta_baseline", "evaluation",
-                           "group_by"):
+                           "group_by", "best_visible_control"):
                     kept[k] = v
                 elif k in ("n_records", "folds", "repeats"):
                     kept[k] = int(v)
@@ -66,7 +68,9 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     predictions), as the evaluation computed them (means over cross-validation repeats); the
     default against the ``visible`` control (everything a deployment sees without hidden states:
     ``visible_auc_euro``, ``visible_diff`` with its bootstrap ``visible_ci_*`` and t
-    ``visible_t_*`` intervals); ``group_by``: the field the folds kept apart and the intervals
+    ``visible_t_*`` intervals) and against the best of every control without hidden states
+    (``best_visible_control``: :data:`acute.evaluation.table.VISIBLE_SIGNALS`, the same columns
+    as ``best_visible_*``); ``group_by``: the field the folds kept apart and the intervals
     resampled whole (blank: record ids); the constant control's auc-euro and the default's
     skill over it; the difference to the best of the baselines and the metadata / text controls
     (``best_meta_baseline``, ``meta_*``); the question-only probe's auc-euro; the within-group
@@ -112,6 +116,13 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "visible_ci_high": d.get("diff_visible_auc_euro_all_ci_high"),
                     "visible_t_low": d.get("diff_visible_auc_euro_all_t_low"),
                     "visible_t_high": d.get("diff_visible_auc_euro_all_t_high"),
+                    "best_visible_control": d.get("best_visible_reference"),
+                    "best_visible_auc_euro": rows.get(d.get("best_visible_reference"), {}).get("auc_euro_all"),
+                    "best_visible_diff": d.get("diff_best_visible_auc_euro_all"),
+                    "best_visible_ci_low": d.get("diff_best_visible_auc_euro_all_ci_low"),
+                    "best_visible_ci_high": d.get("diff_best_visible_auc_euro_all_ci_high"),
+                    "best_visible_t_low": d.get("diff_best_visible_auc_euro_all_t_low"),
+                    "best_visible_t_high": d.get("diff_best_visible_auc_euro_all_t_high"),
                     "group_by": sp.get("group_by"),
                     "evaluation": "committed tables" if run.tables_only else "this run", "_p": _joint_p(d)})
     tested = [r for r in out if r["_p"] is not None]
@@ -153,6 +164,12 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         visible = (f"{f(r['visible_auc_euro'], '{:.4f}')}: {f(r['visible_diff'], '{:+.4f}')} "
                    f"[{f(r['visible_ci_low'], '{:+.4f}')}, {f(r['visible_ci_high'], '{:+.4f}')}]"
                    if r.get("visible_auc_euro") is not None else "n/a")
+        best = r.get("best_visible_control")
+        if best and best != "visible":
+            visible = ("" if visible == "n/a" else f"{visible}; ") + (
+                f"best without states, {best} {f(r['best_visible_auc_euro'], '{:.4f}')}: "
+                f"{f(r['best_visible_diff'], '{:+.4f}')} "
+                f"[{f(r['best_visible_ci_low'], '{:+.4f}')}, {f(r['best_visible_ci_high'], '{:+.4f}')}]")
         model = r["model"] + (" (kept)" if r.get("evaluation") == "kept" else "")
         cv = f"{r['folds']}x{r['repeats']}" if r.get("folds") and r.get("repeats") else "n/a"
         cv += f" by {r['group_by']}" if r.get("group_by") else ""

@@ -127,6 +127,30 @@ def test_every_row_is_compared_with_the_visible_control():
                                                                   reference="raw")[0]
 
 
+def test_every_row_is_compared_with_the_best_control_without_hidden_states():
+    """The best of visible, answer-surface, answer-text, platt+meta and tfidf+platt (here the reply
+    surface, better than visible) is the reference of diff_best_visible_*: the same difference and
+    intervals as an evaluation whose reference is that control; baselines never qualify."""
+    rng = np.random.default_rng(1)
+    n = 300
+    y = rng.integers(0, 2, n)
+    preds = {"raw": rng.uniform(size=n), "platt": np.clip(0.2 + 0.6 * y + rng.normal(0, 0.1, n), 0, 1),
+             "visible": np.clip(0.3 + 0.4 * y + rng.normal(0, 0.25, n), 0, 1),
+             "answer-surface": np.clip(0.25 + 0.5 * y + rng.normal(0, 0.15, n), 0, 1),
+             "probe": np.clip(0.25 + 0.5 * y + rng.normal(0, 0.12, n), 0, 1)}
+    rows = {r["estimator"]: r for r in evaluate_predictions(preds, y, n_bootstrap=60, seed=3)}
+    assert rows["answer-surface"]["auc_euro_all"] > rows["visible"]["auc_euro_all"]
+    assert rows["platt"]["auc_euro_all"] > rows["answer-surface"]["auc_euro_all"]  # a baseline: not a control
+    want = {r["estimator"]: r for r in evaluate_predictions(preds, y, n_bootstrap=60, seed=3,
+                                                            reference="answer-surface")}["probe"]
+    got = rows["probe"]
+    assert got["best_visible_reference"] == "answer-surface"
+    for key in ("", "_ci_low", "_ci_high"):
+        assert got[f"diff_best_visible_auc_euro_all{key}"] == pytest.approx(want[f"diff_auc_euro_all{key}"])
+    assert "best_visible_reference" not in evaluate_predictions({"raw": preds["raw"], "platt": preds["platt"]}, y,
+                                                                n_bootstrap=0)[0]
+
+
 def test_run_config_groups_by_the_tasks_field_and_fetches_bfcl(tmp_path):
     from acute.pipeline.config import load_config
     from acute.tasks.bfcl_data import SHA256

@@ -587,6 +587,12 @@ def test_cross_validated_run_with_learning_curves_transfer_and_summary(cross_val
     assert float(rows[0]["constant_auc_euro"]) == pytest.approx(by["constant"]["auc_euro_all"], abs=1e-6)
     assert float(rows[0]["t_ci_low"]) <= float(rows[0]["diff"]) <= float(rows[0]["t_ci_high"])
     assert rows[0]["holm_significant"] in ("True", "False")
+    # the best control without hidden states (platt+meta / tfidf+platt / answer rows, those present)
+    best = rows[0]["best_visible_control"]
+    assert best == by["acute-pca10-stacked"]["best_visible_reference"] and best in results["params"]["controls"]
+    assert float(rows[0]["best_visible_auc_euro"]) == pytest.approx(by[best]["auc_euro_all"], abs=1e-6)
+    assert float(rows[0]["best_visible_diff"]) == pytest.approx(
+        by["acute-pca10-stacked"]["auc_euro_all"] - by[best]["auc_euro_all"], abs=1e-6)
     readme = (out / "README.md").read_text(encoding="utf-8")
     for title in ("## Summary: the default estimator against the best baseline", "## Learning curves",
                   "## Transfer between tasks", "### tiny"):
