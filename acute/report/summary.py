@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 
+from ..evaluation.table import VISIBLE_CONTROL
 from .runs import EvalRun
 from .tables import markdown_table
 
@@ -165,7 +166,7 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
                    f"[{f(r['visible_ci_low'], '{:+.4f}')}, {f(r['visible_ci_high'], '{:+.4f}')}]"
                    if r.get("visible_auc_euro") is not None else "n/a")
         best = r.get("best_visible_control")
-        if best and best != "visible":
+        if best and best != VISIBLE_CONTROL:
             visible = ("" if visible == "n/a" else f"{visible}; ") + (
                 f"best without states, {best} {f(r['best_visible_auc_euro'], '{:.4f}')}: "
                 f"{f(r['best_visible_diff'], '{:+.4f}')} "
