@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from oob_stacking import evaluation_folds  # noqa: E402
+from oob_stacking import evaluation_folds, write_table  # noqa: E402
 
 DEFAULT = "acute-pca10-stacked"
 FOREST = "acute-pca10"
@@ -113,14 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "| grouped minus it [95% cluster bootstrap] | mean of folds [corrected t 95%] | its smECE "
              "| grouped smECE | grouped fit s |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    print("\n".join(lines), flush=True)
-    for pair in args.pairs:
-        rows = pair_rows(Path(pair), args)
-        print("\n".join(rows), flush=True)
-        lines += rows
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_table(lines, args.pairs, lambda pair: pair_rows(pair, args), args.out)
     return 0
 
 

@@ -84,6 +84,19 @@ def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:
     return out
 
 
+def write_table(lines: list[str], pairs: Sequence[str], rows_of, out: str | None) -> None:
+    """Print the table's head ``lines``, then each pair's rows (``rows_of(Path(pair))``) as they
+    come; with ``out``, also write the whole table there."""
+    print("\n".join(lines), flush=True)
+    for pair in pairs:
+        rows = rows_of(Path(pair))
+        print("\n".join(rows), flush=True)
+        lines += rows
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("pairs", nargs="+", help="PAIR folders holding store/ and the evaluation folder")
@@ -100,14 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "| model | task | records | probe | folds x repeats | auc-euro 5-fold | auc-euro oob "
              "| oob - 5-fold [95% paired bootstrap] | corrected t 95% | smECE 5-fold | smECE oob | oob fit s |",
              "|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    print("\n".join(lines), flush=True)
-    for pair in args.pairs:
-        rows = pair_rows(Path(pair), names, args)
-        print("\n".join(rows), flush=True)
-        lines += rows
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        print(f"wrote {args.out}", file=sys.stderr)
+    write_table(lines, args.pairs, lambda pair: pair_rows(pair, names, args), args.out)
     return 0
 
 
