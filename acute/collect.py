@@ -27,6 +27,7 @@ from . import __version__
 from .extraction.batching import BATCH_SIZE
 from .fileio import progress_bar
 from .errors import InputError, ModelMismatchError
+from .store.checkpoints import DEFAULT_CHECKPOINTS
 from .store.format import DEFAULT_STORE_DTYPE
 from .store.identity import DEFAULT_ENGINE, diff, model_record, of_model, of_store
 from .validation import check_count
@@ -207,6 +208,7 @@ def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: Collec
 
     Every pooling is kept (:mod:`acute.store.pooling`), except when resuming a store an older acute
     began with the mean only: it stays mean-only (``acute rerecord`` adds the others later).
+    Prefix checkpoints are written when the store keeps them (``writer.checkpoints``).
 
     Chunks bound memory (~L*d*4 bytes per record) and let a progress bar move; inside a chunk
     the recorder groups prompts that share a prefix (large chunks give it more to group) and
@@ -226,6 +228,8 @@ def _fill(writer, todo: Sequence, run_chunk, *, batch_size: int, summary: Collec
             if writer.poolings != ("mean",):
                 extra = {"last_prompt": np.stack([g.last_prompt for g in gens]),
                          "last_answer": np.stack([g.last_answer for g in gens])}
+            if writer.checkpoints is not None:
+                extra["checkpoints"] = ([g.checkpoint_tokens for g in gens], [g.checkpoint_means for g in gens])
             writer.add(records, np.stack([g.layer_means for g in gens]), [g.token_logprobs for g in gens],
                        **extra)
         summary.new_records += len(records)
@@ -308,6 +312,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     manifest = build_manifest(model, tokenizer, task, model_name=model_name,
                               max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                               pool=pool, chat=chat)
+    if engine == "transformers":  # the recorder keeps prefix checkpoints; the vLLM connector does not yet
+        manifest["checkpoints"] = DEFAULT_CHECKPOINTS
     if parallel:
         if rank == 0:
             # part writers cannot agree on the poolings among themselves: a new store keeps them
@@ -338,6 +344,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
         bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
                            + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
 
+        recorded = {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints}
+
         def run_chunk(part):
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
             with warnings.catch_warnings():
@@ -346,7 +354,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                 gens = generate(
                     prompts, max_new_tokens=max_new_tokens,
                     batch_size=batch_size, stop_strings=stop_strings, pool=pool,
-                    on_too_long=on_too_long, on_batch=bar.update,
+                    on_too_long=on_too_long, on_batch=bar.update, **recorded,
                 )
             bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
             records, kept = [], []
@@ -714,6 +722,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     manifest["generation"] = {**generation, "pool": pool}
     manifest["rerecorded_from"] = {"store": str(store_dir.resolve()), "pool": old_pool}
     manifest["poolings"] = list(POOLINGS)  # re-recording adds what an older store lacks
+    manifest.pop("checkpoints", None)  # teacher forcing keeps no prefix checkpoints
     stop_strings = tuple(generation.get("stop_strings") or ())
     records = source.records
     stored_lp = source.token_logprobs

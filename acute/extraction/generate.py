@@ -16,6 +16,7 @@ from ..fileio import progress as _progress
 
 from ..errors import InputError
 
+from ..store.checkpoints import Schedule
 from ..store.pooling import POOLS, PoolMode
 from .batching import (
     BATCH_SIZE,
@@ -52,8 +53,10 @@ class Generation:
     ``last_answer`` float32[L+1, d]: the states at the last pooled position (``"decoding"``: the
     one that decoded the final token, i.e. ``last_prompt`` for a one-token answer;
     ``"generated"``: the final token's own); ``prompt_tokens``: prompt length in tokens;
-    ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``. Layer index 0 is the embedding
-    output, ``L`` the final norm's output (see :mod:`acute.extraction`).
+    ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``; ``checkpoint_tokens`` int64[C] and
+    ``checkpoint_means`` float32[C, L+1, d]: the prefix checkpoints when the recorder kept them
+    (:mod:`acute.store.checkpoints`; the last equals ``layer_means``), else None. Layer index 0 is
+    the embedding output, ``L`` the final norm's output (see :mod:`acute.extraction`).
     """
 
     text: str
@@ -64,6 +67,8 @@ class Generation:
     last_answer: np.ndarray
     prompt_tokens: int
     finish_reason: str
+    checkpoint_tokens: np.ndarray | None = None
+    checkpoint_means: np.ndarray | None = None
 
     @property
     def raw_confidence(self) -> float:
@@ -82,6 +87,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                         sort_by_length: bool = True, reuse_prefix: bool = True,
                         drop_finished: bool = True,
                         on_batch: Callable[[int], None] | None = None,
+                        checkpoints: Schedule | None = None,
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
 
@@ -126,7 +132,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     _greedy_defaults(do_sample, generate_kwargs)
     inputs = _BatchInputs(model, pad_id, max_new_tokens)
     results: list[Generation | None] = [None] * len(prompts)
-    with HiddenStateRecorder(model, pool=pool) as recorder:
+    with HiddenStateRecorder(model, pool=pool, checkpoints=checkpoints) as recorder:
         for batch, shared in _progress(planned, len(planned), progress, "generate"):
             ids, mask, cache = inputs([encoded[i] for i in batch], shared)
             cache_kwargs = {} if cache is None else {cache_keyword(model): cache}
@@ -190,9 +196,14 @@ def _generation(recorded, r: int, tokenizer: Any, stop_strings: Sequence[str], p
     reason = recorded.finish_reasons[r]
     if reason == "stop":
         text = cut_at_stop(text, stop_strings)
+    checkpoints = {}
+    if recorded.checkpoint_tokens is not None:
+        checkpoints = {"checkpoint_tokens": recorded.checkpoint_tokens[r],
+                       "checkpoint_means": recorded.checkpoint_means[r]}
     return Generation(text=text, token_ids=recorded.token_ids[r], token_logprobs=recorded.token_logprobs[r],
                       layer_means=recorded.layer_means[r], last_prompt=recorded.last_prompt[r],
-                      last_answer=recorded.last_answer[r], prompt_tokens=prompt_tokens, finish_reason=reason)
+                      last_answer=recorded.last_answer[r], prompt_tokens=prompt_tokens, finish_reason=reason,
+                      **checkpoints)
 
 
 def _greedy_defaults(do_sample: bool, generate_kwargs: dict) -> None:

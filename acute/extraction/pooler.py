@@ -176,6 +176,12 @@ class LayerPooler:
         count = torch.as_tensor(np.asarray(counts), dtype=torch.float64)[:, None, None]
         return (stack_layers(self.sums) / count).numpy().astype(np.float32)
 
+    def snapshot(self, rows: torch.Tensor) -> np.ndarray:
+        """float64 [len(rows), L+1, d] on the CPU: the current sums of the batch rows ``rows``."""
+        if any(s is None for s in self.sums):
+            raise RuntimeError("some layers were never reached by a forward pass")
+        return stack_layers([s[rows.to(s.device)] for s in self.sums]).numpy()
+
     def states(self, name: str) -> np.ndarray:
         """float32 [batch_size, L+1, d]: the states picked under ``name``."""
         picked = self.picked.get(name)

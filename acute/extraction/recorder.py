@@ -17,6 +17,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 
 from ..errors import InputError
+from ..store.checkpoints import Schedule, checkpoint_counts
 from ..store.pooling import POOLS, PoolMode
 from .decoding import plain_greedy, greedy_decode
 from .layers import LayerMap, model_device
@@ -40,7 +41,10 @@ class RecordedBatch:
     positions, the state at the prompt's last token and the state at the last pooled position
     (see the module docstring of :mod:`acute.extraction`); ``counts`` int64[B] the number of
     pooled states per row (== T_r); ``finish_reasons[r]`` is ``"eos"``, ``"stop"`` or
-    ``"length"``.
+    ``"length"``. With a checkpoint schedule, ``checkpoint_tokens[r]`` (int64[C_r]) and
+    ``checkpoint_means[r]`` (float32[C_r, L+1, d]) are row ``r``'s prefix checkpoints
+    (:mod:`acute.store.checkpoints`: the means over its first ``k`` pooled states, the last
+    one equal to ``layer_means[r]``); None without a schedule.
     """
 
     token_ids: list[np.ndarray]
@@ -50,6 +54,8 @@ class RecordedBatch:
     last_answer: np.ndarray
     counts: np.ndarray
     finish_reasons: list[str]
+    checkpoint_tokens: list[np.ndarray] | None = None
+    checkpoint_means: list[np.ndarray] | None = None
 
 
 _REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
@@ -62,7 +68,7 @@ class _Run:
 
     def __init__(self, pooler: LayerPooler, batch_size: int, device: torch.device, pool: str,
                  max_new_tokens: int, eos_ids: Sequence[int], stop_strings: Sequence[str],
-                 tokenizer: Any):
+                 tokenizer: Any, checkpoints: Schedule | None = None):
         self.pooler = pooler
         self.batch_size = batch_size
         self.device = device
@@ -92,6 +98,11 @@ class _Run:
         # Batch rows of the current forward (original indices) when finished rows were dropped
         # from it (the recorder's own greedy loop); None = every row.
         self.rows: torch.Tensor | None = None
+        # Prefix checkpoints: every row a forward pools has pooled as many states as there were
+        # pooling forwards, so the schedule is checked against that host-side count (no sync).
+        self.checkpoints = checkpoints
+        self.pooling_forwards = 0
+        self.snapshots: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(batch_size)]
         pooler.reset(batch_size)
         self.arm()
 
@@ -118,10 +129,22 @@ class _Run:
         self.rows = None if rows is None or rows.numel() == self.batch_size else rows
         self.arm()
 
+    def snapshot(self, k: int) -> None:
+        """Keep the running means of the rows this forward pooled, each now over ``k`` states."""
+        rows = self.pooled.nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return
+        means = (self.pooler.snapshot(rows) / k).astype(np.float32)  # as LayerPooler.means
+        for r, mean in zip(rows.tolist(), means):
+            self.snapshots[r].append((k, mean))
+
     def forward_done(self) -> None:
         """After each forward (the logits hook): count the rows it pooled."""
         if self.pooling:
             self.counts += self.pooled
+            self.pooling_forwards += 1
+            if self.checkpoints is not None and self.pooling_forwards in self.checkpoints:
+                self.snapshot(self.pooling_forwards)
         if self.prefill:
             self.prefill = False
             self.arm()
@@ -217,7 +240,10 @@ class HiddenStateRecorder:
     ``pool`` is ``"decoding"`` or ``"generated"`` (see :mod:`acute.extraction`); ``dtype`` is the
     accumulation dtype of the running sums and of the last-prompt and last-answer states (float32
     or float64, also for half-precision models); each lives on the device of the layer it pools
-    (models split with a ``device_map`` work).
+    (models split with a ``device_map`` work). ``checkpoints`` (a
+    :class:`~acute.store.checkpoints.Schedule`) also keeps each row's running means at the
+    schedule's token counts (:attr:`RecordedBatch.checkpoint_means`; O(L x d) per row and
+    checkpoint, taken as the answer is written).
     On entering, a :class:`~acute.extraction.pooler.LayerPooler` hooks the first decoder layer
     (its input is index 0 and its output index 1), the other decoder layers but the last
     (indices 2..L-1) and the final norm (index L), and a forward hook on the model itself takes
@@ -232,10 +258,12 @@ class HiddenStateRecorder:
             batch = rec.generate(input_ids, attention_mask, max_new_tokens=32, eos_token_ids=[2])
     """
 
-    def __init__(self, model: nn.Module, pool: PoolMode = "decoding", dtype: torch.dtype = torch.float32):
+    def __init__(self, model: nn.Module, pool: PoolMode = "decoding", dtype: torch.dtype = torch.float32,
+                 checkpoints: Schedule | None = None):
         self.model = model
         self.pool = pool
         self.dtype = dtype
+        self.checkpoints = checkpoints
         self._pooler: LayerPooler | None = None
         self._logits_handle: Any = None
         self._run: _Run | None = None
@@ -352,7 +380,7 @@ class HiddenStateRecorder:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.to(device)
         self._run = _Run(self._pooler, input_ids.shape[0], device, self.pool, max_new_tokens,
-                         eos_ids, stop_strings, tokenizer)
+                         eos_ids, stop_strings, tokenizer, self.checkpoints)
         extra = 1 if self.pool == "generated" else 0
         try:
             if drop_finished and plain_greedy(self.model, generate_kwargs):
@@ -381,15 +409,21 @@ class HiddenStateRecorder:
         tokens = run.tokens.cpu().numpy()
         logprobs = run.logprobs.cpu().numpy()
         reasons = run.reason.cpu().tolist()
+        layer_means = pooler.means(counts)
+        ckpt_tokens = ckpt_means = None
+        if run.checkpoints is not None:
+            ckpt_tokens, ckpt_means = _checkpoints(run, counts, layer_means)
         # The only gathers: each layer's states, wherever they live, to the CPU in float64.
         return RecordedBatch(
             token_ids=[tokens[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
             token_logprobs=[logprobs[r, : n_tokens[r]].copy() for r in range(run.batch_size)],
-            layer_means=pooler.means(counts),
+            layer_means=layer_means,
             last_prompt=pooler.states("last_prompt"),
             last_answer=pooler.states("last_answer"),
             counts=counts.astype(np.int64),
             finish_reasons=[_REASON_NAMES.get(c, "length") for c in reasons],
+            checkpoint_tokens=ckpt_tokens,
+            checkpoint_means=ckpt_means,
         )
 
     def state_nbytes(self) -> int:
@@ -407,3 +441,20 @@ class HiddenStateRecorder:
         if run.logsumexp_next is not None:
             tensors.append(run.logsumexp_next)
         return run.pooler.nbytes() + int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def _checkpoints(run: _Run, counts: np.ndarray, layer_means: np.ndarray) -> tuple[list, list]:
+    """Each row's checkpoint token counts and means: the snapshots the schedule took below its
+    length, then its final means (the snapshot at the final token, when one was taken, is the
+    same sum over the same states)."""
+    tokens, means = [], []
+    for r in range(run.batch_size):
+        want = checkpoint_counts(int(counts[r]), run.checkpoints)
+        taken = {k: m for k, m in run.snapshots[r]}
+        if any(int(k) not in taken for k in want[:-1]):
+            raise RuntimeError(f"row {r}: the recorder took checkpoints at {sorted(taken)} but its "
+                               f"{int(counts[r])} pooled states need {want.tolist()}")
+        rows = [taken[int(k)] for k in want[:-1]] + [layer_means[r]]
+        tokens.append(want)
+        means.append(np.stack(rows) if rows else np.zeros((0, *layer_means.shape[1:]), np.float32))
+    return tokens, means

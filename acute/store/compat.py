@@ -1,5 +1,5 @@
 """Whether a writer may add to a store: the manifest keys that must agree on resume, the weights
-digest, and the poolings a store keeps for all of its records or for none."""
+digest, and the poolings and prefix checkpoints a store keeps for all of its records or for none."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import IncompatibleStoreError, InputError
+from . import checkpoints as ckpt
 from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
 from .identity import diff, of_store
 
@@ -25,6 +26,27 @@ def check_poolings(path: Path, stored: Sequence[str] | None, given: Sequence[str
         f"{path}: the store holds the poolings {list(stored)} for all of its records, these records "
         f"come with {list(given)}; a store keeps last_prompt/last_answer for all of its records or "
         f"for none: write them to another store{hint}")
+
+
+def resolve_checkpoints(path: Path, stored: dict, new: dict, has_records: bool) -> dict | None:
+    """The checkpoint schedule (a manifest's ``checkpoints``) of a resumed store: the stored one
+    when it has records (a store keeps checkpoints for all of its records or for none: one begun
+    without them goes on without, and says so in the log), else the new one.
+    IncompatibleStoreError naming both when a store with checkpoints is resumed with another
+    schedule or without one."""
+    old, given = stored.get("checkpoints"), new.get("checkpoints")
+    if not has_records:
+        return given
+    if old is None:
+        if given is not None:
+            logger.info("%s keeps no prefix checkpoints (begun without them): its new records will not "
+                        "either; to have them, %s", path, ckpt.REMEDY)
+        return None
+    if given != old:
+        raise IncompatibleStoreError(
+            f"{path}: the store keeps prefix checkpoints {old} for every record, these records come "
+            f"with {given}; collect with the stored schedule, or into another folder")
+    return old
 
 
 def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:

@@ -38,6 +38,8 @@ STATUSES = ("collecting", "complete", "interrupted")
 #: Shard tensor of each pooling.
 TENSORS = {"mean": "layer_means", "last-prompt": "last_prompt", "last-answer": "last_answer"}
 MEAN_ONLY = ("mean",)
+#: Shard tensors of a store that keeps prefix checkpoints (:mod:`acute.store.checkpoints`).
+CHECKPOINT_TENSORS = ("checkpoint_means", "checkpoint_tokens", "checkpoint_offsets")
 #: what re-recording an old store adds (named by the errors about a pooling a store lacks)
 REMEDY = "re-record it with `acute rerecord STORE --out NEW` to add them"
 #: Storage dtypes of the pooled states (the manifest's ``dtype``).

@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 
 from ..fileio import json_ready, write_text_atomic
 from ..errors import CorruptStoreError, InputError, StoreError
+from .checkpoints import parse_schedule
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, SINGLE_WRITER_VERSION, dumps, expected_shape,
                      parse_poolings)
 from .shard import Shard
@@ -47,6 +48,11 @@ def load_manifest(path: Path) -> dict:
         )
     if "poolings" in manifest:
         parse_poolings(manifest["poolings"], str(mpath), CorruptStoreError)
+    if manifest.get("checkpoints") is not None:
+        try:
+            parse_schedule(manifest["checkpoints"], f"{mpath}: checkpoints")
+        except InputError as err:
+            raise CorruptStoreError(str(err)) from None
     return manifest
 
 
@@ -70,6 +76,10 @@ def normalised_manifest(manifest: dict, dtype: str) -> dict:
     new["dtype"] = dtype
     if "poolings" in new:
         new["poolings"] = list(parse_poolings(new["poolings"], "manifest"))
+    if new.get("checkpoints") is not None:
+        new["checkpoints"] = parse_schedule(new["checkpoints"], "manifest['checkpoints']").to_json()
+    else:
+        new.pop("checkpoints", None)
     new["format"] = FORMAT
     new["format_version"] = SINGLE_WRITER_VERSION
     new.setdefault("acute_version", __version__)

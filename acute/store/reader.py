@@ -14,6 +14,7 @@ from ..errors import CorruptStoreError, InputError
 from ..validation import first_nonfinite_row
 from .labels import check_labels, read_labels
 from .format import DEFAULT_STORE_DTYPE, MEAN_ONLY, REMEDY, STORAGE_DTYPES, TENSORS, expected_shape
+from .checkpoints import REMEDY as CHECKPOINT_REMEDY, Schedule, parse_schedule, prefix_rows
 from .pooling import POOLINGS
 from .manifest import load_manifest
 from .shard import Shard, load_shards
@@ -93,8 +94,8 @@ class Store:
 
     def check_finite(self) -> None:
         """:class:`CorruptStoreError` naming the record id and shard of the first NaN or inf in
-        the raw confidences or the hidden states of any pooling (read in chunks of rows, which
-        are not kept)."""
+        the raw confidences, the hidden states of any pooling or the prefix checkpoints (read in
+        chunks of rows, which are not kept)."""
         conf = np.asarray(self.raw_confidence, dtype=np.float64)
         if not np.isfinite(conf).all():
             i = int(np.argmin(np.isfinite(conf)))
@@ -106,6 +107,16 @@ class Store:
                 if i is not None:
                     raise CorruptStoreError(f"{self.path}: {self.where(start + i)} has a non-finite hidden "
                                             f"state (NaN or inf) in {TENSORS[pooling]}")
+        if self.checkpoints is not None:
+            for k in np.unique(self._locate()[0]):
+                shard = self._shards[k]
+                means = shard.states("checkpoints")
+                for start in range(0, len(means), step):
+                    i = first_nonfinite_row(means[start:start + step])
+                    if i is not None:
+                        record = int(np.searchsorted(shard.checkpoint_offsets, start + i, side="right")) - 1
+                        raise CorruptStoreError(f"{self.path}: record {shard.records[record]['id']!r} "
+                                                f"({shard.path.name}) has a non-finite checkpoint state")
 
     # -- per-record data ------------------------------------------------------------------------
     @property
@@ -233,6 +244,51 @@ class Store:
         if key in self._cache:
             return np.array(self._cache[key][:, i])
         return self._gather(self._global_rows(), i, pooling)
+
+    # -- prefix checkpoints ---------------------------------------------------------------------
+    @property
+    def checkpoints(self) -> Schedule | None:
+        """The prefix-checkpoint schedule every record keeps (:mod:`acute.store.checkpoints`), or
+        None for a store collected without them."""
+        value = self.manifest.get("checkpoints")
+        return None if value is None else parse_schedule(value)
+
+    def _require_checkpoints(self) -> None:
+        if self.checkpoints is None:
+            raise InputError(f"{self.path}: the store keeps no prefix checkpoints (collected without "
+                             f"them); {CHECKPOINT_REMEDY}")
+
+    def _locate(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of this view: its shard and its row within that shard."""
+        rows = self._global_rows()
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        return which, rows - self._starts[which]
+
+    @property
+    def checkpoint_tokens(self) -> list[np.ndarray]:
+        """Per record, int64: the token counts of its checkpoints (the last is its length)."""
+        self._require_checkpoints()
+        which, local = self._locate()
+        return [self._shards[k].checkpoint_tokens[self._shards[k].checkpoint_offsets[i]:
+                                                  self._shards[k].checkpoint_offsets[i + 1]]
+                for k, i in zip(which.tolist(), local.tolist())]
+
+    def prefix_states(self, k: int) -> np.ndarray:
+        """[n, L+1, d] in the storage dtype: per record the mean states a gate reads after ``k``
+        generated tokens: its checkpoint at ``k`` tokens, or the last one before (its final
+        means once its answer has ended). InputError naming the store when it keeps no
+        checkpoints, or when ``k`` falls before a record's first checkpoint."""
+        self._require_checkpoints()
+        which, local = self._locate()
+        out = np.empty((len(which), *self._empty_shape_of_shards()), dtype=self.dtype)
+        for s in np.unique(which):
+            shard, mask = self._shards[s], which == s
+            own = prefix_rows(shard.checkpoint_tokens, shard.checkpoint_offsets, k)
+            out[mask] = shard.states("checkpoints")[own[local[mask]]]
+        return out
+
+    def _empty_shape_of_shards(self) -> tuple[int, int]:
+        return tuple(self._shards[0].layer_shape) if self._shards else self._empty_shape()
 
     # -- subsets --------------------------------------------------------------------------------
     def select(self, indices: Sequence[int] | np.ndarray) -> Store:

@@ -12,7 +12,7 @@ from ..fileio import iter_jsonl
 from ..errors import CorruptStoreError, IncompatibleStoreError
 from .commit import ShardDirectory
 from .files import SHARD_FILES, parse_shard_name
-from .format import MANIFEST, MEAN_ONLY, STORAGE_DTYPES, TENSORS, collection_key, expected_shape
+from .format import CHECKPOINT_TENSORS, MANIFEST, MEAN_ONLY, STORAGE_DTYPES, TENSORS, collection_key, expected_shape
 from .pooling import POOLINGS
 from .header import read_safetensors_header, read_small, tensors_sha256
 
@@ -132,9 +132,46 @@ class Shard:
         self.dtype = lm["dtype"].newbyteorder("=")
         self._infos = {p: tensors[TENSORS[p]] for p in self.poolings}
         self._memmaps: dict[str, np.memmap] = {}
+        self.checkpoint_tokens = self.checkpoint_offsets = None
+        if manifest.get("checkpoints") is not None:
+            self._load_checkpoints(tensors, lm, offsets)
+        elif any(name in tensors for name in CHECKPOINT_TENSORS):
+            raise CorruptStoreError(f"{st_path}: has checkpoint tensors but the store's {MANIFEST} "
+                                    "records no checkpoint schedule")
+
+    def _load_checkpoints(self, tensors: dict, lm: dict, token_offsets: np.ndarray) -> None:
+        """Check and read the ragged checkpoint tensors (the means stay on disk)."""
+        st_path = self.path
+        for name in CHECKPOINT_TENSORS:
+            if name not in tensors:
+                raise CorruptStoreError(f"{st_path}: tensor {name!r} is missing (the store keeps checkpoints)")
+        means, toks, offs = (tensors[name] for name in CHECKPOINT_TENSORS)
+        if means["dtype"] != lm["dtype"] or len(means["shape"]) != 3 or means["shape"][1:] != lm["shape"][1:]:
+            raise CorruptStoreError(f"{st_path}: checkpoint_means must be {lm['dtype'].name} [C, "
+                                    f"{', '.join(map(str, lm['shape'][1:]))}], got {means['dtype'].name} "
+                                    f"{list(means['shape'])}")
+        for name, info, shape in (("checkpoint_tokens", toks, (means["shape"][0],)),
+                                  ("checkpoint_offsets", offs, (self.n + 1,))):
+            if info["dtype"] != np.dtype("<i8") or info["shape"] != shape:
+                raise CorruptStoreError(f"{st_path}: {name} must be int64 of shape {list(shape)}, got "
+                                        f"{info['dtype'].name} {list(info['shape'])}")
+        tokens, offsets = read_small(st_path, toks), read_small(st_path, offs)
+        if offsets[0] != 0 or offsets[-1] != means["shape"][0] or np.any(offsets[1:] <= offsets[:-1]):
+            raise CorruptStoreError(f"{st_path}: checkpoint_offsets must start at 0, increase and end at "
+                                    f"len(checkpoint_tokens) = {means['shape'][0]}")
+        for i, rec in enumerate(self.records):
+            own = tokens[offsets[i]:offsets[i + 1]]
+            n_tokens = token_offsets[i + 1] - token_offsets[i]
+            if own[-1] != n_tokens or np.any(own[1:] <= own[:-1]) or own[0] < 1:
+                raise CorruptStoreError(f"{self.jsonl_path}: record {rec['id']!r} has checkpoints at "
+                                        f"{own.tolist()} tokens; they must increase and end at its "
+                                        f"{n_tokens} tokens")
+        self.checkpoint_tokens, self.checkpoint_offsets = tokens, offsets
+        self._infos["checkpoints"] = means
 
     def states(self, pooling: str = "mean") -> np.ndarray:
-        """Read-only memmap [n, L+1, d] of one of this shard's poolings (created on first use)."""
+        """Read-only memmap [n, L+1, d] of one of this shard's poolings (created on first use);
+        ``"checkpoints"``: the [C, L+1, d] checkpoint means of a store that keeps them."""
         if pooling not in self._memmaps:
             info = self._infos[pooling]
             self._memmaps[pooling] = np.memmap(self.path, dtype=info["dtype"], mode="r",

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..errors import IncompatibleStoreError, InputError, StoreError
 from ..validation import first_nonfinite_row
-from .compat import check_compatible, check_poolings, merge_weights
+from .checkpoints import Schedule, checkpoint_counts, parse_schedule
+from .compat import check_compatible, check_poolings, merge_weights, resolve_checkpoints
 from .commit import ShardDirectory
 from .files import PART_LOCK_RE, SHARD_FILES
 from .format import (DEFAULT_STORE_DTYPE, FORMAT, FORMAT_VERSION, MANIFEST, MEAN_ONLY, STATUSES, STORAGE_DTYPES, TENSORS,
@@ -61,6 +62,10 @@ def _open_as_owner(path: Path, new: dict, shard_size: int, allow_other_weights: 
             old["poolings"] = list(MEAN_ONLY)  # a store from before acute kept other poolings
         check_poolings(path, old.get("poolings"), new.get("poolings"), IncompatibleStoreError)
         merged = fill_shape({**old, **new, "created": old.get("created", now())}, old)
+        merged.pop("checkpoints", None)
+        schedule = resolve_checkpoints(path, old, new, bool(shard_dir.committed()))
+        if schedule is not None:
+            merged["checkpoints"] = schedule
         merge_weights(merged, old, new, path)
         merged["format_version"] = max(old.get("format_version") or 1, new["format_version"])
         shard_dir.remove_temporaries()
@@ -155,6 +160,14 @@ def _checked_states(name: str, value: Any, ids: Sequence, num_layers: int | None
     return stored
 
 
+def checkpoint_tensors(entries: Sequence[tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+    """A shard's checkpoint tensors from each record's ``(tokens, means)``."""
+    counts = [len(tokens) for tokens, _ in entries]
+    return {"checkpoint_means": np.ascontiguousarray(np.concatenate([means for _, means in entries])),
+            "checkpoint_tokens": np.concatenate([tokens for tokens, _ in entries]).astype(np.int64),
+            "checkpoint_offsets": np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)}
+
+
 class StoreWriter:
     """Append records to a store in atomically committed shards; resumes an existing store.
 
@@ -202,7 +215,8 @@ class StoreWriter:
         self.part = None if part is None else int(part)
         self._closed = False
         self._dir = ShardDirectory(self.path, SHARD_FILES, self.part)
-        self._buffer: list[tuple[dict, str, tuple[np.ndarray, ...], np.ndarray]] = []
+        # (record, its JSON line, its pooled states, its log-probs, its checkpoints or None)
+        self._buffer: list[tuple[dict, str, tuple[np.ndarray, ...], np.ndarray, Any]] = []
         self._pending: set = set()
         if self.part is None:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -225,6 +239,8 @@ class StoreWriter:
         self._key = collection_key(self.manifest)
         poolings = self.manifest.get("poolings")  # None: undecided until the first add
         self._poolings = None if poolings is None else tuple(poolings)
+        schedule = self.manifest.get("checkpoints")
+        self._schedule = None if schedule is None else parse_schedule(schedule)
         self._next_index = self._dir.next_index()
 
     # -- opening / closing ----------------------------------------------------------------------
@@ -240,6 +256,7 @@ class StoreWriter:
         check_compatible(self.path / MANIFEST, stored, new, allow_other_weights)
         stored.setdefault("poolings", list(MEAN_ONLY))  # prepared by an acute that kept the mean only
         check_poolings(self.path, stored["poolings"], new.get("poolings"), IncompatibleStoreError)
+        resolve_checkpoints(self.path, stored, new, has_records=True)  # prepare_store decided them
         fill_shape(stored, new)
         self._dir.remove_temporaries()
         shards = load_shards(self.path, stored)
@@ -279,6 +296,12 @@ class StoreWriter:
         return self._poolings
 
     @property
+    def checkpoints(self) -> Schedule | None:
+        """The prefix-checkpoint schedule every record of the store keeps (its manifest's
+        ``checkpoints``), or None: the store keeps none, and :meth:`add` takes none."""
+        return self._schedule
+
+    @property
     def num_buffered(self) -> int:
         return len(self._buffer)
 
@@ -300,7 +323,8 @@ class StoreWriter:
     # Long because adding is one ordered sequence (validate every record, then buffer them, then
     # record what the first batch decides, then commit full shards); splitting it would hide the order.
     def add(self, records: Sequence[dict], layer_means: np.ndarray, token_logprobs: Sequence[np.ndarray],
-            *, last_prompt: np.ndarray | None = None, last_answer: np.ndarray | None = None) -> None:
+            *, last_prompt: np.ndarray | None = None, last_answer: np.ndarray | None = None,
+            checkpoints: tuple[Sequence[np.ndarray], Sequence[np.ndarray]] | None = None) -> None:
         """Buffer a batch of ``b`` records and commit every full shard.
 
         ``layer_means`` is [b, L+1, d] (finite; must fit float16 when storing float16),
@@ -309,7 +333,10 @@ class StoreWriter:
         answer's last pooled position, shaped and checked like ``layer_means``. A store keeps them
         for all of its records or for none: the first add with records decides (the manifest's
         ``poolings``), a later add that differs (also after a resume) is an InputError naming the
-        store and both choices. Records are copied; ``n_tokens`` and ``raw_confidence`` are filled
+        store and both choices. ``checkpoints`` = ``(tokens, means)``, one int array [C_k] and one
+        [C_k, L+1, d] array per record, is given exactly when the store keeps prefix checkpoints
+        (:attr:`checkpoints`); each record's token counts must be its schedule's
+        (:func:`acute.store.checkpoints.checkpoint_counts` of its length). Records are copied; ``n_tokens`` and ``raw_confidence`` are filled
         in when absent (``n_tokens`` must equal the number of log-probs when present). ValueError
         for a duplicate id (committed, buffered or within the batch), wrong shapes, non-finite
         values or non-JSON-serialisable records.
@@ -329,6 +356,7 @@ class StoreWriter:
                          for p, x in zip(given[1:], (last_prompt, last_answer))]
         if len(token_logprobs) != b:
             raise InputError(f"token_logprobs has {len(token_logprobs)} entries but {b} records were given")
+        ckpts = self._checked_checkpoints(checkpoints, ids, token_logprobs, lm.shape)
 
         batch_ids: set = set()
         prepared = []
@@ -364,7 +392,7 @@ class StoreWriter:
             if rec.get("raw_confidence") is None:
                 rec["raw_confidence"] = math.exp(math.fsum(lp))
             line = dumps(rec, f"records[{k}] (id {rid!r})")
-            prepared.append((rec, line, tuple(x[k] for x in states), lp.astype(np.float32)))
+            prepared.append((rec, line, tuple(x[k] for x in states), lp.astype(np.float32), ckpts[k]))
 
         for entry in prepared:
             self._buffer.append(entry)
@@ -382,6 +410,31 @@ class StoreWriter:
         while len(self._buffer) >= self.shard_size:
             self._flush(self.shard_size)
 
+    def _checked_checkpoints(self, given: Any, ids: Sequence, token_logprobs: Sequence,
+                             shape: tuple) -> list:
+        """Per record ``(tokens int64 [C], means [C, L+1, d] in the storage dtype)`` of ``given``
+        (None per record when the store keeps none); InputError naming the store or the record."""
+        if (given is None) != (self._schedule is None):
+            have = "keeps prefix checkpoints" if self._schedule is not None else "keeps no prefix checkpoints"
+            raise InputError(f"{self.path}: the store {have} for all of its records; these records come "
+                             f"{'without' if given is None else 'with'} them")
+        if given is None:
+            return [None] * len(ids)
+        tokens, means = given
+        if len(tokens) != len(ids) or len(means) != len(ids):
+            raise InputError(f"checkpoints have {len(tokens)} token arrays and {len(means)} state arrays "
+                             f"for {len(ids)} records")
+        out = []
+        for k, (rid, tok, mean, lp) in enumerate(zip(ids, tokens, means, token_logprobs)):
+            want = checkpoint_counts(int(np.size(lp)), self._schedule)
+            if not np.array_equal(np.asarray(tok), want):
+                raise InputError(f"record {rid!r}: checkpoints at {np.asarray(tok).tolist()} tokens, but its "
+                                 f"{np.size(lp)} tokens and the schedule {self._schedule.to_json()} give {want.tolist()}")
+            mean = _checked_states(f"checkpoint_means of record {rid!r}", mean, [rid] * want.size,
+                                   shape[1] - 1, shape[2], self.dtype)
+            out.append((want, mean))
+        return out
+
     def _flush(self, count: int) -> None:
         """Commit the first ``count`` buffered records as the next shard."""
         from safetensors.numpy import save_file
@@ -389,24 +442,26 @@ class StoreWriter:
         batch = self._buffer[:count]
         if not batch:
             return
-        lengths = [len(lp) for _, _, _, lp in batch]
+        lengths = [len(entry[3]) for entry in batch]
         tensors = {
-            **{TENSORS[p]: np.ascontiguousarray(np.stack([rows[j] for _, _, rows, _ in batch]))
+            **{TENSORS[p]: np.ascontiguousarray(np.stack([entry[2][j] for entry in batch]))
                for j, p in enumerate(self._poolings)},
-            "token_logprobs": (np.concatenate([lp for _, _, _, lp in batch]).astype(np.float32)
+            "token_logprobs": (np.concatenate([entry[3] for entry in batch]).astype(np.float32)
                                if sum(lengths) else np.zeros(0, np.float32)),
             "token_offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         }
-        text = "".join(line + "\n" for _, line, _, _ in batch).encode("utf-8")
+        if self._schedule is not None:
+            tensors.update(checkpoint_tensors([entry[4] for entry in batch]))
+        text = "".join(entry[1] + "\n" for entry in batch).encode("utf-8")
         metadata = {"format": FORMAT, "num_records": str(len(batch)), "collection_key": self._key,
                     "records_sha256": hashlib.sha256(text).hexdigest(),
                     "tensors_sha256": array_bytes_sha256(tensors)}
         self._dir.commit(self._next_index, {
             "jsonl": text, "safetensors": lambda tmp: save_file(tensors, str(tmp), metadata=metadata)})
         del self._buffer[:count]
-        for rec, _, _, _ in batch:
-            self._pending.discard(rec["id"])
-        self._tally.add_shard(rec for rec, _, _, _ in batch)
+        for entry in batch:
+            self._pending.discard(entry[0]["id"])
+        self._tally.add_shard(entry[0] for entry in batch)
         self._next_index += 1
         if self.part is None:  # the counts and accuracy so far, for whoever watches a long collection
             self._write_manifest()
