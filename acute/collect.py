@@ -29,6 +29,7 @@ from .fileio import progress_bar
 from .errors import InputError, ModelMismatchError
 from .store.checkpoints import DEFAULT_CHECKPOINTS
 from .store.format import DEFAULT_STORE_DTYPE
+from .store.sampling import SamplingSettings, parse_sampling
 from .store.identity import DEFAULT_ENGINE, diff, model_record, of_model, of_store
 from .validation import check_count
 
@@ -256,7 +257,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
             shard_size: int = 256, progress: bool = True, state=None,
             allow_other_weights: bool = False, engine: str = "transformers",
-            engine_options: dict | None = None) -> CollectSummary:
+            engine_options: dict | None = None, samples: SamplingSettings | None = None) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
     ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
@@ -287,6 +288,12 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     "decoding"``, the same records up to float rounding); ``model`` is then what the manifest's
     identity and the context window are read from, and the folder vLLM loads;
     ``engine_options`` go to :class:`acute.engines.vllm.VllmEngine`.
+
+    ``samples`` (:class:`acute.store.sampling.SamplingSettings`, transformers only) also draws
+    answers beside the greedy one (:func:`acute.extraction.sampling.sample_answers`), labelled
+    and stored in each record's ``samples``; ``generation["samples"]`` records the settings (a
+    resume with others is refused). A record's ``cost``: ``greedy_seconds``, ``sample_seconds``
+    (its share of its chunk's time), ``sample_tokens``.
     """
     import warnings
 
@@ -314,6 +321,11 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                               pool=pool, chat=chat)
     if engine == "transformers":  # the recorder keeps prefix checkpoints; the vLLM connector does not yet
         manifest["checkpoints"] = DEFAULT_CHECKPOINTS
+    if samples is not None:
+        samples = parse_sampling(samples, "samples")
+        if engine != "transformers":
+            raise InputError(f"samples are drawn by the transformers engine only, not {engine!r}")
+        manifest["generation"]["samples"] = samples.to_json()
     if parallel:
         if rank == 0:
             # part writers cannot agree on the poolings among themselves: a new store keeps them
@@ -348,6 +360,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
 
         def run_chunk(part):
             prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
+            began = time.perf_counter()
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each
                 warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
@@ -357,12 +370,19 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
                     on_too_long=on_too_long, on_batch=bar.update, **recorded,
                 )
             bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
+            greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
+            drawn = [None] * len(part) if samples is None else _draw_samples(
+                model, tokenizer, task, part, prompts, gens, samples, max_new_tokens=max_new_tokens,
+                stop_strings=stop_strings, batch_size=batch_size)
             records, kept = [], []
-            for ex, prompt, gen in zip(part, prompts, gens):
+            for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
                 if gen is None:
                     summary.skipped_too_long += 1
                     continue
                 rec = example_record(task, ex, prompt, gen)
+                rec["cost"] = {"greedy_seconds": round(greedy_seconds, 4)}
+                if extra is not None:
+                    rec["samples"], rec["cost"] = extra[0], {**rec["cost"], **extra[1]}
                 summary.unparseable += rec["parse_error"]
                 records.append(rec)
                 kept.append(gen)
@@ -376,6 +396,24 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
             finalize_store(out_dir)
         state.wait_for_everyone()  # the manifest is final before anyone reads the store
     return _summarize(summary, out_dir, time.perf_counter() - start)
+
+
+def _draw_samples(model, tokenizer, task, part, prompts, gens, settings: SamplingSettings, *,
+                  max_new_tokens: int, stop_strings, batch_size: int) -> list:
+    """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples and cost."""
+    from .extraction.sampling import sample_answers
+
+    todo = [i for i, g in enumerate(gens) if g is not None]
+    began = time.perf_counter()
+    drawn = sample_answers(model, tokenizer, [prompts[i] for i in todo], [part[i].id for i in todo], settings,
+                           max_new_tokens=max_new_tokens, stop_strings=stop_strings,
+                           batch_size=max(1, batch_size // 2))
+    seconds = round((time.perf_counter() - began) / max(1, len(todo)), 4)
+    out: list = [None] * len(part)
+    for i, samples in zip(todo, drawn):
+        rows = [s.to_record(_task_label(task, part[i], s.text)) for s in samples]
+        out[i] = (rows, {"sample_seconds": seconds, "sample_tokens": sum(len(s.token_ids) for s in samples)})
+    return out
 
 
 # --------------------------------------------------------------------------------------------

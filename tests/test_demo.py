@@ -78,7 +78,8 @@ def relabelled_collect(monkeypatch, tmp_path):
         records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
         with StoreWriter(out_dir, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
             w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-                  last_answer=st.states("last-answer"))
+                  last_answer=st.states("last-answer"),
+                  checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
         return summary
 
     monkeypatch.setattr(acute.collect, "collect", collect)

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
 from ..store.format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
+from ..store.sampling import SamplingSettings, parse_sampling
 from .common import DEFAULT_MODEL, chat_flag, default_store_dir, load_task, model_name, task_options
 from ..console import load_options_from_args
 
@@ -83,7 +84,10 @@ def cmd_collect(args) -> int:
     if args.engine != "transformers" and (args.responses or args.num_processes > 1 or args.pool != "decoding"):
         raise InputError(f"--engine {args.engine} generates answers in one process with --pool decoding; "
                          "drop --responses, --num-processes and --pool generated, or use --engine transformers")
+    samples = sampling_from_args(args)
     if args.responses:
+        if samples is not None:
+            raise InputError("--samples draws answers from the model; given responses (--responses) have none to draw")
         return _collect_responses(args)
     if args.num_processes < 1:
         raise InputError(f"--num-processes must be >= 1, got {args.num_processes}")
@@ -111,10 +115,23 @@ def cmd_collect(args) -> int:
                       on_too_long="error" if args.fail_on_too_long else "skip",
                       chat=chat_flag(args), shard_size=args.shard_size,
                       progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights,
-                      engine=args.engine)
+                      engine=args.engine, samples=samples)
     if state is None or state.is_main_process:
         print("\n".join(summary.lines()))
     return 0
+
+
+def sampling_from_args(args) -> SamplingSettings | None:
+    """``--samples K [--temperature T --top-p P --sample-seed S]`` as settings (None without
+    ``--samples``); InputError for a sampling option given without ``--samples``."""
+    if args.samples is None:
+        given = [flag for flag, value in (("--temperature", args.temperature), ("--top-p", args.top_p),
+                                          ("--sample-seed", args.sample_seed)) if value is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} set how --samples draws; add --samples K (K >= 2)")
+        return None
+    options = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.sample_seed}
+    return parse_sampling({"k": args.samples, **{k: v for k, v in options.items() if v is not None}}, "--samples")
 
 
 def cmd_tasks(args) -> int:
@@ -206,6 +223,12 @@ def add_collect(sub, model_opts) -> None:
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--allow-other-weights", action="store_true",
                    help="resume a store collected from other weights of the same architecture (recorded in the manifest)")
+    c.add_argument("--samples", type=int, default=None, metavar="K",
+                   help="also sample K answers per question (K >= 2; no hidden states), stored with their texts, "
+                        "parses and log-probs: what sampling consistency and label-free targets read")
+    c.add_argument("--temperature", type=float, default=None, help="sampling temperature of --samples (default 1.0)")
+    c.add_argument("--top-p", type=float, default=None, help="nucleus of --samples (default 1.0: none)")
+    c.add_argument("--sample-seed", type=int, default=None, help="seed of --samples' random streams (default 0)")
     c.add_argument("--out", default=None, help="store folder (default: runs/<model>-<task>)")
     c.set_defaults(func=cmd_collect)
 

@@ -24,6 +24,8 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
+from ..store.sampling import parse_sampling
+
 __all__ = ["STAGES", "Config", "ModelSpec", "TaskSpec", "check_inputs", "config_hash", "load_config"]
 
 
@@ -46,7 +48,7 @@ _RUN_LEVELS = {"test_fraction": "the share of records held out"}
 
 
 _TASK_KEYS = {"task", "data", "split", "options", "max_new_tokens", "stop_strings", "chat", "records",
-              "protocol", "description", "group_by", "shard_size"}
+              "protocol", "description", "group_by", "shard_size", "samples"}
 
 
 _MODEL_KEYS = {"model", "batch_size", "records", "protocol"}
@@ -80,6 +82,9 @@ class TaskSpec:
     #: the answer's stop strings instead of the task's (``()``: none, only EOS and
     #: ``max_new_tokens`` end it); None: the task's own
     stop_strings: tuple[str, ...] | None = None
+    #: sampled answers per question beside the greedy one (a manifest's ``generation["samples"]``:
+    #: :class:`acute.store.sampling.SamplingSettings` as JSON); None: none
+    samples: dict | None = None
 
     def identity(self) -> dict:
         """Everything that determines prompts, labels and the example pool (for the built-in
@@ -88,6 +93,8 @@ class TaskSpec:
                  "options": self.options, "max_new_tokens": self.max_new_tokens, "chat": self.chat}
         if self.stop_strings is not None:  # absent otherwise: the hashes of earlier runs stay
             ident["stop_strings"] = list(self.stop_strings)
+        if self.samples is not None:
+            ident["samples"] = self.samples
         if not self.data and _task_data_source(self.task) is not None:
             ident["data_source"] = _task_data_source(self.task)  # a pinned package: its version and hash
         elif not self.data:
@@ -283,6 +290,7 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
             options=_check_type(t.get("options", {}), dict, f"{where}.options"),
             max_new_tokens=mnt,
             stop_strings=None if stops is None else tuple(stops),
+            samples=(parse_sampling(t["samples"], f"{where}.samples").to_json() if "samples" in t else None),
             chat=_check_type(t["chat"], bool, f"{where}.chat") if "chat" in t else None,
             records=_count(t.get("records", 0), f"{where}.records"),
             protocol=_count(t.get("protocol", 0), f"{where}.protocol"),

@@ -62,6 +62,8 @@ def job_identity(p: dict, task) -> tuple[dict, tuple[str, ...]]:
     gen = {"do_sample": False, "max_new_tokens": p["task"].get("max_new_tokens") or task.max_new_tokens,
            "stop_strings": list(getattr(task, "stop_strings", ()) or ()), "pool": "decoding",
            "chat": p["task"].get("chat")}
+    if p["task"].get("samples") is not None:
+        gen["samples"] = p["task"]["samples"]
     ident = {"model": p["model"], "task": task.name, "task_settings": task.settings(), "generation": gen,
              "dtype": p["store_dtype"], "engine": DEFAULT_ENGINE, "model_fingerprint": None, "model_weights": None}
     source = p["model_source"]
@@ -120,6 +122,7 @@ def _worker_collect(p: dict) -> dict:
     summary = collect(model, tok, task, chosen, p["store_dir"], model_name=p["model"],
                       batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
                       dtype=p["store_dtype"], chat=p["task"].get("chat"), progress=True,
+                      samples=p["task"].get("samples"),
                       **({"shard_size": p["task"]["shard_size"]} if p["task"].get("shard_size") else {}))
     for line in summary.lines():
         print(f"  {line}", flush=True)

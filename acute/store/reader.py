@@ -273,6 +273,18 @@ class Store:
                                                   self._shards[k].checkpoint_offsets[i + 1]]
                 for k, i in zip(which.tolist(), local.tolist())]
 
+    @property
+    def checkpoint_means(self) -> list[np.ndarray]:
+        """Per record, [C, L+1, d] in the storage dtype: the means at its checkpoints (read-only
+        views of the shards' memory maps)."""
+        self._require_checkpoints()
+        which, local = self._locate()
+        out = []
+        for k, i in zip(which.tolist(), local.tolist()):
+            shard = self._shards[k]
+            out.append(shard.states("checkpoints")[shard.checkpoint_offsets[i]:shard.checkpoint_offsets[i + 1]])
+        return out
+
     def prefix_states(self, k: int) -> np.ndarray:
         """[n, L+1, d] in the storage dtype: per record the mean states a gate reads after ``k``
         generated tokens: its checkpoint at ``k`` tokens, or the last one before (its final

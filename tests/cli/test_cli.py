@@ -37,7 +37,8 @@ def relabel(src: Path, dst: Path) -> Path:
     records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
     with StoreWriter(dst, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
         w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-              last_answer=st.states("last-answer"))
+              last_answer=st.states("last-answer"),
+              checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
     return dst
 
 
