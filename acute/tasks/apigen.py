@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import TaskDataError
 from .base import Example, Task, find_file, read_json_array, read_jsonl
-from .tool_calls import calls_equal, normalize_value, parse_calls, reply_structure, toolset_key
+from .tool_calls import CALLS_EQUIVALENCE, calls_equal, calls_key, normalize_value, parse_calls, reply_structure, toolset_key
 
 __all__ = ["APIGenTask"]
 
@@ -70,6 +70,11 @@ _INSTRUCTION = (
 
 class APIGenTask(Task):
     """xLAM function calling, zero-shot; correct iff the parsed calls equal the gold calls."""
+
+    equivalence = CALLS_EQUIVALENCE
+
+    def _answer_key(self, answer: str | None) -> tuple | None:
+        return calls_key(answer)
 
     name = "apigen"
     description = ("APIGen/xLAM function calling, zero-shot: JSON list of calls; correct iff the calls "

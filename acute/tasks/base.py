@@ -232,6 +232,11 @@ class Task:
     data_source: str | None = None
     #: constructor options with their defaults (subclasses extend)
     options: dict[str, Any] = {"seed": 0, "on_error": "raise"}
+    #: when two extracted answers are the same answer (what sampling agreement counts), in words;
+    #: None: the task has no equivalence of its own (:meth:`answer_key` then needs ``fallback``)
+    equivalence: str | None = None
+    #: the equivalence :meth:`answer_key` uses with ``fallback`` where the task has none
+    FALLBACK_EQUIVALENCE = "equal normalised text (lower case, no punctuation, articles or extra spaces)"
 
     def __init__(self, **options: Any):
         unknown = sorted(set(options) - set(self._all_options()))
@@ -386,6 +391,20 @@ class Task:
         return {"answer": answer, "correct": bool(self.is_correct(ex, generation)),
                 "parse_error": answer is None}
 
+    def answer_key(self, answer: str | None, fallback: bool = False) -> Any:
+        """A hashable key of an extracted answer (a record's ``answer``): two answers are the same
+        answer iff their keys are equal (:attr:`equivalence`). None for no answer (unparseable or
+        empty): never the same as any other. A task without an equivalence of its own raises
+        :class:`InputError` naming itself and the fallback, unless ``fallback`` (then
+        :attr:`FALLBACK_EQUIVALENCE`)."""
+        if self.equivalence is None and not fallback:
+            raise InputError(f"task {self.name!r} has no answer equivalence of its own; use the fallback "
+                             f"({self.FALLBACK_EQUIVALENCE}) by asking for it explicitly")
+        return self._answer_key(answer) if self.equivalence is not None else _text_key(answer)
+
+    def _answer_key(self, answer: str | None) -> Any:
+        return _text_key(answer)
+
     def gold_answer(self, ex: Example) -> str:
         """The canonical gold answer: the first alias that is not empty once normalised (some
         clipped aliases, e.g. ``"(a"``, are), else the first alias."""
@@ -411,6 +430,13 @@ class Task:
         """How a provided ``answer`` is written as the model's reply: the text on one line (white
         space collapsed) by default."""
         return " ".join(str(answer).split())
+
+
+def _text_key(answer: str | None) -> str | None:
+    from .normalize import normalize_answer
+
+    key = normalize_answer(answer) if isinstance(answer, str) else ""
+    return key or None
 
 
 def find_file(folder: Path, candidates: Sequence[str], task: str, split: str) -> Path:

@@ -65,7 +65,7 @@ from typing import Any
 from ..errors import InputError, TaskDataError
 from .base import DATA_ENV, Example, Task, read_jsonl
 from .bfcl_data import CATEGORIES, NO_ANSWER_FILE, PACKAGE, SHA256, VERSION, answer_member, fetch_bfcl, question_member
-from .tool_calls import parse_reply_calls, reply_structure, toolset_key
+from .tool_calls import CALLS_EQUIVALENCE, calls_key, parse_reply_calls, reply_structure, toolset_key
 
 __all__ = ["BFCLTask", "bfcl_error", "check_call", "gold_reply", "openai_tool", "standardize"]
 
@@ -381,6 +381,11 @@ _TOOLS_TEXT = "You can call the following functions (JSON specifications):\n{too
 
 class BFCLTask(Task):
     """BFCL v4 single-turn function calling; correct under BFCL's AST rules (module docs)."""
+
+    equivalence = CALLS_EQUIVALENCE
+
+    def _answer_key(self, answer: str | None) -> tuple | None:
+        return calls_key(answer)
 
     name = "bfcl"
     description = ("BFCL v4 function calling (simple_python, multiple, parallel, parallel_multiple, "

@@ -71,6 +71,11 @@ class MultipleChoiceTask(Task):
     override :meth:`header`.
     """
 
+    equivalence = "the same option letter"
+
+    def _answer_key(self, answer: str | None) -> str | None:
+        return answer.strip().upper() or None if isinstance(answer, str) else None
+
     max_new_tokens = 8
     stop_strings = ("\n",)
     options = {"mc_reply": "letter"}

@@ -65,6 +65,8 @@ def answer_matches(answer: str, golds: list[str], *, containment: bool = False,
 class OpenQATask(Task):
     """Base of the open-ended QA tasks: prompts, extraction and alias matching."""
 
+    equivalence = "equal normalised short answers"
+
     max_new_tokens = 24
     stop_strings = ("\n",)
     options = {"containment": False, "numeric": False, "context": False, "shots": 3}

@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any, Sequence
 
-__all__ = ["REPLY_FIELDS", "ToolParameters", "calls_equal", "normalize_calls", "normalize_value",
+__all__ = ["CALLS_EQUIVALENCE", "REPLY_FIELDS", "ToolParameters", "calls_equal", "calls_key", "normalize_calls", "normalize_value",
            "parse_calls", "parse_reply_calls", "reply_structure", "tool_parameters", "toolset_key"]
 
 #: The ``meta`` keys :func:`reply_structure` fills (the visible control's reply-structure columns).
@@ -83,6 +83,24 @@ def normalize_calls(calls: list[dict]) -> list[str]:
     """Canonical, sorted JSON strings of ``(name, normalised arguments)`` -- a multiset key."""
     return sorted(json.dumps([c["name"], normalize_value(c.get("arguments") or {})], sort_keys=True)
                   for c in calls)
+
+
+#: the equivalence of call lists (:func:`calls_key`) in words
+CALLS_EQUIVALENCE = "the same calls (names and normalised argument values, in any order)"
+
+
+def calls_key(answer: str | None) -> tuple | None:
+    """The key of a record's ``answer`` (its parsed calls as JSON): the sorted canonical calls
+    (:func:`normalize_calls`), equal exactly when :func:`calls_equal` holds; None for no answer."""
+    if not isinstance(answer, str):
+        return None
+    try:
+        calls = json.loads(answer)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and "name" in c for c in calls):
+        return None
+    return tuple(normalize_calls(calls))
 
 
 def calls_equal(predicted: list[dict], gold: list[dict]) -> bool:
