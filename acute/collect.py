@@ -319,8 +319,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     manifest = build_manifest(model, tokenizer, task, model_name=model_name,
                               max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                               pool=pool, chat=chat)
-    if engine == "transformers":  # the recorder keeps prefix checkpoints; the vLLM connector does not yet
-        manifest["checkpoints"] = DEFAULT_CHECKPOINTS
+    manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
     if samples is not None:
         samples = parse_sampling(samples, "samples")
         if engine != "transformers":

@@ -42,6 +42,7 @@ __all__ = ["RefusedByEngine", "UpstreamEngine"]
 #: vLLM's kv_transfer_params keys of acute's connector (acute.engines.vllm_connector, which
 #: imports vLLM and so is not imported here)
 NAME_KEY, PATH_KEY = "acute_pooled_name", "acute_pooled_path"
+CHECKPOINTS_KEY = "acute_checkpoints"  # acute.engines.vllm_connector.CHECKPOINTS_KEY
 #: sampling parameters that make vLLM's server decode as acute's recorder does (greedy, none of
 #: the model's generation_config defaults that change a greedy answer)
 GREEDY = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
@@ -153,7 +154,7 @@ class UpstreamEngine(PooledEngine):
                               f"{self.pooled_dir} (--pooled-dir)")
         self.pooled_dir = folder
         try:
-            mean, _, _ = read_pooled(path, "checking the server", 1)
+            mean = read_pooled(path, "checking the server", 1)["layer_means"]
         except EngineError:
             raise EngineError(f"the vLLM server at {self.base} wrote its pooled states to {path}, which does "
                               "not appear here: run acute where it can read vLLM's pooled folder") from None
@@ -209,15 +210,18 @@ class UpstreamEngine(PooledEngine):
                 "path": path}
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
-                     stop_strings: Sequence[str] = (), eos_token_ids: Sequence[int] = ()) -> list[dict]:
+                     stop_strings: Sequence[str] = (), eos_token_ids: Sequence[int] = (),
+                     checkpoints: dict | None = None) -> list[dict]:
         """One concurrent request per prompt; the results in order, or :class:`EngineError`
         naming the first prompt that failed (the files of the others are removed). The caller's
-        stop check (:meth:`stopping`) cancels them all."""
+        stop check (:meth:`stopping`) cancels them all. ``checkpoints``: a schedule's JSON, asked
+        of the connector."""
         self._sweep()
         names = [_new_name() for _ in prompt_ids]
         paths = [os.path.join(self.pooled_dir, n + ".safetensors") for n in names]
+        ask = {} if checkpoints is None else {CHECKPOINTS_KEY: checkpoints}
         futures = [self._run(self._one({**self._body(ids, max_new_tokens, stop_strings, eos_token_ids),
-                                        "kv_transfer_params": {NAME_KEY: name}}, path, f"prompts[{i}]"))
+                                        "kv_transfer_params": {NAME_KEY: name, **ask}}, path, f"prompts[{i}]"))
                    for i, (ids, name, path) in enumerate(zip(prompt_ids, names, paths))]
         try:
             self._wait(futures)

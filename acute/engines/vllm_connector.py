@@ -13,6 +13,10 @@ cache, the positions acute pools and writes one small file per request, O(L x d)
   the ``N`` tokens, ``P`` the prompt's), ``[L+1, d]`` in ``sum_dtype``;
 * ``count``: the number of positions summed (the number of generated tokens);
 * ``last_prompt``: position ``P-1``, float32 ``[L+1, d]``;
+* ``checkpoint_sums`` and ``checkpoint_counts``, for a request that asks for prefix checkpoints
+  (``kv_transfer_params["acute_checkpoints"]``: a schedule, :data:`CHECKPOINTS_KEY`): the sums
+  over the first ``k`` pooled positions, ``[C, L+1, d]`` in ``sum_dtype``, at each count ``k``
+  of the schedule below the number of positions summed;
 * ``tail``: the last pooled positions, float32 ``[k, L+1, d]``: ``k = 1`` (position ``N-2``, the
   last answer state) for a request the engine finished itself (EOS, a stop token, its length),
   up to ``tail_positions`` (default 4) for one the front end aborted. vLLM matches stop
@@ -58,6 +62,21 @@ POOLED_PATH_KEY = "acute_pooled_path"
 #: ``hidden_states_path`` needs ``allow_custom_save_path``, which lets a client write anywhere).
 POOLED_NAME_KEY = "acute_pooled_name"
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+#: The kv_transfer_params key of a request's prefix-checkpoint schedule
+#: (``{"first": [4, 8, ...], "every": 32}``, as :mod:`acute.store.checkpoints` has it).
+CHECKPOINTS_KEY = "acute_checkpoints"
+
+
+def schedule_counts(schedule: dict | None, count: int) -> list[int]:
+    """The schedule's token counts below ``count`` (none for no schedule or a malformed one)."""
+    if not isinstance(schedule, dict):
+        return []
+    first, every = schedule.get("first"), schedule.get("every")
+    if not isinstance(first, list) or not all(isinstance(k, int) and k > 0 for k in first) \
+            or not isinstance(every, int) or every < 1:
+        return []
+    top = max(first, default=0)
+    return sorted({k for k in first if k < count} | set(range(top + every, count, every)))
 
 
 @dataclass
@@ -70,6 +89,7 @@ class PendingPool:
     prompt_len: int  #: P
     num_positions: int  #: N - 1: the positions whose states are cached (the final token's is not)
     tail: int = 1  #: how many of the last pooled positions to write one by one
+    checkpoints: dict | None = None  #: the request's prefix-checkpoint schedule, if it asked for one
 
 
 class AcutePoolingConnector(ExampleHiddenStatesConnector):
@@ -124,7 +144,8 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
             return False, None
         aborted = request.status == RequestStatus.FINISHED_ABORTED
         self._pending_saves[req_id] = PendingPool(req_id, filename, list(block_ids), prompt_len,
-                                                  num_positions, self.tail_positions if aborted else 1)
+                                                  num_positions, self.tail_positions if aborted else 1,
+                                                  (request.kv_transfer_params or {}).get(CHECKPOINTS_KEY))
         return True, {POOLED_PATH_KEY: filename}
 
     # -- worker side -------------------------------------------------------------------------
@@ -170,8 +191,16 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
             normed = self.final_norm(states[:, -1, :].contiguous())
         states = torch.cat([states[:, :-1, :], normed.unsqueeze(1).to(states.dtype)], dim=1)
         count = states.shape[0]
+        summed = states.to(self.sum_dtype)
+        counts = schedule_counts(pending.checkpoints, count)
+        checkpoints = {}
+        if counts:
+            at = torch.tensor(counts, dtype=torch.long, device=summed.device) - 1
+            checkpoints = {"checkpoint_sums": summed.cumsum(dim=0)[at].cpu(),
+                           "checkpoint_counts": torch.tensor(counts, dtype=torch.int64)}
         return {
-            "sum": states.to(self.sum_dtype).sum(dim=0).cpu(),
+            **checkpoints,
+            "sum": summed.sum(dim=0).cpu(),
             "count": torch.tensor([count], dtype=torch.int64),
             # copies: for a one-token answer the tail is the last prompt position itself, and
             # safetensors refuses tensors that share memory

@@ -42,6 +42,7 @@ def _stock_cpu_connector_module() -> str:
 #: (:data:`acute.engines.vllm_connector.POOLED_NAME_KEY`; not imported: this module imports
 #: only the standard library until vLLM is started).
 POOLED_NAME_KEY = "acute_pooled_name"
+CHECKPOINTS_KEY = "acute_checkpoints"  # likewise acute.engines.vllm_connector.CHECKPOINTS_KEY
 #: The worker extension that hands the model's final norm to acute's connector in an offline
 #: engine (the connector also finds it itself when the caches are registered).
 WORKER_EXTENSION = CONNECTOR_MODULE + ".AcuteWorkerExtension"
@@ -133,6 +134,8 @@ class Worker:
                 transfer = {"hidden_states_path": paths[-1], "include_output_tokens": True}
             else:
                 transfer = {POOLED_NAME_KEY: f"r{self.count}"}
+                if cmd.get("checkpoints"):
+                    transfer[CHECKPOINTS_KEY] = cmd["checkpoints"]
             per_request.append(params.clone())
             per_request[-1].extra_args = {"kv_transfer_params": transfer}
         prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in cmd["prompts"]]

@@ -113,6 +113,28 @@ def test_pooled_records_equal_the_recorder(engine, smollm2, prompts, references,
     assert 3 * 31 * 576 * 4 <= per_request < (6 if stop else 3) * 31 * 576 * 4 + 4096
 
 
+@pytest.mark.parametrize("stop", list(STOPS.values()), ids=list(STOPS))
+def test_prefix_checkpoints_equal_the_recorders(engine, smollm2, prompts, stop):
+    """The connector's prefix checkpoints (sums over the first k pooled positions, written when
+    the request finishes) equal the recorder's snapshots, also for requests a stop string
+    aborted a step or two past their last kept token."""
+    from acute.extraction import generate_and_record
+    from acute.store.checkpoints import parse_schedule
+
+    schedule = parse_schedule({"first": [2, 4, 8], "every": 5})
+    model, tok = smollm2
+    ref = generate_and_record(model, tok, prompts, max_new_tokens=MAX_NEW_TOKENS, batch_size=5,
+                              stop_strings=stop, checkpoints=schedule)
+    gens = engine.generate(tok, prompts, max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop, model=model,
+                           checkpoints=schedule)
+    for i, (g, r) in enumerate(zip(gens, ref)):
+        assert g.checkpoint_tokens.tolist() == r.checkpoint_tokens.tolist(), i
+        np.testing.assert_array_equal(g.checkpoint_means[-1], g.layer_means)
+        for k, got, want in zip(r.checkpoint_tokens, g.checkpoint_means, r.checkpoint_means):
+            for layer in range(got.shape[0]):
+                assert _rel(got[layer], want[layer]) < RTOL, (i, int(k), layer)
+
+
 def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path):
     """``collect(..., engine=...)`` writes an ordinary store: the records, labels and pooled
     states of a transformers collection, the same manifest, resumable."""
@@ -136,6 +158,10 @@ def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path)
     for pooling in ("mean", "last-prompt", "last-answer"):
         a, b = np.asarray(got.states(pooling))[order], np.asarray(want.states(pooling))
         assert float(np.abs(a - b).max() / np.abs(b).max()) < RTOL, pooling
+    assert [got.checkpoint_tokens[j].tolist() for j in order] == [t.tolist() for t in want.checkpoint_tokens]
+    for k in (4, 8, 16):
+        a, b = got.prefix_states(k)[order], want.prefix_states(k)
+        assert float(np.abs(a - b).max() / np.abs(b).max()) < RTOL, k
     skip = {"created", "updated", "num_records", "num_shards", "shards", "part", "engine", "engine_version"}
     assert {k: v for k, v in got.manifest.items() if k not in skip} == \
         {k: v for k, v in want.manifest.items() if k not in skip}
