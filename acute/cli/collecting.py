@@ -161,6 +161,13 @@ def cmd_verify(args) -> int:
     print(f"records:  {report['num_records']} in {report['num_shards']} shard(s); structure checked; "
           f"{checked} shard(s) with checksums, all matching")
     print(f"status:   {report['status']}")
+    if report.get("checkpoints"):
+        schedule = report["checkpoints"]
+        print(f"prefix:   checkpoints at {', '.join(map(str, schedule['first']))}, then every {schedule['every']} "
+              "tokens, and each answer's last")
+    if report.get("samples"):
+        print(f"samples:  {report['samples']['k']} per question (temperature {report['samples']['temperature']}, "
+              f"top-p {report['samples']['top_p']})")
     if report.get("num_labels"):
         print(f"labels:   {report['num_labels']} added later (labels.jsonl), each naming a record of the store")
     for problem in report["problems"]:

@@ -21,7 +21,8 @@ def verify_store(path: str | os.PathLike) -> dict:
     the file), the tensors have the right dtypes/shapes (``layer_means`` matches the manifest's
     ``dtype``, ``num_layers + 1`` and ``hidden_size`` when known; ``last_prompt`` and
     ``last_answer`` are present exactly when the manifest's ``poolings`` has them, and shaped like
-    ``layer_means``), the ``.jsonl`` line count equals the number of rows, ``token_offsets`` start
+    ``layer_means``; the prefix checkpoints' tensors exactly when the manifest names a schedule,
+    each record's checkpoints increasing to its length), the ``.jsonl`` line count equals the number of rows, ``token_offsets`` start
     at 0, are non-decreasing and end at the number of log-probs, ``n_tokens`` agrees with the
     offsets, the shard's ``collection_key`` (when it has one) matches the manifest, and its sha256
     (of its records and of its tensors, recorded when it was committed) matches; and that ids are
@@ -32,7 +33,9 @@ def verify_store(path: str | os.PathLike) -> dict:
     record the store holds without a label of its own.
 
     Returns ``{"num_records", "num_shards", "shards": [{"file", "num_records", "checksummed"}],
-    "orphans": [...], "status", "poolings": [...], "num_labels", "problems": [...]}``
+    "orphans": [...], "status", "poolings": [...], "checkpoints", "samples", "num_labels",
+    "problems": [...]}`` (``checkpoints``: the schedule or None; ``samples``: the sampling settings
+    or None)
     (``num_labels``: the lines of ``labels.jsonl``); ``problems`` names what
     makes the store unfit for use as is without being corrupt: an unfinished collection (status other than
     "complete"), a manifest count that disagrees with the shards, orphans, shards without
@@ -64,6 +67,8 @@ def verify_store(path: str | os.PathLike) -> dict:
         "orphans": leftovers,
         "status": manifest.get("status"),
         "poolings": list(manifest.get("poolings", MEAN_ONLY)),
+        "checkpoints": manifest.get("checkpoints"),
+        "samples": (manifest.get("generation") or {}).get("samples"),
         "num_labels": len(labels),
         "problems": problems,
     }

@@ -118,6 +118,9 @@ def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_p
         assert tokens.tolist() == checkpoint_counts(int(n), store.checkpoints).tolist()
         np.testing.assert_array_equal(tokens, by_id[rid].checkpoint_tokens)
     np.testing.assert_array_equal(store.prefix_states(10 ** 6), store.layer_means)
+    from acute.store import verify_store
+    report = verify_store(tmp_path / "store")
+    assert report["checkpoints"] == DEFAULT_CHECKPOINTS and report["samples"] is None and not report["problems"]
     for means, rid in zip(store.checkpoint_means, store.ids):
         np.testing.assert_allclose(means, by_id[rid].checkpoint_means, atol=1e-5)
     view = store.select([7, 2])
