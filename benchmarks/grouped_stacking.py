@@ -6,7 +6,7 @@ them out), on the evaluation's own outer folds (``folds.json``, the first ``--re
 plain forest ``acute-pca10`` (the default's forest, the evaluation's probe parameters and seed)
 is cross-fitted on inner folds of each outer training set, stratified and grouped by the task's
 group field (``cv_folds``), its out-of-fold probabilities fit the stacker
-(:func:`acute.estimators.calibration.fit_stacker`) with the raw confidence, and the forest fitted
+(:class:`acute.estimators.calibration.StackedCalibration`) with the raw confidence, and the forest fitted
 on the whole outer training set is stacked on the outer test fold. The result is compared with
 the evaluation's own predictions of the default (out-of-bag stacking), of ``visible`` and of its
 best baseline: auc-euro (all), paired cluster-bootstrap and corrected t-intervals. The rule is
@@ -41,7 +41,7 @@ GROUPED = f"{DEFAULT} (grouped stacking)"
 
 def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict, n_jobs) -> np.ndarray:
     """``[repeats, n]`` out-of-fold P(correct) of the default stacked on grouped inner folds."""
-    from acute.estimators.calibration import apply_stacker, fit_stacker
+    from acute.estimators.calibration import StackedCalibration
     from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict
 
     params = {k: v for k, v in probe_params.items() if k != "oof"}
@@ -51,10 +51,11 @@ def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict
             inner = cv_folds(np.asarray(tr), y[tr], 5, 1, seed, groups=[groups[i] for i in tr], group_name="toolset")
             oof = cross_val_predictions([FOREST], states[tr], y[tr], raw[tr], inner, random_state=seed,
                                         n_jobs=n_jobs, probe_params=params)[FOREST][0]
-            w, v, b = fit_stacker(oof, raw[tr], y[tr])
+            stacker = StackedCalibration().fit(np.column_stack([oof, raw[tr]]), y[tr])
+            (w, v), b = stacker.coef_, stacker.intercept_
             p = fit_predict([FOREST], states[tr], y[tr], raw[tr], states[te], raw[te], random_state=seed,
                             n_jobs=n_jobs, probe_params=params)[FOREST]
-            out[r, te] = apply_stacker(p, raw[te], w, v, b)
+            out[r, te] = stacker.predict_proba(np.column_stack([p, raw[te]]))[:, 1]
             print(f"  repeat {r} fold {k}: stacker w={w:.2f} v={v:.2f} b={b:.2f}", file=sys.stderr, flush=True)
     return out
 

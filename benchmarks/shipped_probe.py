@@ -35,7 +35,7 @@ def builtin_ids(n: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.evaluation import evaluate_predictions
     from acute.store.pooling import store_states
     from acute.estimators.probe_file import load_probe
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     preds = {
         "probe": probe.predict_proba(states, confidence=raw[te])[:, 1],
         "raw": raw[te],
-        "platt": make_baseline("platt").fit(raw[tr], y[tr]).predict_proba(raw[te])[:, 1],
+        "platt": make_calibrator("platt").fit(raw[tr], y[tr]).predict_proba(raw[te])[:, 1],
     }
     rows = evaluate_predictions(preds, y[te], n_bootstrap=args.n_bootstrap, seed=args.seed, reference="platt")
     print(f"{args.probe} ({probe.view}, calibration {probe.calibration}, pooling {probe.pooling}) on "

@@ -2,9 +2,9 @@
 
 * :mod:`~acute.estimators.features`: featurizers over pooled hidden states (``MeanPool``,
   ``CosineToLast``, ``LayerPCA``);
-* :mod:`~acute.estimators.calibration`: the calibration maps (Platt, isotonic, stacked) shared by
-  the baselines, the probes and the probe file;
-* :mod:`~acute.estimators.baselines`: raw, HRE, NWKR, Platt, isotonic, beta over the raw confidence;
+* :mod:`~acute.estimators.calibration`: the calibrators (raw, HRE, NWKR, Platt, isotonic, beta,
+  stacked), one class per method, shared by the baselines, the probes and the probe file;
+* :mod:`~acute.estimators.baselines`: the baselines, a calibrator over the raw confidence;
 * :mod:`~acute.estimators.controls`: constant, platt+meta, tfidf+platt, answer-text (every control's name
   and what it uses);
 * :mod:`~acute.estimators.visible`: what a deployment sees of a reply without states, and the
@@ -24,10 +24,11 @@ public API (docs/api.md); everything else is imported from the module that defin
 
 from __future__ import annotations
 
+from .baselines import ConfidenceEstimator
 from .probe_file import ExportedProbe, load_probe
 from .probes import ActivationProbe
 from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
-                       ConfidenceEstimator, make_estimator)
+                       make_estimator)
 
 __all__ = [
     "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",

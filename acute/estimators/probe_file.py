@@ -66,8 +66,7 @@ from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from ..validation import check_confidence, check_states
 from .certificates import check_certificates
-from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
-                          apply_calibration, calibration_params)
+from .calibration import CALIBRATION_ARRAYS, CALIBRATIONS, calibration_scores, calibrator_from_arrays
 from .features import (
     NAMED_LAYERS,
     VIEWS,
@@ -270,7 +269,7 @@ class ExportedProbe:
         self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)
         self._blocks = pooling_blocks(self.pooling)
         self._kind = view_kind(self.view)
-        self._cal_params = calibration_params(self.calibration, arrays)
+        self._calibrator = calibrator_from_arrays(self.calibration, arrays)
         self.precheck: ExportedProbe | None = None
         self.domain = manifest.get("domain")
         self.certificates_refused: str | None = None
@@ -319,7 +318,8 @@ class ExportedProbe:
         p = forest_proba(self.features(states, confidence), self.arrays)
         if self.calibration == "stacked":
             confidence = check_confidence(confidence, p.shape[0])
-        p = apply_calibration(p, self.calibration, self._cal_params, confidence)
+        if self._calibrator is not None:
+            p = self._calibrator.predict_proba(calibration_scores(self.calibration, p, confidence))[:, 1]
         return np.column_stack([1.0 - p, p])
 
     def predict(self, states: Any, confidence: Any = None) -> np.ndarray:

@@ -6,8 +6,8 @@ confidence, optionally stacked with the raw confidence.
 * :meth:`ActivationProbe.save` / :func:`load_probe` - a probe directory (``probe.safetensors`` +
   ``probe.json``), read and scored in pure numpy by :class:`ExportedProbe`; the file format
   lives in :mod:`acute.estimators.probe_file`.
-* the calibration maps fitted on the out-of-fold forest probabilities are those of
-  :mod:`acute.estimators.calibration` (:func:`~acute.estimators.calibration.fit_calibration`).
+* the calibrators fitted on the held-out forest probabilities are those of
+  :mod:`acute.estimators.calibration` (:func:`~acute.estimators.calibration.probe_calibrator`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .features import (
     check_cv,
     make_featurizer,
 )
-from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration
+from .calibration import CALIBRATIONS, calibration_scores, calibrator_arrays, probe_calibrator
 from .folds import Folds, folds_digest, out_of_fold, stratified_folds
 from .plan import Piece, Pieces, fit_alone
 from .probe_file import (
@@ -100,7 +100,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         forest's out-of-bag ones) and applied to the final forest, which is fitted on all
         training records. ``"stacked"`` combines the forest with the
         raw confidence: a logistic regression on ``[logit(forest P(correct)), logit(raw
-        confidence)]`` (:func:`fit_stacker`), so the probe can never do much worse than Platt
+        confidence)]`` (:class:`~acute.estimators.calibration.StackedCalibration`), so the probe can never do much worse than Platt
         scaling of the raw confidence and adds what the hidden states know beyond it.
     cv : int, default 3
         Folds of the layer search and of the calibration (5 is a good choice for
@@ -138,7 +138,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     Fitted attributes: ``featurizer_``, ``forest_``, ``feature_names_`` (list, e.g.
     ``"L12.pc3"``, ``"cos.L5"``, ``"L20.d17"``, ``"raw_confidence"``), ``classes_``
     (``[0, 1]``), ``layer_`` (int for mean views, else None), ``layers_`` (layer outputs read),
-    ``cv_scores_`` (layer search), ``calibration_params_``, ``oof_proba_`` (out-of-fold forest
+    ``cv_scores_`` (layer search), ``calibrator_`` (the fitted calibrator of
+    :mod:`acute.estimators.calibration`, None without a calibration), ``oof_proba_`` (out-of-fold forest
     probabilities, calibration only), ``n_layer_outputs_``, ``hidden_size_``,
     ``training_summary_``.
     """
@@ -270,7 +271,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             template = MeanPool(int(featurizer.layer_)) if isinstance(featurizer, MeanPool) else clone(featurizer)
             folds = stratified_folds(y, self.cv, self.random_state)
             self.oof_proba_ = pieces.get(_FoldForestsPiece(self, template, folds, self.random_state), X, y, conf)
-        self.calibration_params_: dict[str, np.ndarray] = self._fit_calibration(self.oof_proba_, y, conf)
+        self.calibrator_ = self._fit_calibration(self.oof_proba_, y, conf)
 
         self.featurizer_ = featurizer
         self.forest_ = forest
@@ -309,19 +310,22 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         piece = _FoldForestsPiece(self, self._featurizer(), folds, seed, self._searched() and conf is not None)
         return pieces.get(piece, X, y, conf)
 
-    def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None) -> dict:
-        """The calibration map on the records with a held-out forest probability (all of them
-        but those no tree left out of its bootstrap sample, under ``oof="oob"``)."""
-        if oof is None:
-            return fit_calibration(self.calibration, None, y, conf)
+    def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None):
+        """The calibrator fitted on the records with a held-out forest probability (all of them
+        but those no tree left out of its bootstrap sample, under ``oof="oob"``); None without a
+        calibration."""
+        calibrator = probe_calibrator(self.calibration)
+        if calibrator is None:
+            return None
         held = np.isfinite(oof)
         if held.all():
-            return fit_calibration(self.calibration, oof, y, conf)
+            return calibrator.fit(calibration_scores(self.calibration, oof, conf), y)
         y_held = y[held]
         if y_held.size == 0 or y_held.min() == y_held.max():
             raise InputError(f"only {int(held.sum())} of {y.size} records are out of bag for some tree of the "
                              f"{self.n_estimators}-tree forest, not both classes: too few trees for oof='oob'")
-        return fit_calibration(self.calibration, oof[held], y_held, None if conf is None else conf[held])
+        return calibrator.fit(calibration_scores(self.calibration, oof[held], None if conf is None else conf[held]),
+                              y_held)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -344,8 +348,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         X, conf = self._inputs(states, confidence)
         features = self._features(self.featurizer_, X, conf)
         p = self.forest_.predict_proba(features)[:, list(self.forest_.classes_).index(1)]
-        if calibrated:
-            p = apply_calibration(p, self.calibration, self.calibration_params_, conf)
+        if calibrated and self.calibrator_ is not None:
+            p = self.calibrator_.predict_proba(calibration_scores(self.calibration, p, conf))[:, 1]
         return np.column_stack([1.0 - p, p])
 
     def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
@@ -373,7 +377,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         if isinstance(self.featurizer_, LayerPCA):
             arrays["pca.means"] = np.ascontiguousarray(self.featurizer_.means_)
             arrays["pca.components"] = np.ascontiguousarray(self.featurizer_.components_)
-        arrays.update(calibration_arrays(self.calibration, self.calibration_params_))
+        arrays.update(calibrator_arrays(self.calibration, self.calibrator_))
         from acute import __version__
 
         summary = dict(self.training_summary_)

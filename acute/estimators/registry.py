@@ -43,7 +43,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from .baselines import BASELINES, make_baseline
+from .baselines import BASELINES, ConfidenceEstimator
+from .calibration import StackedCalibration, calibration_scores
 from .folds import Folds, check_splits, out_of_fold, stratified_folds
 from .plan import Piece, Pieces, fit_alone, needs
 from .controls import (CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, ConstantEstimator,
@@ -58,7 +59,6 @@ __all__ = [
     "ACUTE_VARIANTS",
     "AUTO_CANDIDATES",
     "AutoEstimator",
-    "ConfidenceEstimator",
     "AUTO",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
@@ -271,33 +271,6 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
     return ActivationProbe(**kw)
 
 
-class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
-    """A baseline of :mod:`acute.estimators.baselines` behind the probes' interface: ``states`` is
-    accepted and ignored, ``confidence`` is required. Fitted: ``baseline_``, ``classes_``."""
-
-    def __init__(self, baseline: str = "platt"):
-        self.baseline = baseline
-
-    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
-        self.classes_ = np.array([0, 1])
-        return self
-
-    def predict_proba(self, states: Any = None, confidence: Any = None) -> np.ndarray:
-        if not hasattr(self, "baseline_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        return self.baseline_.predict_proba(confidence)
-
-    def predict(self, states: Any = None, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
-
-
 # --------------------------------------------------------------------------------- auto
 def _score(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
     from .. import metrics
@@ -411,8 +384,6 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
         folds fits); the refit is the fitted candidate (the named probe of an evaluation fold).
         The scores and the refit equal a fit alone."""
         from ..validation import check_confidence, check_correct, check_states
-        from .calibration import apply_stacker, fit_stacker
-
         cands, refs = self._check_names()
         X = check_states(states)
         y = check_correct(correct, X.shape[0], both_classes=True)
@@ -433,7 +404,8 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                 oof[name] = forest_oof[view]
             else:  # cross-fitted stacker on the held-out forest probabilities
                 def stacker(tr, te, p=forest_oof[view]):
-                    return apply_stacker(p[te], conf[te], *fit_stacker(p[tr], conf[tr], y[tr]))
+                    fitted = StackedCalibration().fit(calibration_scores("stacked", p[tr], conf[tr]), y[tr])
+                    return fitted.predict_proba(calibration_scores("stacked", p[te], conf[te]))[:, 1]
 
                 oof[name] = out_of_fold(stacker, folds, y.size)
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError
-from ..estimators.calibration import apply_calibration, calibration_arrays, fit_calibration
+from ..estimators.calibration import calibration_scores, calibrator_arrays, probe_calibrator
 from ..estimators.certificates import certificate_entry
 from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
@@ -159,11 +159,11 @@ def _restacked(probe: ExportedProbe, p: np.ndarray, raw: np.ndarray, y: np.ndarr
     field, groups = store_groups(store, None, list(store.ids))
 
     def fit_predict(tr, te):
-        params = fit_calibration(method, p[tr], y[tr], raw[tr])
-        return apply_calibration(p[te], method, params, raw[te])
+        fitted = probe_calibrator(method).fit(calibration_scores(method, p[tr], raw[tr]), y[tr])
+        return fitted.predict_proba(calibration_scores(method, p[te], raw[te]))[:, 1]
 
     oof = out_of_fold(fit_predict, stratified_folds(y, CV_FOLDS, seed, groups=groups), y.size)
-    arrays = calibration_arrays(method, fit_calibration(method, p, y, raw))
+    arrays = calibrator_arrays(method, probe_calibrator(method).fit(calibration_scores(method, p, raw), y))
     folds = {"n_splits": CV_FOLDS, "seed": seed, "from": f"recertify --restack: the {method} map cross-fitted "
                                                           f"on the recertification store"}
     if field is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..collect import collection_settings, store_identity
 from ..errors import InputError
-from ..estimators.baselines import make_baseline
+from ..estimators.calibration import make_calibrator
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
@@ -149,7 +149,7 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
     raw = store.raw_confidence[test_idx]
     y = np.asarray(store.correct[test_idx])
     conf = probe.predict_proba(_rows(store, probe.pooling, test_idx), confidence=raw)[:, 1]
-    platt = make_baseline("platt").fit(store.raw_confidence[train_idx], store.correct[train_idx]) \
+    platt = make_calibrator("platt").fit(store.raw_confidence[train_idx], store.correct[train_idx]) \
         .predict_proba(raw)[:, 1]
     out: dict[str, Any] = {"n": int(test_idx.size), "accuracy": float(np.mean(y))}
     for prefix, c in (("", conf), ("raw_", raw), ("platt_", platt)):

@@ -19,7 +19,7 @@ import acute
 from acute.cli import main
 from acute.errors import IncompatibleStoreError, InputError, ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
-from acute.estimators.calibration import fit_calibration
+from acute.estimators.calibration import StackedCalibration
 from acute.estimators.certificates import certificate_entry
 from acute.estimators.probe_file import forest_proba
 from acute.metrics.certify import certify_threshold
@@ -357,8 +357,8 @@ def test_recertify_restack_refits_the_map_on_the_new_records(exported, stores):
     raw, y = np.asarray(bf16.raw_confidence), np.asarray(bf16.correct).astype(int)
     done = recertify(old, bf16, restack=True, backend="binomial")
     p = forest_proba(old.features(X, raw), old.arrays)
-    w = fit_calibration("stacked", p, y, raw)
-    np.testing.assert_allclose(done.probe.arrays["calibration.stacked"], [w["w"], w["v"], w["b"]])
+    fitted = StackedCalibration().fit(np.column_stack([p, raw]), y)
+    np.testing.assert_allclose(done.probe.arrays["calibration.stacked"], [*fitted.coef_, fitted.intercept_])
     assert done.certificates[0]["folds"]["n_splits"] == 5 and done.summary["restacked"]
     assert not np.array_equal(done.probe.arrays["calibration.stacked"], old.arrays["calibration.stacked"])
 

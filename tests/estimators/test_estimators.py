@@ -7,7 +7,8 @@ import pytest
 from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
 from acute import metrics
-from acute.estimators.baselines import BASELINES, make_baseline
+from acute.estimators.baselines import BASELINES
+from acute.estimators.calibration import make_calibrator
 from acute.estimators import (
     AUTO_CANDIDATES,
     DEFAULT_ESTIMATOR,
@@ -17,7 +18,7 @@ from acute.estimators import (
 )
 from acute.errors import InputError, UnknownEstimatorError
 from acute.estimators import ActivationProbe
-from acute.estimators.calibration import apply_calibration, fit_stacker
+from acute.estimators.calibration import StackedCalibration
 
 SMALL = {"n_estimators": 12, "search_n_estimators": 8}
 
@@ -47,7 +48,7 @@ def test_baselines_ignore_layer_means_and_equal_the_baseline_classes():
     X, y, c = planted(n=100)
     for name in BASELINES:
         a = make_estimator(name).fit(None, y, confidence=c).predict_proba(None, confidence=c)
-        b = make_baseline(name).fit(c, y).predict_proba(c)
+        b = make_calibrator(name).fit(c, y).predict_proba(c)
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(make_estimator(name).fit(X, y, c).predict_proba(X, c), b)
     with pytest.raises(ValueError, match="needs confidence"):
@@ -93,12 +94,12 @@ def test_auto_scores_by_hand_and_refits_the_winner():
         assert auto.scores_[view]["auc_euro_all"] == pytest.approx(metrics.auc_euro(forest, yi))
         stacked = np.empty(len(y))
         for tr, te in folds:
-            w, v, b = fit_stacker(forest[tr], c[tr], yi[tr])
-            stacked[te] = apply_calibration(forest[te], "stacked", {"w": w, "v": v, "b": b}, c[te])
+            fitted = StackedCalibration().fit(np.column_stack([forest[tr], c[tr]]), yi[tr])
+            stacked[te] = fitted.predict_proba(np.column_stack([forest[te], c[te]]))[:, 1]
         assert auto.scores_[f"{view}-stacked"]["smece"] == pytest.approx(metrics.smece(stacked, yi))
     platt = np.empty(len(y))
     for tr, te in folds:
-        platt[te] = make_baseline("platt").fit(c[tr], yi[tr]).predict_proba(c[te])[:, 1]
+        platt[te] = make_calibrator("platt").fit(c[tr], yi[tr]).predict_proba(c[te])[:, 1]
     assert auto.scores_["platt"]["auc_euro_all"] == pytest.approx(metrics.auc_euro(platt, yi))
     best = max(AUTO_CANDIDATES, key=lambda n: (auto.scores_[n]["auc_euro_all"], -auto.scores_[n]["smece"]))
     assert auto.best_ == best and auto.ranking_[0] == best  # the hidden states carry the signal
@@ -129,8 +130,8 @@ def test_auto_on_given_folds_holds_every_record_out_of_fold_never_out_of_bag():
         np.testing.assert_allclose(auto.oof_[view], forest, rtol=0, atol=1e-12)
         stacked = np.empty(len(y))
         for tr, te in folds:
-            w, v, b = fit_stacker(forest[tr], c[tr], yi[tr])
-            stacked[te] = apply_calibration(forest[te], "stacked", {"w": w, "v": v, "b": b}, c[te])
+            fitted = StackedCalibration().fit(np.column_stack([forest[tr], c[tr]]), yi[tr])
+            stacked[te] = fitted.predict_proba(np.column_stack([forest[te], c[te]]))[:, 1]
         np.testing.assert_allclose(auto.oof_[f"{view}-stacked"], stacked, rtol=0, atol=1e-12)
         oob = make_estimator(f"{view}-stacked", random_state=1, probe_params=params).fit(X, yi, c).oof_proba_
         np.testing.assert_allclose(drawn.oof_[view], oob, rtol=0, atol=1e-12)

@@ -128,7 +128,7 @@ def test_platt_calibration_matches_weighted_logistic_regression(data):
     t = np.where(y, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
     lr = LogisticRegression(C=1e12, tol=1e-12, max_iter=10000)
     lr.fit(np.concatenate([oof, oof])[:, None], np.r_[np.ones(300), np.zeros(300)], sample_weight=np.r_[t, 1 - t])
-    a, b = p.calibration_params_["a"], p.calibration_params_["b"]
+    a, b = p.calibrator_.coef_, p.calibrator_.intercept_
     assert a == pytest.approx(lr.coef_[0, 0], rel=1e-4, abs=1e-4)
     assert b == pytest.approx(lr.intercept_[0], rel=1e-4, abs=1e-4)
     raw = p.forest_.predict_proba(p.transform_features(Xt, ct))[:, 1]
@@ -153,7 +153,7 @@ def test_stacked_calibration_is_a_logistic_on_out_of_fold_forest_and_confidence_
         return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
 
     lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(feats(oof, c), y)
-    w, v, b = (p.calibration_params_[k] for k in ("w", "v", "b"))
+    (w, v), b = p.calibrator_.coef_, p.calibrator_.intercept_
     np.testing.assert_allclose([w, v], lr.coef_[0], rtol=1e-4)
     np.testing.assert_allclose(b, lr.intercept_[0], rtol=1e-4, atol=1e-6)
     forest = p.predict_proba(Xt, ct, calibrated=False)[:, 1]
@@ -196,10 +196,10 @@ def test_out_of_bag_stacking_calibrates_on_each_records_trees_that_left_it_out(d
         return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
 
     lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(f(expected[held], c[held]), y[held])
-    np.testing.assert_allclose([few.calibration_params_[k] for k in ("w", "v")], lr.coef_[0], rtol=1e-4)
+    np.testing.assert_allclose(list(few.calibrator_.coef_), lr.coef_[0], rtol=1e-4)
     # the 5-fold default differs (other held-out probabilities), and a bad source is refused
-    assert not np.allclose(small(view="pca10", calibration="stacked", cv=4).fit(X, y, c).calibration_params_["w"],
-                           p.calibration_params_["w"])
+    assert not np.allclose(small(view="pca10", calibration="stacked", cv=4).fit(X, y, c).calibrator_.coef_[0],
+                           p.calibrator_.coef_[0])
     with pytest.raises(ValueError, match="oof must be one of"):
         small(view="pca10", calibration="stacked", oof="bag").fit(X, y, c)
 

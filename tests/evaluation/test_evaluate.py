@@ -334,7 +334,7 @@ def _read_predictions(path):
 
 
 def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.estimators import ActivationProbe
 
     store, out, res = cross_validated
@@ -352,7 +352,7 @@ def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
         for k in range(3):  # refit by hand on the other folds and predict this one
             tr, te = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
             assert abs(y[tr].mean() - y[te].mean()) < 0.15  # stratified
-            platt = make_baseline("platt").fit(store.raw_confidence[tr], y[tr])
+            platt = make_calibrator("platt").fit(store.raw_confidence[tr], y[tr])
             np.testing.assert_allclose([float(rows[i]["platt"]) for i in te],
                                        platt.predict_proba(store.raw_confidence[te])[:, 1], atol=1e-12)
             probe = ActivationProbe(view="cosine", random_state=0, **SMALL).fit(

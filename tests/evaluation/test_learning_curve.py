@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from acute import metrics
-from acute.estimators.baselines import BASELINES, make_baseline
+from acute.estimators.baselines import BASELINES
+from acute.estimators.calibration import make_calibrator
 from acute.evaluation.crossval import cv_folds
 from acute.evaluation.learning_curve import (DEFAULT_REPEATS, INTERVAL_METHOD, _subset, learning_curve, resolve_sizes,
                                   write_learning_curve)
@@ -61,7 +62,7 @@ def test_values_are_out_of_fold_metrics_recomputed_by_hand(tmp_path):
             oof = np.empty(len(y))
             for k, (tr, te) in enumerate(rep):
                 sub = _subset(np.sort(tr), yi, size, r * 1009 + k)
-                oof[np.sort(te)] = make_baseline("platt").fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
+                oof[np.sort(te)] = make_calibrator("platt").fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
             assert lc.values["platt"]["auc_euro_all"][i, r] == pytest.approx(metrics.auc_euro(oof, yi))
             assert lc.values["platt"]["smece"][i, r] == pytest.approx(metrics.smece(oof, yi))
     s = lc.summary("platt", "auc_euro_all")[1]
@@ -102,7 +103,7 @@ def _hand_oof(name, X, y, c, ids, size, seed):
     oof = np.empty(len(y))
     for k, (tr, te) in enumerate(rep):
         sub = _subset(np.sort(tr), yi, size, seed * 1_000_003 + k)
-        p = make_baseline(name).fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
+        p = make_calibrator(name).fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
         oof[np.sort(te)] = np.clip(p, 0, 1)
     return oof
 
