@@ -39,7 +39,7 @@ FOREST = "acute-pca10"
 GROUPED = f"{DEFAULT} (grouped stacking)"
 
 
-def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict, n_jobs) -> np.ndarray:
+def grouped_stacked(X, y, raw, groups, folds, seed: int, probe_params: dict, n_jobs) -> np.ndarray:
     """``[repeats, n]`` out-of-fold P(correct) of the default stacked on grouped inner folds."""
     from acute.estimators.calibration import StackedCalibration
     from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict
@@ -49,11 +49,11 @@ def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict
     for r, rep in enumerate(folds):
         for k, (tr, te) in enumerate(rep):
             inner = cv_folds(np.asarray(tr), y[tr], 5, 1, seed, groups=[groups[i] for i in tr], group_name="toolset")
-            oof = cross_val_predictions([FOREST], states[tr], y[tr], raw[tr], inner, random_state=seed,
+            oof = cross_val_predictions([FOREST], X.take(tr), y[tr], inner, random_state=seed,
                                         n_jobs=n_jobs, probe_params=params)[FOREST][0]
             stacker = StackedCalibration().fit(np.column_stack([oof, raw[tr]]), y[tr])
             (w, v), b = stacker.coef_, stacker.intercept_
-            p = fit_predict([FOREST], states[tr], y[tr], raw[tr], states[te], raw[te], random_state=seed,
+            p = fit_predict([FOREST], X.take(tr), y[tr], X.take(te), random_state=seed,
                             n_jobs=n_jobs, probe_params=params)[FOREST]
             out[r, te] = stacker.predict_proba(np.column_stack([p, raw[te]]))[:, 1]
             print(f"  repeat {r} fold {k}: stacker w={w:.2f} v={v:.2f} b={b:.2f}", file=sys.stderr, flush=True)
@@ -62,7 +62,7 @@ def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict
 
 def pair_rows(pair: Path, args) -> list[str]:
     from acute.evaluation import read_predictions
-    from acute.evaluation.crossval import states_for
+    from acute.evaluation.crossval import inputs_for
     from acute.evaluation.evaluate import store_groups
     from acute.evaluation.table import evaluate_predictions
     from acute.store import open_store
@@ -82,7 +82,7 @@ def pair_rows(pair: Path, args) -> list[str]:
     if ids != [str(i) for i in store.ids]:
         raise SystemExit(f"{eval_dir}: its predictions are not of the records of {pair / 'store'}")
     t0 = time.perf_counter()
-    grouped = grouped_stacked(states_for(store, [FOREST]), y, raw, groups, folds, seed, probe_params, args.n_jobs)
+    grouped = grouped_stacked(inputs_for(store, [FOREST]), y, raw, groups, folds, seed, probe_params, args.n_jobs)
     seconds = time.perf_counter() - t0
     preds = {GROUPED: grouped, **{n: cv[n][: len(folds)] for n in names}}
     m = store.manifest

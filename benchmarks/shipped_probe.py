@@ -23,6 +23,7 @@ import sys
 from importlib import resources
 
 import numpy as np
+from acute.estimators.inputs import Inputs
 
 
 def builtin_ids(n: int) -> list[str]:
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     raw, y = store.raw_confidence, store.correct.astype(int)
     states = np.asarray(store_states(store, probe.pooling)[te], dtype=np.float32)
     preds = {
-        "probe": probe.predict_proba(states, confidence=raw[te])[:, 1],
+        "probe": probe.predict_proba(Inputs.of(states, raw[te], pooling=probe.pooling))[:, 1],
         "raw": raw[te],
         "platt": make_calibrator("platt").fit(raw[tr], y[tr]).predict_proba(raw[te])[:, 1],
     }

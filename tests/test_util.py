@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute import errors
 from acute.fileio import iter_jsonl, json_ready
 
@@ -91,7 +92,7 @@ def test_one_confidence_rule_everywhere(conf, message):
     y = [1, 0, 1]
     X = np.zeros((3, 3, 4), dtype=np.float32)
     calls = [lambda: check_confidence(conf, 3), lambda: make_calibrator("platt").fit(conf, y),
-             lambda: metrics.smece(conf, y), lambda: make_estimator("acute-cosine").fit(X, y, confidence=conf)]
+             lambda: metrics.smece(conf, y), lambda: make_estimator("acute-cosine").fit(Inputs.of(X, conf), y)]
     for call in calls:
         with pytest.raises(errors.InputError) as e:
             call()

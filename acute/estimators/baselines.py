@@ -1,7 +1,7 @@
 """The baselines: a calibrator over the raw confidence, behind the estimators' interface.
 
-A baseline reads the raw confidence only (the product of the generated tokens' probabilities)
-and maps it through one calibrator of :mod:`acute.estimators.calibration`, fitted on the
+A baseline reads the raw confidence only (the product of the generated tokens' probabilities,
+the ``confidence`` source of :mod:`acute.estimators.inputs`) and maps it through one calibrator of :mod:`acute.estimators.calibration`, fitted on the
 training records:
 
 * ``raw``      identity; ``fit`` only validates its input.
@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..errors import InputError
 from .calibration import make_calibrator
+from .inputs import CONFIDENCE, check_inputs
 
 __all__ = ["BASELINES", "ConfidenceEstimator"]
 
@@ -33,29 +34,29 @@ BASELINES: tuple[str, ...] = ("raw", "hre", "nwkr", "platt", "isotonic", "beta")
 
 
 class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
-    """A baseline behind the probes' interface: ``states`` is accepted and ignored,
-    ``confidence`` is required. Fitted: ``calibrator_``, ``classes_``."""
+    """A baseline: the calibrator ``baseline`` (one of :data:`BASELINES`) over the ``confidence``
+    source of the inputs (:class:`acute.estimators.inputs.Inputs`), the only source it reads.
+    ``sample_weight`` weighs the calibrator's fit. Fitted: ``calibrator_``, ``classes_``."""
+
+    sources = (CONFIDENCE,)
 
     def __init__(self, baseline: str = "platt"):
         self.baseline = baseline
 
-    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ConfidenceEstimator:
         if self.baseline not in BASELINES:
             raise InputError(f"unknown baseline {self.baseline!r}; choose one of {', '.join(BASELINES)}")
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        self.calibrator_ = make_calibrator(self.baseline).fit(confidence, correct)
+        conf = check_inputs(X, self)[CONFIDENCE]
+        self.calibrator_ = make_calibrator(self.baseline).fit(conf, y, sample_weight=sample_weight)
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, states: Any = None, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         if not hasattr(self, "calibrator_"):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        return self.calibrator_.predict_proba(confidence)
+        return self.calibrator_.predict_proba(check_inputs(X, self)[CONFIDENCE])
 
-    def predict(self, states: Any = None, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
+    def predict(self, X: Any) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)

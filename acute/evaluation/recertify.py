@@ -40,6 +40,7 @@ import numpy as np
 from ..errors import InputError, ModelMismatchError
 from ..estimators.calibration import calibration_scores, calibrator_arrays, probe_calibrator
 from ..estimators.certificates import certificate_entry
+from ..estimators.inputs import Inputs
 from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_error
@@ -194,13 +195,14 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
     states = np.asarray(store_states(store, probe.pooling), dtype=np.float32)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)
     y = np.asarray(store.correct).astype(np.int64)
-    before = probe.predict_proba(states, confidence=raw)[:, 1]
+    X = Inputs.of(states, raw, pooling=probe.pooling)
+    before = probe.predict_proba(X)[:, 1]
     where = None if path is None else str(Path(path).resolve())
     summary: dict[str, Any] = {"store": where, "n": int(y.size), "accuracy": float(y.mean()),
                                "restacked": bool(restack), "before": _scores(before, y)}
     arrays, folds, conf = dict(probe.arrays), None, before
     if restack:
-        p = forest_proba(probe.features(states, raw), probe.arrays)
+        p = forest_proba(probe.features(X), probe.arrays)
         conf, fitted, folds = _restacked(probe, p, raw, y, store, seed)
         arrays.update(fitted)
         summary["after_out_of_fold"] = _scores(conf, y)

@@ -253,8 +253,9 @@ def test_single_class_is_fine_for_nonparametric(name):
 
 def test_unknown_baseline():
     from acute.estimators.baselines import ConfidenceEstimator
+    from acute.estimators.inputs import Inputs
 
     with pytest.raises(ValueError, match="unknown calibrator"):
         make_calibrator("temperature")
     with pytest.raises(ValueError, match="unknown baseline"):
-        ConfidenceEstimator("temperature").fit(None, [0, 1], confidence=[0.2, 0.8])
+        ConfidenceEstimator("temperature").fit(Inputs.of(confidence=[0.2, 0.8]), [0, 1])

@@ -12,6 +12,7 @@ from scipy.optimize import minimize
 from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 
+from acute.estimators.inputs import Inputs
 from acute.estimators import ActivationProbe, load_probe
 from acute.estimators.calibration import make_calibrator
 from acute.estimators.calibration import (CALIBRATION_ARRAYS, CALIBRATIONS, CALIBRATORS, IsotonicCalibration,
@@ -104,13 +105,13 @@ def test_probe_file_scores_like_the_fitted_probe(tmp_path, calibration):
     X = r.normal(size=(200, 5, 12)).astype(np.float32) + y[:, None, None] * 0.4
     c = np.clip(0.5 + 0.3 * (y - 0.5) + r.normal(scale=0.2, size=200), 0.001, 0.999)
     Xt, ct = r.normal(size=(80, 5, 12)).astype(np.float32), r.random(80)
-    probe = ActivationProbe(view="pca10", calibration=calibration, n_estimators=20, cv=3).fit(X, y, c)
+    probe = ActivationProbe(view="pca10", calibration=calibration, n_estimators=20, cv=3).fit(Inputs.of(X, c), y)
     exported = load_probe(probe.save(tmp_path / "p"))
-    np.testing.assert_allclose(exported.predict_proba(Xt, ct), probe.predict_proba(Xt, ct), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(exported.predict_proba(Inputs.of(Xt, ct)), probe.predict_proba(Inputs.of(Xt, ct)), rtol=0, atol=1e-12)
     arrays = calibrator_arrays(calibration, probe.calibrator_)
     assert set(arrays) == set(CALIBRATION_ARRAYS.get(calibration, {}))
     back = calibrator_from_arrays(calibration, arrays)
-    raw = probe.predict_proba(Xt, ct, calibrated=False)[:, 1]
+    raw = probe.predict_proba(Inputs.of(Xt, ct), calibrated=False)[:, 1]
     if calibration is None:
         assert back is None and probe.calibrator_ is None
         return
@@ -132,9 +133,9 @@ def test_the_shipped_probe_still_loads_and_scores_by_its_stored_map():
     X = r.normal(size=(16, probe.n_layer_outputs, probe.hidden_size)).astype(np.float32)
     c = r.random(16)
     w, v, b = probe.arrays["calibration.stacked"]
-    forest = forest_proba(probe.features(X, c), probe.arrays)
+    forest = forest_proba(probe.features(Inputs.of(X, c)), probe.arrays)
     z = w * logit(np.clip(forest, 1e-3, 1 - 1e-3)) + v * logit(np.clip(c, 1e-6, 1 - 1e-6)) + b
-    np.testing.assert_array_equal(probe.predict_proba(X, c)[:, 1], 0.5 * (1.0 + np.tanh(0.5 * z)))
+    np.testing.assert_array_equal(probe.predict_proba(Inputs.of(X, c))[:, 1], 0.5 * (1.0 + np.tanh(0.5 * z)))
 
 
 @pytest.mark.parametrize("name", [n for n in CALIBRATORS if n != "hre"])
