@@ -46,7 +46,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from .baselines import BASELINES, ConfidenceEstimator
 from .calibration import StackedCalibration, calibration_scores
 from .folds import Folds, check_splits, out_of_fold, stratified_folds
-from .inputs import CONFIDENCE, PROMPT_REPLY, QUESTION, Inputs, check_inputs, check_no_weights, states_source
+from .inputs import CONFIDENCE, PROMPT_REPLY, QUESTION, check_inputs, check_no_weights, states_source
 from .plan import Piece, Pieces, needs, shared_pieces
 from .controls import CONTROLS, ConstantEstimator, MetadataPlatt, TextPlatt
 from ..errors import InputError, UnknownEstimatorError
