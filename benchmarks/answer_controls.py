@@ -41,7 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acute.errors import InputError  # noqa: E402
-from acute.estimators.controls import REPLY_TEXT_INPUT, VISIBLE_INPUT  # noqa: E402
+from acute.estimators.inputs import CONFIDENCE, PROMPT_REPLY, VISIBLE, Inputs  # noqa: E402
 from acute.estimators.registry import DEFAULT_ESTIMATOR  # noqa: E402
 from acute.estimators.visible import reply_fields, reply_texts, visible_inputs  # noqa: E402
 from acute.evaluation import read_folds, read_predictions  # noqa: E402
@@ -71,10 +71,11 @@ def section(eval_dir: Path, store_dir: Path, answer_fields: list[str], n_bootstr
     folds = read_folds(eval_dir, ids)
     # no --answer-field: the store's REPLY_FIELDS, when every record has them
     answer_fields = list(answer_fields) or list(reply_fields(store.records))
-    inputs = {VISIBLE_INPUT: visible_inputs(store.records, store.token_logprobs, answer_fields, where=str(store_dir)),
-              REPLY_TEXT_INPUT: reply_texts(store.records, where=str(store_dir))}
+    inputs = Inputs({VISIBLE: visible_inputs(store.records, store.token_logprobs, answer_fields, where=str(store_dir)),
+                     PROMPT_REPLY: reply_texts(store.records, where=str(store_dir)),
+                     CONFIDENCE: store.raw_confidence})
     t0 = time.perf_counter()
-    new = cross_val_predictions([SURFACE, TEXT], inputs, y, store.raw_confidence, folds)
+    new = cross_val_predictions([SURFACE, TEXT], inputs, y, folds)
     seconds = time.perf_counter() - t0
     every = evaluate_predictions(preds, y, n_bootstrap=0)
     best = next(r["reference"] for r in every if "reference" in r)

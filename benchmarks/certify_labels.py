@@ -398,14 +398,14 @@ def store_predictions(path: str, n_estimators: int | None, seed: int) -> tuple[n
     cross-fitted on the store's records (5 folds, one repeat)."""
     from acute.estimators.baselines import BASELINES
     from acute.estimators.registry import DEFAULT_ESTIMATOR
-    from acute.evaluation.crossval import cross_val_predictions, cv_folds, states_for
+    from acute.evaluation.crossval import cross_val_predictions, cv_folds, inputs_for
     from acute.store import open_store
 
     store = open_store(path)
     names = [DEFAULT_ESTIMATOR, *BASELINES]
     y = np.asarray(store.correct).astype(bool)
     folds = cv_folds(store.ids, y, 5, 1, seed)
-    preds = cross_val_predictions(names, states_for(store, names), y, store.raw_confidence, folds,
+    preds = cross_val_predictions(names, inputs_for(store, names), y, folds,
                                   random_state=seed, probe_params={"n_estimators": n_estimators})
     return y, {n: p[0] for n, p in preds.items()}
 

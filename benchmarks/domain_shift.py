@@ -46,6 +46,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
 
 MODEL = "smollm2-135m-instruct"
 DTYPES = {"float32-train": "float32", "float32-test": "float32", "bfloat16-test": "bfloat16",
@@ -109,7 +110,7 @@ def _row(name: str, probe, store, labels: str = "") -> dict:
 
     X = np.asarray(store.states(probe.pooling), dtype=np.float32)
     y = np.asarray(store.correct).astype(int)
-    conf = probe.predict_proba(X, confidence=store.raw_confidence)[:, 1]
+    conf = probe.predict_proba(Inputs.of(X, store.raw_confidence, pooling=probe.pooling))[:, 1]
     out = {"setting": name, "labels": labels, "n": int(y.size), "accuracy": float(y.mean()),
            "auc_euro": float(METRICS["auc_euro_all"].fn(conf, y)), "smece": float(METRICS["smece"].fn(conf, y)),
            "threshold": None, "coverage": None, "precision": None}
@@ -137,8 +138,8 @@ def shift(probe, a, b) -> dict:
     xb = np.asarray(b.states(probe.pooling), dtype=np.float64)[ib]
     same_text = np.array([ra[i]["generation"] == rb[j]["generation"] for i, j in pairs])
     rel = np.linalg.norm(xb - xa, axis=2) / np.maximum(np.linalg.norm(xa, axis=2), 1e-12)  # [n, L+1]
-    ca = probe.predict_proba(xa.astype(np.float32), confidence=np.asarray(a.raw_confidence)[ia])[:, 1]
-    cb = probe.predict_proba(xb.astype(np.float32), confidence=np.asarray(b.raw_confidence)[ib])[:, 1]
+    ca = probe.predict_proba(Inputs.of(xa.astype(np.float32), np.asarray(a.raw_confidence)[ia], pooling=probe.pooling))[:, 1]
+    cb = probe.predict_proba(Inputs.of(xb.astype(np.float32), np.asarray(b.raw_confidence)[ib], pooling=probe.pooling))[:, 1]
     ya, yb = np.asarray(a.correct)[ia], np.asarray(b.correct)[ib]
     out = {"n": len(pairs), "same_answer": float(same_text.mean()), "label_flips": int((ya != yb).sum()),
            "state_rel_l2_median": float(np.median(rel)), "state_rel_l2_same_answer_median":

@@ -99,7 +99,7 @@ def evaluation_phases(args, say: Report, probe_params):
     """(a): the evaluation of the store, phase by phase; returns (store, result, total seconds)."""
     from acute.estimators.registry import ESTIMATORS
     from acute.evaluation import evaluate_store, write_evaluation
-    from acute.evaluation.crossval import states_for
+    from acute.evaluation.crossval import inputs_for
     from acute.store import open_store
 
     say(f"## (a) evaluation: {args.folds}-fold x {args.repeats}, every default estimator and control, "
@@ -111,7 +111,7 @@ def evaluation_phases(args, say: Report, probe_params):
     say.phase("open the store", t_open, f"{len(store)} records, layer_means {list(store.layer_means.shape)}")
     t = time.perf_counter()
     pooled = list(ESTIMATORS) + (["question-only"] if "last-prompt" in getattr(store, "poolings", ()) else [])
-    states_for(store, pooled)  # the hidden states the fits read (and the page cache holds for them)
+    inputs_for(store, pooled)  # the hidden states the fits read (and the page cache holds for them)
     t_read = time.perf_counter() - t
     say.phase("read the states", t_read, "the poolings the probes read")
     t = time.perf_counter()
@@ -157,17 +157,18 @@ def demo_phases(args, say: Report) -> float:
 
 def learning_curve_phases(args, say: Report, store, result, probe_params, evaluation_s: float) -> float:
     """(c): a learning curve on the store, extending (a)'s evaluation; returns its seconds."""
-    from acute.evaluation.crossval import states_for
+    from acute.estimators.baselines import BASELINES
+    from acute.evaluation.crossval import inputs_for
     from acute.evaluation.learning_curve import learning_curve, write_learning_curve
 
     names = [n.strip() for n in args.lc_estimators.split(",") if n.strip()]
     say(f"\n## (c) learning curve: {', '.join(names)} and the baselines, {args.folds}-fold x "
         f"{args.lc_repeats}, extending (a)\n")
     t0 = time.perf_counter()
-    states = states_for(store, names)
+    X = inputs_for(store, list(BASELINES) + names)
     t_read = time.perf_counter() - t0
     t = time.perf_counter()
-    lc = learning_curve(states, store.correct, store.raw_confidence, store.ids, estimators=names,
+    lc = learning_curve(X, store.correct, store.ids, estimators=names,
                         n_splits=args.folds, repeats=args.lc_repeats, n_jobs=args.n_jobs,
                         probe_params=probe_params, evaluation=result)
     t_lc = time.perf_counter() - t

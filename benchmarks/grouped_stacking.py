@@ -6,7 +6,7 @@ them out), on the evaluation's own outer folds (``folds.json``, the first ``--re
 plain forest ``acute-pca10`` (the default's forest, the evaluation's probe parameters and seed)
 is cross-fitted on inner folds of each outer training set, stratified and grouped by the task's
 group field (``cv_folds``), its out-of-fold probabilities fit the stacker
-(:func:`acute.estimators.calibration.fit_stacker`) with the raw confidence, and the forest fitted
+(:class:`acute.estimators.calibration.StackedCalibration`) with the raw confidence, and the forest fitted
 on the whole outer training set is stacked on the outer test fold. The result is compared with
 the evaluation's own predictions of the default (out-of-bag stacking), of ``visible`` and of its
 best baseline: auc-euro (all), paired cluster-bootstrap and corrected t-intervals. The rule is
@@ -39,9 +39,9 @@ FOREST = "acute-pca10"
 GROUPED = f"{DEFAULT} (grouped stacking)"
 
 
-def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict, n_jobs) -> np.ndarray:
+def grouped_stacked(X, y, raw, groups, folds, seed: int, probe_params: dict, n_jobs) -> np.ndarray:
     """``[repeats, n]`` out-of-fold P(correct) of the default stacked on grouped inner folds."""
-    from acute.estimators.calibration import apply_stacker, fit_stacker
+    from acute.estimators.calibration import StackedCalibration
     from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict
 
     params = {k: v for k, v in probe_params.items() if k != "oof"}
@@ -49,19 +49,20 @@ def grouped_stacked(states, y, raw, groups, folds, seed: int, probe_params: dict
     for r, rep in enumerate(folds):
         for k, (tr, te) in enumerate(rep):
             inner = cv_folds(np.asarray(tr), y[tr], 5, 1, seed, groups=[groups[i] for i in tr], group_name="toolset")
-            oof = cross_val_predictions([FOREST], states[tr], y[tr], raw[tr], inner, random_state=seed,
+            oof = cross_val_predictions([FOREST], X.take(tr), y[tr], inner, random_state=seed,
                                         n_jobs=n_jobs, probe_params=params)[FOREST][0]
-            w, v, b = fit_stacker(oof, raw[tr], y[tr])
-            p = fit_predict([FOREST], states[tr], y[tr], raw[tr], states[te], raw[te], random_state=seed,
+            stacker = StackedCalibration().fit(np.column_stack([oof, raw[tr]]), y[tr])
+            (w, v), b = stacker.coef_, stacker.intercept_
+            p = fit_predict([FOREST], X.take(tr), y[tr], X.take(te), random_state=seed,
                             n_jobs=n_jobs, probe_params=params)[FOREST]
-            out[r, te] = apply_stacker(p, raw[te], w, v, b)
+            out[r, te] = stacker.predict_proba(np.column_stack([p, raw[te]]))[:, 1]
             print(f"  repeat {r} fold {k}: stacker w={w:.2f} v={v:.2f} b={b:.2f}", file=sys.stderr, flush=True)
     return out
 
 
 def pair_rows(pair: Path, args) -> list[str]:
     from acute.evaluation import read_predictions
-    from acute.evaluation.crossval import states_for
+    from acute.evaluation.crossval import inputs_for
     from acute.evaluation.evaluate import store_groups
     from acute.evaluation.table import evaluate_predictions
     from acute.store import open_store
@@ -81,7 +82,7 @@ def pair_rows(pair: Path, args) -> list[str]:
     if ids != [str(i) for i in store.ids]:
         raise SystemExit(f"{eval_dir}: its predictions are not of the records of {pair / 'store'}")
     t0 = time.perf_counter()
-    grouped = grouped_stacked(states_for(store, [FOREST]), y, raw, groups, folds, seed, probe_params, args.n_jobs)
+    grouped = grouped_stacked(inputs_for(store, [FOREST]), y, raw, groups, folds, seed, probe_params, args.n_jobs)
     seconds = time.perf_counter() - t0
     preds = {GROUPED: grouped, **{n: cv[n][: len(folds)] for n in names}}
     m = store.manifest

@@ -51,7 +51,7 @@ def evaluation_folds(eval_dir: Path, ids: Sequence[str], repeats: int | None):
 
 def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:
     from acute.evaluation import read_predictions
-    from acute.evaluation.crossval import cross_val_predictions, states_for
+    from acute.evaluation.crossval import cross_val_predictions, inputs_for
     from acute.evaluation.table import evaluate_predictions
     from acute.store import open_store
 
@@ -65,7 +65,7 @@ def pair_rows(pair: Path, names: Sequence[str], args) -> list[str]:
         raise SystemExit(f"{eval_dir}: its predictions are not of the records of {pair / 'store'}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    oob = cross_val_predictions(list(names), states_for(store, names), y, raw, folds, random_state=seed,
+    oob = cross_val_predictions(list(names), inputs_for(store, names), y, folds, random_state=seed,
                                 n_jobs=args.n_jobs, probe_params={**probe_params, "oof": "oob"}, timings=timings)
     wall = time.perf_counter() - t0
     m = store.manifest

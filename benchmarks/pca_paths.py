@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
 
 
 def covariance_components(x: np.ndarray, m: int):
@@ -53,8 +54,8 @@ def main(argv=None) -> int:
 
     def fit():
         t0 = time.perf_counter()
-        est = make_estimator(DEFAULT_ESTIMATOR, n_jobs=1).fit(X[tr], y[tr], confidence=c[tr])
-        return est.predict_proba(X[te], confidence=c[te])[:, 1], time.perf_counter() - t0
+        est = make_estimator(DEFAULT_ESTIMATOR, n_jobs=1).fit(Inputs.of(X[tr], c[tr]), y[tr])
+        return est.predict_proba(Inputs.of(X[te], c[te]))[:, 1], time.perf_counter() - t0
 
     gram, t_gram = fit()
     features.top_components = covariance_components

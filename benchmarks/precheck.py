@@ -96,7 +96,7 @@ def _iv(row: dict, key: str) -> str:
 def store_section(store, args, thresholds: list[float], evaluation: str | None = None) -> str:
     """The markdown section of one store: the reference rows and one row per threshold (from the
     out-of-fold predictions of ``evaluation`` when given, else fitted here)."""
-    from acute.evaluation.crossval import cross_val_predictions, cv_folds, states_for
+    from acute.evaluation.crossval import cross_val_predictions, cv_folds, inputs_for
     from acute.evaluation.table import evaluate_predictions
     from acute.evaluation.training import check_precheck_store
 
@@ -111,7 +111,7 @@ def store_section(store, args, thresholds: list[float], evaluation: str | None =
         source = f"the out-of-fold predictions of {evaluation} ({preds[names[0]].shape[0]} repeats; nothing fitted here)"
     else:
         folds = cv_folds(store.ids, y, n_splits=args.cv, n_repeats=args.repeats, seed=args.seed)
-        preds = cross_val_predictions(names, states_for(store, names), y, raw, folds, random_state=args.seed,
+        preds = cross_val_predictions(names, inputs_for(store, names), y, folds, random_state=args.seed,
                                       n_jobs=args.n_jobs, probe_params={"n_estimators": args.n_estimators})
         source = (f"{args.cv}-fold x {args.repeats} cross-validation (seed {args.seed}), every record out of fold; "
                   f"fits {time.perf_counter() - t0:.0f} s")

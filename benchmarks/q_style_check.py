@@ -34,6 +34,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
 
 MODEL = "smollm2-135m-instruct"
 BAR = 0.77  # the issue's bar on split 0's check records
@@ -54,8 +55,8 @@ def one_split(store, seed: int, n_export: int, n_check: int, max_error: float, d
     held = store.select(check)
     probe = trained.probe
     y = np.asarray(held.correct).astype(int)
-    conf = probe.predict_proba(np.asarray(held.states(probe.pooling), dtype=np.float32),
-                               confidence=held.raw_confidence)[:, 1]
+    conf = probe.predict_proba(Inputs.of(np.asarray(held.states(probe.pooling), dtype=np.float32), held.raw_confidence,
+                                        pooling=probe.pooling))[:, 1]
     row = {"seed": seed, "estimator": trained.label, "n_export": int(export.size), "n_check": int(y.size),
            "accuracy_check": float(y.mean()), "certified": bool(cert["valid"]), "threshold": cert["threshold"],
            "calibration_coverage": cert.get("calibration_coverage"), "seconds": time.perf_counter() - start}

@@ -24,6 +24,7 @@ import sys
 import time
 
 import numpy as np
+from acute.estimators.inputs import Inputs
 
 
 class _TimedProbe:
@@ -55,7 +56,7 @@ def _fit_synthetic_probe(model, tok, task, examples, trees: int):
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hashlib.sha256(ex.id.encode()).digest()[0] % 2 for ex in examples])
-    probe = ActivationProbe(view="pca10", n_estimators=trees).fit(X, y, confidence=raw)
+    probe = ActivationProbe(view="pca10", n_estimators=trees).fit(Inputs.of(X, raw), y)
     return probe.export(model_name="benchmark", model_fingerprint=model_fingerprint(model))
 
 

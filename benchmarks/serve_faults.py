@@ -51,6 +51,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batch_throughput import command_line, markdown_table, write_report  # noqa: E402
@@ -78,7 +79,7 @@ def build_model(folder: Path, max_new_tokens: int, hidden: int, layers: int) -> 
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    probe = ActivationProbe(view="cosine", n_estimators=10).fit(X, y, confidence=raw)
+    probe = ActivationProbe(view="cosine", n_estimators=10).fit(Inputs.of(X, raw), y)
     generation = {"max_new_tokens": max_new_tokens, "stop_strings": [], "pool": "decoding", "chat": False}
     probe.save(folder / "probe", model_name="tiny", model_fingerprint=acute.model_identity(model),
                training_summary={"generation": generation, "task": None})

@@ -23,6 +23,7 @@ import sys
 from importlib import resources
 
 import numpy as np
+from acute.estimators.inputs import Inputs
 
 
 def builtin_ids(n: int) -> list[str]:
@@ -35,7 +36,7 @@ def builtin_ids(n: int) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.evaluation import evaluate_predictions
     from acute.store.pooling import store_states
     from acute.estimators.probe_file import load_probe
@@ -73,9 +74,9 @@ def main(argv=None) -> int:
     raw, y = store.raw_confidence, store.correct.astype(int)
     states = np.asarray(store_states(store, probe.pooling)[te], dtype=np.float32)
     preds = {
-        "probe": probe.predict_proba(states, confidence=raw[te])[:, 1],
+        "probe": probe.predict_proba(Inputs.of(states, raw[te], pooling=probe.pooling))[:, 1],
         "raw": raw[te],
-        "platt": make_baseline("platt").fit(raw[tr], y[tr]).predict_proba(raw[te])[:, 1],
+        "platt": make_calibrator("platt").fit(raw[tr], y[tr]).predict_proba(raw[te])[:, 1],
     }
     rows = evaluate_predictions(preds, y[te], n_bootstrap=args.n_bootstrap, seed=args.seed, reference="platt")
     print(f"{args.probe} ({probe.view}, calibration {probe.calibration}, pooling {probe.pooling}) on "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.collect import collect
 from acute.estimators import ActivationProbe
@@ -42,10 +43,10 @@ store = acute.open_store(store_dir)
 X = np.asarray(store.layer_means, dtype=np.float32)
 
 probe = ActivationProbe(view="pca10", n_estimators=args.trees)
-probe.fit(X, store.correct, confidence=store.raw_confidence)
+probe.fit(Inputs.of(X, store.raw_confidence), store.correct)
 probe.save(out / "probe", model_name=store.manifest["model"],
            model_fingerprint=store.manifest["model_fingerprint"])
-here = probe.predict_proba(X, confidence=store.raw_confidence)[:, 1]
+here = probe.predict_proba(Inputs.of(X, store.raw_confidence))[:, 1]
 
 # A fresh interpreter that knows nothing of the fitted object: load the files and score.
 fresh = """
@@ -54,7 +55,7 @@ import numpy as np
 import acute
 probe = acute.load_probe(sys.argv[1])
 store = acute.open_store(sys.argv[2])
-p = probe.predict_proba(np.asarray(store.layer_means, dtype=np.float32), confidence=store.raw_confidence)
+p = probe.predict_proba(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence))
 print(json.dumps(p[:, 1].tolist()))
 """
 proc = subprocess.run([sys.executable, "-c", fresh, str(out / "probe"), str(store_dir)],

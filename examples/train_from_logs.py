@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.collect import collect_responses, collection_settings
 from acute.estimators import DEFAULT_ESTIMATOR, AutoEstimator
@@ -80,7 +81,7 @@ print(result.to_markdown())
 
 # 3. fit the default probe on every record and save it with the store's settings
 auto = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
-auto.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct, confidence=store.raw_confidence)
+auto.fit(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence), store.correct)
 auto.estimator_.save(out / "probe", model_name=args.model, model_fingerprint=acute.model_identity(model),
                      training_summary=collection_settings(store.manifest),  # how the prompts were sent
                      selection=auto.selection())

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.collect import collect, collection_settings
 from acute.estimators import AUTO, DEFAULT_ESTIMATOR, AutoEstimator
@@ -67,7 +68,7 @@ print(result.to_markdown())
 #    probes and the baselines recorded beside it) and save it, with the model's fingerprint and
 #    the collection settings
 auto = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
-auto.fit(np.asarray(store.layer_means, dtype=np.float32), store.correct, confidence=store.raw_confidence)
+auto.fit(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence), store.correct)
 auto.estimator_.save(probe_dir, model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
                      training_summary=collection_settings(store.manifest),  # how to prompt live
                      metrics={"cross_validated": {r["estimator"]: r for r in result.rows},

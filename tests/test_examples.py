@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute.estimators import load_probe
 from acute.store import open_store
 from acute.tasks import OpenQATask
@@ -82,8 +83,7 @@ def test_export_and_load(long_context_dir, tmp_path, monkeypatch, mixed_labels, 
     assert "30 records: largest difference between the fitted and the reloaded probe = 0.0e+00" in out
     assert (tmp_path / "probe" / "probe.safetensors").is_file()
     store = open_store(tmp_path / "store")
-    p = load_probe(tmp_path / "probe").predict_proba(np.asarray(store.layer_means, np.float32),
-                                                     confidence=store.raw_confidence)
+    p = load_probe(tmp_path / "probe").predict_proba(Inputs.of(np.asarray(store.layer_means, np.float32), store.raw_confidence))
     assert p.shape == (30, 2)
 
 

@@ -147,7 +147,7 @@ def _defined(path: Path) -> set[str]:
 
 
 def test_a_modules_all_lists_only_what_it_defines():
-    """Below the packages, ``__all__`` never re-exports: ``apply_calibration`` is public in
+    """Below the packages, ``__all__`` never re-exports: ``make_calibrator`` is public in
     ``acute.estimators.calibration`` alone, not also in the probe modules that use it."""
     reexports = {}
     for name, path in MODULES.items():

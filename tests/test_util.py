@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute import errors
 from acute.fileio import iter_jsonl, json_ready
 
@@ -84,14 +85,14 @@ def test_cli_maps_domain_errors_and_lets_bugs_show_their_traceback(monkeypatch, 
 def test_one_confidence_rule_everywhere(conf, message):
     """Features, probes, baselines, estimators and metrics refuse the same input the same way."""
     from acute import metrics
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.estimators import make_estimator
     from acute.validation import check_confidence
 
     y = [1, 0, 1]
     X = np.zeros((3, 3, 4), dtype=np.float32)
-    calls = [lambda: check_confidence(conf, 3), lambda: make_baseline("platt").fit(conf, y),
-             lambda: metrics.smece(conf, y), lambda: make_estimator("acute-cosine").fit(X, y, confidence=conf)]
+    calls = [lambda: check_confidence(conf, 3), lambda: make_calibrator("platt").fit(conf, y),
+             lambda: metrics.smece(conf, y), lambda: make_estimator("acute-cosine").fit(Inputs.of(X, conf), y)]
     for call in calls:
         with pytest.raises(errors.InputError) as e:
             call()
@@ -100,10 +101,10 @@ def test_one_confidence_rule_everywhere(conf, message):
 
 def test_one_label_rule_everywhere():
     from acute import metrics
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.validation import check_correct
 
-    for call in (lambda: check_correct([1, 2, 0], 3), lambda: make_baseline("hre").fit([0.1, 0.2, 0.3], [1, 2, 0]),
+    for call in (lambda: check_correct([1, 2, 0], 3), lambda: make_calibrator("hre").fit([0.1, 0.2, 0.3], [1, 2, 0]),
                  lambda: metrics.brier([0.1, 0.2, 0.3], [1, 2, 0])):
         with pytest.raises(errors.InputError, match=r"^correct: labels must be 0/1 or booleans; row 1 is 2$"):
             call()

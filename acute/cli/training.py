@@ -192,12 +192,13 @@ def cmd_learning_curve(args) -> int:
             sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
-    from ..evaluation.crossval import states_for
+    from ..estimators.baselines import BASELINES
+    from ..evaluation.crossval import inputs_for
     from ..evaluation.evaluate import store_groups
 
     group_by, groups = store_groups(store, args.group_by)
-    lc = learning_curve(states_for(store, estimators), store.correct,
-                        store.raw_confidence, store.ids, estimators=estimators, sizes=sizes,
+    lc = learning_curve(inputs_for(store, list(BASELINES) + list(estimators)), store.correct,
+                        store.ids, estimators=estimators, sizes=sizes,
                         n_splits=args.cv, repeats=args.repeats, seed=args.seed, n_jobs=args.n_jobs,
                         probe_params={"n_estimators": args.n_estimators},
                         progress=lambda it: tqdm(it, desc="folds", disable=args.quiet, file=sys.stderr),

@@ -1,18 +1,20 @@
 """Confidence estimators: everything that turns a record into P(correct).
 
+* :mod:`~acute.estimators.inputs`: :class:`Inputs`, the one ``X`` of every estimator (named
+  per-record sources: the raw confidence, pooled states, metadata, texts, the visible array);
 * :mod:`~acute.estimators.features`: featurizers over pooled hidden states (``MeanPool``,
   ``CosineToLast``, ``LayerPCA``);
-* :mod:`~acute.estimators.calibration`: the calibration maps (Platt, isotonic, stacked) shared by
-  the baselines, the probes and the probe file;
-* :mod:`~acute.estimators.baselines`: raw, HRE, NWKR, Platt, isotonic, beta over the raw confidence;
+* :mod:`~acute.estimators.calibration`: the calibrators (raw, HRE, NWKR, Platt, isotonic, beta,
+  stacked), one class per method, shared by the baselines, the probes and the probe file;
+* :mod:`~acute.estimators.baselines`: the baselines, a calibrator over the raw confidence;
 * :mod:`~acute.estimators.controls`: constant, platt+meta, tfidf+platt, answer-text (every control's name
   and what it uses);
 * :mod:`~acute.estimators.visible`: what a deployment sees of a reply without states, and the
   visible and answer-surface controls over it;
 * :mod:`~acute.estimators.folds`: stratified (optionally grouped) folds and :func:`out_of_fold`, the one
   out-of-fold routine;
-* :mod:`~acute.estimators.plan`: fits shared by a planner (each estimator declares the pieces it needs;
-  :class:`FitPlan` fits each piece once for every estimator of a fold);
+* :mod:`~acute.estimators.plan`: the planner (each source of a store computed once; each estimator
+  declares the pieces it needs and :class:`FitPlan` fits each piece once for every estimator of a fold);
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
 * :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
 * :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``.
@@ -24,12 +26,14 @@ public API (docs/api.md); everything else is imported from the module that defin
 
 from __future__ import annotations
 
+from .baselines import ConfidenceEstimator
+from .inputs import Inputs
 from .probe_file import ExportedProbe, load_probe
 from .probes import ActivationProbe
 from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
-                       ConfidenceEstimator, make_estimator)
+                       make_estimator)
 
 __all__ = [
     "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",
-    "ESTIMATORS", "ExportedProbe", "TABLE_ESTIMATORS", "load_probe", "make_estimator",
+    "ESTIMATORS", "ExportedProbe", "Inputs", "TABLE_ESTIMATORS", "load_probe", "make_estimator",
 ]

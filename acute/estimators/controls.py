@@ -38,12 +38,11 @@ what it may use (:data:`CONTROL_USES`):
   separate the missing confidence from the missing answer states.
 
 ``constant``, ``platt+meta`` and ``tfidf+platt`` (and ``answer-text``, a ``tfidf+platt`` over
-other texts) are defined here (inputs: metadata values or texts, numpy arrays at the boundary);
-``visible`` and ``answer-surface``, with the per-record array they read, in
-:mod:`acute.estimators.visible`; the two question probes are
+the ``prompt+reply`` source) are defined here; ``visible`` and ``answer-surface``, with the
+per-record array they read, in :mod:`acute.estimators.visible`; the two question probes are
 :class:`acute.estimators.probes.ActivationProbe` registered in :mod:`acute.estimators.registry`.
-The input names (:data:`RECORD_INPUTS`) are what :mod:`acute.evaluation.crossval` turns into
-per-record arrays of a store.
+Each reads the sources of :mod:`acute.estimators.inputs` its ``sources`` names (``metadata``,
+``question``, ``prompt+reply``, ``visible``, ``confidence``).
 """
 
 from __future__ import annotations
@@ -56,6 +55,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 
 from ..errors import InputError
 from ..validation import check_confidence, check_correct
+from .inputs import CONFIDENCE, METADATA, QUESTION, check_inputs, check_no_weights
 
 __all__ = [
     "CONTROLS",
@@ -63,11 +63,6 @@ __all__ = [
     "ConstantEstimator",
     "MetadataPlatt",
     "TextPlatt",
-    "META_INPUT",
-    "RECORD_INPUTS",
-    "REPLY_TEXT_INPUT",
-    "TEXT_INPUT",
-    "VISIBLE_INPUT",
     "logistic_cv",
     "logit_confidence",
     "metadata_matrix",
@@ -89,16 +84,6 @@ CONTROL_USES: dict[str, str] = {
     "question-only": "prompt states (no answer, no confidence)",
     "question+confidence": "prompt states + confidence (no answer states)",
 }
-#: The input names these controls read (beside the pooled hidden states of the probes): the
-#: metadata strings (``platt+meta``), the prompts (``tfidf+platt``), the prompt and reply joined
-#: (``answer-text``), the per-record array of :func:`acute.estimators.visible.visible_inputs`
-#: (``visible``, ``answer-surface``).
-META_INPUT = "metadata"
-TEXT_INPUT = "text"
-REPLY_TEXT_INPUT = "prompt+reply"
-VISIBLE_INPUT = "visible"
-RECORD_INPUTS: tuple[str, ...] = (META_INPUT, TEXT_INPUT, REPLY_TEXT_INPUT, VISIBLE_INPUT)
-
 _EPS = 1e-6
 # Regularisation strengths searched by the inner cross-validation of the logistic controls.
 _CS = np.logspace(-3, 2, 8)
@@ -136,21 +121,25 @@ def logistic_cv(features, y: np.ndarray, random_state: int):
 
 
 class ConstantEstimator(ClassifierMixin, BaseEstimator):
-    """P(correct) = the training records' base rate, for every record. Fitted: ``base_rate_``,
+    """P(correct) = the training records' base rate (weighted by ``sample_weight``), for every
+    record; reads no source (the inputs only say how many records). Fitted: ``base_rate_``,
     ``classes_``."""
 
-    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> ConstantEstimator:
-        y = check_correct(correct)
-        if y.size == 0:
+    sources: tuple[str, ...] = ()
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ConstantEstimator:
+        check_inputs(X, self)
+        labels = check_correct(y)
+        if labels.size == 0:
             raise InputError("correct is empty: no training records")
-        self.base_rate_ = float(y.mean())
+        self.base_rate_ = (float(labels.mean()) if sample_weight is None
+                           else float(np.average(labels, weights=np.asarray(sample_weight, dtype=np.float64))))
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, inputs: Any = None, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         _unfitted(self, "base_rate_")
-        n = len(inputs) if inputs is not None else np.asarray(confidence).shape[0]
-        p = np.full(n, self.base_rate_)
+        p = np.full(len(check_inputs(X, self)), self.base_rate_)
         return np.column_stack([1 - p, p])
 
 
@@ -171,54 +160,62 @@ def metadata_matrix(records: Sequence[dict], fields: Sequence[str], where: str =
 
 class MetadataPlatt(ClassifierMixin, BaseEstimator):
     """Platt scaling that knows the record's metadata: regularised logistic regression on
-    ``[logit(confidence), one-hot(metadata)]``. ``inputs`` is the ``[n, k]`` string array of
-    :func:`metadata_matrix`. Fitted: ``encoder_``, ``model_``, ``classes_``."""
+    ``[logit(confidence), one-hot(metadata)]``, over the ``metadata`` source (the ``[n, k]`` string
+    array of :func:`metadata_matrix`) and the ``confidence`` source. Fitted: ``encoder_``,
+    ``model_``, ``classes_``."""
+
+    sources = (METADATA, CONFIDENCE)
 
     def __init__(self, random_state: int = 0):
         self.random_state = random_state
 
-    def _features(self, inputs: Any, confidence: Any):
+    def _features(self, X: Any):
         import scipy.sparse as sp
 
-        meta = np.asarray(inputs, dtype=object)
+        meta = np.asarray(X[METADATA], dtype=object)
         if meta.ndim != 2:
             raise InputError(f"metadata must be a 2-d array [n, fields], got shape {meta.shape}")
-        return sp.hstack([sp.csr_matrix(logit_confidence(confidence, meta.shape[0])),
+        return sp.hstack([sp.csr_matrix(logit_confidence(X[CONFIDENCE], meta.shape[0])),
                           self.encoder_.transform(meta)]).tocsr()
 
-    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> MetadataPlatt:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MetadataPlatt:
         from sklearn.preprocessing import OneHotEncoder
 
-        if confidence is None:
-            raise InputError("platt+meta needs the raw confidence")
-        meta = np.asarray(inputs, dtype=object)
-        y = check_correct(correct, meta.shape[0], both_classes=True).astype(np.int64)
+        check_no_weights(self, sample_weight)
+        X = check_inputs(X, self)
+        meta = np.asarray(X[METADATA], dtype=object)
+        labels = check_correct(y, meta.shape[0], both_classes=True).astype(np.int64)
         self.encoder_ = OneHotEncoder(handle_unknown="ignore").fit(meta)
-        self.model_ = logistic_cv(self._features(meta, confidence), y, self.random_state)
+        self.model_ = logistic_cv(self._features(X), labels, self.random_state)
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         _unfitted(self, "model_")
-        if confidence is None:
-            raise InputError("platt+meta needs the raw confidence")
-        return self.model_.predict_proba(self._features(inputs, confidence))
+        return self.model_.predict_proba(self._features(check_inputs(X, self)))
 
 
 class TextPlatt(ClassifierMixin, BaseEstimator):
-    """The text control: TF-IDF of the prompt (word 1-2 grams, sublinear tf, terms in at least 2
-    training prompts) plus logit(confidence), in a regularised logistic regression. ``inputs``
-    is a sequence of ``n`` strings. Fitted: ``vectorizer_``, ``model_``, ``classes_``."""
+    """The text control: TF-IDF of a text source (``source``: the ``question`` for
+    ``tfidf+platt``, ``prompt+reply`` for ``answer-text``; word 1-2 grams, sublinear tf, terms
+    in at least 2 training texts) plus logit(confidence), in a regularised logistic regression.
+    Fitted: ``vectorizer_``, ``model_``, ``classes_``."""
 
-    def __init__(self, random_state: int = 0, max_features: int = 20000):
+    def __init__(self, random_state: int = 0, max_features: int = 20000, source: str = QUESTION):
         self.random_state = random_state
         self.max_features = max_features
+        self.source = source
 
-    def _texts(self, inputs: Any) -> list[str]:
-        texts = list(inputs)
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The text ``source`` and the ``confidence``."""
+        return (self.source, CONFIDENCE)
+
+    def _texts(self, X: Any) -> list[str]:
+        texts = list(X[self.source])
         bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
         if bad is not None:
-            raise InputError(f"text input {bad} is {type(texts[bad]).__name__}, not a string")
+            raise InputError(f"the {self.source!r} source's record {bad} is {type(texts[bad]).__name__}, not a string")
         return texts
 
     def _features(self, texts: list[str], confidence: Any):
@@ -227,25 +224,24 @@ class TextPlatt(ClassifierMixin, BaseEstimator):
         return sp.hstack([sp.csr_matrix(logit_confidence(confidence, len(texts))),
                           self.vectorizer_.transform(texts)]).tocsr()
 
-    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> TextPlatt:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> TextPlatt:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
-        if confidence is None:
-            raise InputError("tfidf+platt needs the raw confidence")
-        texts = self._texts(inputs)
-        y = check_correct(correct, len(texts), both_classes=True).astype(np.int64)
+        check_no_weights(self, sample_weight)
+        X = check_inputs(X, self)
+        texts = self._texts(X)
+        labels = check_correct(y, len(texts), both_classes=True).astype(np.int64)
         min_df = 2 if len(texts) >= 20 else 1
         self.vectorizer_ = TfidfVectorizer(ngram_range=(1, 2), min_df=min_df, sublinear_tf=True,
                                            max_features=self.max_features).fit(texts)
-        self.model_ = logistic_cv(self._features(texts, confidence), y, self.random_state)
+        self.model_ = logistic_cv(self._features(texts, X[CONFIDENCE]), labels, self.random_state)
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         _unfitted(self, "model_")
-        if confidence is None:
-            raise InputError("tfidf+platt needs the raw confidence")
-        return self.model_.predict_proba(self._features(self._texts(inputs), confidence))
+        X = check_inputs(X, self)
+        return self.model_.predict_proba(self._features(self._texts(X), X[CONFIDENCE]))
 
 
 def within_group_auroc(confidence: Any, correct: Any, groups: Sequence[Any]) -> tuple[float, list[str]]:

@@ -1,9 +1,12 @@
 """Featurizers that turn pooled hidden states into probe features.
 
-Every featurizer is a scikit-learn transformer over ``states``, an array of shape
-``[n, L+1, d]`` indexed like transformers' ``output_hidden_states``: index 0 is the embedding
-output, index ``i`` the output of decoder layer ``i`` and index ``L`` the final-norm output.
-``fit`` sees the training split only; ``transform`` returns float64 features ``[n, k]``.
+Every featurizer is a scikit-learn transformer over the estimators' inputs
+(:class:`acute.estimators.inputs.Inputs`): ``fit(X, y=None)`` and ``transform(X)`` read the
+hidden-states source ``source`` (default ``states@mean``), an array of shape ``[n, L+1, d]``
+indexed like transformers' ``output_hidden_states``: index 0 is the embedding output, index
+``i`` the output of decoder layer ``i`` and index ``L`` the final-norm output. ``sources`` names
+what a featurizer reads. ``fit`` sees the training split only; ``transform`` returns float64
+features ``[n, k]``.
 
 * :class:`MeanPool` - one layer's pooled vector (``d`` features). The layer is an int
   (negative allowed) or one of ``"early"``, ``"mid"``, ``"late"``: the layer within that third
@@ -14,8 +17,9 @@ output, index ``i`` the output of decoder layer ``i`` and index ``L`` the final-
 * :class:`LayerPCA` - per-layer PCA, ``m`` components per layer, concatenated
   (``(L+1) * m`` features). Named views ``pca10`` / ``pca20`` (see :func:`make_featurizer`).
 
-The featurizers only look at ``states``; the raw confidence is appended as one more
-feature by :func:`append_confidence` (``ActivationProbe(append_confidence=True)`` does this).
+The featurizers only look at the states (but a searched layer, which may score its candidates
+with the raw confidence: ``MeanPool(with_confidence=True)``); the raw confidence is appended as
+one more feature by :func:`append_confidence` (``ActivationProbe(append_confidence=True)`` does this).
 The pure functions :func:`cosine_to_last` and :func:`pca_project` are what both the
 featurizers and the exported numpy probe call, so fitted and exported features are identical.
 """
@@ -29,7 +33,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
 
 from ..errors import InputError
-from ..validation import check_confidence, check_correct, check_states
+from ..store.pooling import DEFAULT_POOLING
+from ..validation import check_correct
+from .inputs import CONFIDENCE, check_inputs, states_source
 
 NAMED_LAYERS = ("early", "mid", "late")
 VIEWS = ("mean", "early", "mid", "late", "cosine", "pca10", "pca20")
@@ -37,6 +43,7 @@ CONFIDENCE_FEATURE = "raw_confidence"
 
 __all__ = [
     "CONFIDENCE_FEATURE",
+    "DEFAULT_SOURCE",
     "NAMED_LAYERS",
     "VIEWS",
     "CosineToLast",
@@ -176,8 +183,20 @@ def check_cv(cv: Any, y: np.ndarray) -> int:
     return int(cv)
 
 
+DEFAULT_SOURCE = states_source(DEFAULT_POOLING)
+
+
 class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
-    """Shared input checks: remembers ``[L+1, d]`` at fit and checks it at transform."""
+    """Shared input checks: reads the states of ``source``, remembers ``[L+1, d]`` at fit and
+    checks it at transform."""
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The sources :meth:`fit` and :meth:`transform` read: the states of ``source``."""
+        return (self.source,)
+
+    def _states(self, X: Any) -> np.ndarray:
+        return check_inputs(X, self, (self.source,))[self.source]
 
     def _record_shape(self, X: np.ndarray) -> None:
         self.n_layer_outputs_ = int(X.shape[1])
@@ -188,7 +207,7 @@ class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
-        X = check_states(X)
+        X = self._states(X)
         if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):
             raise InputError(
                 f"states has shape [n, {X.shape[1]}, {X.shape[2]}] but {type(self).__name__} "
@@ -206,8 +225,8 @@ class MeanPool(_LayerMeansTransformer):
         An int picks that layer output (negative counts from the end). A name picks, within
         that third of the decoder-layer outputs (:func:`layer_thirds`), the layer with the
         lowest mean stratified-CV Brier score of a small random forest on that layer (plus the
-        raw confidence when ``fit`` gets ``confidence``) - see :func:`search_layer`. ``fit``
-        then needs ``y`` (correct) and must see the training split only.
+        raw confidence with ``with_confidence``) - see :func:`search_layer`. ``fit`` then needs
+        ``y`` (correct) and must see the training split only.
     cv : int
         Folds of the layer search (default 3).
     n_estimators, max_depth, max_features : search-forest settings
@@ -216,6 +235,10 @@ class MeanPool(_LayerMeansTransformer):
     stride : int
         Search every ``stride``-th layer of the third (1 = all of them).
     n_jobs, random_state : passed to the search forests and the fold split.
+    source : str
+        The hidden-states source read (default ``states@mean``).
+    with_confidence : bool
+        A searched layer's forests also read the ``confidence`` source (default False).
 
     Fitted attributes: ``layer_`` (int, the chosen layer), ``cv_scores_`` (``{layer: mean
     Brier}``; empty for an int layer), ``n_layer_outputs_``, ``hidden_size_``.
@@ -223,7 +246,8 @@ class MeanPool(_LayerMeansTransformer):
 
     def __init__(self, layer: int | str = -1, cv: int = 3, n_estimators: int = 100,
                  max_depth: int | None = 8, max_features: Any = 10, stride: int = 1,
-                 n_jobs: int | None = None, random_state: int | None = 0):
+                 n_jobs: int | None = None, random_state: int | None = 0, source: str = DEFAULT_SOURCE,
+                 with_confidence: bool = False):
         self.layer = layer
         self.cv = cv
         self.n_estimators = n_estimators
@@ -232,10 +256,19 @@ class MeanPool(_LayerMeansTransformer):
         self.stride = stride
         self.n_jobs = n_jobs
         self.random_state = random_state
+        self.source = source
+        self.with_confidence = with_confidence
 
-    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> MeanPool:
-        """Fix (or search for) the layer. ``y``/``confidence`` are used only by a named layer."""
-        X = check_states(X)
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The states of ``source``, and the ``confidence`` source when a searched layer reads it."""
+        searched = isinstance(self.layer, str) and self.with_confidence
+        return (self.source, CONFIDENCE) if searched else (self.source,)
+
+    def fit(self, X: Any, y: Any = None) -> MeanPool:
+        """Fix (or search for) the layer. ``y`` (and the confidence) are used only by a named layer."""
+        inputs = check_inputs(X, self)
+        X = inputs[self.source]
         n_outputs = X.shape[1]
         if isinstance(self.layer, str):
             if self.layer not in NAMED_LAYERS:
@@ -252,7 +285,7 @@ class MeanPool(_LayerMeansTransformer):
                 )
             labels = check_correct(y, X.shape[0], name="y", both_classes=True)
             cv = check_cv(self.cv, labels)
-            conf = None if confidence is None else check_confidence(confidence, X.shape[0])
+            conf = inputs[CONFIDENCE] if self.with_confidence else None
             if isinstance(self.stride, bool) or not isinstance(self.stride, Integral) or self.stride < 1:
                 raise InputError(f"stride must be an int >= 1; got {self.stride!r}")
             self.layer_, self.cv_scores_ = search_layer(
@@ -310,12 +343,13 @@ class CosineToLast(_LayerMeansTransformer):
     (see :func:`cosine_to_last`).
     """
 
-    def __init__(self, blocks: int = 1):
+    def __init__(self, blocks: int = 1, source: str = DEFAULT_SOURCE):
         self.blocks = blocks
+        self.source = source
 
-    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> CosineToLast:
+    def fit(self, X: Any, y: Any = None) -> CosineToLast:
         """Record ``[L+1, d]``; nothing is learned."""
-        X = check_states(X)
+        X = self._states(X)
         if X.shape[2] % self.blocks:
             raise InputError(f"hidden size {X.shape[2]} does not split into blocks={self.blocks} pooled states")
         self._record_shape(X)
@@ -413,12 +447,13 @@ class LayerPCA(_LayerMeansTransformer):
     ``"L{layer}.pc{j}"`` with ``j = 1..m`` (pc1 is the leading component).
     """
 
-    def __init__(self, n_components: int = 10):
+    def __init__(self, n_components: int = 10, source: str = DEFAULT_SOURCE):
         self.n_components = n_components
+        self.source = source
 
-    def fit(self, X: Any, y: Any = None, confidence: Any = None) -> LayerPCA:
+    def fit(self, X: Any, y: Any = None) -> LayerPCA:
         """Fit one PCA per layer output on the training split."""
-        X = check_states(X)
+        X = self._states(X)
         n, n_out, d = X.shape
         m = self.n_components
         if isinstance(m, bool) or not isinstance(m, Integral) or m < 1:
@@ -464,8 +499,9 @@ class LayerPCA(_LayerMeansTransformer):
         )
 
 
-def make_featurizer(view: str, layer: int | str | None = None, blocks: int = 1, **search_params: Any):
-    """Build the (unfitted) featurizer of a named view.
+def make_featurizer(view: str, layer: int | str | None = None, blocks: int = 1, source: str = DEFAULT_SOURCE,
+                    **search_params: Any):
+    """Build the (unfitted) featurizer of a named view, reading the states of ``source``.
 
     ``"mean"`` needs ``layer`` (int or early/mid/late); ``"early"``/``"mid"``/``"late"`` are
     ``MeanPool(view)``; ``"cosine"`` is ``CosineToLast(blocks)`` (``blocks``: how many pooled
@@ -480,11 +516,11 @@ def make_featurizer(view: str, layer: int | str | None = None, blocks: int = 1, 
             raise InputError("view='mean' needs layer (an int or one of 'early', 'mid', 'late')")
         if isinstance(layer, str) and layer not in NAMED_LAYERS:
             raise InputError(f"layer must be an int or one of {NAMED_LAYERS}; got {layer!r}")
-        return MeanPool(layer, **search_params)
+        return MeanPool(layer, source=source, **search_params)
     if layer is not None:
         raise InputError(f"view={view!r} does not take a layer (got layer={layer!r}); use view='mean'")
     if view in NAMED_LAYERS:
-        return MeanPool(view, **search_params)
+        return MeanPool(view, source=source, **search_params)
     if view == "cosine":
-        return CosineToLast(blocks)
-    return LayerPCA(int(view[3:]))
+        return CosineToLast(blocks, source)
+    return LayerPCA(int(view[3:]), source)

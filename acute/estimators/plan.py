@@ -1,43 +1,83 @@
-"""Fits shared by a planner: each piece fitted once for every estimator that needs it.
+"""The planner: each source computed once per store, each shared fit once per set of records.
 
-The estimators of one evaluation fold are fitted on the same training records, and many of them
-fit the same things: a plain probe and its stacked variant grow the same forest on the same
-features, ``auto`` compares candidates whose forests those are and refits one of them, and
-``question-only`` and ``question+confidence`` read one forest. A **piece** is such a thing, named
-by a key: two pieces with equal keys give equal results on the same records, bit for bit (a
-forest's key holds its features and every setting that decides its trees, never ``n_jobs``; an
-unseeded piece has a key of its own).
+**Sources.** :func:`store_inputs` builds the :class:`acute.estimators.inputs.Inputs` of a store
+for the sources a set of estimators declares (:func:`sources_of`): the raw confidence, the
+hidden states of each pooling spec (read once, float32), the metadata, the texts and the visible
+array. Folds take rows of it (:meth:`~acute.estimators.inputs.Inputs.take`).
 
-An estimator that can share says so with two methods beside scikit-learn's plain
-``fit(states, correct, confidence)``:
+**Shared fits.** The estimators of one evaluation fold are fitted on the same training records,
+and many of them fit the same things: a plain probe and its stacked variant grow the same forest
+on the same features, ``auto`` compares candidates whose forests those are and refits one of
+them, and ``question-only`` and ``question+confidence`` read one forest. A **piece** is such a
+thing, named by a key: two pieces with equal keys give equal results on the same records, bit for
+bit (a forest's key holds its source, its features and every setting that decides its trees,
+never ``n_jobs``; an unseeded piece has a key of its own).
 
-* ``needs()``: the pieces its fit computes, declared before anything is fitted (e.g.
-  :meth:`acute.estimators.probes.ActivationProbe.needs`: a forest on a view, grown with its
-  out-of-bag probabilities when the probe calibrates on them, or the fold forests of its
-  out-of-fold calibration);
-* ``fit_with(pieces, states, correct, confidence)``: its fit, taking every piece from
-  :class:`Pieces`, which computes a piece the first time it is asked for and hands the same
-  object to every later request.
+An estimator that can share declares ``needs()``: the pieces its fit computes, known before
+anything is fitted (e.g. :meth:`acute.estimators.probes.ActivationProbe.needs`: a forest on a
+view, grown with its out-of-bag probabilities when the probe calibrates on them, or the fold
+forests of its out-of-fold calibration). Its ``fit(X, y)`` takes every piece from
+:func:`shared_pieces` of its records: the :class:`Pieces` that the inputs ``X`` keep for the
+labels ``y``, which compute a piece the first time it is asked for and hand the same object to
+every later request. A fit alone and a planned fit therefore run the same code; estimators
+without ``needs`` (the baselines, the controls over records) share nothing.
 
-Its ``fit`` is :func:`fit_alone`: the same fit from a :class:`Pieces` of its own needs only, so a
-shared fit and a fit alone run the same code. Estimators without these methods (the baselines,
-the controls over records) are fitted by their ``fit``.
-
-:class:`FitPlan` is the planner of one set of training records (one fold): ``declare`` each
-estimator with its input, then ``fit`` each; estimators that read the same input array (the same
-object) share its pieces, and a fitted estimator is itself a piece (``auto``'s refit is the named
-probe of the same settings). Declaring first is what lets one computation serve every need: a
+:class:`FitPlan` is the planner of one set of training records ``(X, y)``: ``declare`` each
+estimator, then ``fit`` each. Declaring first is what lets one computation serve every need: a
 forest that one estimator needs plainly and another with out-of-bag probabilities is grown once,
-with them (they change no tree).
+with them (they change no tree); and a fitted estimator is itself shared (``auto``'s refit is the
+named probe of the same settings).
 """
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable
+import hashlib
+from typing import Any, Hashable, Iterable, Sequence
 
-__all__ = ["FitPlan", "Piece", "Pieces", "estimator_key", "fit_alone", "needs"]
+import numpy as np
+
+from ..store.pooling import store_states
+from ..validation import check_correct
+from .controls import metadata_matrix
+from .inputs import CONFIDENCE, METADATA, PROMPT_REPLY, QUESTION, VISIBLE, Inputs, is_states_source, source_pooling
+from .visible import reply_texts, visible_inputs
+
+__all__ = ["FitPlan", "Piece", "Pieces", "estimator_key", "needs", "shared_pieces", "sources_of", "store_inputs"]
 
 
+# ------------------------------------------------------------------------------ sources
+def sources_of(estimators: Iterable[Any]) -> tuple[str, ...]:
+    """Every source the ``estimators`` read (their ``sources``), each once, in order."""
+    return tuple(dict.fromkeys(s for est in estimators for s in est.sources))
+
+
+def store_inputs(store: Any, sources: Sequence[str], metadata_fields: Sequence[str] | None = None) -> Inputs:
+    """The :class:`Inputs` of every record of ``store`` holding ``sources``, each computed once: the
+    raw confidence (``store.raw_confidence``), hidden states per pooling spec (float32, in
+    memory; the store names a pooling it lacks), the ``[n, fields]`` metadata strings of
+    ``metadata_fields``, the prompts, the prompts followed by the replies and the visible array
+    (the store's records and token log-probs)."""
+    where = str(getattr(store, "path", "the store"))
+    out: dict[str, Any] = {}
+    for s in dict.fromkeys(sources):
+        if s == CONFIDENCE:
+            out[s] = np.asarray(store.raw_confidence, dtype=np.float64)
+        elif s == METADATA:
+            out[s] = metadata_matrix(store.records, list(metadata_fields or ()), where=where)
+        elif s == QUESTION:
+            out[s] = np.asarray([r.get("prompt") for r in store.records], dtype=object)
+        elif s == PROMPT_REPLY:
+            out[s] = reply_texts(store.records, where=where)
+        elif s == VISIBLE:
+            out[s] = visible_inputs(store.records, getattr(store, "token_logprobs", None), where=where)
+        elif is_states_source(s):
+            out[s] = np.asarray(store_states(store, source_pooling(s)), dtype=np.float32)
+        else:  # not a source: Inputs refuses it, naming the sources there are
+            out[s] = None
+    return Inputs(out, n=len(store.ids))
+
+
+# ------------------------------------------------------------------------------ pieces
 class Piece:
     """Something fitted on a plan's training records that several estimators may need.
 
@@ -62,7 +102,8 @@ class Piece:
         """Whether an already computed result of this key serves this request (default: yes)."""
         return True
 
-    def compute(self, pieces: Pieces, states: Any, correct: Any, confidence: Any) -> Any:
+    def compute(self, X: Inputs, y: np.ndarray) -> Any:
+        """The piece fitted on the records' inputs ``X`` and labels ``y``."""
         raise NotImplementedError
 
 
@@ -85,20 +126,21 @@ def estimator_key(estimator: Any) -> Hashable:
 
 
 class Pieces:
-    """The pieces computed on one input of one set of training records, each once."""
+    """The pieces computed on one set of records (inputs ``X``, labels ``y``), each once."""
 
-    def __init__(self):
+    def __init__(self, X: Inputs, y: np.ndarray):
+        self.X, self.y = X, y
         self._results: dict[Hashable, Any] = {}
         self._declared: dict[Hashable, Piece] = {}
         self._fitted: dict[Hashable, Any] = {}
 
     def declare(self, pieces: Iterable[Piece]) -> None:
-        """Record what estimators will need, before any is fitted."""
+        """Record what estimators will need, before any is fitted (declaring again is harmless)."""
         for piece in pieces:
             family = piece.family()
             self._declared[family] = piece if family not in self._declared else piece.merge(self._declared[family])
 
-    def get(self, piece: Piece, states: Any, correct: Any, confidence: Any) -> Any:
+    def get(self, piece: Piece) -> Any:
         """``piece`` computed on these records: the result computed earlier for its key, else
         computed now as its declarations ask."""
         key = piece.key()
@@ -106,46 +148,43 @@ class Pieces:
             return self._results[key]
         declared = self._declared.get(piece.family())
         todo = piece if declared is None else piece.merge(declared)
-        self._results[key] = todo.compute(self, states, correct, confidence)
+        self._results[key] = todo.compute(self.X, self.y)
         return self._results[key]
 
-    def fitted(self, estimator: Any, states: Any, correct: Any, confidence: Any = None) -> Any:
-        """``estimator`` fitted on these records, or the estimator of the same key fitted earlier
-        (:func:`estimator_key`)."""
+    def fitted(self, estimator: Any) -> Any:
+        """``estimator`` fitted on these records (``fit(X, y)``), or the estimator of the same key
+        fitted on them earlier (:func:`estimator_key`)."""
         key = estimator_key(estimator)
         if key not in self._fitted:
-            method = getattr(estimator, "fit_with", None)
-            self._fitted[key] = (method(self, states, correct, confidence) if method is not None
-                                 else estimator.fit(states, correct, confidence=confidence))
+            self._fitted[key] = estimator.fit(self.X, self.y)
         return self._fitted[key]
 
 
-def fit_alone(estimator: Any, states: Any, correct: Any, confidence: Any = None) -> Any:
-    """``estimator.fit_with`` from the pieces of its own needs: what its ``fit`` does."""
-    pieces = Pieces()
-    pieces.declare(needs(estimator))
-    return estimator.fit_with(pieces, states, correct, confidence)
+def _labels_key(y: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(y, dtype=np.int64).tobytes()).hexdigest()
+
+
+def shared_pieces(X: Inputs, y: np.ndarray) -> Pieces:
+    """The :class:`Pieces` of the records of ``X`` labelled ``y`` (checked 0/1 labels): kept by
+    ``X`` (:meth:`acute.estimators.inputs.Inputs.shared`), one per labelling, so that every
+    estimator fitted on the same inputs and labels shares them."""
+    y = np.asarray(y)
+    return X.shared(("pieces", _labels_key(y)), lambda: Pieces(X, y))
 
 
 class FitPlan:
-    """The planner of one set of training records: every estimator fitted on them declares its
-    needs (:meth:`declare`), then each is fitted (:meth:`fit`) from the pieces of its input."""
+    """The planner of one set of training records, inputs ``X`` and labels ``y``: every estimator
+    fitted on them declares its needs (:meth:`declare`), then each is fitted (:meth:`fit`)."""
 
-    def __init__(self):
-        self._inputs: list[tuple[Any, Pieces]] = []
+    def __init__(self, X: Inputs, y: Any):
+        self.X = X
+        self.y = check_correct(y, len(X))
+        self.pieces = shared_pieces(X, self.y)
 
-    def pieces(self, states: Any) -> Pieces:
-        """The pieces over the input ``states`` (one per input object)."""
-        for given, pieces in self._inputs:
-            if given is states:
-                return pieces
-        self._inputs.append((states, Pieces()))
-        return self._inputs[-1][1]
+    def declare(self, estimator: Any) -> None:
+        self.pieces.declare(needs(estimator))
 
-    def declare(self, estimator: Any, states: Any) -> None:
-        self.pieces(states).declare(needs(estimator))
-
-    def fit(self, estimator: Any, states: Any, correct: Any, confidence: Any = None) -> Any:
-        """``estimator`` fitted on the plan's records from ``states``'s pieces (the estimator of
-        the same key when one was fitted on them already)."""
-        return self.pieces(states).fitted(estimator, states, correct, confidence)
+    def fit(self, estimator: Any) -> Any:
+        """``estimator`` fitted on the plan's records (the estimator of the same key when one was
+        fitted on them already)."""
+        return self.pieces.fitted(estimator)

@@ -64,10 +64,9 @@ from ..errors import InputError, ModelMismatchError, ProbeFormatError
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
-from ..validation import check_confidence, check_states
 from .certificates import check_certificates
-from .calibration import (CALIBRATION_ARRAYS, CALIBRATIONS,
-                          apply_calibration, calibration_params)
+from .inputs import CONFIDENCE, check_inputs, states_source
+from .calibration import CALIBRATION_ARRAYS, CALIBRATIONS, calibration_scores, calibrator_from_arrays
 from .features import (
     NAMED_LAYERS,
     VIEWS,
@@ -270,7 +269,7 @@ class ExportedProbe:
         self.pooling = manifest["input"].get("pooling", DEFAULT_POOLING)
         self._blocks = pooling_blocks(self.pooling)
         self._kind = view_kind(self.view)
-        self._cal_params = calibration_params(self.calibration, arrays)
+        self._calibrator = calibrator_from_arrays(self.calibration, arrays)
         self.precheck: ExportedProbe | None = None
         self.domain = manifest.get("domain")
         self.certificates_refused: str | None = None
@@ -300,31 +299,40 @@ class ExportedProbe:
                 f"n_features={len(self.feature_names)}, calibration={self.calibration!r}, "
                 f"model={self.model_name!r})")
 
-    def features(self, states: Any, confidence: Any = None) -> np.ndarray:
-        """The forest's input features ``[n, len(feature_names)]`` (float64)."""
-        X = check_states(states)
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The sources this probe reads (:mod:`acute.estimators.inputs`): its pooling's states
+        and, when it appends or stacks it, the raw ``confidence``."""
+        states = states_source(self.pooling)
+        return (states, CONFIDENCE) if self.append_confidence or self.calibration == "stacked" else (states,)
+
+    def features(self, X: Any) -> np.ndarray:
+        """The forest's input features ``[n, len(feature_names)]`` (float64) of the inputs ``X``."""
+        X = check_inputs(X, self)
+        states = X[states_source(self.pooling)]
         width = self.hidden_size * self._blocks
-        if X.shape[1:] != (self.n_layer_outputs, width):
+        if states.shape[1:] != (self.n_layer_outputs, width):
             raise InputError(
-                f"states has shape [n, {X.shape[1]}, {X.shape[2]}] but the probe expects "
+                f"states has shape [n, {states.shape[1]}, {states.shape[2]}] but the probe expects "
                 f"[n, {self.n_layer_outputs}, {width}] (pooling {self.pooling!r})"
             )
-        f = _view_features(self._kind, X, self.arrays, self._blocks)
+        f = _view_features(self._kind, states, self.arrays, self._blocks)
         if self.append_confidence:
-            f = append_confidence(f, check_confidence(confidence, X.shape[0]))
+            f = append_confidence(f, X[CONFIDENCE])
         return f
 
-    def predict_proba(self, states: Any, confidence: Any = None) -> np.ndarray:
-        """``[n, 2]`` probabilities; column 1 is P(correct). Pure numpy."""
-        p = forest_proba(self.features(states, confidence), self.arrays)
-        if self.calibration == "stacked":
-            confidence = check_confidence(confidence, p.shape[0])
-        p = apply_calibration(p, self.calibration, self._cal_params, confidence)
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """``[n, 2]`` probabilities of the records of the inputs ``X`` (:attr:`sources`); column 1
+        is P(correct). Pure numpy."""
+        X = check_inputs(X, self)
+        p = forest_proba(self.features(X), self.arrays)
+        if self._calibrator is not None:
+            p = self._calibrator.predict_proba(calibration_scores(self.calibration, p, X.get(CONFIDENCE)))[:, 1]
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
+    def predict(self, X: Any) -> np.ndarray:
         """1 where P(correct) > 0.5, else 0."""
-        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
 
     def check_model(self, fingerprint: dict, allow_other_weights: bool = False,
                     setting: dict | None = None) -> None:

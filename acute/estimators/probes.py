@@ -1,13 +1,14 @@
 """ACUTE activation probes: a random forest over hidden-state features whose P(correct) is the
 confidence, optionally stacked with the raw confidence.
 
-* :class:`ActivationProbe` - scikit-learn classifier over ``states`` ``[n, L+1, d]``
-  (+ the raw confidence). ``predict_proba(...)[:, 1]`` is P(correct).
+* :class:`ActivationProbe` - scikit-learn classifier over the inputs
+  (:class:`acute.estimators.inputs.Inputs`) holding pooled states ``[n, L+1, d]`` (+ the raw
+  confidence): ``fit(X, y)``, ``predict_proba(X)[:, 1]`` is P(correct).
 * :meth:`ActivationProbe.save` / :func:`load_probe` - a probe directory (``probe.safetensors`` +
   ``probe.json``), read and scored in pure numpy by :class:`ExportedProbe`; the file format
   lives in :mod:`acute.estimators.probe_file`.
-* the calibration maps fitted on the out-of-fold forest probabilities are those of
-  :mod:`acute.estimators.calibration` (:func:`~acute.estimators.calibration.fit_calibration`).
+* the calibrators fitted on the held-out forest probabilities are those of
+  :mod:`acute.estimators.calibration` (:func:`~acute.estimators.calibration.probe_calibrator`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from ..fileio import json_ready
 from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
-from ..validation import check_confidence, check_correct, check_states
+from ..validation import check_correct
 from .features import (
     CONFIDENCE_FEATURE,
     NAMED_LAYERS,
@@ -35,9 +36,10 @@ from .features import (
     check_cv,
     make_featurizer,
 )
-from .calibration import CALIBRATIONS, apply_calibration, calibration_arrays, fit_calibration
+from .calibration import CALIBRATIONS, calibration_scores, calibrator_arrays, probe_calibrator
 from .folds import Folds, folds_digest, out_of_fold, stratified_folds
-from .plan import Piece, Pieces, fit_alone
+from .inputs import CONFIDENCE, Inputs, check_inputs, states_source
+from .plan import Piece, shared_pieces
 from .probe_file import (
     FORMAT,
     ExportedProbe,
@@ -77,8 +79,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     layer : int, "early", "mid", "late" or None
         Only for ``view="mean"``.
     append_confidence : bool
-        Append the raw confidence as one more feature (default True; ``fit``/``predict_proba``
-        then need ``confidence``).
+        Append the raw confidence as one more feature (default True; the inputs then need the
+        ``confidence`` source).
     n_estimators : int, default 500
         The reference reproduction used 1000 trees. Averaging 500 trees already leaves a
         Monte-Carlo noise of at most ``0.5 / sqrt(500) ~ 0.02`` on each probability (and much
@@ -100,7 +102,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         forest's out-of-bag ones) and applied to the final forest, which is fitted on all
         training records. ``"stacked"`` combines the forest with the
         raw confidence: a logistic regression on ``[logit(forest P(correct)), logit(raw
-        confidence)]`` (:func:`fit_stacker`), so the probe can never do much worse than Platt
+        confidence)]`` (:class:`~acute.estimators.calibration.StackedCalibration`), so the probe can never do much worse than Platt
         scaling of the raw confidence and adds what the hidden states know beyond it.
     cv : int, default 3
         Folds of the layer search and of the calibration (5 is a good choice for
@@ -138,7 +140,8 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     Fitted attributes: ``featurizer_``, ``forest_``, ``feature_names_`` (list, e.g.
     ``"L12.pc3"``, ``"cos.L5"``, ``"L20.d17"``, ``"raw_confidence"``), ``classes_``
     (``[0, 1]``), ``layer_`` (int for mean views, else None), ``layers_`` (layer outputs read),
-    ``cv_scores_`` (layer search), ``calibration_params_``, ``oof_proba_`` (out-of-fold forest
+    ``cv_scores_`` (layer search), ``calibrator_`` (the fitted calibrator of
+    :mod:`acute.estimators.calibration`, None without a calibration), ``oof_proba_`` (out-of-fold forest
     probabilities, calibration only), ``n_layer_outputs_``, ``hidden_size_``,
     ``training_summary_``.
     """
@@ -168,8 +171,9 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def _featurizer(self):
         return make_featurizer(
-            self.view, self.layer, blocks=pooling_blocks(self.pooling), cv=self.cv, max_features=self.max_features,
-            stride=self.search_stride, n_estimators=self.search_n_estimators, n_jobs=self.n_jobs, random_state=self.random_state,
+            self.view, self.layer, blocks=pooling_blocks(self.pooling), source=self._source(), cv=self.cv,
+            max_features=self.max_features, stride=self.search_stride, n_estimators=self.search_n_estimators,
+            n_jobs=self.n_jobs, random_state=self.random_state, with_confidence=self._needs_confidence(),
         )
 
     def _forest(self, n_features: int, oob: bool = False):
@@ -201,29 +205,24 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
     def _uses_oob(self) -> bool:
         return self.calibration is not None and self.oof == "oob"
 
-    def _features(self, featurizer, states: np.ndarray, confidence: np.ndarray | None) -> np.ndarray:
-        f = featurizer.transform(states)
-        return append_confidence(f, confidence) if self.append_confidence else f
+    def _features(self, featurizer, X: Inputs) -> np.ndarray:
+        f = featurizer.transform(X)
+        return append_confidence(f, X[CONFIDENCE]) if self.append_confidence else f
 
     def _needs_confidence(self) -> bool:
         return bool(self.append_confidence) or self.calibration == "stacked"
 
-    def _inputs(self, states: Any, confidence: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        X = check_states(states)
-        conf = check_confidence(confidence, X.shape[0]) if self._needs_confidence() else None
-        return X, conf
+    def _source(self) -> str:
+        return states_source(self.pooling)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The sources this probe reads: its pooling's states (``states@POOLING``) and, when it
+        appends or stacks it, the raw ``confidence``."""
+        return (self._source(), CONFIDENCE) if self._needs_confidence() else (self._source(),)
 
     # -- API ---------------------------------------------------------------------------
 
-    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
-        """Fit the featurizer and forest (and optional calibration) on the training split.
-
-        Raises ``ValueError`` for NaN/inf inputs (naming the argument and first bad row), a
-        single class in ``correct``, fewer records than ``cv`` folds, an unknown view or
-        calibration, or a layer the model does not have. The same fit as :meth:`fit_with` from
-        this probe's own pieces (:func:`acute.estimators.plan.fit_alone`).
-        """
-        return fit_alone(self, states, correct, confidence)
 
     def needs(self) -> tuple[Piece, ...]:
         """What :meth:`fit` computes that another estimator fitted on the same records may share
@@ -235,48 +234,63 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             out.append(_FoldForestsPiece(self, None, None, self.random_state))
         return tuple(out)
 
-    def fit_with(self, pieces: Pieces, states: Any, correct: Any, confidence: Any = None) -> ActivationProbe:
-        """:meth:`fit`, taking its featurizer, its forest and its calibration's fold forests from
-        ``pieces`` (:class:`acute.estimators.plan.Pieces` of these records), which computes each
-        once for every estimator of a plan: a plain probe and its stacked variant take one forest
-        (a searched layer is searched by each probe's own folds, and the forest is one when both
-        pick the same layer), and every probe whose calibration folds are another's takes those
-        fold forests. Each piece is what this probe would fit itself, so the probabilities equal
-        a fit alone (tests/estimators/test_shared_fits.py)."""
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ActivationProbe:
+        """Fit the featurizer and forest (and optional calibration) on the training records'
+        inputs ``X`` (:class:`acute.estimators.inputs.Inputs` holding :attr:`sources`) and labels
+        ``y``.
+
+        Its featurizer, its forest and its calibration's fold forests are taken from the pieces
+        that ``X`` keeps for ``y`` (:func:`acute.estimators.plan.shared_pieces`), each computed
+        once for every estimator fitted on them: a plain probe and its stacked variant take one
+        forest (a searched layer is searched by each probe's own folds, and the forest is one
+        when both pick the same layer), and every probe whose calibration folds are another's
+        takes those fold forests. Each piece is what this probe would fit alone, so the
+        probabilities equal a fit alone (tests/estimators/test_shared_fits.py).
+
+        Raises :class:`InputError` (a ``ValueError``) for a source ``X`` lacks, ``sample_weight``
+        (the forests are unweighted), a single class in ``y``, fewer records than ``cv`` folds,
+        an unknown view or calibration, or a layer the model does not have.
+        """
+        if sample_weight is not None:
+            raise InputError("ActivationProbe takes no sample_weight: its forests and calibration are unweighted")
         if self.calibration not in CALIBRATIONS:
             raise InputError(f"calibration must be one of {CALIBRATIONS}; got {self.calibration!r}")
         if self.oof not in OOF_SOURCES:
             raise InputError(f"oof must be one of {OOF_SOURCES}; got {self.oof!r}")
         kind = view_kind(self.view)
         blocks = pooling_blocks(self.pooling)
-        X, conf = self._inputs(states, confidence)
-        if X.shape[2] % blocks:
+        X = check_inputs(X, self)
+        states, conf = X[self._source()], X.get(CONFIDENCE) if self._needs_confidence() else None
+        if states.shape[2] % blocks:
             raise InputError(f"pooling {self.pooling!r} concatenates {blocks} states but states has "
-                             f"hidden size {X.shape[2]}, not a multiple of {blocks}")
-        y = check_correct(correct, X.shape[0], both_classes=True)
+                             f"hidden size {states.shape[2]}, not a multiple of {blocks}")
+        y = check_correct(y, states.shape[0], both_classes=True)
         searched = self._searched()
         if self.calibration is not None or searched:
             check_cv(self.cv, y)
-        elif isinstance(self.cv, Integral) and X.shape[0] < self.cv:
-            raise InputError(f"{X.shape[0]} records are fewer than the cv={self.cv} folds")
+        elif isinstance(self.cv, Integral) and states.shape[0] < self.cv:
+            raise InputError(f"{states.shape[0]} records are fewer than the cv={self.cv} folds")
 
-        featurizer = pieces.get(_FeaturizerPiece(self, searched and conf is not None), X, y, conf)
-        forest = pieces.get(_ForestPiece(self, featurizer, self._uses_oob()), X, y, conf)
+        pieces = shared_pieces(X, y)
+        pieces.declare(self.needs())
+        featurizer = pieces.get(_FeaturizerPiece(self, searched and conf is not None))
+        forest = pieces.get(_ForestPiece(self, featurizer, self._uses_oob()))
         self.oof_proba_ = None
         if self.calibration is not None and self._uses_oob():
             self.oof_proba_ = _oob_of(forest)
         elif self.calibration is not None:
             # the folds refit the featurizer but keep a searched layer fixed (no nested search)
-            template = MeanPool(int(featurizer.layer_)) if isinstance(featurizer, MeanPool) else clone(featurizer)
+            template = (MeanPool(int(featurizer.layer_), source=self._source()) if isinstance(featurizer, MeanPool)
+                        else clone(featurizer))
             folds = stratified_folds(y, self.cv, self.random_state)
-            self.oof_proba_ = pieces.get(_FoldForestsPiece(self, template, folds, self.random_state), X, y, conf)
-        self.calibration_params_: dict[str, np.ndarray] = self._fit_calibration(self.oof_proba_, y, conf)
+            self.oof_proba_ = pieces.get(_FoldForestsPiece(self, template, folds, self.random_state))
+        self.calibrator_ = self._fit_calibration(self.oof_proba_, y, conf)
 
         self.featurizer_ = featurizer
         self.forest_ = forest
         self.classes_ = np.array([0, 1])
-        self.n_layer_outputs_ = int(X.shape[1])
-        self.hidden_size_ = int(X.shape[2])
+        self.n_layer_outputs_ = int(states.shape[1])
+        self.hidden_size_ = int(states.shape[2])
         self.feature_names_ = [str(s) for s in featurizer.get_feature_names_out()]
         if self.append_confidence:
             self.feature_names_.append(CONFIDENCE_FEATURE)
@@ -290,38 +304,40 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             self.layers_ = list(range(self.n_layer_outputs_))
             self.cv_scores_ = {}
         self.training_summary_ = {
-            "n_records": int(X.shape[0]),
+            "n_records": int(states.shape[0]),
             "n_correct": int(y.sum()),
             "accuracy": float(y.mean()),
             "mean_raw_confidence": None if conf is None else float(conf.mean()),
         }
         return self
 
-    def fold_proba(self, pieces: Pieces, states: Any, correct: Any, confidence: Any, folds: Folds,
-                   seed: int | None) -> np.ndarray:
-        """The forest P(correct) of every record out of fold over ``folds`` (drawn with ``seed``;
-        None: shared with no one), this probe's featurizer and forest fitted on each training
-        part as :meth:`fit` would fit them there (a searched layer searched there), from
-        ``pieces`` (what ``auto`` compares its candidates on; a stacked probe whose calibration
-        folds these are fitted the same forests)."""
-        X, conf = self._inputs(states, confidence)
-        y = check_correct(correct, X.shape[0], both_classes=True)
-        piece = _FoldForestsPiece(self, self._featurizer(), folds, seed, self._searched() and conf is not None)
-        return pieces.get(piece, X, y, conf)
+    def fold_proba(self, X: Inputs, y: np.ndarray, folds: Folds, seed: int | None) -> np.ndarray:
+        """The forest P(correct) of every record of ``X`` (labels ``y``) out of fold over ``folds``
+        (drawn with ``seed``; None: shared with no one), this probe's featurizer and forest fitted
+        on each training part as :meth:`fit` would fit them there (a searched layer searched
+        there), from the pieces ``X`` keeps for ``y`` (what ``auto`` compares its candidates on; a
+        stacked probe whose calibration folds these are fitted the same forests)."""
+        X = check_inputs(X, self)
+        y = check_correct(y, len(X), both_classes=True)
+        piece = _FoldForestsPiece(self, self._featurizer(), folds, seed, self._searched() and self._needs_confidence())
+        return shared_pieces(X, y).get(piece)
 
-    def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None) -> dict:
-        """The calibration map on the records with a held-out forest probability (all of them
-        but those no tree left out of its bootstrap sample, under ``oof="oob"``)."""
-        if oof is None:
-            return fit_calibration(self.calibration, None, y, conf)
+    def _fit_calibration(self, oof: np.ndarray | None, y: np.ndarray, conf: np.ndarray | None):
+        """The calibrator fitted on the records with a held-out forest probability (all of them
+        but those no tree left out of its bootstrap sample, under ``oof="oob"``); None without a
+        calibration."""
+        calibrator = probe_calibrator(self.calibration)
+        if calibrator is None:
+            return None
         held = np.isfinite(oof)
         if held.all():
-            return fit_calibration(self.calibration, oof, y, conf)
+            return calibrator.fit(calibration_scores(self.calibration, oof, conf), y)
         y_held = y[held]
         if y_held.size == 0 or y_held.min() == y_held.max():
             raise InputError(f"only {int(held.sum())} of {y.size} records are out of bag for some tree of the "
                              f"{self.n_estimators}-tree forest, not both classes: too few trees for oof='oob'")
-        return fit_calibration(self.calibration, oof[held], y_held, None if conf is None else conf[held])
+        return calibrator.fit(calibration_scores(self.calibration, oof[held], None if conf is None else conf[held]),
+                              y_held)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
@@ -329,28 +345,28 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
-    def transform_features(self, states: Any, confidence: Any = None) -> np.ndarray:
-        """The forest's input features ``[n, len(feature_names_)]`` (float64)."""
+    def transform_features(self, X: Any) -> np.ndarray:
+        """The forest's input features ``[n, len(feature_names_)]`` (float64) of the inputs ``X``."""
         self._check_fitted()
-        X, conf = self._inputs(states, confidence)
-        return self._features(self.featurizer_, X, conf)
+        return self._features(self.featurizer_, check_inputs(X, self))
 
-    def predict_proba(self, states: Any, confidence: Any = None, *, calibrated: bool = True) -> np.ndarray:
-        """``[n, 2]`` probabilities; column 1 is P(correct) (calibrated when ``calibration``).
+    def predict_proba(self, X: Any, *, calibrated: bool = True) -> np.ndarray:
+        """``[n, 2]`` probabilities of the records of ``X`` (:class:`acute.estimators.inputs.Inputs`
+        holding :attr:`sources`); column 1 is P(correct) (calibrated when ``calibration``).
 
         ``calibrated=False`` returns the final forest's own P(correct), before any calibration:
         for a stacked probe that is what the plain probe of the same view and seed predicts."""
         self._check_fitted()
-        X, conf = self._inputs(states, confidence)
-        features = self._features(self.featurizer_, X, conf)
+        X = check_inputs(X, self)
+        features = self._features(self.featurizer_, X)
         p = self.forest_.predict_proba(features)[:, list(self.forest_.classes_).index(1)]
-        if calibrated:
-            p = apply_calibration(p, self.calibration, self.calibration_params_, conf)
+        if calibrated and self.calibrator_ is not None:
+            p = self.calibrator_.predict_proba(calibration_scores(self.calibration, p, X.get(CONFIDENCE)))[:, 1]
         return np.column_stack([1.0 - p, p])
 
-    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
+    def predict(self, X: Any) -> np.ndarray:
         """1 where P(correct) > 0.5, else 0."""
-        return self.classes_[(self.predict_proba(states, confidence)[:, 1] > 0.5).astype(int)]
+        return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
 
     def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
                training_summary: dict | None = None, metrics: dict | None = None,
@@ -373,7 +389,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         if isinstance(self.featurizer_, LayerPCA):
             arrays["pca.means"] = np.ascontiguousarray(self.featurizer_.means_)
             arrays["pca.components"] = np.ascontiguousarray(self.featurizer_.components_)
-        arrays.update(calibration_arrays(self.calibration, self.calibration_params_))
+        arrays.update(calibrator_arrays(self.calibration, self.calibrator_))
         from acute import __version__
 
         summary = dict(self.training_summary_)
@@ -439,9 +455,9 @@ def _features_key(featurizer) -> tuple:
     still to be searched (with every setting of its search; an unseeded search is never shared)."""
     if isinstance(featurizer, MeanPool):
         if hasattr(featurizer, "layer_"):
-            return ("layer", int(featurizer.layer_))
+            return ("layer", featurizer.source, int(featurizer.layer_))
         if not isinstance(featurizer.layer, str):
-            return ("layer", featurizer.layer)
+            return ("layer", featurizer.source, featurizer.layer)
         params = featurizer.get_params()
         params.pop("n_jobs")
         return ("search", object()) if params["random_state"] is None else ("search",) + tuple(sorted(params.items()))
@@ -459,8 +475,8 @@ class _FeaturizerPiece(Piece):
     def key(self) -> Hashable:
         return ("featurizer", _features_key(self.probe._featurizer()), self.with_confidence)
 
-    def compute(self, pieces, states, correct, confidence):
-        return self.probe._featurizer().fit(states, correct, confidence=confidence)
+    def compute(self, X, y):
+        return self.probe._featurizer().fit(X, y)
 
 
 @dataclass(frozen=True, eq=False)
@@ -479,7 +495,7 @@ class _ForestPiece(Piece):
     def family(self) -> Hashable:
         # the view as the probe names it: a plain and a stacked probe of a searched third meet
         # here before their searches pick a layer
-        return ("forest", self.probe.view, self.probe.layer, self.probe._forest_key())
+        return ("forest", self.probe.pooling, self.probe.view, self.probe.layer, self.probe._forest_key())
 
     def merge(self, declared: Piece) -> Piece:
         return _ForestPiece(self.probe, self.featurizer, self.oob or bool(getattr(declared, "oob", False)))
@@ -487,11 +503,11 @@ class _ForestPiece(Piece):
     def satisfied_by(self, forest) -> bool:
         return not self.oob or _oob_of(forest) is not None
 
-    def compute(self, pieces, states, correct, confidence):
-        features = self.probe._features(self.featurizer, states, confidence)
+    def compute(self, X, y):
+        features = self.probe._features(self.featurizer, X)
         with warnings.catch_warnings():  # records in every bootstrap sample: handled by _oob_of
             warnings.filterwarnings("ignore", message="Some inputs do not have OOB scores")
-            forest = self.probe._forest(features.shape[1], oob=self.oob).fit(features, correct)
+            forest = self.probe._forest(features.shape[1], oob=self.oob).fit(features, y)
         forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
         return forest
 
@@ -503,7 +519,7 @@ class _FoldForestsPiece(Piece):
     content): in each fold a copy of the unfitted
     featurizer ``template`` and a forest of the probe's settings fitted on the training part
     (``template`` and ``folds`` are None in a declaration). Not ``CalibratedClassifierCV(ensemble=False)``:
-    the folds refit the featurizer on the states while the raw confidence is a separate input,
+    the folds refit the featurizer on the states while the raw confidence is another source,
     which the stacked calibration reads too and scikit-learn's calibrators cannot take."""
 
     probe: ActivationProbe
@@ -518,21 +534,22 @@ class _FoldForestsPiece(Piece):
         return ("fold forests", _features_key(self.template), self.with_confidence, self.probe._forest_key(), folds)
 
     def family(self) -> Hashable:
-        return ("fold forests", self.probe.view, self.probe.layer, self.probe._forest_key(), self.seed)
+        return ("fold forests", self.probe.pooling, self.probe.view, self.probe.layer, self.probe._forest_key(),
+                self.seed)
 
-    def compute(self, pieces, states, correct, confidence):
-        probe, X, y, conf = self.probe, states, correct, confidence
+    def compute(self, X, y):
+        probe = self.probe
+        own = X.select(probe.sources)  # a fold's rows of this probe's sources only
 
         def fit_predict(train: np.ndarray, test: np.ndarray) -> np.ndarray:
             f = clone(self.template)
             if isinstance(f, LayerPCA) and f.n_components > len(train):
                 f.set_params(n_components=len(train))
-            c_tr = None if conf is None else conf[train]
-            c_te = None if conf is None else conf[test]
-            f.fit(X[train], y[train], confidence=c_tr)
-            features = probe._features(f, X[train], c_tr)
+            x_tr, x_te = own.take(train), own.take(test)
+            f.fit(x_tr, y[train])
+            features = probe._features(f, x_tr)
             forest = probe._forest(features.shape[1]).fit(features, y[train])
             forest.set_params(n_jobs=1)  # sequential prediction: a fixed summation order
-            return forest.predict_proba(probe._features(f, X[test], c_te))[:, 1]
+            return forest.predict_proba(probe._features(f, x_te))[:, 1]
 
         return out_of_fold(fit_predict, self.folds, y.size)

@@ -1,21 +1,21 @@
 """Every estimator of the evaluation table by name, with one interface, and the default.
 
-``make_estimator(name)`` returns an unfitted scikit-learn-style estimator with
-``fit(states, correct, confidence=None)`` and ``predict_proba(states, confidence=None)``
-(``[:, 1]`` is P(correct)) for every name in :data:`ESTIMATORS`:
+``make_estimator(name)`` returns an unfitted scikit-learn estimator with ``fit(X, y)`` and
+``predict_proba(X)`` (``[:, 1]`` is P(correct)) over one :class:`acute.estimators.inputs.Inputs`,
+whose ``sources`` names what it reads (:func:`estimator_sources`), for every name in
+:data:`ESTIMATORS`:
 
 * the six baselines (``raw``, ``hre``, ``nwkr``, ``platt``, ``isotonic``, ``beta``), which read
-  the raw confidence only and ignore ``states`` (:class:`ConfidenceEstimator`);
+  the raw confidence only (:class:`acute.estimators.baselines.ConfidenceEstimator`);
 * the paper's six ACUTE probes ``acute-early`` ... ``acute-pca20`` (a random forest whose
   P(correct) is the confidence);
 * their stacked variants ``acute-<view>-stacked``: the forest's out-of-bag P(correct) (``oof="oob"``) and the
   raw confidence combined by a two-feature logistic regression (``calibration="stacked"``);
 * ``auto`` (:class:`AutoEstimator`): picks among the probes by cross-validation on its training
   records only, then refits the winner on all of them.
-* the controls of :data:`acute.estimators.controls.CONTROLS` (their ``states`` is the input
-  :func:`estimator_input` names: metadata, texts, the visible array, or the prompt's last-token
-  states of ``question-only`` and ``question+confidence``, the same forest, platt-calibrated and
-  stacked with the raw confidence).
+* the controls of :data:`acute.estimators.controls.CONTROLS` (they read metadata, texts, the
+  visible array, or the prompt's last-token states of ``question-only`` and
+  ``question+confidence``, the same forest, platt-calibrated and stacked with the raw confidence).
 
 A probe name may end in ``@POOLING`` (:mod:`acute.store.pooling`): ``acute-cosine-stacked@last-answer``
 reads the hidden state at the answer's last position instead of the mean over the answer,
@@ -43,12 +43,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from .baselines import BASELINES, make_baseline
+from .baselines import BASELINES, ConfidenceEstimator
+from .calibration import StackedCalibration, calibration_scores
 from .folds import Folds, check_splits, out_of_fold, stratified_folds
-from .plan import Piece, Pieces, fit_alone, needs
-from .controls import (CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, ConstantEstimator,
-                       MetadataPlatt, TextPlatt)
+from .inputs import CONFIDENCE, PROMPT_REPLY, QUESTION, check_inputs, check_no_weights, states_source
+from .plan import Piece, Pieces, needs, shared_pieces
+from .controls import CONTROLS, ConstantEstimator, MetadataPlatt, TextPlatt
 from ..errors import InputError, UnknownEstimatorError
+from ..validation import check_correct
 from ..metrics.specs import ranked
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 
@@ -58,7 +60,6 @@ __all__ = [
     "ACUTE_VARIANTS",
     "AUTO_CANDIDATES",
     "AutoEstimator",
-    "ConfidenceEstimator",
     "AUTO",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
@@ -66,8 +67,8 @@ __all__ = [
     "STACKED_VARIANTS",
     "TABLE_ESTIMATORS",
     "estimator_group",
-    "estimator_input",
     "estimator_pooling",
+    "estimator_sources",
     "is_estimator",
     "make_estimator",
     "probe_kwargs",
@@ -115,10 +116,6 @@ QUESTION_STACKED = "question+confidence"
 _QUESTION_STACKED: dict[str, Any] = {**_QUESTION_VIEWS["question-only"], "calibration": "stacked"}
 # name -> ActivationProbe keyword arguments of the probes over the prompt's last-token states
 _PROMPT_PROBES: dict[str, dict[str, Any]] = {**_QUESTION_VIEWS, QUESTION_STACKED: _QUESTION_STACKED}
-# the controls over the records (not states) that read one of them, by input
-_RECORD_READERS: dict[str, str] = {"platt+meta": META_INPUT, "tfidf+platt": TEXT_INPUT,
-                                   "answer-text": REPLY_TEXT_INPUT, "visible": VISIBLE_INPUT,
-                                   "answer-surface": VISIBLE_INPUT}
 
 ACUTE_VARIANTS: tuple[str, ...] = tuple(_VIEWS)
 STACKED_VARIANTS: tuple[str, ...] = tuple(_STACKED)
@@ -171,15 +168,9 @@ def estimator_pooling(name: str) -> str | None:
     return spec or DEFAULT_POOLING
 
 
-def estimator_input(name: str) -> str | None:
-    """What an estimator reads beside the raw confidence: None (the baselines and ``constant``),
-    a pooling spec of hidden states (the probes, ``auto``, ``question-only``,
-    ``question+confidence``), or one of :data:`acute.estimators.controls.RECORD_INPUTS` (the
-    controls over the records: metadata, prompt text, prompt and reply text, the visible array)."""
-    base = split_pooling(name)[0]
-    if base in _RECORD_READERS:
-        return _RECORD_READERS[base]
-    return estimator_pooling(name)
+def estimator_sources(name: str) -> tuple[str, ...]:
+    """The sources (:mod:`acute.estimators.inputs`) the estimator ``name`` reads: its ``sources``."""
+    return tuple(make_estimator(name).sources)
 
 
 def is_estimator(name: Any) -> bool:
@@ -245,7 +236,7 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
     if name == "platt+meta":
         return MetadataPlatt(random_state=random_state)
     if name in ("tfidf+platt", "answer-text"):
-        return TextPlatt(random_state=random_state)
+        return TextPlatt(random_state=random_state, source=QUESTION if name == "tfidf+platt" else PROMPT_REPLY)
     if name == "visible":
         from .visible import VisibleControl
 
@@ -269,33 +260,6 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
         if v is not None:
             kw[k] = v
     return ActivationProbe(**kw)
-
-
-class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
-    """A baseline of :mod:`acute.estimators.baselines` behind the probes' interface: ``states`` is
-    accepted and ignored, ``confidence`` is required. Fitted: ``baseline_``, ``classes_``."""
-
-    def __init__(self, baseline: str = "platt"):
-        self.baseline = baseline
-
-    def fit(self, states: Any, correct: Any, confidence: Any = None) -> ConfidenceEstimator:
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        self.baseline_ = make_baseline(self.baseline).fit(confidence, correct)
-        self.classes_ = np.array([0, 1])
-        return self
-
-    def predict_proba(self, states: Any = None, confidence: Any = None) -> np.ndarray:
-        if not hasattr(self, "baseline_"):
-            from sklearn.exceptions import NotFittedError
-
-            raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
-        if confidence is None:
-            raise InputError(f"the {self.baseline!r} baseline needs confidence (the raw confidence)")
-        return self.baseline_.predict_proba(confidence)
-
-    def predict(self, states: Any = None, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
 
 
 # --------------------------------------------------------------------------------- auto
@@ -367,11 +331,6 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             raise InputError(f"refit must be 'best' or one of the candidates {cands}, got {self.refit!r}")
         return cands, refs
 
-    def fit(self, states: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
-        """Compare the candidates by cross-validation on these records and refit the chosen one
-        (:meth:`fit_with` from this estimator's own pieces, :func:`acute.estimators.plan.fit_alone`)."""
-        return fit_alone(self, states, correct, confidence)
-
     def needs(self) -> tuple[Piece, ...]:
         """What the comparison and the refit compute (:mod:`acute.estimators.plan`): every
         candidate's pieces (the refit takes the chosen one's) and, where a view's stacked probe
@@ -402,38 +361,45 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             return stratified_folds(y, self.cv, self.random_state)
         return check_splits(self.cv, y.size)
 
-    def fit_with(self, pieces: Pieces, states: Any, correct: Any, confidence: Any = None) -> AutoEstimator:
-        """:meth:`fit`, taking what it shares with other estimators of these records from
-        ``pieces`` (:class:`acute.estimators.plan.Pieces`): a view's held-out forest probabilities
+    #: the mean states its candidate probes read, and the raw confidence
+    sources = (states_source(DEFAULT_POOLING), CONFIDENCE)
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> AutoEstimator:
+        """Compare the candidates by cross-validation on the records of ``X`` (labels ``y``) and
+        refit the chosen one, taking what it shares with other estimators of these records from
+        the pieces ``X`` keeps for ``y`` (:func:`acute.estimators.plan.shared_pieces`): a view's
+        held-out forest probabilities
         are its stacked probe's out-of-bag ones when that probe calibrates out of bag (the stacked
         probe is fitted once, on all records, and serves the refit too), else the view's forests
         out of fold over this estimator's folds (those a stacked probe calibrating on the same
         folds fits); the refit is the fitted candidate (the named probe of an evaluation fold).
         The scores and the refit equal a fit alone."""
-        from ..validation import check_confidence, check_correct, check_states
-        from .calibration import apply_stacker, fit_stacker
-
+        check_no_weights(self, sample_weight)
         cands, refs = self._check_names()
-        X = check_states(states)
-        y = check_correct(correct, X.shape[0], both_classes=True)
-        conf = check_confidence(confidence, X.shape[0])
+        X = check_inputs(X, self)
+        y = check_correct(y, len(X), both_classes=True)
+        conf = X[CONFIDENCE]
+        pieces = shared_pieces(X, y)
+        pieces.declare(self.needs())
         folds = self._folds(y)
         oof: dict[str, np.ndarray] = {}
+        confidence = X.select((CONFIDENCE,))
         for name in refs:
             def reference(tr, te, name=name):
-                return ConfidenceEstimator(name).fit(None, y[tr], conf[tr]).predict_proba(None, conf[te])[:, 1]
+                return ConfidenceEstimator(name).fit(confidence.take(tr), y[tr]).predict_proba(confidence.take(te))[:, 1]
 
             oof[name] = out_of_fold(reference, folds, y.size)
         forest_oof: dict[str, np.ndarray] = {}  # plain view -> held-out forest P(correct)
         for name in cands:
             view = name.removesuffix("-stacked")
             if view not in forest_oof:
-                forest_oof[view] = self._held_out(pieces, view, X, y, conf, folds)
+                forest_oof[view] = self._held_out(pieces, view, folds)
             if name == view:
                 oof[name] = forest_oof[view]
             else:  # cross-fitted stacker on the held-out forest probabilities
                 def stacker(tr, te, p=forest_oof[view]):
-                    return apply_stacker(p[te], conf[te], *fit_stacker(p[tr], conf[tr], y[tr]))
+                    fitted = StackedCalibration().fit(calibration_scores("stacked", p[tr], conf[tr]), y[tr])
+                    return fitted.predict_proba(calibration_scores("stacked", p[te], conf[te]))[:, 1]
 
                 oof[name] = out_of_fold(stacker, folds, y.size)
         self.scores_ = {name: _score(p, y) for name, p in oof.items()}
@@ -450,21 +416,20 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
                              f"cross-validation on the training records (auc-euro {b['auc_euro_all']:.4f} vs "
                              f"{p['auc_euro_all']:.4f}); on this data the hidden states add nothing "
                              "measurable over the raw confidence")
-        self.estimator_ = pieces.fitted(self._make(self.chosen_), X, y, conf)
+        self.estimator_ = pieces.fitted(self._make(self.chosen_))
         self.classes_ = np.array([0, 1])
         return self
 
-    def _held_out(self, pieces: Pieces, view: str, X: np.ndarray, y: np.ndarray, conf: np.ndarray,
-                  folds) -> np.ndarray:
+    def _held_out(self, pieces: Pieces, view: str, folds) -> np.ndarray:
         """The held-out forest P(correct) of ``view`` on every record: its stacked probe's out-of-bag
         ones (out-of-bag stacking, seeded, folds drawn here, every record out of bag for some
         tree), else its forests out of fold over ``folds``."""
         stacked = self._make(f"{view}-stacked")
         if self._out_of_bag(stacked):
-            twin = pieces.fitted(stacked, X, y, conf)
+            twin = pieces.fitted(stacked)
             if np.isfinite(twin.oof_proba_).all():
                 return np.asarray(twin.oof_proba_, dtype=np.float64)
-        return self._make(view).fold_proba(pieces, X, y, conf, folds, self.random_state)
+        return self._make(view).fold_proba(pieces.X, pieces.y, folds, self.random_state)
 
     def selection(self) -> dict[str, Any]:
         """What was chosen and why, JSON-ready: ``chosen``, ``criterion``, ``cv``, ``scores``
@@ -486,12 +451,12 @@ class AutoEstimator(ClassifierMixin, BaseEstimator):
             "warning": self.warning_,
         }
 
-    def predict_proba(self, states: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         if not hasattr(self, "estimator_"):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError("AutoEstimator is not fitted yet; call fit first")
-        return self.estimator_.predict_proba(states, confidence=confidence)
+        return self.estimator_.predict_proba(X)
 
-    def predict(self, states: Any, confidence: Any = None) -> np.ndarray:
-        return (self.predict_proba(states, confidence)[:, 1] > 0.5).astype(np.int64)
+    def predict(self, X: Any) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)

@@ -4,8 +4,8 @@ A probe over the answer's hidden states may beat the question controls only beca
 what anyone holding the reply could read: its length, whether it parsed, how sure each token
 was, how many calls it made, what it says. :func:`visible_inputs` turns a store's records and
 token log-probs into one per-record array of those, :data:`VISIBLE_COLUMNS` then the question
-and the reply texts (:data:`acute.estimators.controls.VISIBLE_INPUT`), and three controls read
-the records:
+and the reply texts (the ``visible`` source of :mod:`acute.estimators.inputs`), and three
+controls read the records:
 
 * ``visible`` (:class:`VisibleControl`): scikit-learn's ``HistGradientBoostingClassifier`` on
   logit(raw confidence), every numeric column and the question's and the reply's TF-IDF, each
@@ -17,7 +17,7 @@ the records:
   confidence), the mean token log-prob, log(tokens), parse status and "stopped at the token
   cap", plus one-hots of the reply-structure columns.
 * ``answer-text``: :class:`acute.estimators.controls.TextPlatt` over the prompt followed by the
-  reply (:func:`reply_texts`, :data:`acute.estimators.controls.REPLY_TEXT_INPUT`).
+  reply (:func:`reply_texts`, the ``prompt+reply`` source).
 
 The reply-structure columns are the record ``meta`` keys
 :data:`acute.tasks.tool_calls.REPLY_FIELDS` (function calling), used when every record has them
@@ -36,6 +36,7 @@ from ..errors import InputError
 from ..tasks.tool_calls import REPLY_FIELDS
 from ..validation import check_correct
 from .controls import logistic_cv, logit_confidence
+from .inputs import CONFIDENCE, VISIBLE, check_inputs, check_no_weights
 
 __all__ = [
     "FINISH_REASONS",
@@ -211,21 +212,22 @@ def _as_float(X: Any) -> np.ndarray:
     return np.asarray(X, dtype=np.float64)
 
 
-def _with_confidence(X: np.ndarray, confidence: Any, name: str) -> np.ndarray:
-    if confidence is None:
-        raise InputError(f"{name} needs the raw confidence")
+def _with_confidence(X: np.ndarray, confidence: Any) -> np.ndarray:
     return np.hstack([logit_confidence(confidence, X.shape[0]).astype(object), X])
 
 
 class VisibleControl(ClassifierMixin, BaseEstimator):
     """The ``visible`` control: gradient boosting over what a deployment sees without states.
 
-    ``inputs``: the object array of :func:`visible_inputs`; ``confidence``: the raw confidence.
+    Reads the ``visible`` source (the object array of :func:`visible_inputs`) and the
+    ``confidence`` source.
     A ``Pipeline`` of a ``ColumnTransformer`` (logit(confidence) and the numeric columns as
     floats; the question and the reply each through :class:`TextComponents`, two vocabularies)
     and ``HistGradientBoostingClassifier(**HGB_SETTINGS)``, all fitted in :meth:`fit`. The
     parameters' defaults are the committed settings (``benchmarks/visible_control.md``).
     Fitted: ``pipeline_``, ``n_columns_`` (of the visible input), ``classes_``."""
+
+    sources = (VISIBLE, CONFIDENCE)
 
     def __init__(self, svd_components: int = SVD_COMPONENTS, max_iter: int = HGB_SETTINGS["max_iter"],
                  learning_rate: float = HGB_SETTINGS["learning_rate"],
@@ -261,26 +263,29 @@ class VisibleControl(ClassifierMixin, BaseEstimator):
     # The boosting runs on one OpenMP thread: on a thousand records threads cost more than they
     # gain (a fit took 14 s on two threads of a busy 2-core machine, 1.5 s on one); the trees and
     # the probabilities are the same either way (tests/evaluation/test_visible_control.py).
-    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> VisibleControl:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> VisibleControl:
         from threadpoolctl import threadpool_limits
 
-        X = _check_visible(inputs)
-        y = check_correct(correct, X.shape[0], both_classes=True).astype(np.int64)
-        Z = _with_confidence(X, confidence, "visible")
+        check_no_weights(self, sample_weight)
+        inputs = check_inputs(X, self)
+        X = _check_visible(inputs[VISIBLE])
+        labels = check_correct(y, X.shape[0], both_classes=True).astype(np.int64)
+        Z = _with_confidence(X, inputs[CONFIDENCE])
         with threadpool_limits(1, user_api="openmp"):
-            self.pipeline_ = self._pipeline(Z.shape[1] - len(TEXT_COLUMNS)).fit(Z, y)
+            self.pipeline_ = self._pipeline(Z.shape[1] - len(TEXT_COLUMNS)).fit(Z, labels)
         self.n_columns_ = int(X.shape[1])
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         from threadpoolctl import threadpool_limits
 
         check_is_fitted(self, "pipeline_")
-        X = _check_visible(inputs)
+        inputs = check_inputs(X, self)
+        X = _check_visible(inputs[VISIBLE])
         _check_columns(self.n_columns_, X)
         with threadpool_limits(1, user_api="openmp"):
-            return self.pipeline_.predict_proba(_with_confidence(X, confidence, "visible"))
+            return self.pipeline_.predict_proba(_with_confidence(X, inputs[CONFIDENCE]))
 
 
 # ----------------------------------------------------------------------- answer-surface
@@ -301,6 +306,8 @@ class SurfacePlatt(ClassifierMixin, BaseEstimator):
     level; an unseen one is all zeros; NaN is its own level). Fitted: ``scaler_``, ``encoder_``
     (None without reply-structure columns), ``model_``, ``n_columns_``, ``classes_``."""
 
+    sources = (VISIBLE, CONFIDENCE)
+
     def __init__(self, random_state: int = 0):
         self.random_state = random_state
 
@@ -312,13 +319,14 @@ class SurfacePlatt(ClassifierMixin, BaseEstimator):
         x = self.scaler_.transform(surface_features(X, confidence))
         return x if self.encoder_ is None else np.hstack([x, self.encoder_.transform(self._levels(X)).toarray()])
 
-    def fit(self, inputs: Any, correct: Any, confidence: Any = None) -> SurfacePlatt:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SurfacePlatt:
         from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-        if confidence is None:
-            raise InputError("answer-surface needs the raw confidence")
-        X = _check_visible(inputs)
-        y = check_correct(correct, X.shape[0], both_classes=True).astype(np.int64)
+        check_no_weights(self, sample_weight)
+        inputs = check_inputs(X, self)
+        confidence = inputs[CONFIDENCE]
+        X = _check_visible(inputs[VISIBLE])
+        y = check_correct(y, X.shape[0], both_classes=True).astype(np.int64)
         self.scaler_ = StandardScaler().fit(surface_features(X, confidence))
         levels = self._levels(X)
         self.encoder_ = OneHotEncoder(handle_unknown="ignore").fit(levels) if levels.shape[1] else None
@@ -327,10 +335,9 @@ class SurfacePlatt(ClassifierMixin, BaseEstimator):
         self.classes_ = np.array([0, 1])
         return self
 
-    def predict_proba(self, inputs: Any, confidence: Any = None) -> np.ndarray:
+    def predict_proba(self, X: Any) -> np.ndarray:
         check_is_fitted(self, "model_")
-        if confidence is None:
-            raise InputError("answer-surface needs the raw confidence")
-        X = _check_visible(inputs)
+        inputs = check_inputs(X, self)
+        X = _check_visible(inputs[VISIBLE])
         _check_columns(self.n_columns_, X)
-        return self.model_.predict_proba(self._features(X, confidence))
+        return self.model_.predict_proba(self._features(X, inputs[CONFIDENCE]))

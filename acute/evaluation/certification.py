@@ -50,6 +50,7 @@ import numpy as np
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
+from ..estimators.inputs import Inputs
 from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_delta,
                                check_max_error, min_calibration_records)
 from ..metrics.drift import confidence_reference
@@ -202,12 +203,12 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
             and folds_digest(auto.folds_) == folds_digest(folds):
         return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64), True
     raw = np.asarray(store.raw_confidence, dtype=np.float64)[idx]
-    states = store_states(store, getattr(trained.probe, "pooling", "mean"))
-    X = np.asarray(states[idx], dtype=np.float32)
+    pooling = getattr(trained.probe, "pooling", "mean")
+    X = Inputs.of(np.asarray(store_states(store, pooling)[idx], dtype=np.float32), raw, pooling=pooling)
 
     def fit_predict(tr, te):
-        est = clone(trained.probe).fit(X[tr], y[tr], confidence=raw[tr])
-        return est.predict_proba(X[te], confidence=raw[te])[:, 1]
+        est = clone(trained.probe).fit(X.take(tr), y[tr])
+        return est.predict_proba(X.take(te))[:, 1]
 
     return out_of_fold(fit_predict, folds, y.size), False
 
@@ -231,9 +232,10 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None, see
             folds["group_by"] = field
         return conf, np.asarray(store.correct)[idx].astype(bool), {"source": "out-of-fold", "folds": folds}
     probe = trained.probe
-    states = np.asarray(store_states(calibration_store, getattr(probe, "pooling", "mean")), dtype=np.float32)
+    pooling = getattr(probe, "pooling", "mean")
+    states = np.asarray(store_states(calibration_store, pooling), dtype=np.float32)
     raw = np.asarray(calibration_store.raw_confidence, dtype=np.float64)
-    conf = probe.predict_proba(states, confidence=raw)[:, 1]
+    conf = probe.predict_proba(Inputs.of(states, raw, pooling=pooling))[:, 1]
     path = getattr(calibration_store, "path", None)
     return (conf, np.asarray(calibration_store.correct).astype(bool),
             {"source": "calibration-store",

@@ -25,85 +25,30 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..estimators.controls import META_INPUT, RECORD_INPUTS, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT, metadata_matrix
-from ..estimators.folds import stratified_folds
-from ..estimators.registry import estimator_input, make_estimator
+from ..estimators.folds import out_of_fold, stratified_folds
+from ..estimators.inputs import CONFIDENCE, Inputs
+from ..estimators.plan import FitPlan, store_inputs
+from ..estimators.registry import estimator_sources, make_estimator
 from ..errors import InputError
 from ..metrics import metric_over_resamples
-from ..store.pooling import DEFAULT_POOLING, store_states
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_TEST_FRACTION", "check_folds", "cross_val_predictions", "cv_folds", "cv_metric", "cv_metric_draws", "fit_predict",
-           "ids_digest", "split_ids", "states_for", "take_rows"]
+           "ids_digest", "inputs_for", "split_ids"]
 
 #: The share of records a single split by id holds out (:func:`split_ids`; ``evaluate_store``'s
 #: ``test_fraction``, ``acute train --test-fraction``, a run config's ``test_fraction``).
 DEFAULT_TEST_FRACTION = 0.3
 
 
-def states_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None):
-    """What the estimators ``names`` read from ``store`` beside the raw confidence
-    (:func:`acute.estimators.registry.estimator_input`): None when only baselines are named, the
-    ``states`` array (float32, in memory) when every reader reads the mean, else
-    ``{input: array}``: hidden states per pooling spec (:mod:`acute.store.pooling`; the store names a
-    pooling it lacks), the ``[n, fields]`` metadata strings of ``metadata_fields``
-    (:func:`acute.estimators.controls.metadata_matrix`), the prompt texts, the prompts followed by
-    the replies (:func:`acute.estimators.visible.reply_texts`) and the visible array
-    (:func:`acute.estimators.visible.visible_inputs`: the store's token log-probs and records),
-    all object arrays."""
-    from ..estimators.visible import reply_texts, visible_inputs
-
-    specs = list(dict.fromkeys(s for s in map(estimator_input, names) if s is not None))
-    if not specs:
-        return None
-    if specs == [DEFAULT_POOLING]:
-        return np.asarray(store.layer_means, dtype=np.float32)
-    out = {}
-    where = str(getattr(store, "path", "the store"))
-    for s in specs:
-        if s == META_INPUT:
-            out[s] = metadata_matrix(store.records, list(metadata_fields or ()), where=where)
-        elif s == TEXT_INPUT:
-            out[s] = np.asarray([r.get("prompt") for r in store.records], dtype=object)
-        elif s == REPLY_TEXT_INPUT:
-            out[s] = reply_texts(store.records, where=where)
-        elif s == VISIBLE_INPUT:
-            out[s] = visible_inputs(store.records, getattr(store, "token_logprobs", None), where=where)
-        else:
-            out[s] = np.asarray(store_states(store, s), dtype=np.float32)
-    return out
-
-
-def _rows(values: np.ndarray, index: np.ndarray) -> np.ndarray:
-    v = np.asarray(values)
-    return v[index] if v.dtype == object else np.asarray(v[index], dtype=np.float32)
-
-
-def take_rows(states: Any, index: np.ndarray):
-    """Rows ``index`` of ``states`` (an array or ``{input: array}``; None stays None): hidden
-    states as float32, the record inputs (object arrays: metadata, texts, the visible array) as
-    they are."""
-    if states is None:
-        return None
-    if isinstance(states, Mapping):
-        return {k: _rows(v, index) for k, v in states.items()}
-    return _rows(states, index)
-
-
-def _input_of(states: Any, name: str):
-    """What estimator ``name`` reads from ``states``: the array of its input."""
-    spec = estimator_input(name)
-    if not isinstance(states, Mapping):
-        if spec not in (None, DEFAULT_POOLING):
-            what = "input" if spec in RECORD_INPUTS else "states"
-            raise InputError(f"{name} reads the {spec!r} {what}: pass states as {{input: array}}")
-        return states
-    if spec is None:
-        return None
-    if spec not in states:
-        raise InputError(f"no {spec!r} input was given for {name} (given: {', '.join(states)})")
-    return states[spec]
+def inputs_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None) -> Inputs:
+    """The :class:`acute.estimators.inputs.Inputs` of every record of ``store`` holding the sources
+    the estimators ``names`` read (:func:`acute.estimators.registry.estimator_sources`), each
+    computed once (:func:`acute.estimators.plan.store_inputs`: hidden states float32 in memory, the
+    ``[n, fields]`` metadata strings of ``metadata_fields``, texts, the visible array)."""
+    sources = dict.fromkeys(s for name in names for s in estimator_sources(name))
+    return store_inputs(store, list(sources), metadata_fields)
 
 
 def check_folds(correct: np.ndarray, n_splits: int, what: str = "the store") -> None:
@@ -142,37 +87,34 @@ def cv_folds(ids: Sequence[Any], correct: np.ndarray, n_splits: int = 5, n_repea
             for r in range(int(n_repeats))]
 
 
-def fit_predict(names: Sequence[str], states_train, correct_train, confidence_train,
-                states_test, confidence_test, *, random_state: int = 0,
-                n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
+def fit_predict(names: Sequence[str], X_train: Inputs, correct_train: Any, X_test: Inputs, *,
+                random_state: int = 0, n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                 on_fit: Callable[[str, Any], None] | None = None,
                 timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
-    """Fit each named estimator on the training records and predict P(correct) on the test ones.
+    """Fit each named estimator on the training records' inputs ``X_train`` (labels
+    ``correct_train``) and predict P(correct) on the test records' ``X_test``.
 
     The estimators are fitted by one :class:`acute.estimators.plan.FitPlan`: each declares what
     it needs, then each is fitted in the order given, and every piece two of them need (a view's
     forest, a calibration's fold forests, ``auto``'s candidates) is fitted once for both; each
     prediction equals the estimator's own fit to the last bit (tests/estimators/test_shared_fits.py).
 
-    ``states_*`` are the mean states (an array), or ``{pooling spec: array}`` when probes
-    read other poolings (:func:`states_for`); None when only baselines are named.
+    ``X_*`` hold every source the estimators read (:func:`inputs_for` and its rows).
     ``on_fit(name, estimator)`` is called after each fit (e.g. to record a chosen layer).
     ``timings`` (a dict), when given, gets each estimator's seconds (fit and prediction) added
     under its name; a piece shared with an estimator fitted earlier is counted there.
     ``n_jobs``: threads of each forest fit (None: the probes' default, all cores).
     """
-    from ..estimators.plan import FitPlan
-
-    plan = FitPlan()
     made = {name: make_estimator(name, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params)
             for name in names}
-    for name, est in made.items():
-        plan.declare(est, _input_of(states_train, name))
+    plan = FitPlan(X_train, correct_train)
+    for est in made.values():
+        plan.declare(est)
     out: dict[str, np.ndarray] = {}
     for name, est in made.items():
         t0 = time.perf_counter()
-        est = plan.fit(est, _input_of(states_train, name), correct_train, confidence_train)
-        p = est.predict_proba(_input_of(states_test, name), confidence=confidence_test)[:, 1]
+        est = plan.fit(est)
+        p = est.predict_proba(X_test)[:, 1]
         out[name] = np.clip(np.asarray(p, dtype=np.float64), 0.0, 1.0)
         if timings is not None:
             timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
@@ -181,7 +123,7 @@ def fit_predict(names: Sequence[str], states_train, correct_train, confidence_tr
     return {n: out[n] for n in names}
 
 
-def cross_val_predictions(names: Sequence[str], states, correct, confidence,
+def cross_val_predictions(names: Sequence[str], X: Inputs, correct: Any,
                           folds: list[list[tuple[np.ndarray, np.ndarray]]], *, random_state: int = 0,
                           n_jobs: int | None = None, probe_params: Mapping[str, Any] | None = None,
                           progress: Callable[[Iterable], Iterable] | None = None,
@@ -190,9 +132,9 @@ def cross_val_predictions(names: Sequence[str], states, correct, confidence,
                           cache_key: str = "", timings: dict[str, float] | None = None) -> dict[str, np.ndarray]:
     """Out-of-fold P(correct) ``{name: [repeats, n]}`` of every estimator over ``folds``
     (from :func:`cv_folds`), each repeat by :func:`acute.estimators.folds.out_of_fold` over
-    :func:`fit_predict` of its folds. ``states`` (the states, as in :func:`fit_predict`) may be
-    memory-mapped: each fold reads its rows once (as float32). ``progress`` wraps the iterable
-    of (repeat, fold) pairs.
+    :func:`fit_predict` of its folds. ``X`` (the inputs of every record, :func:`inputs_for`)
+    gives each fold its rows (:meth:`~acute.estimators.inputs.Inputs.take`). ``progress`` wraps
+    the iterable of (repeat, fold) pairs.
 
     ``cache_dir``: each finished fold's predictions are written there (one ``.npz`` per fold,
     atomically), keyed by ``cache_key`` (what identifies the data: e.g. the store's collection
@@ -205,12 +147,9 @@ def cross_val_predictions(names: Sequence[str], states, correct, confidence,
     folder."""
     from itertools import islice
 
-    from ..estimators.folds import out_of_fold
-
     y = np.asarray(correct).astype(np.int64)
-    conf = np.asarray(confidence, dtype=np.float64)
+    conf = np.asarray(X.get(CONFIDENCE, np.zeros(0)), dtype=np.float64)
     n = y.size
-    needs_states = any(estimator_input(nm) is not None for nm in names)
     pairs = [(r, k, tr, te) for r, rep in enumerate(folds) for k, (tr, te) in enumerate(rep)]
     walk = iter(pairs if progress is None else progress(pairs))
     base = _fold_key_base(names, y, conf, random_state, probe_params, cache_key) if cache_dir else None
@@ -226,9 +165,7 @@ def cross_val_predictions(names: Sequence[str], states, correct, confidence,
             cached = _read_fold(path, names, te.size)
             if cached is not None:
                 return np.column_stack([cached[nm] for nm in names])
-        lm_tr = take_rows(states, tr) if needs_states else None
-        lm_te = take_rows(states, te) if needs_states else None
-        preds = fit_predict(names, lm_tr, y[tr], conf[tr], lm_te, conf[te], random_state=random_state,
+        preds = fit_predict(names, X.take(tr), y[tr], X.take(te), random_state=random_state,
                             n_jobs=n_jobs, probe_params=probe_params, on_fit=on_fit, timings=timings)
         if path is not None:
             _write_fold(path, preds)

@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..estimators.controls import CONTROLS
 from ..estimators.features import NAMED_LAYERS
-from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_input, estimator_pooling, is_estimator,
+from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_pooling, is_estimator,
                                    make_estimator)
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import DEFAULT_TEST_FRACTION, ids_digest, split_ids
@@ -580,7 +580,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
     metadata field ``group_by``)."""
     from tqdm.auto import tqdm
 
-    from .crossval import check_folds, cross_val_predictions, cv_folds, states_for
+    from .crossval import check_folds, cross_val_predictions, cv_folds, inputs_for
 
     fit_kw = dict(fit_kw)
     fields = fit_kw.pop("metadata_fields", ())
@@ -594,7 +594,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
         n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
         n_tr = min(tr.size for rep in folds for tr, _ in rep)
         _check_probe_inputs(names, shape, n_tr, n_min, fit_kw["probe_params"], "a training fold")
-    lm = states_for(store, names, fields) if any(estimator_input(n) is not None for n in names) else None
+    X = inputs_for(store, names, fields)
 
     def bar(it):
         return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
@@ -605,7 +605,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
                       **{k: manifest.get(k) for k in ("model", "model_weights", "task", "task_settings",
                                                        "generation", "dtype", "poolings")}},
                      sort_keys=True, default=str)
-    cv_preds = cross_val_predictions(names, lm, correct, conf, folds, progress=bar, cache_dir=fold_cache,
+    cv_preds = cross_val_predictions(names, X, correct, folds, progress=bar, cache_dir=fold_cache,
                                      cache_key=key, **fit_kw)
     split = {"mode": "cv", "seed": int(seed), "n_splits": int(cv), "n_repeats": int(repeats),
              "n_records": len(ids), "accuracy": float(correct.mean()), "group_by": group_by,
@@ -617,23 +617,23 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
 
 def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overlap=False) -> _Predictions:
     """Fit on the training records (a split by id, or all of ``store``), score the test ones."""
-    from .crossval import fit_predict, states_for, take_rows
+    from .crossval import fit_predict, inputs_for
 
     fit_kw = dict(fit_kw)
     fields = fit_kw.pop("metadata_fields", ())
-    ids, correct, conf = store_arrays(store, "store")
+    ids, correct, _ = store_arrays(store, "store")  # checks the labels and confidences
     if test_store is not None:
         mode = "test_store"
-        t_ids, t_correct, t_conf = store_arrays(test_store, "test_store")
+        t_ids, t_correct, _ = store_arrays(test_store, "test_store")
         i_tr, i_te, te_store = np.arange(len(ids)), np.arange(len(t_ids)), test_store
-        train_ids, y_tr, c_tr = ids, correct, conf
-        eval_ids, y_te, c_te = t_ids, t_correct, t_conf
+        train_ids, y_tr = ids, correct
+        eval_ids, y_te = t_ids, t_correct
     else:
         mode = "split"
         train_mask, test_mask = split_ids(ids, test_fraction=test_fraction, seed=seed)
         i_tr, i_te, te_store = np.flatnonzero(train_mask), np.flatnonzero(test_mask), store
-        train_ids, y_tr, c_tr = [ids[i] for i in i_tr], correct[i_tr], conf[i_tr]
-        eval_ids, y_te, c_te = [ids[i] for i in i_te], correct[i_te], conf[i_te]
+        train_ids, y_tr = [ids[i] for i in i_tr], correct[i_tr]
+        eval_ids, y_te = [ids[i] for i in i_te], correct[i_te]
     if not eval_ids:
         raise InputError(f"the test split is empty (n={len(ids)}, test_fraction={test_fraction}, "
                          f"seed={seed}); use more records or a larger test_fraction")
@@ -642,7 +642,6 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
     if y_tr.min() == y_tr.max():
         raise InputError(f"the training split has a single class (all {len(train_ids)} records "
                          f"{'correct' if y_tr[0] else 'incorrect'}); calibrators need both")
-    lm_tr = lm_te = None
     if any(estimator_pooling(n) is not None for n in names):
         shape = _check_layer_means(store, len(ids), "store")
         if test_store is not None:
@@ -652,9 +651,8 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
                                  f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
         _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
                             fit_kw["probe_params"], "the training split")
-    if any(estimator_input(n) is not None for n in names):
-        lm_tr = take_rows(states_for(store, names, fields), i_tr)
-        lm_te = take_rows(states_for(te_store, names, fields), i_te)
+    X_tr = inputs_for(store, names, fields).take(i_tr)
+    X_te = inputs_for(te_store, names, fields).take(i_te)
     overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
     if overlap and test_store is not None and not allow_overlap:
         raise InputError(f"{overlap} of the test store's {len(eval_ids)} record ids also occur in the training "
@@ -663,7 +661,7 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
     if overlap:
         logger.warning("%d id(s) occur in both the training and the test records", overlap)
     t0 = time.perf_counter()
-    predictions = fit_predict(names, lm_tr, y_tr, c_tr, lm_te, c_te, **fit_kw)
+    predictions = fit_predict(names, X_tr, y_tr, X_te, **fit_kw)
     split = {"mode": mode, "seed": int(seed), "test_fraction": float(test_fraction) if mode == "split" else None,
              "n_train": len(train_ids), "n_test": len(eval_ids), "n_overlap_ids": overlap,
              "accuracy_train": float(y_tr.mean()), "accuracy_test": float(y_te.mean()),

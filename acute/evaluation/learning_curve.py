@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..estimators.baselines import BASELINES
+from ..estimators.inputs import Inputs
 from ..estimators.registry import ESTIMATORS, estimator_group, is_estimator
 from ..errors import InputError
 from ..metrics.specs import best_of
@@ -185,7 +186,7 @@ class LearningCurve:
         return "\n".join(parts) + "\n"
 
 
-def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
+def learning_curve(X: Inputs, correct: Any, ids: Sequence[Any], *,
                    estimators: Sequence[str] = ("acute-pca10", "acute-pca10-stacked"),
                    sizes: Sequence[int] | None = None, n_splits: int = 5, repeats: int = DEFAULT_REPEATS,
                    seed: int = 0, n_jobs: int | None = None, n_bootstrap: int = DEFAULT_BOOTSTRAP,
@@ -196,8 +197,8 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     """auc-euro (all) and smECE against the number of training records (see module doc).
 
     ``estimators``: probe names (or ``auto``) of :data:`acute.estimators.registry.ESTIMATORS`; the six
-    baselines are added. ``states``: the mean states, or ``{pooling spec: array}`` for
-    probes that read other poolings (:func:`acute.evaluation.crossval.states_for`). ``sizes`` default to
+    baselines are added. ``X``: the inputs of every record holding the sources the estimators
+    read (:func:`acute.evaluation.crossval.inputs_for`). ``sizes`` default to
     50, 100, 200, ... below the training-fold size, then the full fold. ``repeats`` (default
     :data:`DEFAULT_REPEATS`) fold assignments; ``n_bootstrap`` draws for each interval (see the
     module doc; the record resamples are drawn from ``seed``). ``groups`` (one value per record,
@@ -223,7 +224,7 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
 
     from .. import metrics
     from ..estimators.folds import out_of_fold
-    from .crossval import cv_folds, fit_predict, take_rows
+    from .crossval import cv_folds, fit_predict
     from ..validation import check_count
 
     n_bootstrap = check_count(n_bootstrap, "n_bootstrap")
@@ -234,12 +235,10 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
     probes = [n for n in dict.fromkeys(estimators) if estimator_group(n) != "baseline"]
     names = list(BASELINES) + probes
     y = np.asarray(correct).astype(np.int64)
-    conf = np.asarray(confidence, dtype=np.float64)
     folds = cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed, groups=groups,
                      group_name="record ids" if groups is None else f"values of {group_by or 'the groups'!r}")
     pool = min(tr.size for rep in folds for tr, _ in rep)
     sizes = resolve_sizes(sizes, pool)
-    lm = take_rows(states, slice(None)) if probes else None
     oof = {n: np.full((len(sizes), repeats, y.size), np.nan) for n in names}
     evaluated = _evaluated_repeats(evaluation, folds, ids, y, seed, probe_params, names,
                                    group_by if groups is not None else None)
@@ -255,8 +254,7 @@ def learning_curve(states, correct, confidence, ids: Sequence[Any], *,
             sub = _subset(tr, y, min(size, tr.size), seed * 1_000_003 + r * 1009 + k)
             have = evaluated.get(r, {}) if sub.size == tr.size else {}
             todo = [n for n in names if n not in have]
-            preds = fit_predict(todo, take_rows(lm, sub), y[sub], conf[sub],
-                                take_rows(lm, te), conf[te], random_state=seed,
+            preds = fit_predict(todo, X.take(sub), y[sub], X.take(te), random_state=seed,
                                 n_jobs=n_jobs, probe_params=probe_params) if todo else {}
             preds.update({n: p[te] for n, p in have.items()})
             reused.append(len(have))

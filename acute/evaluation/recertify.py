@@ -38,8 +38,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError
-from ..estimators.calibration import apply_calibration, calibration_arrays, fit_calibration
+from ..estimators.calibration import calibration_scores, calibrator_arrays, probe_calibrator
 from ..estimators.certificates import certificate_entry
+from ..estimators.inputs import Inputs
 from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_error
@@ -159,11 +160,11 @@ def _restacked(probe: ExportedProbe, p: np.ndarray, raw: np.ndarray, y: np.ndarr
     field, groups = store_groups(store, None, list(store.ids))
 
     def fit_predict(tr, te):
-        params = fit_calibration(method, p[tr], y[tr], raw[tr])
-        return apply_calibration(p[te], method, params, raw[te])
+        fitted = probe_calibrator(method).fit(calibration_scores(method, p[tr], raw[tr]), y[tr])
+        return fitted.predict_proba(calibration_scores(method, p[te], raw[te]))[:, 1]
 
     oof = out_of_fold(fit_predict, stratified_folds(y, CV_FOLDS, seed, groups=groups), y.size)
-    arrays = calibration_arrays(method, fit_calibration(method, p, y, raw))
+    arrays = calibrator_arrays(method, probe_calibrator(method).fit(calibration_scores(method, p, raw), y))
     folds = {"n_splits": CV_FOLDS, "seed": seed, "from": f"recertify --restack: the {method} map cross-fitted "
                                                           f"on the recertification store"}
     if field is not None:
@@ -194,13 +195,14 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
     states = np.asarray(store_states(store, probe.pooling), dtype=np.float32)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)
     y = np.asarray(store.correct).astype(np.int64)
-    before = probe.predict_proba(states, confidence=raw)[:, 1]
+    X = Inputs.of(states, raw, pooling=probe.pooling)
+    before = probe.predict_proba(X)[:, 1]
     where = None if path is None else str(Path(path).resolve())
     summary: dict[str, Any] = {"store": where, "n": int(y.size), "accuracy": float(y.mean()),
                                "restacked": bool(restack), "before": _scores(before, y)}
     arrays, folds, conf = dict(probe.arrays), None, before
     if restack:
-        p = forest_proba(probe.features(states, raw), probe.arrays)
+        p = forest_proba(probe.features(X), probe.arrays)
         conf, fitted, folds = _restacked(probe, p, raw, y, store, seed)
         arrays.update(fitted)
         summary["after_out_of_fold"] = _scores(conf, y)

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..collect import collection_settings, store_identity
 from ..errors import InputError
-from ..estimators.baselines import make_baseline
+from ..estimators.calibration import make_calibrator
+from ..estimators.inputs import Inputs
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
 from ..metrics import METRICS
@@ -137,9 +138,11 @@ def probe_estimator(estimator: str | None = None, *, view: str | None = None, la
     return make_estimator(estimator, probe_params=probe_params, **common), estimator
 
 
-def _rows(store, pooling: str, idx: np.ndarray) -> np.ndarray:
-    """float32 rows ``idx`` of the store's ``pooling`` states (:mod:`acute.store.pooling`)."""
-    return np.asarray(store_states(store, pooling)[idx], dtype=np.float32)
+def _inputs(store, pooling: str, idx: np.ndarray) -> Inputs:
+    """The inputs of the store's records ``idx``: their ``pooling`` states (float32,
+    :mod:`acute.store.pooling`) and raw confidences."""
+    return Inputs.of(np.asarray(store_states(store, pooling)[idx], dtype=np.float32),
+                     np.asarray(store.raw_confidence, dtype=np.float64)[idx], pooling=pooling)
 
 
 def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) -> dict:
@@ -148,8 +151,8 @@ def held_out_metrics(probe, store, train_idx: np.ndarray, test_idx: np.ndarray) 
     ``smece``, ``auc_euro``, ``brier`` and the same with ``raw_`` and ``platt_`` prefixes."""
     raw = store.raw_confidence[test_idx]
     y = np.asarray(store.correct[test_idx])
-    conf = probe.predict_proba(_rows(store, probe.pooling, test_idx), confidence=raw)[:, 1]
-    platt = make_baseline("platt").fit(store.raw_confidence[train_idx], store.correct[train_idx]) \
+    conf = probe.predict_proba(_inputs(store, probe.pooling, test_idx))[:, 1]
+    platt = make_calibrator("platt").fit(store.raw_confidence[train_idx], store.correct[train_idx]) \
         .predict_proba(raw)[:, 1]
     out: dict[str, Any] = {"n": int(test_idx.size), "accuracy": float(np.mean(y))}
     for prefix, c in (("", conf), ("raw_", raw), ("platt_", platt)):
@@ -193,8 +196,7 @@ def _reference(trained: TrainedProbe, store, test: np.ndarray) -> dict | None:
     if not test.any():
         return None
     rows = np.flatnonzero(test)
-    conf = trained.probe.predict_proba(_rows(store, getattr(trained.probe, "pooling", "mean"), rows),
-                                       confidence=store.raw_confidence[rows])[:, 1]
+    conf = trained.probe.predict_proba(_inputs(store, getattr(trained.probe, "pooling", "mean"), rows))[:, 1]
     return confidence_reference(conf, "held-out")
 
 
@@ -249,8 +251,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     if isinstance(est, AutoEstimator) and groups is not None:  # compared on folds that keep each group whole
         est.set_params(cv=stratified_folds(store.correct[idx], CV_FOLDS, seed, groups=[groups[i] for i in idx],
                                            group_name=f"values of {field!r} among the training records"))
-    est.fit(_rows(store, getattr(est, "pooling", "mean"), idx), store.correct[idx],
-            confidence=store.raw_confidence[idx])
+    est.fit(_inputs(store, getattr(est, "pooling", "mean"), idx), store.correct[idx])
     auto, selection, probe = None, None, est
     if isinstance(est, AutoEstimator):
         auto, selection, probe = est, est.selection(), est.estimator_
@@ -276,7 +277,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     if precheck_name:
         q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
                            probe_params={"n_estimators": n_estimators})
-        trained.precheck = q.fit(_rows(store, q.pooling, idx), store.correct[idx])
+        trained.precheck = q.fit(_inputs(store, q.pooling, idx), store.correct[idx])
         trained.precheck_estimator = precheck_name
         if test.any():
             trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..estimators.inputs import Inputs
 from ..estimators.registry import DEFAULT_ESTIMATOR
 
 __all__ = ["REFERENCE", "leave_subjects_out", "subject_folds", "subjects_markdown", "transfer_markdown",
@@ -94,12 +95,13 @@ def transfer_table(stores: Mapping[str, Any], estimators: Sequence[str] = (DEFAU
     for a in it:
         ids, y, conf, lm = data[a]
         check_folds(y, cv, f"task {a!r}")
-        oof = cross_val_predictions(names, lm, y, conf, cv_folds(ids, y, n_splits=cv, seed=seed), **fit_kw)
+        X = Inputs.of(lm, conf)
+        oof = cross_val_predictions(names, X, y, cv_folds(ids, y, n_splits=cv, seed=seed), **fit_kw)
         cells.append({"train": a, "test": a, "mode": "cv", "n_train": y.size, "n_test": y.size,
                       "rows": _rows({n: p[0] for n, p in oof.items()}, conf, y, n_bootstrap, seed)})
         others = [b for b in tasks if b != a]
-        preds = fit_predict(names, lm, y, conf, np.concatenate([data[b][3] for b in others]),
-                            np.concatenate([data[b][2] for b in others]), **fit_kw)
+        tested = Inputs.of(np.concatenate([data[b][3] for b in others]), np.concatenate([data[b][2] for b in others]))
+        preds = fit_predict(names, X, y, tested, **fit_kw)
         start = 0
         for b in others:
             _, yb, cb, _ = data[b]
@@ -157,7 +159,8 @@ def leave_subjects_out(store, estimators: Sequence[str] = (DEFAULT_ESTIMATOR,), 
     modes = {}
     for mode, folds in (("subjects held out", subject_folds(subjects, n_splits, repeats, seed)),
                         ("random folds", cv_folds(ids, y, n_splits=n_splits, n_repeats=repeats, seed=seed))):
-        modes[mode] = _rows(cross_val_predictions(names, lm, y, conf, folds, **fit_kw), conf, y, n_bootstrap, seed)
+        modes[mode] = _rows(cross_val_predictions(names, Inputs.of(lm, conf), y, folds, **fit_kw), conf, y,
+                            n_bootstrap, seed)
     return {"n_records": int(y.size), "n_subjects": len(set(subjects)), "n_splits": n_splits,
             "repeats": repeats, "estimators": names, "reference": REFERENCE, "modes": modes}
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
+from ..estimators.inputs import CONFIDENCE, Inputs
 from ..models.loading import holds_no_weights
 from ..store.identity import diff, domain_change, of_model, of_probe
 from ..validation import check_count
@@ -354,7 +355,7 @@ class Scorer:
         conf = np.full(len(gated), np.nan)
 
         def decide(states: np.ndarray, index: np.ndarray) -> np.ndarray:
-            conf[index] = self.precheck_probe.predict_proba(states)[:, 1]
+            conf[index] = self.precheck_probe.predict_proba(Inputs.of(states, pooling=self.precheck_probe.pooling))[:, 1]
             return conf[index] > thresholds[index]
 
         start = time.perf_counter()
@@ -445,7 +446,8 @@ class Scorer:
 
     def _prechecked(self, items, texts, thresholds) -> list[PrecheckResult]:
         states, lengths = self._prompt_pass(texts)
-        return _precheck_results(items, texts, lengths, self.precheck_probe.predict_proba(states)[:, 1], thresholds)
+        conf = self.precheck_probe.predict_proba(Inputs.of(states, pooling=self.precheck_probe.pooling))[:, 1]
+        return _precheck_results(items, texts, lengths, conf, thresholds)
 
     def score_response(self, prompt_or_messages, response: str, risk: float | None = None, *,
                        max_error: float | None = None, gate: Gate | None = None) -> ScoredGeneration:
@@ -536,9 +538,11 @@ class Scorer:
         from ..store.pooling import DEFAULT_POOLING, generation_states
 
         start = time.perf_counter()
-        states = generation_states(gens, getattr(self.probe, "pooling", DEFAULT_POOLING))
+        pooling = getattr(self.probe, "pooling", DEFAULT_POOLING)
+        states = generation_states(gens, pooling)
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
-        conf = self.probe.predict_proba(states, confidence=raw)[:, 1]
+        reads = CONFIDENCE in self.probe.sources  # a probe without the confidence never checks it
+        conf = self.probe.predict_proba(Inputs.of(states, raw if reads else None, pooling=pooling))[:, 1]
         out = []
         trusted = [bool(gate.decide(c)) for gate, c in zip(gates, conf)]
         seconds = {"generation": generation_s, "scoring": time.perf_counter() - start}

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute.cli import main
 from cli_run import run  # tests/cli_run.py
 from acute.extraction import generate_and_record
@@ -263,7 +264,7 @@ def _expected_confidences(tiny_model_dir, probe_dir, questions):
                                stop_strings=gen["stop_strings"])
     X = generation_states(gens, probe.pooling)
     raw = np.array([g.raw_confidence for g in gens])
-    return probe.predict_proba(X, confidence=raw)[:, 1]
+    return probe.predict_proba(Inputs.of(X, raw, pooling=probe.pooling))[:, 1]
 
 
 def test_score_question(exported, tiny_model_dir, capsys):

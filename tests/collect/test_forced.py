@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from acute.estimators.inputs import Inputs
 import acute.collect
 from acute.cli import main
 from acute.collect import collect, collect_responses, read_responses, rerecord_store
@@ -423,8 +424,7 @@ def responses_probe(loaded, tmp_path_factory):
     collect_responses(model, tok, write_rows(root / "logs.jsonl", rows), root / "store",
                       model_name="tiny", dtype="float32", progress=False)
     store = open_store(root / "store")
-    probe = ActivationProbe(view="pca10", n_estimators=10).fit(
-        np.asarray(store.layer_means), store.correct, confidence=store.raw_confidence)
+    probe = ActivationProbe(view="pca10", n_estimators=10).fit(Inputs.of(np.asarray(store.layer_means), store.raw_confidence), store.correct)
     probe.save(root / "probe", model_name="tiny", model_fingerprint=model_fingerprint(model),
                training_summary=acute.collect.collection_settings(store.manifest))
     return root / "probe"
@@ -438,8 +438,7 @@ def test_score_responses_is_the_probe_on_the_forced_record(loaded, responses_pro
     answers = ["Shakespeare", " Mars", "4"]
     scored = scorer.score_responses(prompts, answers, risk=0.4)
     gens = record_responses(model, tok, prompts, answers)
-    conf = probe.predict_proba(np.stack([g.layer_means for g in gens]),
-                               confidence=np.array([g.raw_confidence for g in gens]))[:, 1]
+    conf = probe.predict_proba(Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])))[:, 1]
     for s, g, c, p, a in zip(scored, gens, conf, prompts, answers):
         assert s.prompt == p and s.answer == a.strip() and s.n_tokens == len(g.token_ids)
         assert s.raw_confidence == pytest.approx(g.raw_confidence, rel=1e-6)
@@ -461,7 +460,7 @@ def test_score_responses_refuses_another_prompt_format(loaded, tiny_model, tiny_
     y = np.arange(30) % 2
     messages = {"generation": {"chat": True, "pool": "decoding"},
                 "responses": {"file": "logs.jsonl", "labels": "label field", "prompt_format": "messages"}}
-    probe = ActivationProbe(view="pca10", n_estimators=5).fit(X, y, confidence=np.full(30, 0.5))
+    probe = ActivationProbe(view="pca10", n_estimators=5).fit(Inputs.of(X, np.full(30, 0.5)), y)
     probe.training_summary_ = messages
     scorer = Scorer(model, tok, probe)
     with pytest.raises(InputError, match=r"trained on chat messages \('messages' label field rows of "

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import torch
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.cli import main
 from acute.errors import IncompatibleStoreError, InputError, ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
-from acute.estimators.calibration import fit_calibration
+from acute.estimators.calibration import StackedCalibration
 from acute.estimators.certificates import certificate_entry
 from acute.estimators.probe_file import forest_proba
 from acute.metrics.certify import certify_threshold
@@ -172,7 +173,7 @@ def test_an_older_probe_without_a_domain_loads_with_one_warning(exported, tmp_pa
     assert len(msgs) == 1 and "records no validity domain" in msgs[0] and str(tmp_path / "old") in msgs[0]
     assert again.domain is None and of_probe(again)["model_dtype"] is None
     X = _states(np.array([0, 1]), np.random.default_rng(5))
-    np.testing.assert_array_equal(again.predict_proba(X, [0.5, 0.5]), probe.predict_proba(X, [0.5, 0.5]))
+    np.testing.assert_array_equal(again.predict_proba(Inputs.of(X, [0.5, 0.5])), probe.predict_proba(Inputs.of(X, [0.5, 0.5])))
 
 
 def test_a_calibration_store_of_another_setting_cannot_certify(stores):
@@ -198,7 +199,7 @@ def tiny_probe(tiny_model_dir, tmp_path_factory):
     gens = generate_and_record(model, tok, prompts, max_new_tokens=3)
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
-    fitted = ActivationProbe(view="cosine", n_estimators=3).fit(X, np.arange(20) % 2, confidence=raw)
+    fitted = ActivationProbe(view="cosine", n_estimators=3).fit(Inputs.of(X, raw), np.arange(20) % 2)
     cert = Certificate(threshold=0.0, alpha=0.1, n_calibration=500, calibration_coverage=1.0,
                        calibration_precision=0.95, p_value=1e-4, valid=True, reason="by hand",
                        method=METHODS["binomial"], fwer="bonferroni_holm", delta=0.1, n_thresholds=100)
@@ -261,7 +262,8 @@ def test_a_precheck_probe_scored_under_another_dtype_is_named_in_its_own_warning
     model, tok, path = tiny_probe
     prompts = [f"Question: what is {i} times {i + 3}?" for i in range(20)]
     states = np.stack([p.last_prompt for p in record_prompt_states(model, tok, prompts)])
-    fitted = make_estimator("question-only", probe_params={"n_estimators": 3}).fit(states, np.arange(20) % 2)
+    fitted = make_estimator("question-only", probe_params={"n_estimators": 3}).fit(
+        Inputs.of(states, pooling="last-prompt"), np.arange(20) % 2)
     pre = fitted.export(model_name="tiny", model_fingerprint=acute.model_identity(model),
                         training_summary={"task": None}).with_domain(
         {"engine": "transformers", "engine_version": transformers_version(), "model_dtype": "float32",
@@ -330,8 +332,8 @@ def test_recertify_calibrates_the_threshold_on_the_new_settings_records(exported
     old, new = load_probe(exported), load_probe(tmp_path / "new")
     # the same forest and map; a threshold certified on the store's records, computed here directly
     X = np.asarray(bf16.states("mean"), dtype=np.float32)
-    conf = old.predict_proba(X, confidence=bf16.raw_confidence)[:, 1]
-    np.testing.assert_array_equal(new.predict_proba(X, confidence=bf16.raw_confidence)[:, 1], conf)
+    conf = old.predict_proba(Inputs.of(X, bf16.raw_confidence))[:, 1]
+    np.testing.assert_array_equal(new.predict_proba(Inputs.of(X, bf16.raw_confidence))[:, 1], conf)
     want = certify_threshold(conf, np.asarray(bf16.correct), 0.2, 0.1, backend="binomial")
     (entry,) = new.certificates
     assert (entry["threshold"], entry["n_calibration"], entry["source"]) == (want.threshold, N, "calibration-store")
@@ -356,9 +358,9 @@ def test_recertify_restack_refits_the_map_on_the_new_records(exported, stores):
     X = np.asarray(bf16.states("mean"), dtype=np.float32)
     raw, y = np.asarray(bf16.raw_confidence), np.asarray(bf16.correct).astype(int)
     done = recertify(old, bf16, restack=True, backend="binomial")
-    p = forest_proba(old.features(X, raw), old.arrays)
-    w = fit_calibration("stacked", p, y, raw)
-    np.testing.assert_allclose(done.probe.arrays["calibration.stacked"], [w["w"], w["v"], w["b"]])
+    p = forest_proba(old.features(Inputs.of(X, raw)), old.arrays)
+    fitted = StackedCalibration().fit(np.column_stack([p, raw]), y)
+    np.testing.assert_allclose(done.probe.arrays["calibration.stacked"], [*fitted.coef_, fitted.intercept_])
     assert done.certificates[0]["folds"]["n_splits"] == 5 and done.summary["restacked"]
     assert not np.array_equal(done.probe.arrays["calibration.stacked"], old.arrays["calibration.stacked"])
 

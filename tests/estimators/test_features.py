@@ -9,6 +9,7 @@ from sklearn.decomposition import PCA
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.model_selection import StratifiedKFold, cross_val_score
 
+from acute.estimators.inputs import Inputs
 from acute.validation import check_confidence, check_correct, check_states
 from acute.estimators.features import (
     CosineToLast,
@@ -106,36 +107,37 @@ def test_layer_thirds_are_contiguous_thirds_of_decoder_layers():
 
 def test_meanpool_int_layer():
     X, y, _ = planted(n=20)
-    mp = MeanPool(-2).fit(X)
+    mp = MeanPool(-2).fit(Inputs.of(X))
     assert mp.layer_ == 8 and mp.cv_scores_ == {}
-    out = mp.transform(X)
+    out = mp.transform(Inputs.of(X))
     assert out.dtype == np.float64
     np.testing.assert_array_equal(out, X[:, 8].astype(np.float64))
     names = mp.get_feature_names_out()
     assert names[0] == "L8.d0" and names[-1] == "L8.d7" and len(names) == 8
     with pytest.raises(ValueError, match=r"states has shape \[n, 9, 8\].*\[n, 10, 8\]"):
-        mp.transform(X[:, :9])
+        mp.transform(Inputs.of(X[:, :9]))
     with pytest.raises(ValueError, match="layer=40"):
-        MeanPool(40).fit(X)
+        MeanPool(40).fit(Inputs.of(X))
     from sklearn.exceptions import NotFittedError
 
     with pytest.raises(NotFittedError):
-        MeanPool(1).transform(X)
+        MeanPool(1).transform(Inputs.of(X))
 
 
 @pytest.mark.parametrize("third,expected", [("early", 2), ("mid", 5), ("late", 8)])
 def test_meanpool_named_layer_picks_planted_layer_in_its_third(third, expected):
     X, y, conf = planted()
-    mp = MeanPool(third, n_estimators=20).fit(X, y, confidence=conf)
+    mp = MeanPool(third, n_estimators=20, with_confidence=True).fit(Inputs.of(X, conf), y)
     assert mp.layer_ == expected
     assert set(mp.cv_scores_) == set(layer_thirds(10)[third].tolist())
     assert min(mp.cv_scores_, key=mp.cv_scores_.get) == expected
-    np.testing.assert_array_equal(mp.transform(X), X[:, expected].astype(np.float64))
+    np.testing.assert_array_equal(mp.transform(Inputs.of(X)), X[:, expected].astype(np.float64))
 
 
 def test_meanpool_search_score_is_mean_cv_brier_of_the_documented_forest():
     X, y, conf = planted(n=120)
-    mp = MeanPool("mid", n_estimators=10, max_depth=8, max_features=10, random_state=3).fit(X, y, confidence=conf)
+    mp = MeanPool("mid", n_estimators=10, max_depth=8, max_features=10, random_state=3,
+                  with_confidence=True).fit(Inputs.of(X, conf), y)
     # independent recomputation with scikit-learn's own cross-validation and Brier scorer
     for layer in (4, 5, 6):
         feats = np.column_stack([X[:, layer].astype(np.float64), conf])
@@ -147,20 +149,20 @@ def test_meanpool_search_score_is_mean_cv_brier_of_the_documented_forest():
 
 def test_meanpool_search_stride_and_errors():
     X, y, conf = planted(n=60)
-    mp = MeanPool("early", n_estimators=5, stride=2).fit(X, y)
+    mp = MeanPool("early", n_estimators=5, stride=2).fit(Inputs.of(X), y)
     assert set(mp.cv_scores_) == {1, 3}
     with pytest.raises(ValueError, match="needs y"):
-        MeanPool("mid").fit(X)
+        MeanPool("mid").fit(Inputs.of(X))
     with pytest.raises(ValueError, match="needs at least 3 decoder layers"):
-        MeanPool("late").fit(X[:, :3], y)
+        MeanPool("late").fit(Inputs.of(X[:, :3]), y)
     with pytest.raises(ValueError, match="one of"):
-        MeanPool("middle").fit(X, y)
+        MeanPool("middle").fit(Inputs.of(X), y)
     with pytest.raises(ValueError, match="cv=3"):
-        MeanPool("mid").fit(X[:2], np.array([0, 1]))
+        MeanPool("mid").fit(Inputs.of(X[:2]), np.array([0, 1]))
     yy = np.zeros(60, dtype=int)
     yy[:2] = 1
     with pytest.raises(ValueError, match="at least 3 correct"):
-        MeanPool("mid").fit(X, yy)
+        MeanPool("mid").fit(Inputs.of(X), yy)
 
 
 # ----------------------------------------------------------------------- CosineToLast
@@ -180,15 +182,15 @@ def test_cosine_to_last_matches_explicit_loops_and_zero_norm_rule():
             nh = math.sqrt(sum(float(a) ** 2 for a in h))
             nl = math.sqrt(sum(float(b) ** 2 for b in last))
             expected[i, layer] = dot / (nh * nl) if nh > 0 and nl > 0 else 0.0
-    ct = CosineToLast().fit(X)
-    got = ct.transform(X)
+    ct = CosineToLast().fit(Inputs.of(X))
+    got = ct.transform(Inputs.of(X))
     assert got.shape == (4, 4)
     np.testing.assert_allclose(got, expected, atol=1e-12, rtol=0)
     assert got[1, 2] == 0.0 and np.all(got[3] == 0.0)
     np.testing.assert_array_equal(got, cosine_to_last(X))
     # a layer parallel to the last one has cosine 1, antiparallel -1
     Y = np.stack([2.0 * X[0, 4], -X[0, 4], X[0, 4]])[None]
-    np.testing.assert_allclose(CosineToLast().fit(Y).transform(Y), [[1.0, -1.0]], atol=1e-15)
+    np.testing.assert_allclose(CosineToLast().fit(Inputs.of(Y)).transform(Inputs.of(Y)), [[1.0, -1.0]], atol=1e-15)
     assert ct.get_feature_names_out().tolist() == ["cos.L0", "cos.L1", "cos.L2", "cos.L3"]
 
 
@@ -200,9 +202,9 @@ def test_layer_pca_matches_sklearn_pca_and_uses_training_statistics():
     scale = np.array([5.0, 3.0, 2.0, 1.5, 1.0, 0.5, 0.3, 0.2])
     X = rng.normal(size=(80, 3, 8)) * scale
     train, test = X[:60], X[60:]
-    pca = LayerPCA(3).fit(train)
+    pca = LayerPCA(3).fit(Inputs.of(train))
     assert pca.means_.shape == (3, 8) and pca.components_.shape == (3, 3, 8)
-    out = pca.transform(test)
+    out = pca.transform(Inputs.of(test))
     assert out.shape == (20, 9)
     for layer in range(3):
         ref = PCA(3, svd_solver="full").fit(train[:, layer])
@@ -222,8 +224,8 @@ def test_layer_pca_full_rank_reconstructs_and_is_orthonormal(n):
     rng = np.random.default_rng(3)
     X = rng.normal(size=(n, 2, 8))
     m = min(n, 8)
-    pca = LayerPCA(m).fit(X)
-    scores = pca.transform(X)
+    pca = LayerPCA(m).fit(Inputs.of(X))
+    scores = pca.transform(Inputs.of(X))
     for layer in range(2):
         comps = pca.components_[layer]
         np.testing.assert_allclose(comps @ comps.T, np.eye(m), atol=1e-10)
@@ -235,11 +237,11 @@ def test_layer_pca_full_rank_reconstructs_and_is_orthonormal(n):
 def test_layer_pca_errors():
     X = np.random.default_rng(0).normal(size=(15, 3, 8))
     with pytest.raises(ValueError, match=r"n_components=10.*min\(15, 8\)"):
-        LayerPCA(10).fit(X)
+        LayerPCA(10).fit(Inputs.of(X))
     with pytest.raises(ValueError, match=r"n_components=10.*min\(5, 8\)"):
-        LayerPCA(10).fit(X[:5])
+        LayerPCA(10).fit(Inputs.of(X[:5]))
     with pytest.raises(ValueError, match="n_components must be an int"):
-        LayerPCA(0).fit(X)
+        LayerPCA(0).fit(Inputs.of(X))
 
 
 # --------------------------------------------------------------------- make_featurizer

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from acute.evaluation.crossval import fit_predict, states_for
+from acute.estimators.inputs import Inputs
+from acute.evaluation.crossval import fit_predict, inputs_for
 from acute.errors import InputError, UnknownEstimatorError
 from acute.estimators import make_estimator
 from acute.estimators.registry import estimator_group, estimator_pooling, is_estimator
@@ -65,24 +66,27 @@ def test_estimator_names_take_a_pooling_suffix():
 def test_fit_predict_feeds_each_probe_its_own_pooling():
     mean, last, y, conf = _data()
     tr, te = np.arange(120), np.arange(120, N)
-    states = {"mean": mean, "last-answer": last}
+    X = Inputs({"states@mean": mean, "states@last-answer": last, "confidence": conf})
     names = ["platt", "acute-cosine@last-answer", "acute-cosine-stacked@last-answer", "acute-cosine"]
     kw = dict(probe_params={"n_estimators": 20})
-    got = fit_predict(names, {k: v[tr] for k, v in states.items()}, y[tr], conf[tr],
-                      {k: v[te] for k, v in states.items()}, conf[te], **kw)
-    direct = ActivationProbe(view="cosine", n_estimators=20, pooling="last-answer").fit(last[tr], y[tr], conf[tr])
-    np.testing.assert_allclose(got["acute-cosine@last-answer"], direct.predict_proba(last[te], conf[te])[:, 1])
-    on_mean = ActivationProbe(view="cosine", n_estimators=20).fit(mean[tr], y[tr], conf[tr])
-    np.testing.assert_allclose(got["acute-cosine"], on_mean.predict_proba(mean[te], conf[te])[:, 1])
-    with pytest.raises(InputError, match="reads the 'last-answer' states"):
-        fit_predict(["acute-cosine@last-answer"], mean[tr], y[tr], conf[tr], mean[te], conf[te], **kw)
+    got = fit_predict(names, X.take(tr), y[tr], X.take(te), **kw)
+    direct = ActivationProbe(view="cosine", n_estimators=20, pooling="last-answer").fit(
+        Inputs.of(last[tr], conf[tr], pooling="last-answer"), y[tr])
+    np.testing.assert_allclose(got["acute-cosine@last-answer"],
+                               direct.predict_proba(Inputs.of(last[te], conf[te], pooling="last-answer"))[:, 1])
+    on_mean = ActivationProbe(view="cosine", n_estimators=20).fit(Inputs.of(mean[tr], conf[tr]), y[tr])
+    np.testing.assert_allclose(got["acute-cosine"], on_mean.predict_proba(Inputs.of(mean[te], conf[te]))[:, 1])
+    with pytest.raises(InputError, match="reads the 'states@last-answer' source"):
+        fit_predict(["acute-cosine@last-answer"], Inputs.of(mean[tr], conf[tr]), y[tr], Inputs.of(mean[te], conf[te]), **kw)
 
 
-def test_states_for_reads_what_the_named_estimators_need():
+def test_inputs_for_reads_what_the_named_estimators_need():
     mean, last, _, _ = _data()
 
     class FakeStore:
         layer_means = mean
+        raw_confidence = np.full(N, 0.5)
+        ids = list(range(N))
 
         def states(self, pooling):
             if pooling not in ("mean", "last-answer"):
@@ -90,11 +94,11 @@ def test_states_for_reads_what_the_named_estimators_need():
             return mean if pooling == "mean" else last
 
     store = FakeStore()
-    assert states_for(store, ["platt"]) is None
-    np.testing.assert_array_equal(states_for(store, ["platt", "acute-cosine"]), mean)
-    got = states_for(store, ["acute-cosine", "acute-pca10@mean+last-answer"])
-    assert set(got) == {"mean", "mean+last-answer"}
-    np.testing.assert_array_equal(got["mean+last-answer"], np.concatenate([mean, last], axis=-1))
+    assert inputs_for(store, ["platt"]).sources == ("confidence",)
+    np.testing.assert_array_equal(inputs_for(store, ["platt", "acute-cosine"])["states@mean"], mean)
+    got = inputs_for(store, ["acute-cosine", "acute-pca10@mean+last-answer"])
+    assert set(got.sources) == {"states@mean", "confidence", "states@mean+last-answer"}
+    np.testing.assert_array_equal(got["states@mean+last-answer"], np.concatenate([mean, last], axis=-1))
     joint = store_states(store, "mean+last-answer")
     assert isinstance(joint, Concatenated) and joint.shape == (N, N_OUT, 2 * D)
     np.testing.assert_array_equal(joint[[4, 1]], np.concatenate([mean[[4, 1]], last[[4, 1]]], axis=-1))
@@ -116,19 +120,21 @@ def test_a_joint_pooling_probe_exports_and_scores_equal_in_numpy(tmp_path, view)
     mean, last, y, conf = _data(1)
     X = np.concatenate([mean, last], axis=-1)
     probe = ActivationProbe(view=view, layer=2 if view == "mean" else None, n_estimators=15,
-                            calibration="stacked", cv=3, pooling="mean+last-answer").fit(X, y, conf)
+                            calibration="stacked", cv=3, pooling="mean+last-answer").fit(
+                                Inputs.of(X, conf, pooling="mean+last-answer"), y)
     out = probe.save(tmp_path / "p", model_fingerprint={"num_layers": N_OUT - 1, "hidden_size": D})
     loaded = load_probe(out)
     assert loaded.pooling == "mean+last-answer" and loaded.manifest["format_version"] == 3
     assert loaded.manifest["input"] == {"n_layer_outputs": N_OUT, "hidden_size": D, "pooling": "mean+last-answer"}
-    np.testing.assert_allclose(loaded.predict_proba(X, conf), probe.predict_proba(X, conf), atol=1e-12)
+    joint = Inputs.of(X, conf, pooling="mean+last-answer")
+    np.testing.assert_allclose(loaded.predict_proba(joint), probe.predict_proba(joint), atol=1e-12)
     with pytest.raises(InputError, match=r"expects \[n, 5, 16\] \(pooling 'mean\+last-answer'\)"):
-        loaded.predict_proba(mean, conf)
+        loaded.predict_proba(Inputs.of(mean, conf, pooling="mean+last-answer"))
 
 
 def test_a_mean_probe_keeps_its_old_format():
     mean, _, y, conf = _data()
-    probe = ActivationProbe(view="cosine", n_estimators=10).fit(mean, y, conf)
+    probe = ActivationProbe(view="cosine", n_estimators=10).fit(Inputs.of(mean, conf), y)
     exported = probe.export()
     assert exported.manifest["format_version"] == 1 and "pooling" not in exported.manifest["input"]
     assert exported.pooling == "mean"

@@ -11,6 +11,7 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
+from acute.estimators.inputs import Inputs
 from acute.errors import ModelMismatchError, ProbeFormatError
 from acute.estimators import ActivationProbe, ExportedProbe, load_probe
 from acute.estimators.probe_file import forest_arrays, forest_proba
@@ -47,7 +48,7 @@ def small(**kw):
 @pytest.fixture(scope="module")
 def fitted(data):
     (X, y, c), _ = data
-    return small(view="pca10").fit(X, y, c)
+    return small(view="pca10").fit(Inputs.of(X, c), y)
 
 
 # ------------------------------------------------------------------------- behaviour
@@ -57,8 +58,8 @@ def fitted(data):
                                 dict(view="mean", layer=5)])
 def test_probe_beats_chance_on_held_out(data, kw):
     (X, y, c), (Xt, yt, ct) = data
-    probe = small(**kw).fit(X, y, c)
-    proba = probe.predict_proba(Xt, ct)
+    probe = small(**kw).fit(Inputs.of(X, c), y)
+    proba = probe.predict_proba(Inputs.of(Xt, ct))
     assert proba.shape == (len(Xt), 2)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert roc_auc_score(yt, proba[:, 1]) > 0.8
@@ -74,23 +75,23 @@ def test_feature_names_and_attributes(data, fitted):
     assert fitted.classes_.tolist() == [0, 1] and fitted.layer_ is None
     assert fitted.training_summary_["n_records"] == 300
     assert fitted.training_summary_["n_correct"] == int(y.sum())
-    p = small(view="mean", layer=-7, append_confidence=False).fit(X, y)
+    p = small(view="mean", layer=-7, append_confidence=False).fit(Inputs.of(X), y)
     assert p.layer_ == 3 and p.feature_names_ == [f"L3.d{j}" for j in range(D)]
     # append_confidence=False: no confidence column, and none needed
-    np.testing.assert_array_equal(p.transform_features(X), X[:, 3].astype(np.float64))
-    p = small(view="cosine").fit(X, y, c)
+    np.testing.assert_array_equal(p.transform_features(Inputs.of(X)), X[:, 3].astype(np.float64))
+    p = small(view="cosine").fit(Inputs.of(X, c), y)
     assert p.feature_names_ == [f"cos.L{i}" for i in range(N_OUT - 1)] + ["raw_confidence"]
-    np.testing.assert_array_equal(p.transform_features(X, c)[:, -1], c)
-    pred = fitted.predict(X, c)
-    np.testing.assert_array_equal(pred, (fitted.predict_proba(X, c)[:, 1] > 0.5).astype(int))
+    np.testing.assert_array_equal(p.transform_features(Inputs.of(X, c))[:, -1], c)
+    pred = fitted.predict(Inputs.of(X, c))
+    np.testing.assert_array_equal(pred, (fitted.predict_proba(Inputs.of(X, c))[:, 1] > 0.5).astype(int))
 
 
 def test_reproducible_and_n_jobs_independent(data):
     (X, y, c), (Xt, _, ct) = data
-    a = small(view="pca10", n_jobs=1).fit(X, y, c).predict_proba(Xt, ct)
-    b = small(view="pca10", n_jobs=1).fit(X, y, c).predict_proba(Xt, ct)
-    j = small(view="pca10", n_jobs=2).fit(X, y, c).predict_proba(Xt, ct)
-    other = small(view="pca10", random_state=1).fit(X, y, c).predict_proba(Xt, ct)
+    a = small(view="pca10", n_jobs=1).fit(Inputs.of(X, c), y).predict_proba(Inputs.of(Xt, ct))
+    b = small(view="pca10", n_jobs=1).fit(Inputs.of(X, c), y).predict_proba(Inputs.of(Xt, ct))
+    j = small(view="pca10", n_jobs=2).fit(Inputs.of(X, c), y).predict_proba(Inputs.of(Xt, ct))
+    other = small(view="pca10", random_state=1).fit(Inputs.of(X, c), y).predict_proba(Inputs.of(Xt, ct))
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, j)
     assert not np.array_equal(a, other)
@@ -100,7 +101,7 @@ def test_reproducible_and_n_jobs_independent(data):
 
 def test_forest_hyperparameters_are_used(data):
     (X, y, c), _ = data
-    p = small(view="cosine", max_depth=3, min_samples_leaf=5, n_estimators=7, max_features=50).fit(X, y, c)
+    p = small(view="cosine", max_depth=3, min_samples_leaf=5, n_estimators=7, max_features=50).fit(Inputs.of(X, c), y)
     assert len(p.forest_.estimators_) == 7
     assert max(e.tree_.max_depth for e in p.forest_.estimators_) <= 3
     assert p.forest_.max_features == N_OUT  # 50 clipped to the 10 features
@@ -112,27 +113,27 @@ def test_forest_hyperparameters_are_used(data):
 
 def test_isotonic_calibration_matches_sklearn(data):
     (X, y, c), (Xt, _, ct) = data
-    p = small(view="pca10", calibration="isotonic").fit(X, y, c)
+    p = small(view="pca10", calibration="isotonic").fit(Inputs.of(X, c), y)
     assert p.oof_proba_.shape == (300,)
-    raw = p.forest_.predict_proba(p.transform_features(Xt, ct))[:, 1]
+    raw = p.forest_.predict_proba(p.transform_features(Inputs.of(Xt, ct)))[:, 1]
     iso = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(p.oof_proba_, y)
-    np.testing.assert_allclose(p.predict_proba(Xt, ct)[:, 1], iso.predict(raw), atol=1e-12)
+    np.testing.assert_allclose(p.predict_proba(Inputs.of(Xt, ct))[:, 1], iso.predict(raw), atol=1e-12)
 
 
 def test_platt_calibration_matches_weighted_logistic_regression(data):
     (X, y, c), (Xt, _, ct) = data
-    p = small(view="cosine", calibration="platt").fit(X, y, c)
+    p = small(view="cosine", calibration="platt").fit(Inputs.of(X, c), y)
     oof = p.oof_proba_
     # reference: Platt's smoothed targets t as sample weights of duplicated rows, no penalty
     n_pos, n_neg = y.sum(), (~y).sum()
     t = np.where(y, (n_pos + 1) / (n_pos + 2), 1 / (n_neg + 2))
     lr = LogisticRegression(C=1e12, tol=1e-12, max_iter=10000)
     lr.fit(np.concatenate([oof, oof])[:, None], np.r_[np.ones(300), np.zeros(300)], sample_weight=np.r_[t, 1 - t])
-    a, b = p.calibration_params_["a"], p.calibration_params_["b"]
+    a, b = p.calibrator_.coef_, p.calibrator_.intercept_
     assert a == pytest.approx(lr.coef_[0, 0], rel=1e-4, abs=1e-4)
     assert b == pytest.approx(lr.intercept_[0], rel=1e-4, abs=1e-4)
-    raw = p.forest_.predict_proba(p.transform_features(Xt, ct))[:, 1]
-    np.testing.assert_allclose(p.predict_proba(Xt, ct)[:, 1], 1 / (1 + np.exp(-(a * raw + b))), atol=1e-14)
+    raw = p.forest_.predict_proba(p.transform_features(Inputs.of(Xt, ct)))[:, 1]
+    np.testing.assert_allclose(p.predict_proba(Inputs.of(Xt, ct))[:, 1], 1 / (1 + np.exp(-(a * raw + b))), atol=1e-14)
 
 
 def test_stacked_calibration_is_a_logistic_on_out_of_fold_forest_and_confidence_logits(data):
@@ -142,23 +143,23 @@ def test_stacked_calibration_is_a_logistic_on_out_of_fold_forest_and_confidence_
     from sklearn.model_selection import StratifiedKFold
 
     (X, y, c), (Xt, _, ct) = data
-    p = small(view="pca10", calibration="stacked", cv=4).fit(X, y, c)
+    p = small(view="pca10", calibration="stacked", cv=4).fit(Inputs.of(X, c), y)
     oof = np.empty(len(y))
     for tr, te in StratifiedKFold(4, shuffle=True, random_state=0).split(X, y):
-        fold = small(view="pca10").fit(X[tr], y[tr], c[tr])
-        oof[te] = fold.predict_proba(X[te], c[te])[:, 1]
+        fold = small(view="pca10").fit(Inputs.of(X[tr], c[tr]), y[tr])
+        oof[te] = fold.predict_proba(Inputs.of(X[te], c[te]))[:, 1]
     np.testing.assert_allclose(p.oof_proba_, oof, atol=1e-12)
 
     def feats(q, conf):
         return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
 
     lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(feats(oof, c), y)
-    w, v, b = (p.calibration_params_[k] for k in ("w", "v", "b"))
+    (w, v), b = p.calibrator_.coef_, p.calibrator_.intercept_
     np.testing.assert_allclose([w, v], lr.coef_[0], rtol=1e-4)
     np.testing.assert_allclose(b, lr.intercept_[0], rtol=1e-4, atol=1e-6)
-    forest = p.predict_proba(Xt, ct, calibrated=False)[:, 1]
-    np.testing.assert_allclose(forest, small(view="pca10").fit(X, y, c).predict_proba(Xt, ct)[:, 1])
-    np.testing.assert_allclose(p.predict_proba(Xt, ct)[:, 1], expit(feats(forest, ct) @ [w, v] + b), atol=1e-12)
+    forest = p.predict_proba(Inputs.of(Xt, ct), calibrated=False)[:, 1]
+    np.testing.assert_allclose(forest, small(view="pca10").fit(Inputs.of(X, c), y).predict_proba(Inputs.of(Xt, ct))[:, 1])
+    np.testing.assert_allclose(p.predict_proba(Inputs.of(Xt, ct))[:, 1], expit(feats(forest, ct) @ [w, v] + b), atol=1e-12)
     assert w > 0 and v > 0  # both carry signal in this data
 
 
@@ -172,7 +173,7 @@ def test_out_of_bag_stacking_calibrates_on_each_records_trees_that_left_it_out(d
     n = len(y)
 
     def by_hand(probe):
-        feats = probe._features(probe.featurizer_, X, c)
+        feats = probe._features(probe.featurizer_, Inputs.of(X, c))
         total, count = np.zeros(n), np.zeros(n)
         for tree in probe.forest_.estimators_:
             drawn = np.random.RandomState(tree.random_state).randint(0, n, n)
@@ -181,11 +182,11 @@ def test_out_of_bag_stacking_calibrates_on_each_records_trees_that_left_it_out(d
             count[out] += 1
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
-    p = small(view="pca10", calibration="stacked", cv=4, oof="oob").fit(X, y, c)
-    plain = small(view="pca10").fit(X, y, c)
-    np.testing.assert_array_equal(p.predict_proba(Xt, ct, calibrated=False), plain.predict_proba(Xt, ct))
+    p = small(view="pca10", calibration="stacked", cv=4, oof="oob").fit(Inputs.of(X, c), y)
+    plain = small(view="pca10").fit(Inputs.of(X, c), y)
+    np.testing.assert_array_equal(p.predict_proba(Inputs.of(Xt, ct), calibrated=False), plain.predict_proba(Inputs.of(Xt, ct)))
     np.testing.assert_allclose(p.oof_proba_, by_hand(p), atol=1e-12)
-    few = small(view="pca10", calibration="stacked", oof="oob", n_estimators=6).fit(X, y, c)
+    few = small(view="pca10", calibration="stacked", oof="oob", n_estimators=6).fit(Inputs.of(X, c), y)
     expected = by_hand(few)
     held = np.isfinite(expected)
     assert 0 < (~held).sum() < 40  # 6 trees: some records are in every bootstrap sample
@@ -196,28 +197,28 @@ def test_out_of_bag_stacking_calibrates_on_each_records_trees_that_left_it_out(d
         return np.column_stack([logit(np.clip(q, 1e-3, 1 - 1e-3)), logit(np.clip(conf, 1e-6, 1 - 1e-6))])
 
     lr = LogisticRegression(C=np.inf, max_iter=10_000, tol=1e-10).fit(f(expected[held], c[held]), y[held])
-    np.testing.assert_allclose([few.calibration_params_[k] for k in ("w", "v")], lr.coef_[0], rtol=1e-4)
+    np.testing.assert_allclose(list(few.calibrator_.coef_), lr.coef_[0], rtol=1e-4)
     # the 5-fold default differs (other held-out probabilities), and a bad source is refused
-    assert not np.allclose(small(view="pca10", calibration="stacked", cv=4).fit(X, y, c).calibration_params_["w"],
-                           p.calibration_params_["w"])
+    assert not np.allclose(small(view="pca10", calibration="stacked", cv=4).fit(Inputs.of(X, c), y).calibrator_.coef_[0],
+                           p.calibrator_.coef_[0])
     with pytest.raises(ValueError, match="oof must be one of"):
-        small(view="pca10", calibration="stacked", oof="bag").fit(X, y, c)
+        small(view="pca10", calibration="stacked", oof="bag").fit(Inputs.of(X, c), y)
 
 
 def test_stacked_probe_needs_confidence_even_without_the_confidence_feature(data):
     (X, y, c), (Xt, _, ct) = data
-    p = small(view="cosine", calibration="stacked", append_confidence=False).fit(X, y, c)
+    p = small(view="cosine", calibration="stacked", append_confidence=False).fit(Inputs.of(X, c), y)
     assert "raw_confidence" not in p.feature_names_
-    with pytest.raises(ValueError, match="confidence is required"):
-        p.predict_proba(Xt)
-    with pytest.raises(ValueError, match="confidence is required"):
-        p.export().predict_proba(Xt)
+    with pytest.raises(ValueError, match="ActivationProbe.* reads the 'confidence' source, which these inputs lack"):
+        p.predict_proba(Inputs.of(Xt))
+    with pytest.raises(ValueError, match="ExportedProbe.* reads the 'confidence' source"):
+        p.export().predict_proba(Inputs.of(Xt))
 
 
 def test_stacked_probe_is_written_as_format_version_2(data, tmp_path):
     (X, y, c), _ = data
-    stacked = small(view="cosine", calibration="stacked").fit(X, y, c).save(tmp_path / "s")
-    plain = small(view="cosine").fit(X, y, c).save(tmp_path / "p")
+    stacked = small(view="cosine", calibration="stacked").fit(Inputs.of(X, c), y).save(tmp_path / "s")
+    plain = small(view="cosine").fit(Inputs.of(X, c), y).save(tmp_path / "p")
     assert json.loads((stacked / "probe.json").read_text())["format_version"] == 2
     assert json.loads((plain / "probe.json").read_text())["format_version"] == 1
     assert load_file(str(stacked / "probe.safetensors"))["calibration.stacked"].shape == (3,)
@@ -239,16 +240,16 @@ def test_stacked_probe_is_written_as_format_version_2(data, tmp_path):
 ])
 def test_export_matches_sklearn_forest(data, tmp_path, kw):
     (X, y, c), (Xt, _, ct) = data
-    probe = small(**kw).fit(X, y, c)
-    feats = probe.transform_features(Xt, ct)
+    probe = small(**kw).fit(Inputs.of(X, c), y)
+    feats = probe.transform_features(Inputs.of(Xt, ct))
     ref_forest = probe.forest_.predict_proba(feats)[:, 1]
     arrays = forest_arrays(probe.forest_)
     assert np.abs(forest_proba(feats, arrays) - ref_forest).max() <= 1e-12
     assert np.abs(forest_proba(feats, arrays, chunk=7) - ref_forest).max() <= 1e-12
-    ref = probe.predict_proba(Xt, ct)
-    assert np.abs(probe.export().predict_proba(Xt, ct) - ref).max() <= 1e-12
+    ref = probe.predict_proba(Inputs.of(Xt, ct))
+    assert np.abs(probe.export().predict_proba(Inputs.of(Xt, ct)) - ref).max() <= 1e-12
     loaded = load_probe(probe.save(tmp_path / "probe"))
-    assert np.abs(loaded.predict_proba(Xt, ct) - ref).max() <= 1e-12
+    assert np.abs(loaded.predict_proba(Inputs.of(Xt, ct)) - ref).max() <= 1e-12
     assert loaded.feature_names == probe.feature_names_
     assert loaded.calibration == probe.calibration
 
@@ -424,7 +425,8 @@ def test_save_is_atomic_and_refuses_foreign_dirs(fitted, data, tmp_path, monkeyp
     target = tmp_path / "probe"
     fitted.save(target)
     # overwriting a probe directory replaces it
-    other = small(view="cosine").fit(*data[0])
+    X, y, c = data[0]
+    other = small(view="cosine").fit(Inputs.of(X, c), y)
     other.save(target)
     assert load_probe(target).view == "cosine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe"]  # no temp leftovers
@@ -441,7 +443,7 @@ def test_save_is_atomic_and_refuses_foreign_dirs(fitted, data, tmp_path, monkeyp
         fitted.save(tmp_path / "fresh")
     monkeypatch.undo()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe"]
-    np.testing.assert_array_equal(load_probe(target).predict_proba(Xt, ct), other.predict_proba(Xt, ct))
+    np.testing.assert_array_equal(load_probe(target).predict_proba(Inputs.of(Xt, ct)), other.predict_proba(Inputs.of(Xt, ct)))
     # refuse to overwrite a directory that is not a probe, or a file
     foreign = tmp_path / "results"
     foreign.mkdir()
@@ -465,35 +467,37 @@ def test_bad_inputs(data):
     bad = X.copy()
     bad[3, 2, 1] = np.nan
     with pytest.raises(ValueError, match=r"states.*row 3"):
-        small().fit(bad, y, c)
+        small().fit(Inputs.of(bad, c), y)
     badc = c.copy()
     badc[11] = np.inf
     with pytest.raises(ValueError, match=r"confidence.*row 11"):
-        small().fit(X, y, badc)
-    with pytest.raises(ValueError, match="confidence is required"):
+        small().fit(Inputs.of(X, badc), y)
+    with pytest.raises(ValueError, match="reads the 'confidence' source"):
+        small().fit(Inputs.of(X), y)
+    with pytest.raises(ValueError, match="reads an acute.estimators.inputs.Inputs of named sources, got ndarray"):
         small().fit(X, y)
     with pytest.raises(ValueError, match="all records are correct.*needs both"):
-        small().fit(X, np.ones(300, dtype=bool), c)
+        small().fit(Inputs.of(X, c), np.ones(300, dtype=bool))
     with pytest.raises(ValueError, match="all records are wrong"):
-        small().fit(X, np.zeros(300), c)
+        small().fit(Inputs.of(X, c), np.zeros(300))
     with pytest.raises(ValueError, match="fewer than the cv=3 folds"):
-        small(view="cosine").fit(X[:2], np.array([0, 1]), c[:2])
+        small(view="cosine").fit(Inputs.of(X[:2], c[:2]), np.array([0, 1]))
     yy = np.zeros(300, dtype=int)
     yy[:2] = 1
     with pytest.raises(ValueError, match="cv=3 needs at least 3 correct"):
-        small(view="cosine", calibration="platt").fit(X, yy, c)
+        small(view="cosine", calibration="platt").fit(Inputs.of(X, c), yy)
     with pytest.raises(ValueError, match=r"layer=40.*10 layer outputs"):
-        small(view="mean", layer=40).fit(X, y, c)
+        small(view="mean", layer=40).fit(Inputs.of(X, c), y)
     with pytest.raises(ValueError, match="needs at least 3 decoder layers"):
-        small(view="late").fit(X[:, :3], y, c)
+        small(view="late").fit(Inputs.of(X[:, :3], c), y)
     with pytest.raises(ValueError, match="unknown view"):
-        small(view="pca30").fit(X, y, c)
+        small(view="pca30").fit(Inputs.of(X, c), y)
     with pytest.raises(ValueError, match="calibration must be"):
-        small(calibration="beta").fit(X, y, c)
+        small(calibration="beta").fit(Inputs.of(X, c), y)
     with pytest.raises(ValueError, match="needs layer"):
-        small(view="mean").fit(X, y, c)
+        small(view="mean").fit(Inputs.of(X, c), y)
     with pytest.raises(ValueError, match=r"n_components=10.*min\(8, 12\)"):
-        small(view="pca10").fit(X[:8], y[:8].copy(), c[:8])
+        small(view="pca10").fit(Inputs.of(X[:8], c[:8]), y[:8].copy())
 
 
 def test_bad_inputs_at_predict(fitted, data, tmp_path):
@@ -503,11 +507,11 @@ def test_bad_inputs_at_predict(fitted, data, tmp_path):
     bad[5, 0, 0] = np.inf
     for model in (fitted, exported):
         with pytest.raises(ValueError, match=r"states.*row 5"):
-            model.predict_proba(bad, ct)
-        with pytest.raises(ValueError, match="confidence is required"):
-            model.predict_proba(Xt)
+            model.predict_proba(Inputs.of(bad, ct))
+        with pytest.raises(ValueError, match="reads the 'confidence' source"):
+            model.predict_proba(Inputs.of(Xt))
         with pytest.raises(ValueError, match=r"\[n, 9, 12\]"):
-            model.predict_proba(Xt[:, :9], ct)
+            model.predict_proba(Inputs.of(Xt[:, :9], ct))
     assert isinstance(exported, ExportedProbe)
 
 

@@ -13,14 +13,16 @@ from sklearn.base import clone
 
 from acute.errors import InputError
 from acute.estimators import ESTIMATORS, make_estimator
-from acute.estimators.controls import CONTROLS, META_INPUT, REPLY_TEXT_INPUT, TEXT_INPUT, VISIBLE_INPUT
+from acute.estimators.controls import CONTROLS
+from acute.estimators.inputs import (CONFIDENCE, METADATA, PROMPT_REPLY, QUESTION, VISIBLE, Inputs,
+                                     states_source)
 from acute.estimators.probe_file import forest_arrays
 from acute.estimators.probes import ActivationProbe
 from acute.estimators.plan import FitPlan
-from acute.estimators.registry import AutoEstimator, estimator_input
+from acute.estimators.registry import AutoEstimator
 from acute.estimators.visible import reply_texts, visible_inputs
 from acute.evaluation import crossval
-from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict, take_rows
+from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predict
 
 # the 5-fold stacking (oof="cv"), whose fold forests the estimators share; OOB below: the default
 SMALL = {"n_estimators": 8, "search_n_estimators": 6, "oof": "cv"}
@@ -28,37 +30,38 @@ OOB = {"n_estimators": 40, "search_n_estimators": 6}
 POOLED = ["acute-cosine@last-answer", "acute-cosine-stacked@last-answer"]
 
 
+MEAN = states_source("mean")
+
+
 def planted(n=90, n_out=5, d=24, seed=3):
     """Correctness written into layer 2 onwards (mean and last-answer states), an uninformative
-    raw confidence, and the metadata, texts and visible array the controls read."""
+    raw confidence, and the metadata, texts and visible array the controls read: ``(ids, y,
+    conf, X)`` with ``X`` the inputs holding every source."""
     rng = np.random.default_rng(seed)
     t = rng.uniform(size=n)
     y = (rng.uniform(size=n) < 1 / (1 + np.exp(-10 * (t - 0.5)))).astype(np.int64)
-    states = {}
+    sources = {}
     for k, spec in enumerate(("mean", "last-prompt", "last-answer")):
         h = rng.normal(scale=0.3, size=(n, n_out, d))
         h[:, 2:, 3 + k] += 2.0 * t[:, None]
-        states[spec] = h.astype(np.float32)
+        sources[states_source(spec)] = h.astype(np.float32)
     conf = rng.uniform(0.5, 1.0, size=n)
+    sources[CONFIDENCE] = conf
     cats = np.array(["a", "b", "c"])[rng.integers(0, 3, size=n)]
-    states[META_INPUT] = np.stack([cats, np.where(t > 0.5, "hard", "easy")], axis=1).astype(object)
-    states[TEXT_INPUT] = np.array([f"question {i} about {c}" for i, c in enumerate(cats)], dtype=object)
+    sources[METADATA] = np.stack([cats, np.where(t > 0.5, "hard", "easy")], axis=1).astype(object)
+    sources[QUESTION] = np.array([f"question {i} about {c}" for i, c in enumerate(cats)], dtype=object)
     recs = [{"id": i, "prompt": q, "generation": f"answer {c}", "finish_reason": "eos", "meta": {}}
-            for i, (q, c) in enumerate(zip(states[TEXT_INPUT], cats))]
-    states[VISIBLE_INPUT] = visible_inputs(recs, [np.log(c) / 2 * np.ones(2) for c in conf])
-    states[REPLY_TEXT_INPUT] = reply_texts(recs)
-    return [f"q{i}" for i in range(n)], y, conf, states
+            for i, (q, c) in enumerate(zip(sources[QUESTION], cats))]
+    sources[VISIBLE] = visible_inputs(recs, [np.log(c) / 2 * np.ones(2) for c in conf])
+    sources[PROMPT_REPLY] = reply_texts(recs)
+    return [f"q{i}" for i in range(n)], y, conf, Inputs(sources)
 
 
-def own_fit(name, x_tr, y_tr, c_tr, x_te, c_te, params=SMALL, **kw):
+def own_fit(name, X_tr, y_tr, X_te, params=SMALL, **kw):
+    """``name`` fitted alone on inputs of its own sources (nothing shared with anyone)."""
     est = make_estimator(name, random_state=0, probe_params=params, **kw)
-    est.fit(x_tr, y_tr, confidence=c_tr)
-    return np.clip(est.predict_proba(x_te, confidence=c_te)[:, 1], 0.0, 1.0)
-
-
-def inputs(states, name):
-    spec = estimator_input(name)
-    return None if spec is None else states[spec]
+    est.fit(X_tr.select(est.sources), y_tr)
+    return np.clip(est.predict_proba(X_te.select(est.sources))[:, 1], 0.0, 1.0)
 
 
 NAMES = list(ESTIMATORS) + list(CONTROLS) + POOLED
@@ -66,18 +69,16 @@ NAMES = list(ESTIMATORS) + list(CONTROLS) + POOLED
 
 @pytest.mark.parametrize("params", [SMALL, OOB], ids=["5-fold stacking", "out-of-bag stacking"])
 def test_every_estimator_equals_its_own_fit_in_a_shared_cross_validation(params):
-    ids, y, conf, states = planted()
+    ids, y, conf, X = planted()
     folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=0)
     seen: dict[str, list] = {}
-    got = cross_val_predictions(NAMES, states, y, conf, folds, random_state=0, probe_params=params,
+    got = cross_val_predictions(NAMES, X, y, folds, random_state=0, probe_params=params,
                                 on_fit=lambda n, e: seen.setdefault(n, []).append(e))
     for name in NAMES:
         want = np.full(y.size, np.nan)
         for tr, te in folds[0]:
             tr, te = np.sort(tr), np.sort(te)
-            x = inputs(states, name)
-            want[te] = own_fit(name, None if x is None else take_rows(x, tr), y[tr], conf[tr],
-                               None if x is None else take_rows(x, te), conf[te], params=params)
+            want[te] = own_fit(name, X.take(tr), y[tr], X.take(te), params=params)
         np.testing.assert_allclose(got[name][0], want, rtol=0, atol=1e-12, err_msg=name)
     # the fits were shared: plain views read their stacked twin's forest, auto its candidates
     for k in range(3):
@@ -97,18 +98,19 @@ def test_fit_predict_shares_fits_in_a_held_out_split_too(monkeypatch):
     """Fewer forests are fitted than estimator by estimator, with the same predictions."""
     from sklearn.ensemble import RandomForestClassifier
 
-    ids, y, conf, states = planted(n=80, seed=8)
-    mean = states["mean"]
+    ids, y, conf, X = planted(n=80, seed=8)
+    mean = X.select([MEAN, CONFIDENCE])
     names = ["platt", "acute-cosine", "acute-pca10", "acute-mid", "acute-cosine-stacked",
              "acute-pca10-stacked", "acute-mid-stacked", "auto"]
     fits = []
     real = RandomForestClassifier.fit
     monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
-    got = fit_predict(names, mean[:60], y[:60], conf[:60], mean[60:], conf[60:], probe_params=SMALL)
+    tr, te = np.arange(60), np.arange(60, 80)
+    got = fit_predict(names, mean.take(tr), y[:60], mean.take(te), probe_params=SMALL)
     shared = len(fits)
     fits.clear()
     for name in names:
-        want = own_fit(name, mean[:60], y[:60], conf[:60], mean[60:], conf[60:])
+        want = own_fit(name, mean.take(tr), y[:60], mean.take(te))
         np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
     # not refitted: the plain cosine and pca10 forests (2), mid's final forest (1: its third has one
     # layer, so both searches pick it), auto's 2 x 5 out-of-fold forests and its refit (11)
@@ -116,18 +118,19 @@ def test_fit_predict_shares_fits_in_a_held_out_split_too(monkeypatch):
 
 
 def test_the_fold_cache_keeps_working_with_shared_fits(tmp_path, monkeypatch):
-    ids, y, conf, states = planted(n=60, seed=4)
+    ids, y, conf, X = planted(n=60, seed=4)
+    X = X.select([MEAN, CONFIDENCE])
     names = ["raw", "platt", "acute-pca10", "acute-pca10-stacked", "acute-cosine", "acute-cosine-stacked", "auto"]
     folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=1)
     kw = dict(random_state=1, probe_params=SMALL, cache_key="planted")
-    first = cross_val_predictions(names, states["mean"], y, conf, folds, cache_dir=tmp_path, **kw)
+    first = cross_val_predictions(names, X, y, folds, cache_dir=tmp_path, **kw)
     assert len(list(tmp_path.glob("r0-f*.npz"))) == 3
     monkeypatch.setattr(crossval, "fit_predict", lambda *a, **k: pytest.fail("a cached fold was refitted"))
-    again = cross_val_predictions(names, states["mean"], y, conf, folds, cache_dir=tmp_path, **kw)
+    again = cross_val_predictions(names, X, y, folds, cache_dir=tmp_path, **kw)
     for name in names:
         np.testing.assert_array_equal(again[name], first[name])
     monkeypatch.undo()
-    fresh = cross_val_predictions(names, states["mean"], y, conf, folds, random_state=1, probe_params=SMALL)
+    fresh = cross_val_predictions(names, X, y, folds, random_state=1, probe_params=SMALL)
     for name in names:
         np.testing.assert_array_equal(fresh[name], first[name])
 
@@ -135,68 +138,77 @@ def test_the_fold_cache_keeps_working_with_shared_fits(tmp_path, monkeypatch):
 def test_auto_alone_takes_its_stacked_refit_from_the_comparison():
     """AutoEstimator(refit=stacked) hands its out-of-fold forests to the refit: the same probe as
     fitted on its own (what the export ships)."""
-    _, y, conf, states = planted(n=70, seed=6)
-    X = states["mean"]
-    auto = AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
-    alone = make_estimator("acute-pca10-stacked", probe_params=SMALL).fit(X, y, confidence=conf)
+    _, y, conf, X = planted(n=70, seed=6)
+    X = X.select([MEAN, CONFIDENCE])
+    auto = AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL).fit(X.take(slice(None)), y)
+    alone = make_estimator("acute-pca10-stacked", probe_params=SMALL).fit(X.take(slice(None)), y)
     np.testing.assert_allclose(auto.estimator_.oof_proba_, alone.oof_proba_, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(auto.predict_proba(X), alone.predict_proba(X), rtol=0, atol=1e-12)
     # planned beside the stacked probe, auto takes that fit and scores as it does alone
     shared = planned([make_estimator("acute-pca10-stacked", probe_params=SMALL), AutoEstimator(probe_params=SMALL)],
-                     X, y, conf)[1]
-    plain = AutoEstimator(probe_params=SMALL).fit(X, y, confidence=conf)
+                     X.take(slice(None)), y)[1]
+    plain = AutoEstimator(probe_params=SMALL).fit(X.take(slice(None)), y)
     assert shared.scores_ == plain.scores_ and shared.chosen_ == plain.chosen_
     # a probe fitted with other settings is not shared
     other, auto = planned([make_estimator("acute-pca10-stacked", probe_params={**SMALL, "n_estimators": 9}),
-                           AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL)], X, y, conf)
+                           AutoEstimator(refit="acute-pca10-stacked", probe_params=SMALL)], X.take(slice(None)), y)
     assert auto.estimator_ is not other
-    np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(auto.predict_proba(X), alone.predict_proba(X), rtol=0, atol=1e-12)
 
 
-def planned(estimators, X, y, conf):
-    """The estimators fitted by one FitPlan on the input ``X`` (declared first, then fitted)."""
-    plan = FitPlan()
+def planned(estimators, X, y):
+    """The estimators fitted by one FitPlan on the inputs ``X`` (declared first, then fitted)."""
+    plan = FitPlan(X, y)
     for est in estimators:
-        plan.declare(est, X)
-    return [plan.fit(est, X, y, conf) for est in estimators]
+        plan.declare(est)
+    return [plan.fit(est) for est in estimators]
 
 
 def test_pieces_are_shared_only_by_the_same_settings_records_and_seed():
     """A plan shares a forest between probes whose settings, input and seed fit the same one, and
     no other; every probe equals its own fit either way."""
-    _, y, conf, states = planted(n=60, seed=2)
-    X = states["mean"]
+    _, y, conf, X = planted(n=60, seed=2)
+    X = X.select([MEAN, CONFIDENCE])
 
-    def check(a, b, X_b=X):
-        plan = FitPlan()
-        plan.declare(a, X)
-        plan.declare(b, X_b)
-        fa, fb = plan.fit(a, X, y, conf), plan.fit(b, X_b, y, conf)
-        for est, x in ((fa, X), (fb, X_b)):
+    def check(a, b, other_records=False):
+        """Whether ``a`` and ``b`` read one forest when planned on inputs ``X`` (``b`` on a copy of
+        them, another set of records, with ``other_records``)."""
+        x_a = X.take(slice(None))
+        x_b = X.take(slice(None)) if other_records else x_a
+        plan_a, plan_b = FitPlan(x_a, y), FitPlan(x_b, y)
+        plan_a.declare(a)
+        plan_b.declare(b)
+        fa, fb = plan_a.fit(a), plan_b.fit(b)
+        for est in (fa, fb):
             if est.random_state is None:  # not reproducible, alone or not
                 continue
-            alone = clone(est).fit(x, y, confidence=conf)
-            np.testing.assert_array_equal(est.predict_proba(x, conf), alone.predict_proba(x, conf))
+            alone = clone(est).fit(X.take(slice(None)), y)
+            np.testing.assert_array_equal(est.predict_proba(X), alone.predict_proba(X))
         return fa.forest_ is fb.forest_
 
     stacked = make_estimator("acute-cosine-stacked", probe_params=SMALL)
     assert check(make_estimator("acute-cosine", probe_params=SMALL), stacked)
     assert not check(make_estimator("acute-cosine", probe_params={**SMALL, "n_estimators": 5}), clone(stacked))
     assert not check(make_estimator("acute-pca10", probe_params=SMALL), clone(stacked))
-    assert not check(make_estimator("acute-cosine", probe_params=SMALL), clone(stacked), X_b=X.copy())
+    assert not check(make_estimator("acute-cosine", probe_params=SMALL), clone(stacked), other_records=True)
     unseeded = ActivationProbe(view="cosine", n_estimators=8, random_state=None)
     assert not check(unseeded, clone(unseeded))
 
 
-def test_no_estimator_fit_takes_more_than_states_correct_and_confidence():
-    """Sharing is the planner's (acute.estimators.plan): every estimator's fit is scikit-learn's."""
+def test_every_estimator_fit_is_scikit_learns_over_one_inputs_object():
+    """Sharing is the planner's (acute.estimators.plan): every estimator's fit is scikit-learn's
+    ``fit(X, y, sample_weight=None)``, ``predict_proba(X)``, and it declares its sources."""
     import inspect
 
+    from acute.estimators.inputs import RECORD_SOURCES, is_states_source
     from acute.estimators.registry import QUESTION_ONLY_ESTIMATORS
 
     for name in NAMES + list(QUESTION_ONLY_ESTIMATORS):
-        params = list(inspect.signature(make_estimator(name).fit).parameters)
-        assert params[1:] in (["correct", "confidence"], ["correct", "confidence", "sample_weight"]), (name, params)
+        est = make_estimator(name)
+        assert list(inspect.signature(est.fit).parameters) == ["X", "y", "sample_weight"], name
+        assert list(inspect.signature(est.predict_proba).parameters)[0] == "X", name
+        assert all(s == CONFIDENCE or s in RECORD_SOURCES or is_states_source(s) for s in est.sources), name
+        assert not hasattr(est, "fit_with"), name
 
 
 def test_one_out_of_fold_routine_in_the_package():
@@ -223,36 +235,34 @@ def test_forests_use_every_core_by_default():
 @pytest.mark.parametrize("name", ["acute-pca10-stacked", "acute-mid-stacked", "question-only"])
 def test_fits_do_not_depend_on_n_jobs(name):
     """The same trees, layer search scores and out-of-fold forests on one thread or two."""
-    _, y, conf, states = planted(n=80, seed=5)
-    X = states[estimator_input(name)]
+    _, y, conf, X = planted(n=80, seed=5)
     kw = {"n_estimators": 16, "search_n_estimators": 16}
-    one = make_estimator(name, n_jobs=1, probe_params=kw).fit(X, y, confidence=conf)
-    two = make_estimator(name, n_jobs=2, probe_params=kw).fit(X, y, confidence=conf)
+    one = make_estimator(name, n_jobs=1, probe_params=kw).fit(X.take(slice(None)), y)
+    two = make_estimator(name, n_jobs=2, probe_params=kw).fit(X.take(slice(None)), y)
     a, b = forest_arrays(one.forest_), forest_arrays(two.forest_)
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     np.testing.assert_array_equal(one.oof_proba_, two.oof_proba_)
     assert one.cv_scores_ == two.cv_scores_
-    np.testing.assert_array_equal(one.predict_proba(X, conf), two.predict_proba(X, conf))
+    np.testing.assert_array_equal(one.predict_proba(X), two.predict_proba(X))
 
 
 def test_cross_validation_does_not_depend_on_n_jobs():
-    ids, y, conf, states = planted(n=70, seed=9)
+    ids, y, conf, X = planted(n=70, seed=9)
     names = ["platt", "acute-mid", "acute-mid-stacked", "acute-cosine", "acute-cosine-stacked", "auto"]
     folds = cv_folds(ids, y, n_splits=3, n_repeats=1, seed=0)
-    one = cross_val_predictions(names, states["mean"], y, conf, folds, n_jobs=1, probe_params=SMALL)
-    every = cross_val_predictions(names, states["mean"], y, conf, folds, n_jobs=-1, probe_params=SMALL)
+    one = cross_val_predictions(names, X, y, folds, n_jobs=1, probe_params=SMALL)
+    every = cross_val_predictions(names, X, y, folds, n_jobs=-1, probe_params=SMALL)
     for name in names:
         np.testing.assert_array_equal(one[name], every[name], err_msg=name)
 
 
 def test_timings_name_every_fitted_estimator():
-    ids, y, conf, states = planted(n=60, seed=1)
+    ids, y, conf, X = planted(n=60, seed=1)
     names = ["raw", "platt", "acute-cosine", "acute-cosine-stacked"]
     seconds: dict[str, float] = {}
-    fit_predict(names, states["mean"][:40], y[:40], conf[:40], states["mean"][40:], conf[40:],
-                probe_params=SMALL, timings=seconds)
+    fit_predict(names, X.take(np.arange(40)), y[:40], X.take(np.arange(40, 60)), probe_params=SMALL, timings=seconds)
     assert set(seconds) == set(names) and all(s >= 0 for s in seconds.values())
 
 
@@ -274,8 +284,8 @@ def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
     from acute.evaluation import evaluate_store
     from acute.evaluation.learning_curve import learning_curve
 
-    ids, y, conf, states = planted(n=60, seed=7)
-    mean = states["mean"]
+    ids, y, conf, X = planted(n=60, seed=7)
+    mean = X[MEAN]
     res = evaluate_store(ArrayStore(ids, y, conf, mean), estimators=list(BASELINES) + ["acute-pca10-stacked"],
                          controls=False, cv=3, repeats=1, n_bootstrap=0, probe_params=SMALL, progress=False)
     folds = cv_folds(ids, y, n_splits=3, n_repeats=2, seed=0)
@@ -284,15 +294,15 @@ def test_the_learning_curve_reads_the_evaluation_it_extends(caplog):
     assert whole >= 1
     kw = dict(estimators=["acute-pca10-stacked"], sizes=[20, pool], n_splits=3, repeats=2, seed=0,
               probe_params=SMALL, n_bootstrap=10)
-    fresh = learning_curve(mean, y, conf, ids, **kw)
-    reused = learning_curve(mean, y, conf, ids, evaluation=res, **kw)
+    fresh = learning_curve(X, y, ids, **kw)
+    reused = learning_curve(X, y, ids, evaluation=res, **kw)
     assert fresh.n_reused == 0 and reused.n_reused == whole * (len(BASELINES) + 1)
     for name in fresh.values:
         for metric in ("auc_euro_all", "smece"):
             np.testing.assert_allclose(reused.values[name][metric], fresh.values[name][metric], rtol=0, atol=1e-12)
     assert reused.to_markdown() == fresh.to_markdown()
     assert len(reused.fit_seconds) == 2
-    other = learning_curve(mean, y, conf, ids, evaluation=res, **{**kw, "seed": 1})
+    other = learning_curve(X, y, ids, evaluation=res, **{**kw, "seed": 1})
     assert other.n_reused == 0 and "not used" in caplog.text
 
 
@@ -302,7 +312,7 @@ def test_out_of_bag_stacking_shares_one_forest_per_view(monkeypatch):
     probe's out-of-bag ones), and the question-only control fits one forest, not six."""
     from sklearn.ensemble import RandomForestClassifier
 
-    ids, y, conf, states = planted(n=90, seed=5)
+    ids, y, conf, X = planted(n=90, seed=5)
     names = ["platt", "acute-pca10", "acute-cosine", "acute-pca10-stacked", "acute-cosine-stacked", "auto",
              "question-only"]
     tr, te = np.arange(60), np.arange(60, 90)
@@ -310,15 +320,11 @@ def test_out_of_bag_stacking_shares_one_forest_per_view(monkeypatch):
     real = RandomForestClassifier.fit
     monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
     seen = {}
-    got = fit_predict(names, take_rows(states, tr), y[tr], conf[tr], take_rows(states, te), conf[te],
-                      probe_params=OOB, on_fit=seen.__setitem__)
+    got = fit_predict(names, X.take(tr), y[tr], X.take(te), probe_params=OOB, on_fit=seen.__setitem__)
     assert len(fits) == 3  # pca10, cosine, question-only
     assert seen["auto"].estimator_ is seen[seen["auto"].chosen_]
     for name in names:
-        x = inputs(states, name)
-        est = make_estimator(name, random_state=0, probe_params=OOB)
-        est.fit(None if x is None else x[tr], y[tr], confidence=conf[tr])
-        want = np.clip(est.predict_proba(None if x is None else x[te], confidence=conf[te])[:, 1], 0, 1)
+        want = own_fit(name, X.take(tr), y[tr], X.take(te), params=OOB)
         np.testing.assert_allclose(got[name], want, rtol=0, atol=1e-12, err_msg=name)
     auto = seen["auto"]
     np.testing.assert_allclose(auto.oof_["acute-pca10"], seen["acute-pca10-stacked"].oof_proba_, rtol=0, atol=0)
@@ -330,15 +336,14 @@ def test_auto_alone_with_out_of_bag_stacking_fits_one_forest_per_view(monkeypatc
     the refit equals the probe fitted on its own."""
     from sklearn.ensemble import RandomForestClassifier
 
-    _, y, conf, states = planted(n=70, seed=6)
-    X = states["mean"]
+    _, y, conf, X = planted(n=70, seed=6)
     fits = []
     real = RandomForestClassifier.fit
     monkeypatch.setattr(RandomForestClassifier, "fit", lambda self, *a, **k: fits.append(1) or real(self, *a, **k))
     for refit in ("acute-pca10", "acute-pca10-stacked"):
         fits.clear()
         auto = AutoEstimator(candidates=("acute-pca10", "acute-pca10-stacked"), refit=refit,
-                             probe_params=OOB).fit(X, y, confidence=conf)
+                             probe_params=OOB).fit(X.take(slice(None)), y)
         assert len(fits) == 1, refit
-        alone = make_estimator(refit, probe_params=OOB).fit(X, y, confidence=conf)
-        np.testing.assert_allclose(auto.predict_proba(X, conf), alone.predict_proba(X, conf), rtol=0, atol=1e-12)
+        alone = make_estimator(refit, probe_params=OOB).fit(X.take(slice(None)), y)
+        np.testing.assert_allclose(auto.predict_proba(X), alone.predict_proba(X), rtol=0, atol=1e-12)

@@ -18,6 +18,7 @@ from scipy.special import expit
 from sklearn.base import clone
 from sklearn.model_selection import StratifiedKFold
 
+from acute.estimators.inputs import Inputs
 from acute.cli import main
 from cli_run import run  # tests/cli_run.py
 from acute.errors import IncompatibleStoreError, InputError, ProbeFormatError
@@ -77,8 +78,8 @@ def _out_of_fold(store, probe, seed=0):
     X = np.asarray(store.layer_means, dtype=np.float32)
     out = np.empty(len(y))
     for tr, te in StratifiedKFold(5, shuffle=True, random_state=seed).split(np.zeros(len(y)), y):
-        est = clone(probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
-        out[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+        est = clone(probe).fit(Inputs.of(X[tr], store.raw_confidence[tr]), y[tr])
+        out[te] = est.predict_proba(Inputs.of(X[te], store.raw_confidence[te]))[:, 1]
     return out
 
 
@@ -144,8 +145,8 @@ def test_out_of_fold_certification_keeps_each_group_on_one_side(tmp_path):
                           group_by="toolset")
     conf = np.empty(len(y))
     for tr, te in folds:
-        est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
-        conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+        est = clone(trained.probe).fit(Inputs.of(X[tr], store.raw_confidence[tr]), y[tr])
+        conf[te] = est.predict_proba(Inputs.of(X[te], store.raw_confidence[te]))[:, 1]
     [entry] = trained.certificates
     assert entry["threshold"] == certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial").threshold
     assert entry["folds"] == {"n_splits": 5, "seed": 0, "estimator": trained.label,
@@ -204,8 +205,8 @@ def test_a_task_that_groups_its_records_certifies_on_grouped_folds_by_default(tm
     conf = np.empty(len(y))
     for tr, te in folds:
         assert not set(groups[tr]) & set(groups[te])
-        est = clone(trained.probe).fit(X[tr], y[tr], confidence=store.raw_confidence[tr])
-        conf[te] = est.predict_proba(X[te], confidence=store.raw_confidence[te])[:, 1]
+        est = clone(trained.probe).fit(Inputs.of(X[tr], store.raw_confidence[tr]), y[tr])
+        conf[te] = est.predict_proba(Inputs.of(X[te], store.raw_confidence[te]))[:, 1]
     [entry] = trained.certificates
     assert entry["folds"]["group_by"] == "toolset" and entry["folds"]["from"] == "cross-fitted for the certificate"
     expected = certify_threshold(conf, store.correct, 0.1, 0.2, backend="binomial")
@@ -218,8 +219,7 @@ def test_a_calibration_store_is_scored_by_the_exported_probe(stores):
     trained = train_probe(store, view="pca10", n_estimators=10, max_error=0.1, delta=0.1,
                           calibration_store=cal, calibration_path=cal.path)
     [entry] = trained.certificates
-    conf = trained.probe.predict_proba(np.asarray(cal.layer_means, np.float32),
-                                       confidence=cal.raw_confidence)[:, 1]
+    conf = trained.probe.predict_proba(Inputs.of(np.asarray(cal.layer_means, np.float32), cal.raw_confidence))[:, 1]
     expected = certify_threshold(conf, cal.correct, 0.1, 0.1)
     assert entry["valid"] and entry["threshold"] == expected.threshold
     assert entry["source"] == "calibration-store" and entry["n_calibration"] == len(cal)
@@ -439,7 +439,7 @@ def test_the_q_style_benchmark_exports_on_one_part_and_checks_on_the_others(tmp_
         [cert] = trained.certificates
         assert row["certified"] and cert["valid"] and row["threshold"] == cert["threshold"]
         X = np.asarray(store.layer_means, dtype=np.float32)[check]
-        conf = trained.probe.predict_proba(X, confidence=store.raw_confidence[check])[:, 1]
+        conf = trained.probe.predict_proba(Inputs.of(X, store.raw_confidence[check]))[:, 1]
         trusted = conf >= cert["threshold"]
         k, n = int(store.correct[check][trusted].sum()), int(trusted.sum())
         assert (row["n_trusted"], row["n_check"]) == (n, 80) and row["precision"] == pytest.approx(k / n)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from acute.estimators.inputs import CONFIDENCE, METADATA, QUESTION, Inputs
 from acute import metrics
 from acute.estimators.controls import (ConstantEstimator, MetadataPlatt, TextPlatt, metadata_matrix,
                             within_group_auroc)
@@ -62,18 +63,18 @@ class StoreWithRecords:
 # ---------------------------------------------------------------- estimators
 def test_constant_predicts_the_training_base_rate():
     y = np.array([1, 0, 0, 1, 1])
-    p = ConstantEstimator().fit(None, y).predict_proba(None, confidence=np.full(3, 0.4))
+    p = ConstantEstimator().fit(Inputs(n=len(y)), y).predict_proba(Inputs.of(confidence=np.full(3, 0.4)))
     np.testing.assert_allclose(p, [[0.4, 0.6]] * 3)
 
 
 def test_metadata_platt_learns_the_category_and_ignores_unseen_values():
     cat, y, conf = category_data()
     meta = np.column_stack([cat])
-    est = MetadataPlatt().fit(meta, y, conf)
-    p = est.predict_proba(meta, conf)[:, 1]
+    est = MetadataPlatt().fit(Inputs({METADATA: meta, CONFIDENCE: conf}), y)
+    p = est.predict_proba(Inputs({METADATA: meta, CONFIDENCE: conf}))[:, 1]
     assert metrics.auroc(p, y) > 0.85 > metrics.auroc(conf, y) + 0.2
     # an unseen category has all-zero one-hots: only the confidence term and the intercept remain
-    unseen = est.predict_proba(np.array([["Z"], ["Z"]], dtype=object), np.array([0.3, 0.7]))[:, 1]
+    unseen = est.predict_proba(Inputs({METADATA: np.array([["Z"], ["Z"]], dtype=object), CONFIDENCE: np.array([0.3, 0.7])}))[:, 1]
     coef, b = est.model_.coef_[0], est.model_.intercept_[0]
     want = 1 / (1 + np.exp(-(coef[0] * np.log(np.array([0.3, 0.7]) / (1 - np.array([0.3, 0.7]))) + b)))
     np.testing.assert_allclose(unseen, want, rtol=1e-9)
@@ -82,10 +83,10 @@ def test_metadata_platt_learns_the_category_and_ignores_unseen_values():
 def test_text_control_reads_the_question_words():
     cat, y, conf = category_data()
     texts = [f"what is the {'capital city of' if c == 'A' else 'square root of'} item" for c in cat]
-    p = TextPlatt().fit(texts, y, conf).predict_proba(texts, conf)[:, 1]
+    p = TextPlatt().fit(Inputs({QUESTION: texts, CONFIDENCE: conf}), y).predict_proba(Inputs({QUESTION: texts, CONFIDENCE: conf}))[:, 1]
     assert metrics.auroc(p, y) > 0.85
     with pytest.raises(InputError, match="not a string"):
-        TextPlatt().fit([1] * len(y), y, conf)
+        TextPlatt().fit(Inputs({QUESTION: [1] * len(y), CONFIDENCE: conf}), y)
 
 
 def test_metadata_matrix_names_the_field_and_the_record():

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute import metrics
 from acute.errors import InputError
 from acute.metrics.selective import aurc
@@ -334,7 +335,7 @@ def _read_predictions(path):
 
 
 def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
-    from acute.estimators.baselines import make_baseline
+    from acute.estimators.calibration import make_calibrator
     from acute.estimators import ActivationProbe
 
     store, out, res = cross_validated
@@ -352,13 +353,12 @@ def test_cv_scores_every_record_out_of_fold_in_every_repeat(cross_validated):
         for k in range(3):  # refit by hand on the other folds and predict this one
             tr, te = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
             assert abs(y[tr].mean() - y[te].mean()) < 0.15  # stratified
-            platt = make_baseline("platt").fit(store.raw_confidence[tr], y[tr])
+            platt = make_calibrator("platt").fit(store.raw_confidence[tr], y[tr])
             np.testing.assert_allclose([float(rows[i]["platt"]) for i in te],
                                        platt.predict_proba(store.raw_confidence[te])[:, 1], atol=1e-12)
-            probe = ActivationProbe(view="cosine", random_state=0, **SMALL).fit(
-                store.layer_means[tr], y[tr], store.raw_confidence[tr])
+            probe = ActivationProbe(view="cosine", random_state=0, **SMALL).fit(Inputs.of(store.layer_means[tr], store.raw_confidence[tr]), y[tr])
             np.testing.assert_allclose([float(rows[i]["acute-cosine"]) for i in te],
-                                       probe.predict_proba(store.layer_means[te], store.raw_confidence[te])[:, 1],
+                                       probe.predict_proba(Inputs.of(store.layer_means[te], store.raw_confidence[te]))[:, 1],
                                        atol=1e-12)
         np.testing.assert_allclose(res.cv_predictions["platt"][r], [float(row["platt"]) for row in rows])
     assert not np.array_equal(folds["fold"][0], folds["fold"][1])  # a repeat reshuffles
@@ -451,10 +451,11 @@ def test_plain_rows_equal_their_own_fit_when_read_off_the_stacked_probe():
     y = s.correct.astype(int)
     X = s.layer_means.astype(np.float32)
     got = fit_predict(["acute-cosine", "acute-cosine-stacked", "acute-mid", "acute-mid-stacked"],
-                      X[:60], y[:60], s.raw_confidence[:60], X[60:], s.raw_confidence[60:], probe_params=SMALL)
+                      Inputs.of(X[:60], s.raw_confidence[:60]), y[:60], Inputs.of(X[60:], s.raw_confidence[60:]),
+                      probe_params=SMALL)
     for name in ("acute-cosine", "acute-mid"):
-        ref = make_estimator(name, probe_params=SMALL).fit(X[:60], y[:60], confidence=s.raw_confidence[:60])
-        np.testing.assert_allclose(got[name], ref.predict_proba(X[60:], s.raw_confidence[60:])[:, 1], atol=1e-12)
+        ref = make_estimator(name, probe_params=SMALL).fit(Inputs.of(X[:60], s.raw_confidence[:60]), y[:60])
+        np.testing.assert_allclose(got[name], ref.predict_proba(Inputs.of(X[60:], s.raw_confidence[60:]))[:, 1], atol=1e-12)
 
 
 def test_parseable_only_benchmark_recomputes_the_table_on_parsed_answers(tmp_path):

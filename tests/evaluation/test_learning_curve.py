@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from acute import metrics
-from acute.estimators.baselines import BASELINES, make_baseline
+from acute.estimators.baselines import BASELINES
+from acute.estimators.inputs import Inputs
+from acute.estimators.calibration import make_calibrator
 from acute.evaluation.crossval import cv_folds
 from acute.evaluation.learning_curve import (DEFAULT_REPEATS, INTERVAL_METHOD, _subset, learning_curve, resolve_sizes,
                                   write_learning_curve)
@@ -50,7 +52,7 @@ def test_subsets_are_nested_stratified_and_inside_the_pool():
 
 def test_values_are_out_of_fold_metrics_recomputed_by_hand(tmp_path):
     X, y, c, ids = data()
-    lc = learning_curve(X, y, c, ids, estimators=["acute-pca10-stacked"], sizes=[30, 60],
+    lc = learning_curve(Inputs.of(X, c), y, ids, estimators=["acute-pca10-stacked"], sizes=[30, 60],
                         n_splits=3, repeats=2, seed=0, probe_params={"n_estimators": 10})
     assert lc.sizes == [30, 60] and lc.estimators == list(BASELINES) + ["acute-pca10-stacked"]
     assert lc.shown == [lc.best_baseline, "acute-pca10-stacked"]
@@ -61,7 +63,7 @@ def test_values_are_out_of_fold_metrics_recomputed_by_hand(tmp_path):
             oof = np.empty(len(y))
             for k, (tr, te) in enumerate(rep):
                 sub = _subset(np.sort(tr), yi, size, r * 1009 + k)
-                oof[np.sort(te)] = make_baseline("platt").fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
+                oof[np.sort(te)] = make_calibrator("platt").fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
             assert lc.values["platt"]["auc_euro_all"][i, r] == pytest.approx(metrics.auc_euro(oof, yi))
             assert lc.values["platt"]["smece"][i, r] == pytest.approx(metrics.smece(oof, yi))
     s = lc.summary("platt", "auc_euro_all")[1]
@@ -81,11 +83,11 @@ def test_values_are_out_of_fold_metrics_recomputed_by_hand(tmp_path):
 def test_bad_input():
     X, y, c, ids = data(n=60)
     with pytest.raises(ValueError, match="unknown estimator 'acute-x'.*acute-pca10-stacked"):
-        learning_curve(X, y, c, ids, estimators=["acute-x"])
+        learning_curve(Inputs.of(X, c), y, ids, estimators=["acute-x"])
     with pytest.raises(ValueError, match="larger than the 48 training records"):
-        learning_curve(X, y, c, ids, sizes=[100])
+        learning_curve(Inputs.of(X, c), y, ids, sizes=[100])
     with pytest.raises(ValueError, match="at least 5 of each class"):
-        learning_curve(X, np.arange(60) < 3, c, ids)
+        learning_curve(Inputs.of(X, c), np.arange(60) < 3, ids)
 
 
 def test_default_repeats_are_at_least_five():
@@ -102,14 +104,14 @@ def _hand_oof(name, X, y, c, ids, size, seed):
     oof = np.empty(len(y))
     for k, (tr, te) in enumerate(rep):
         sub = _subset(np.sort(tr), yi, size, seed * 1_000_003 + k)
-        p = make_baseline(name).fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
+        p = make_calibrator(name).fit(c[sub], yi[sub]).predict_proba(c[np.sort(te)])[:, 1]
         oof[np.sort(te)] = np.clip(p, 0, 1)
     return oof
 
 
 def test_interval_with_one_repeat_is_the_bias_shifted_record_bootstrap():
     X, y, c, ids = data(n=150, seed=3)
-    lc = learning_curve(X, y, c, ids, estimators=[], sizes=[40, 80], n_splits=3, repeats=1,
+    lc = learning_curve(Inputs.of(X, c), y, ids, estimators=[], sizes=[40, 80], n_splits=3, repeats=1,
                         seed=0, n_bootstrap=300)
     assert lc.shown == [lc.best_baseline] and lc.interval["n_bootstrap"] == 300
     yi = y.astype(int)
@@ -134,7 +136,7 @@ def test_intervals_hold_the_estimate_stay_in_range_and_are_recorded(tmp_path, mo
 
     X, y, c, ids = data(n=200, seed=5)
     y_cal = np.random.default_rng(5).random(200) < c  # calibrated raw confidences: smECE near 0
-    lc = learning_curve(X, y_cal, c, ids, estimators=[], sizes=[40, 120], n_splits=3, seed=1,
+    lc = learning_curve(Inputs.of(X, c), y_cal, ids, estimators=[], sizes=[40, 120], n_splits=3, seed=1,
                         n_bootstrap=100)
     assert lc.repeats == DEFAULT_REPEATS and lc.values["raw"]["smece"].shape == (2, DEFAULT_REPEATS)
     for name in lc.shown:
@@ -159,4 +161,4 @@ def test_intervals_hold_the_estimate_stay_in_range_and_are_recorded(tmp_path, mo
     (auc_ax, _) = drawn[-1].axes
     assert auc_ax.get_ylim()[0] <= min(r["auc_euro_all_ci_low"] for r in doc["rows"])
     with pytest.raises(ValueError, match="n_bootstrap must be >= 1"):
-        learning_curve(X, y, c, ids, estimators=[], n_bootstrap=0)
+        learning_curve(Inputs.of(X, c), y, ids, estimators=[], n_bootstrap=0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute import metrics
 from acute.estimators import DEFAULT_ESTIMATOR, make_estimator
 from acute.evaluation.transfer import (REFERENCE, leave_subjects_out, subject_folds, subjects_markdown, transfer_markdown,
@@ -71,8 +72,8 @@ def test_a_transfer_cell_equals_a_direct_fit(table, stores):
     cell = next(c for c in table["cells"] if (c["train"], c["test"]) == ("a", "c"))
     for name in (DEFAULT_ESTIMATOR, REFERENCE):
         est = make_estimator(name, random_state=0, probe_params=PARAMS)
-        est.fit(a.layer_means, a.correct.astype(int), confidence=a.raw_confidence)
-        p = est.predict_proba(b.layer_means, confidence=b.raw_confidence)[:, 1]
+        est.fit(Inputs.of(a.layer_means, a.raw_confidence), a.correct.astype(int))
+        p = est.predict_proba(Inputs.of(b.layer_means, b.raw_confidence))[:, 1]
         assert _row(cell, name)["auc_euro_all"] == pytest.approx(metrics.auc_euro(p, b.correct))
         assert _row(cell, name)["smece"] == pytest.approx(metrics.smece(p, b.correct))
 
@@ -118,8 +119,8 @@ def test_leave_subjects_out_scores_unseen_subjects(stores):
     y, conf = store.correct.astype(int), store.raw_confidence
     oof = np.empty(y.size)
     for tr, te in subject_folds([r["meta"]["subject"] for r in store.records], 3, 1, 0)[0]:
-        est = make_estimator(REFERENCE).fit(None, y[tr], confidence=conf[tr])
-        oof[te] = est.predict_proba(None, confidence=conf[te])[:, 1]
+        est = make_estimator(REFERENCE).fit(Inputs.of(confidence=conf[tr]), y[tr])
+        oof[te] = est.predict_proba(Inputs.of(confidence=conf[te]))[:, 1]
     assert held[REFERENCE]["auc_euro_all"] == pytest.approx(metrics.auc_euro(oof, y))
     assert held["raw"]["auc_euro_all"] == pytest.approx(metrics.auc_euro(conf, y))
     no_subject = FakeStore(store.ids, store.correct, conf, store.layer_means, [{"id": 1, "meta": {}}] * len(y))

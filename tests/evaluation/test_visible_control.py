@@ -1,6 +1,6 @@
 """The controls that read the reply or stack the question (issue 42): ``visible``, ``answer-surface``,
 ``answer-text`` and ``question+confidence`` (acute.estimators.visible, acute.estimators.registry), their
-inputs (acute.evaluation.crossval.states_for) and how evaluate_store adds or leaves them out."""
+inputs (acute.evaluation.crossval.inputs_for) and how evaluate_store adds or leaves them out."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from scipy.special import logit
 
+from acute.estimators.inputs import Inputs
 from acute import metrics
 from acute.errors import InputError
 from acute.estimators import make_estimator
-from acute.estimators.controls import CONTROL_USES, CONTROLS, REPLY_TEXT_INPUT, VISIBLE_INPUT
+from acute.estimators.controls import CONTROL_USES, CONTROLS
+from acute.estimators.inputs import CONFIDENCE, PROMPT_REPLY, QUESTION, VISIBLE
 from acute.estimators.visible import (VISIBLE_COLUMNS, TextComponents, VisibleControl, reply_fields, reply_texts,
                                       surface_features, visible_column_names, visible_inputs)
 from acute.evaluation import evaluate_store
@@ -122,7 +124,7 @@ def test_question_and_reply_have_separate_vocabularies(tmp_path):
     lps = [np.log(rng.uniform(0.3, 1.0, size=3)) for _ in range(n)]
     y = np.arange(n) % 2
     X = visible_inputs(recs[:40], lps[:40])
-    est = VisibleControl().fit(X, y[:40], rng.uniform(0.2, 0.9, 40))
+    est = VisibleControl().fit(Inputs({VISIBLE: X, CONFIDENCE: rng.uniform(0.2, 0.9, 40)}), y[:40])
     columns = est.pipeline_.named_steps["columns"]
     q, r = columns.named_transformers_["question"], columns.named_transformers_["reply"]
     assert "paris" in q.vectorizer_.vocabulary_ and "paris" in r.vectorizer_.vocabulary_
@@ -139,7 +141,7 @@ def test_question_and_reply_have_separate_vocabularies(tmp_path):
     assert np.allclose(out[0, qs], out[1, qs]) and not np.allclose(out[0, rs], out[1, rs])
     # the scored records must have the training records' columns
     with pytest.raises(InputError, match="fitted on"):
-        est.predict_proba(visible_inputs(recs[:2], lps[:2], fields=["n"]), np.full(2, 0.5))
+        est.predict_proba(Inputs({VISIBLE: visible_inputs(recs[:2], lps[:2], fields=["n"]), CONFIDENCE: np.full(2, 0.5)}))
 
 
 # ---------------------------------------------------------------- what visible learns
@@ -163,10 +165,10 @@ def synthetic(n=500, seed=0, by="structure"):
 
 
 def cross_validated(names, recs, lps, y, conf):
-    inputs = {VISIBLE_INPUT: visible_inputs(recs, lps), REPLY_TEXT_INPUT: reply_texts(recs),
-              "text": np.array([r["prompt"] for r in recs], dtype=object)}
+    inputs = Inputs({VISIBLE: visible_inputs(recs, lps), PROMPT_REPLY: reply_texts(recs),
+                     QUESTION: np.array([r["prompt"] for r in recs], dtype=object), CONFIDENCE: conf})
     folds = cv_folds([r["id"] for r in recs], y, n_splits=5, n_repeats=1, seed=0)
-    return {k: v[0] for k, v in cross_val_predictions(names, inputs, y, conf, folds).items()}
+    return {k: v[0] for k, v in cross_val_predictions(names, inputs, y, folds).items()}
 
 
 def test_visible_reads_the_reply_structure_the_text_control_cannot_see():
@@ -194,13 +196,13 @@ def test_the_boosting_does_not_depend_on_the_threads():
 
     recs, lps, y, conf = synthetic(n=200, by="structure", seed=2)
     X = visible_inputs(recs, lps)
-    est = VisibleControl().fit(X[:150], y[:150], conf[:150])
+    est = VisibleControl().fit(Inputs({VISIBLE: X[:150], CONFIDENCE: conf[:150]}), y[:150])
     hgb = est.pipeline_.named_steps["boosting"]
     feats = est.pipeline_.named_steps["columns"].transform(
         np.hstack([logit(np.clip(conf[150:], 1e-6, 1 - 1e-6))[:, None].astype(object), X[150:]]))
     with threadpool_limits(2, user_api="openmp"):
         two = hgb.predict_proba(feats)[:, 1]
-    np.testing.assert_array_equal(est.predict_proba(X[150:], conf[150:])[:, 1], two)
+    np.testing.assert_array_equal(est.predict_proba(Inputs({VISIBLE: X[150:], CONFIDENCE: conf[150:]}))[:, 1], two)
 
 
 # ---------------------------------------------------------------- question+confidence
@@ -214,13 +216,18 @@ def prompt_states(n=160, seed=0):
     return h, y, conf
 
 
+def Q(states, conf=None):
+    """The inputs of a probe over the prompt's last-token states (and the raw confidence)."""
+    return Inputs.of(states, conf, pooling="last-prompt")
+
+
 def test_question_plus_confidence_stacks_the_question_forest_out_of_bag():
     from sklearn.linear_model import LogisticRegression
 
     h, y, conf = prompt_states()
     tr, te = np.arange(120), np.arange(120, 160)
-    question = make_estimator("question-only", probe_params=SMALL).fit(h[tr], y[tr])
-    stacked = make_estimator("question+confidence", probe_params=SMALL).fit(h[tr], y[tr], confidence=conf[tr])
+    question = make_estimator("question-only", probe_params=SMALL).fit(Q(h[tr]), y[tr])
+    stacked = make_estimator("question+confidence", probe_params=SMALL).fit(Q(h[tr], conf[tr]), y[tr])
     # by another path: the question-only forest's out-of-bag P(correct) and logit(confidence), clipped as
     # acute-pca10-stacked clips them, in an unpenalised logistic regression
     oob = question.forest_.oob_decision_function_[:, 1]
@@ -230,25 +237,25 @@ def test_question_plus_confidence_stacks_the_question_forest_out_of_bag():
         return np.column_stack([logit(np.clip(p, 1e-3, 1 - 1e-3)), logit(np.clip(c, 1e-6, 1 - 1e-6))])
 
     lr = LogisticRegression(C=np.inf, tol=1e-12, max_iter=10_000).fit(feats(oob, conf[tr]), y[tr])
-    forest_te = question.forest_.predict_proba(question.transform_features(h[te]))[:, 1]
+    forest_te = question.forest_.predict_proba(question.transform_features(Q(h[te])))[:, 1]
     want = lr.predict_proba(feats(forest_te, conf[te]))[:, 1]
-    np.testing.assert_allclose(stacked.predict_proba(h[te], confidence=conf[te])[:, 1], want, atol=1e-6)
+    np.testing.assert_allclose(stacked.predict_proba(Q(h[te], conf[te]))[:, 1], want, atol=1e-6)
     # and it stacks the same trees question-only calibrates
-    np.testing.assert_array_equal(stacked.predict_proba(h[te], confidence=conf[te], calibrated=False)[:, 1],
+    np.testing.assert_array_equal(stacked.predict_proba(Q(h[te], conf[te]), calibrated=False)[:, 1],
                                   forest_te)
-    with pytest.raises(InputError, match="confidence"):
-        make_estimator("question+confidence", probe_params=SMALL).fit(h[tr], y[tr])
+    with pytest.raises(InputError, match="reads the 'confidence' source"):
+        make_estimator("question+confidence", probe_params=SMALL).fit(Q(h[tr]), y[tr])
 
 
 def test_question_only_takes_the_forest_of_question_plus_confidence():
     h, y, conf = prompt_states(seed=1)
     tr, te = np.arange(120), np.arange(120, 160)
     seen = {}
-    got = fit_predict(["question-only", "question+confidence"], {"last-prompt": h[tr]}, y[tr], conf[tr],
-                      {"last-prompt": h[te]}, conf[te], probe_params=SMALL, on_fit=seen.__setitem__)
+    got = fit_predict(["question-only", "question+confidence"], Q(h[tr], conf[tr]), y[tr], Q(h[te], conf[te]),
+                      probe_params=SMALL, on_fit=seen.__setitem__)
     assert seen["question-only"].forest_ is seen["question+confidence"].forest_
-    own = make_estimator("question-only", probe_params=SMALL).fit(h[tr], y[tr])
-    np.testing.assert_allclose(got["question-only"], own.predict_proba(h[te])[:, 1], rtol=0, atol=1e-12)
+    own = make_estimator("question-only", probe_params=SMALL).fit(Q(h[tr]), y[tr])
+    np.testing.assert_allclose(got["question-only"], own.predict_proba(Q(h[te]))[:, 1], rtol=0, atol=1e-12)
 
 
 # ---------------------------------------------------------------- evaluate_store

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
+from acute.estimators.inputs import Inputs
 from acute.errors import ProbeFormatError
 from acute.estimators import ActivationProbe, load_probe
 from acute.metrics.drift import REFERENCE_QUANTILES, check_reference, confidence_reference, drift_statistic
@@ -55,7 +56,7 @@ def test_a_malformed_reference_is_refused_naming_the_file(entry, message):
 def test_probe_file_keeps_the_reference_and_an_older_probe_has_none(tmp_path):
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(40, 3, 8)).astype(np.float32), rng.integers(0, 2, 40)
-    probe = ActivationProbe(view="cosine", n_estimators=3).fit(X, y, confidence=rng.uniform(size=40))
+    probe = ActivationProbe(view="cosine", n_estimators=3).fit(Inputs.of(X, rng.uniform(size=40)), y)
     ref = confidence_reference(rng.uniform(size=50), "out-of-fold")
     probe.save(tmp_path / "new", confidence_reference=ref)
     assert load_probe(tmp_path / "new").confidence_reference == ref
@@ -116,14 +117,14 @@ def test_export_keeps_the_confidences_the_probe_gave_records_it_was_not_fitted_o
                             certify_backend="binomial")
     oof = np.empty(len(y))
     for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
-        est = clone(certified.probe).fit(X[tr], y[tr], confidence=raw[tr])
-        oof[te] = est.predict_proba(X[te], confidence=raw[te])[:, 1]
+        est = clone(certified.probe).fit(Inputs.of(X[tr], raw[tr]), y[tr])
+        oof[te] = est.predict_proba(Inputs.of(X[te], raw[te]))[:, 1]
     assert certified.confidence_reference == confidence_reference(oof, "out-of-fold")
     certified.save(tmp_path / "p")
     assert load_probe(tmp_path / "p").confidence_reference == certified.confidence_reference
 
     held = train_probe(store, view="pca10", n_estimators=10, test_fraction=0.3)
     test = split_ids(store.ids, test_fraction=0.3, seed=0)[1]
-    conf = held.probe.predict_proba(X[test], confidence=raw[test])[:, 1]
+    conf = held.probe.predict_proba(Inputs.of(X[test], raw[test]))[:, 1]
     assert held.confidence_reference == confidence_reference(conf, "held-out")
     assert train_probe(store, view="pca10", n_estimators=10).confidence_reference is None

@@ -17,6 +17,7 @@ import pytest
 from cli_run import run  # tests/cli_run.py
 from servers import running  # tests/servers.py
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.errors import InputError
 from acute.estimators import ActivationProbe, load_probe
@@ -60,7 +61,7 @@ def setup(loaded, tmp_path_factory):
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    fitted = ActivationProbe(view="cosine", n_estimators=5).fit(X, y, confidence=raw)
+    fitted = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, raw), y)
     root = tmp_path_factory.mktemp("certified")
     kw = dict(model_name=NAME, model_fingerprint=acute.model_identity(model),
               training_summary={"generation": GENERATION, "task": None})

@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute.cli import main
 from acute.collect import collect
 from acute.errors import InputError, ProbeFormatError
@@ -97,11 +98,13 @@ def test_export_writes_the_question_only_probe_beside_the_answer_probe(probe_dir
 def test_numpy_scoring_equals_the_fitted_question_only_probe(probe_dir, trained, collected):
     _, _, store = collected
     probe = load_probe(probe_dir)
-    X = np.asarray(store.states("last-prompt"), dtype=np.float32)
+    states = np.asarray(store.states("last-prompt"), dtype=np.float32)
+    X = Inputs.of(states, pooling="last-prompt")
     fitted = trained.precheck.predict_proba(X)[:, 1]
     np.testing.assert_allclose(probe.precheck.predict_proba(X)[:, 1], fitted, rtol=0, atol=1e-12)
-    # no raw confidence exists before the answer: none is needed
-    np.testing.assert_allclose(probe.precheck.predict_proba(X, confidence=None)[:, 1], fitted, atol=1e-12)
+    # no raw confidence exists before the answer: none is needed, and one given is not read
+    with_raw = Inputs.of(states, np.asarray(store.raw_confidence), pooling="last-prompt")
+    np.testing.assert_allclose(probe.precheck.predict_proba(with_raw)[:, 1], fitted, atol=1e-12)
     assert probe.precheck.precheck is None
 
 
@@ -212,7 +215,7 @@ def test_prompt_states_of_messages_and_other_batchings_equal_generation(loaded):
 
     rng = np.random.default_rng(0)
     q = make_estimator("question-only", probe_params={"n_estimators": 3}).fit(
-        rng.normal(size=(20, 5, 64)).astype(np.float32), np.arange(20) % 2)
+        Inputs.of(rng.normal(size=(20, 5, 64)).astype(np.float32), pooling="last-prompt"), np.arange(20) % 2)
     fitted = Scorer(model, tok, _answer_probe(rng), precheck_probe=q, task=None)
     msgs = [{"role": "user", "content": "Who wrote Hamlet?"}]
     prompt = fitted.format(msgs)
@@ -224,15 +227,15 @@ def test_prompt_states_of_messages_and_other_batchings_equal_generation(loaded):
 def _answer_probe(rng):
     from acute.estimators import ActivationProbe
 
-    return ActivationProbe(view="cosine", n_estimators=3).fit(
-        rng.normal(size=(20, 5, 64)).astype(np.float32), np.arange(20) % 2, confidence=rng.uniform(size=20))
+    return ActivationProbe(view="cosine", n_estimators=3).fit(Inputs.of(rng.normal(size=(20, 5, 64)).astype(np.float32), rng.uniform(size=20)), np.arange(20) % 2)
 
 
 def test_precheck_returns_the_probability_and_the_decision(scorer, collected):
     _, examples, store = collected
     questions = [ex.question for ex in examples[:6]]
     results = scorer.precheck(questions, threshold=0.4)
-    expected = scorer.precheck_probe.predict_proba(scorer.prompt_states(questions))[:, 1]
+    expected = scorer.precheck_probe.predict_proba(Inputs.of(scorer.prompt_states(questions),
+                                                              pooling="last-prompt"))[:, 1]
     assert [r.confidence for r in results] == expected.tolist()
     assert all(isinstance(r, PrecheckResult) and r.threshold == 0.4 for r in results)
     assert [r.trust for r in results] == [c > 0.4 for c in expected]
@@ -503,7 +506,7 @@ def test_a_question_only_probe_of_another_view(collected, tmp_path, name, view):
     pre = json.loads((tmp_path / "p" / "precheck" / "probe.json").read_text())
     assert answer["precheck"]["estimator"] == name and pre["training_summary"]["estimator"] == name
     assert pre["input"]["pooling"] == "last-prompt" and pre["view"] == view
-    X = np.asarray(store.states("last-prompt"), dtype=np.float32)
+    X = Inputs.of(np.asarray(store.states("last-prompt"), dtype=np.float32), pooling="last-prompt")
     np.testing.assert_allclose(load_probe(tmp_path / "p").precheck.predict_proba(X)[:, 1],
                                trained.precheck.predict_proba(X)[:, 1], rtol=0, atol=1e-12)
     for bad in ("question-only-magic", True, "acute-pca10"):  # a boolean is not an estimator's name

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute.extraction import generate_and_record
 from acute.models import format_prompt, model_fingerprint
 from acute.errors import ModelMismatchError
@@ -33,7 +34,7 @@ def probe_dir(tiny_model, tiny_tokenizer, tmp_path_factory):
     raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hash_label(p) for p in prompts], dtype=int)
     assert 0 < y.sum() < len(y)
-    probe = ActivationProbe(view="pca10", n_estimators=10).fit(X, y, confidence=raw)
+    probe = ActivationProbe(view="pca10", n_estimators=10).fit(Inputs.of(X, raw), y)
     path = tmp_path_factory.mktemp("probe") / "probe"
     probe.save(path, model_name="tiny-llama", model_fingerprint=model_fingerprint(tiny_model),
                training_summary={"generation": GENERATION, "task": None})
@@ -81,7 +82,7 @@ def test_confidence_equals_probe_on_separately_recorded_activations(scorer, tiny
                                max_new_tokens=GENERATION["max_new_tokens"])
     X = np.stack([g.layer_means for g in gens])
     raw = np.array([g.raw_confidence for g in gens])
-    expected = load_probe(probe_dir).predict_proba(X, confidence=raw)[:, 1]
+    expected = load_probe(probe_dir).predict_proba(Inputs.of(X, raw))[:, 1]
     np.testing.assert_array_equal([s.confidence for s in scored], expected)
     np.testing.assert_array_equal([s.raw_confidence for s in scored], raw)
     assert [s.answer for s in scored] == [g.text.strip() for g in gens]
@@ -160,7 +161,7 @@ def test_fitted_probe_shape_check(tiny_model, tiny_tokenizer):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, 5, 64)).astype(np.float32)  # tiny Llama: 4 layers + embeddings, d=64
     y = np.arange(30) % 2
-    probe = ActivationProbe(view="cosine", n_estimators=5).fit(X, y, confidence=rng.uniform(size=30))
+    probe = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, rng.uniform(size=30)), y)
     s = Scorer(tiny_model, tiny_tokenizer, probe, max_new_tokens=3)
     out = s.generate(["Name a planet."], risk=0.5)
     assert len(out) == 1 and 0.0 <= out[0].confidence <= 1.0 and out[0].n_tokens <= 3

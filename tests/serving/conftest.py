@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from service import GENERATION, NAME
 
+from acute.estimators.inputs import Inputs
 import acute
 from acute.estimators import ActivationProbe, load_probe, make_estimator
 from acute.extraction import generate_and_record
@@ -29,9 +30,9 @@ def hash_probes(loaded):
     gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
     y = np.array([hash_label(p) for p in prompts])
     answer = ActivationProbe(view="cosine", n_estimators=5).fit(
-        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
+        Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
     question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
-        np.stack([g.last_prompt for g in gens]), y)
+        Inputs.of(np.stack([g.last_prompt for g in gens]), pooling="last-prompt"), y)
     return answer, question, {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
 
 

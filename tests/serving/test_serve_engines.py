@@ -19,6 +19,7 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi import Request  # noqa: E402  (module level: FastAPI resolves the routes' annotations here)
 
+from acute.estimators.inputs import Inputs
 from acute.engines.upstream import RefusedByEngine, UpstreamEngine  # noqa: E402
 from acute.errors import EngineError, InputError  # noqa: E402
 from acute.serving import ServeSettings  # noqa: E402
@@ -289,8 +290,7 @@ def test_a_gate_without_weights_scores_as_one_with_them(tmp_path):
     folder = save_tiny_model(tmp_path / "m", num_hidden_layers=L1 - 1, hidden_size=D, intermediate_size=8,
                              num_attention_heads=1, num_key_value_heads=1)
     rng = np.random.default_rng(0)
-    probe = ActivationProbe(view="cosine", n_estimators=5).fit(
-        rng.normal(size=(40, L1, D)), np.arange(40) % 2, confidence=rng.uniform(size=40))
+    probe = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(rng.normal(size=(40, L1, D)), rng.uniform(size=40)), np.arange(40) % 2)
     pooled = tmp_path / "pooled"
     pooled.mkdir()
     app, _ = _fake_vllm(pooled)

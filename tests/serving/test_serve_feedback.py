@@ -27,6 +27,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("prometheus_client")
 httpx = pytest.importorskip("httpx")
 
+from acute.estimators.inputs import Inputs
 import acute  # noqa: E402
 from acute.errors import CorruptStoreError, IncompatibleStoreError, InputError  # noqa: E402
 from acute.estimators import ActivationProbe, load_probe  # noqa: E402
@@ -46,8 +47,7 @@ def _probe(loaded, path: Path, seed: int) -> Path:
     prompts = [f"Question: what is {i} times {i + 3}?" for i in range(30)]
     gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
-    probe = ActivationProbe(view="cosine", n_estimators=5, random_state=seed).fit(
-        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
+    probe = ActivationProbe(view="cosine", n_estimators=5, random_state=seed).fit(Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
     probe.save(path, model_name=NAME, model_fingerprint=acute.model_identity(model),
                training_summary={"generation": GENERATION, "task": None})
     return path
@@ -232,4 +232,4 @@ def test_cli_records_until_sigterm_and_export_trains_on_the_feedback(tiny_model_
     assert summary["n_train"] == 10 and summary["accuracy_train"] == pytest.approx(np.mean(truth))
     assert summary["generation"]["max_new_tokens"] == GENERATION["max_new_tokens"]
     retrained = load_probe(out)
-    assert retrained.predict_proba(got.layer_means[:2].astype(np.float32), confidence=got.raw_confidence[:2]).shape == (2, 2)
+    assert retrained.predict_proba(Inputs.of(got.layer_means[:2].astype(np.float32), got.raw_confidence[:2])).shape == (2, 2)

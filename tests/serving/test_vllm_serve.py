@@ -33,6 +33,7 @@ httpx = pytest.importorskip("httpx")
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
+from acute.estimators.inputs import Inputs
 import acute  # noqa: E402
 from acute.engines.upstream import UpstreamEngine  # noqa: E402
 from acute.engines.vllm import model_folder  # noqa: E402
@@ -97,9 +98,9 @@ def probe_dir(smollm2, tmp_path_factory):
                                stop_strings=["\n"])
     y = np.array([hashlib.sha256(q.encode()).digest()[0] % 2 for q in questions])
     answer = ActivationProbe(view="cosine", n_estimators=5).fit(
-        np.stack([g.layer_means for g in gens]), y, confidence=np.array([g.raw_confidence for g in gens]))
+        Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
     question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
-        np.stack([g.last_prompt for g in gens]), y)
+        Inputs.of(np.stack([g.last_prompt for g in gens]), pooling="last-prompt"), y)
     meta = {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
     exported = answer.export(training_summary={"generation": GENERATION, "task": None}, **meta)
     exported.precheck = question.export(training_summary={"generation": GENERATION}, **meta)

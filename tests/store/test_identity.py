@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from acute.estimators.inputs import Inputs
 from acute.collect import collect, store_identity
 from acute.errors import IncompatibleStoreError
 from acute.models import load_model, model_fingerprint, model_identity, weights_digest
@@ -107,7 +108,7 @@ def test_scoring_with_a_probe_of_other_weights_is_refused_unless_allowed(models,
     rng = np.random.default_rng(0)
     X = rng.normal(size=(30, L + 1, d)).astype(np.float32)
     y = np.arange(30) % 2
-    probe = ActivationProbe(view="cosine", n_estimators=5).fit(X, y, confidence=rng.uniform(size=30))
+    probe = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, rng.uniform(size=30)), y)
     probe.save(tmp_path / "probe", model_name="tiny", model_fingerprint=model_identity(a))
     exported = load_probe(tmp_path / "probe")
     Scorer(a, tok, exported)  # the training model passes

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from acute.estimators.inputs import Inputs
 from acute.errors import IncompatibleStoreError, InputError, ModelMismatchError
 from acute.store import DEFAULT_STORE_DTYPE, STORAGE_DTYPES, StoreWriter
 from acute.store.compat import check_compatible
@@ -97,8 +98,7 @@ def _probe(summary=None):
     from acute.estimators import ActivationProbe
 
     rng = np.random.default_rng(0)
-    probe = ActivationProbe(view="cosine", n_estimators=3).fit(rng.normal(size=(20, L + 1, D)), np.arange(20) % 2,
-                                                                 confidence=rng.uniform(size=20))
+    probe = ActivationProbe(view="cosine", n_estimators=3).fit(Inputs.of(rng.normal(size=(20, L + 1, D)), rng.uniform(size=20)), np.arange(20) % 2)
     if summary is not None:
         probe.training_summary_ = summary
     return probe
