@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_recertify(sub, model_opts)
     training.add_evaluate(sub, model_opts)
     training.add_learning_curve(sub, model_opts)
+    training.add_prefix(sub, model_opts)
     training.add_plot(sub, model_opts)
     scoring.add_score(sub, model_opts)
     scoring.add_serve(sub, model_opts)

@@ -19,7 +19,7 @@ from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
 
-__all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_recertify', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_recertify', 'cmd_train']
+__all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_prefix', 'add_recertify', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_prefix', 'cmd_recertify', 'cmd_train']
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +212,27 @@ def cmd_learning_curve(args) -> int:
     return 0
 
 
+def cmd_prefix(args) -> int:
+    from ..evaluation.crossval import cv_folds
+    from ..evaluation.evaluate import store_groups
+    from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
+
+    store = open_labelled_store(args.store, args.allow_partial)
+    out = Path(args.out) if args.out else Path(args.store) / "prefix"
+    group_by, groups = store_groups(store, args.group_by)
+    folds = cv_folds(store.ids, store.correct, args.cv, args.repeats, seed=args.seed, groups=groups,
+                     group_name=group_by or "record ids")
+    result = evaluate_prefixes(store, folds, random_state=args.seed, n_jobs=args.n_jobs,
+                               probe_params={"n_estimators": args.n_estimators},
+                               progress=None if args.quiet else lambda what: print(f"fitting {what}", file=sys.stderr))
+    files = write_prefix_evaluation(result, out, model=store.manifest.get("model"), task=store.manifest.get("task"),
+                                    params={"store": str(Path(args.store).resolve()), "cv": args.cv,
+                                            "repeats": args.repeats, "seed": args.seed, "group_by": group_by})
+    print(result.to_markdown())
+    print(f"prefix probes written to {out} ({', '.join(p.name for p in files.values())})")
+    return 0
+
+
 def cmd_plot(args) -> int:
     import csv
 
@@ -381,6 +402,21 @@ def add_learning_curve(sub, model_opts) -> None:
     lc.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
     lc.add_argument("--quiet", action="store_true", help="no progress bar")
     lc.set_defaults(func=cmd_learning_curve)
+
+
+def add_prefix(sub, model_opts) -> None:
+    """``acute prefix``."""
+    pf = sub.add_parser("prefix", help="prefix probes: correctness predicted after k generated tokens, "
+                                       "against the log-prob rule and the question-only probe")
+    add_store_arguments(pf, out_help="default: STORE/prefix")
+    pf.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
+    pf.add_argument("--repeats", type=int, default=1, help="repeats of the cross-validation (default %(default)s)")
+    pf.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
+    add_group_by(pf)
+    pf.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
+    pf.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores)")
+    pf.add_argument("--quiet", action="store_true", help="no progress lines")
+    pf.set_defaults(func=cmd_prefix)
 
 
 def add_plot(sub, model_opts) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -27,7 +28,8 @@ from ..metrics.selective import aurc, risk_coverage_curve
 from .curves import binned_reliability, constant_euro_curve
 from ..errors import InputError
 
-__all__ = ["euro_curves", "euro_difference_curve", "learning_curves", "reliability_diagram", "risk_coverage_plot"]
+__all__ = ["euro_curves", "euro_difference_curve", "learning_curves", "prefix_curves", "reliability_diagram",
+           "risk_coverage_plot"]
 
 _BAND_COLOURS = {"low": "#d9f0d3", "med": "#fff2cc", "high": "#f4cccc"}
 _BAND_LABELS = {"low": "low risk", "med": "medium risk", "high": "high risk"}
@@ -493,3 +495,41 @@ def _learning_figure(x: np.ndarray, series: Mapping[str, Mapping[str, tuple]], h
                    ncol=min(len(handles), 4), fontsize="small", frameon=False)
     fig.suptitle(heading)
     return fig
+
+
+def prefix_curves(rows: Sequence[Mapping[str, Any]], path: str | Path, *, model: str | None = None,
+                  task: str | None = None, title: str | None = None) -> Path:
+    """Prefix probes as a PNG (:mod:`acute.evaluation.prefix`): auc-euro and AUROC against the
+    generated tokens a gate has read (log x axis), one line per row name over its checkpoints
+    ``k >= 1``; the ``question-only`` row (k = 0) and the ``final`` row as horizontal lines. Only
+    finite values are drawn. Returns the written path."""
+    if not rows:
+        raise InputError("rows: no prefix rows to draw")
+    heading = _heading("Prefix probes", _check_name(model, "model"), _check_name(task, "task"), title)
+    out = _png_path(path)
+    fig = Figure(figsize=(10.4, 4.6), layout="constrained")
+    for i, (metric, label) in enumerate((("auc_euro", "auc-euro (all risk levels)"), ("auroc", "AUROC"))):
+        ax = fig.add_subplot(1, 2, i + 1)
+        names = list(dict.fromkeys(r["row"] for r in rows if r["k"]))
+        for j, name in enumerate(names):
+            pts = sorted((r["k"], r[metric]) for r in rows if r["row"] == name and r["k"]
+                         and np.isfinite(r[metric]))
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=4, color=f"C{j}", label=name)
+        for j, (name, style) in enumerate((("question-only", ":"), ("final", "--"))):
+            values = [r[metric] for r in rows if r["row"] == name and np.isfinite(r[metric])]
+            if values:
+                ax.axhline(values[0], color="0.3", linestyle=style, lw=1,
+                           label=f"{name} ({'k = 0' if name == 'question-only' else 'whole answer'})")
+        ax.set_xscale("log", base=2)
+        ks = sorted({r["k"] for r in rows if r["k"]})
+        ax.xaxis.set_major_locator(FixedLocator(ks))
+        ax.xaxis.set_major_formatter(StrMethodFormatter("{x:.0f}"))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("generated tokens read (k)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        if i == 0:
+            ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(heading, fontsize=10)
+    return _save(fig, out)
