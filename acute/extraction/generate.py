@@ -35,7 +35,7 @@ from .batching import (
     batch_order,
 )
 from .prompt_states import PromptState
-from .recorder import HiddenStateRecorder
+from .recorder import CheckpointCallback, HiddenStateRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ class Generation:
     ``last_answer`` float32[L+1, d]: the states at the last pooled position (``"decoding"``: the
     one that decoded the final token, i.e. ``last_prompt`` for a one-token answer;
     ``"generated"``: the final token's own); ``prompt_tokens``: prompt length in tokens;
-    ``finish_reason``: ``"eos"``, ``"stop"`` or ``"length"``; ``checkpoint_tokens`` int64[C] and
+    ``finish_reason``: ``"eos"``, ``"stop"``, ``"length"`` or ``"stopped"`` (stopped early at a
+    checkpoint, its ``token_ids`` the prefix generated); ``checkpoint_tokens`` int64[C] and
     ``checkpoint_means`` float32[C, L+1, d]: the prefix checkpoints when the recorder kept them
     (:mod:`acute.store.checkpoints`; the last equals ``layer_means``), else None. Layer index 0 is
     the embedding output, ``L`` the final norm's output (see :mod:`acute.extraction`).
@@ -88,6 +89,7 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
                         drop_finished: bool = True,
                         on_batch: Callable[[int], None] | None = None,
                         checkpoints: Schedule | None = None,
+                        on_checkpoint: CheckpointCallback | None = None,
                         **generate_kwargs: Any) -> list[Generation | None]:
     """Generate an answer for each fully formatted prompt and pool its hidden states.
 
@@ -132,8 +134,15 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     _greedy_defaults(do_sample, generate_kwargs)
     inputs = _BatchInputs(model, pad_id, max_new_tokens)
     results: list[Generation | None] = [None] * len(prompts)
-    with HiddenStateRecorder(model, pool=pool, checkpoints=checkpoints) as recorder:
+    current: list[int] = []
+
+    def in_prompts(k, rows, means, confidence):  # batch rows -> prompt indices
+        return on_checkpoint(k, np.asarray([current[r] for r in rows], dtype=np.int64), means, confidence)
+
+    with HiddenStateRecorder(model, pool=pool, checkpoints=checkpoints,
+                             on_checkpoint=None if on_checkpoint is None else in_prompts) as recorder:
         for batch, shared in _progress(planned, len(planned), progress, "generate"):
+            current[:] = batch
             ids, mask, cache = inputs([encoded[i] for i in batch], shared)
             cache_kwargs = {} if cache is None else {cache_keyword(model): cache}
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens,

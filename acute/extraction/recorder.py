@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -58,8 +58,12 @@ class RecordedBatch:
     checkpoint_means: list[np.ndarray] | None = None
 
 
-_REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH = 0, 1, 2, 3
-_REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length"}
+_REASON_NONE, _REASON_EOS, _REASON_STOP, _REASON_LENGTH, _REASON_STOPPED = 0, 1, 2, 3, 4
+_REASON_NAMES = {_REASON_EOS: "eos", _REASON_STOP: "stop", _REASON_LENGTH: "length", _REASON_STOPPED: "stopped"}
+#: ``on_checkpoint(k, rows, means, confidence) -> stop``: at a checkpoint of ``k`` generated
+#: tokens, the batch rows (int [b]) still generating, their prefix means (float32 [b, L+1, d])
+#: and prefix confidences (float64 [b]); returns which of them to stop (bool [b]).
+CheckpointCallback = Callable[[int, np.ndarray, np.ndarray, np.ndarray], Any]
 
 
 class _Run:
@@ -68,7 +72,8 @@ class _Run:
 
     def __init__(self, pooler: LayerPooler, batch_size: int, device: torch.device, pool: str,
                  max_new_tokens: int, eos_ids: Sequence[int], stop_strings: Sequence[str],
-                 tokenizer: Any, checkpoints: Schedule | None = None):
+                 tokenizer: Any, checkpoints: Schedule | None = None,
+                 on_checkpoint: CheckpointCallback | None = None):
         self.pooler = pooler
         self.batch_size = batch_size
         self.device = device
@@ -103,6 +108,8 @@ class _Run:
         self.checkpoints = checkpoints
         self.pooling_forwards = 0
         self.snapshots: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(batch_size)]
+        self.on_checkpoint = on_checkpoint
+        self.fresh: tuple[int, np.ndarray] | None = None  # (k, rows) snapshotted by the latest forward
         pooler.reset(batch_size)
         self.arm()
 
@@ -137,6 +144,27 @@ class _Run:
         means = (self.pooler.snapshot(rows) / k).astype(np.float32)  # as LayerPooler.means
         for r, mean in zip(rows.tolist(), means):
             self.snapshots[r].append((k, mean))
+        self.fresh = (k, rows.cpu().numpy())
+
+    def stop_at_checkpoint(self, finishing: torch.Tensor) -> torch.Tensor:
+        """bool [B]: the rows ``on_checkpoint`` stops at the checkpoint the latest forward took
+        (rows finishing at this token anyway are not asked)."""
+        stop = torch.zeros(self.batch_size, dtype=torch.bool, device=self.device)
+        fresh, self.fresh = self.fresh, None
+        if self.on_checkpoint is None or fresh is None:
+            return stop
+        k, rows = fresh
+        rows = rows[~finishing[torch.as_tensor(rows, device=self.device)].cpu().numpy()]
+        if rows.size == 0:
+            return stop
+        means = np.stack([dict(self.snapshots[r])[k] for r in rows])
+        logprobs = self.logprobs[torch.as_tensor(rows, device=self.device), :k].double().sum(1)
+        confidence = torch.exp(logprobs).cpu().numpy()
+        decided = np.asarray(self.on_checkpoint(k, rows, means, confidence), dtype=bool).reshape(-1)
+        if decided.shape != rows.shape:
+            raise InputError(f"on_checkpoint returned {decided.size} decisions for {rows.size} rows")
+        stop[torch.as_tensor(rows[decided], dtype=torch.long, device=self.device)] = True
+        return stop
 
     def forward_done(self) -> None:
         """After each forward (the logits hook): count the rows it pooled."""
@@ -219,10 +247,12 @@ class _RecorderStoppingCriteria(StoppingCriteria):
                 stop_flags[r] = any(s in text for s in run.stop_strings)
             is_stop = torch.tensor(stop_flags, dtype=torch.bool, device=run.device)
         is_len = active & (run.n_tokens >= run.max_new_tokens)
+        stopped = active & run.stop_at_checkpoint(is_eos | is_stop | is_len)
+        run.reason.masked_fill_(stopped, _REASON_STOPPED)
         run.reason.masked_fill_(is_len, _REASON_LENGTH)
         run.reason.masked_fill_(is_stop, _REASON_STOP)
         run.reason.masked_fill_(is_eos, _REASON_EOS)
-        run.done |= is_eos | is_stop | is_len
+        run.done |= is_eos | is_stop | is_len | stopped
 
         if run.pool == "decoding":
             # The next forward decodes the next token of every still-running row.
@@ -243,7 +273,9 @@ class HiddenStateRecorder:
     (models split with a ``device_map`` work). ``checkpoints`` (a
     :class:`~acute.store.checkpoints.Schedule`) also keeps each row's running means at the
     schedule's token counts (:attr:`RecordedBatch.checkpoint_means`; O(L x d) per row and
-    checkpoint, taken as the answer is written).
+    checkpoint, taken as the answer is written); with ``on_checkpoint``
+    (:data:`CheckpointCallback`, ``pool="decoding"`` only) a row it stops at a checkpoint ends
+    there with the finish reason ``"stopped"``.
     On entering, a :class:`~acute.extraction.pooler.LayerPooler` hooks the first decoder layer
     (its input is index 0 and its output index 1), the other decoder layers but the last
     (indices 2..L-1) and the final norm (index L), and a forward hook on the model itself takes
@@ -259,11 +291,12 @@ class HiddenStateRecorder:
     """
 
     def __init__(self, model: nn.Module, pool: PoolMode = "decoding", dtype: torch.dtype = torch.float32,
-                 checkpoints: Schedule | None = None):
+                 checkpoints: Schedule | None = None, on_checkpoint: CheckpointCallback | None = None):
         self.model = model
         self.pool = pool
         self.dtype = dtype
         self.checkpoints = checkpoints
+        self.on_checkpoint = on_checkpoint
         self._pooler: LayerPooler | None = None
         self._logits_handle: Any = None
         self._run: _Run | None = None
@@ -293,6 +326,8 @@ class HiddenStateRecorder:
         check_dtype(self.dtype)
         if self._pooler is not None:
             raise RuntimeError("HiddenStateRecorder is already active (not re-entrant)")
+        if self.on_checkpoint is not None and (self.checkpoints is None or self.pool != "decoding"):
+            raise InputError("on_checkpoint needs a checkpoint schedule and pool='decoding'")
         pooler = LayerPooler(self.model, dtype=self.dtype).__enter__()
         try:
             self._logits_handle = self.model.register_forward_hook(self._logits_hook)
@@ -380,7 +415,7 @@ class HiddenStateRecorder:
             attention_mask = torch.ones_like(input_ids)
         attention_mask = attention_mask.to(device)
         self._run = _Run(self._pooler, input_ids.shape[0], device, self.pool, max_new_tokens,
-                         eos_ids, stop_strings, tokenizer, self.checkpoints)
+                         eos_ids, stop_strings, tokenizer, self.checkpoints, self.on_checkpoint)
         extra = 1 if self.pool == "generated" else 0
         try:
             if drop_finished and plain_greedy(self.model, generate_kwargs):

@@ -193,3 +193,33 @@ def test_a_shard_whose_checkpoints_lie_is_corrupt(tmp_path):
     save_file(tensors, str(shard))  # no checksum metadata: only the structure is checked
     with pytest.raises(CorruptStoreError, match="record 0 has checkpoints at \\[2, 4\\].*3 tokens"):
         open_store(tmp_path / "s")
+
+
+def test_a_checkpoint_callback_stops_rows_there(loaded):
+    """Rows stopped at k = 4 end with 4 tokens and the finish reason "stopped"; their states are
+    the unstopped run's checkpoint at 4, the callback saw that run's prefix confidence, and the
+    other rows run on unchanged."""
+    model, tok = loaded
+    prompts = ["What is 1 plus 2?", "Name a colour.", "x", "Count: one two three four"]
+    full = generate_and_record(model, tok, prompts, max_new_tokens=16, batch_size=4, eos_token_ids=[],
+                               checkpoints=SCHEDULE)
+    seen = []
+
+    def stop_odd_at_4(k, rows, means, confidence):
+        seen.append((k, rows.tolist(), confidence.copy(), means.copy()))
+        return (rows % 2 == 1) & (k == 4)
+
+    gens = generate_and_record(model, tok, prompts, max_new_tokens=16, batch_size=4, eos_token_ids=[],
+                               checkpoints=SCHEDULE, on_checkpoint=stop_odd_at_4)
+    k, rows, confidence, means = seen[1]
+    assert k == 4 and sorted(rows) == [0, 1, 2, 3]
+    for r, c, m in zip(rows, confidence, means):
+        assert c == pytest.approx(np.exp(np.sum(full[r].token_logprobs[:4], dtype=np.float64)), rel=1e-5)
+        np.testing.assert_allclose(m, full[r].checkpoint_means[1], atol=1e-6)
+    assert all(sorted(r) == [0, 2] for kk, r, _, _ in seen[2:])  # stopped rows are never asked again
+    for i, (g, f) in enumerate(zip(gens, full)):
+        if i % 2:
+            assert g.finish_reason == "stopped" and g.token_ids.tolist() == f.token_ids[:4].tolist()
+            np.testing.assert_allclose(g.layer_means, f.checkpoint_means[1], atol=1e-6)
+        else:
+            assert g.finish_reason == f.finish_reason and g.token_ids.tolist() == f.token_ids.tolist()
