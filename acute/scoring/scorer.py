@@ -498,15 +498,18 @@ class Scorer:
             raise InputError("scoring a given response records it by teacher forcing, which needs the model's "
                              "weights; this scorer's model was loaded without them (weights=False; "
                              "acute serve: --load-weights)")
-        texts = [self._response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
+        texts = [self.response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
         start = time.perf_counter()
         gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
                                 batch_size=self.batch_size, stop_strings=self.stop_strings,
                                 on_too_long="error")
         return self._scored(items, texts, gens, responses, gates, time.perf_counter() - start)
 
-    def _response_prompt(self, item, where: str) -> str:
-        """The prompt a given response answers, formatted as the probe's training store was."""
+    def response_prompt(self, item, where: str = "prompt") -> str:
+        """The formatted prompt a given response to ``item`` is scored after (see
+        :meth:`score_responses`); :class:`InputError` naming ``where`` for a prompt of the other
+        kind than the probe's training store (a string where it had messages, or the reverse) or
+        a ``chat`` setting other than the store's."""
         trained = self._trained_responses
         if trained is None:
             source = f"its training store of generated answers (task {self._trained_task()!r})"

@@ -11,7 +11,7 @@ import uuid
 
 from ..errors import EngineError, InputError
 from .batcher import Batcher
-from .errors import RequestError, ServerBusyError, is_input_error, require_serve_extra
+from .errors import RequestError, ServerBusyError, require_serve_extra
 from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
 from .monitoring import RequestMetrics, ServiceMetrics
 from .openai_bodies import chat_body, chat_chunks, estimator_name, models_body, score_body, sse_events
@@ -46,19 +46,18 @@ class _FailureLog:
                      "" if first else " (traceback logged before)", exc_info=error if first else None)
 
 
-def _request_error(param: str | None, error: BaseException, retry_after_s: int, log: _FailureLog,
-                   rid: str) -> RequestError:
-    """The HTTP error an exception raised for request ``rid`` becomes: its own for a refused
-    request, 503 for a busy or stopping server, 400 naming ``param`` for one of acute's input
-    errors (:func:`~acute.serving.errors.is_input_error`), else 500, logged with the request id:
-    the server's fault, never the client's."""
+def _request_error(error: BaseException, retry_after_s: int, log: _FailureLog, rid: str) -> RequestError:
+    """The HTTP error an exception raised for request ``rid`` becomes. The origin was decided
+    where the request was parsed: parsing raises :class:`RequestError` (a 4xx naming the field),
+    so that is the only client's fault. A busy or stopping server is a 503; anything else, an
+    ``InputError`` raised inside scoring, the store or the probe included, is the server's:
+    logged as one line naming the request id, and a 502 when the inference engine failed the
+    request, else a 500, whose message gives the id."""
     if isinstance(error, RequestError):
         return error
     if isinstance(error, ServerBusyError):
         return RequestError(str(error), status=503, type="server_error", code="server_overloaded",
                             headers={"Retry-After": str(retry_after_s)})
-    if is_input_error(error):
-        return RequestError(str(error), param=param)
     log(error, rid)
     if isinstance(error, EngineError):  # vLLM failed this request (gone, refused, no states): 502
         return RequestError(f"the inference engine failed this request (request id {rid}): "
@@ -85,7 +84,7 @@ async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: in
     try:
         batcher.submit(jobs)
     except ServerBusyError as e:
-        raise _request_error(jobs[0].param, e, retry_after_s, log, request_id(request)) from None
+        raise _request_error(e, retry_after_s, log, request_id(request)) from None
     waiting = [asyncio.wrap_future(j.future) for j in jobs]
     left = asyncio.ensure_future(_client_left(request))
     pending = set(waiting)
@@ -108,7 +107,7 @@ async def _results(request, batcher: Batcher, jobs: list[Job], retry_after_s: in
     errors = [JobCancelled("the request was cancelled") if f.cancelled() else f.exception() for f in waiting]
     for job, error in zip(jobs, errors):
         if error is not None:
-            raise _request_error(job.param, error, retry_after_s, log, request_id(request)) from None
+            raise _request_error(error, retry_after_s, log, request_id(request)) from None
     return [f.result() for f in waiting]
 
 
@@ -293,8 +292,9 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                                  headers={"Cache-Control": "no-cache"})
 
     def answered(endpoint):
-        """``endpoint`` whose unexpected errors become the request's own answer (a 500 logged with
-        its request id, or a 400 for an input error), so that the server keeps serving."""
+        """``endpoint`` whose errors become the request's own answer: a :class:`RequestError`
+        raised while parsing the request as it is, anything else a 500 (502 for the engine) logged
+        with its request id (:func:`_request_error`), so that the server keeps serving."""
         @functools.wraps(endpoint)
         async def run(request):
             try:
@@ -302,7 +302,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
             except RequestError:
                 raise  # answered by the error handler
             except Exception as e:  # noqa: BLE001 - the server's fault: that request's 500
-                raise _request_error(None, e, settings.retry_after_s, log, request_id(request)) from None
+                raise _request_error(e, settings.retry_after_s, log, request_id(request)) from None
         return run
 
     async def metrics_text(request):

@@ -6,8 +6,7 @@ from typing import Sequence
 
 from ..errors import AcuteError, InputError
 
-__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "is_input_error", "param_name",
-           "require_serve_extra"]
+__all__ = ["MissingExtraError", "RequestError", "ServerBusyError", "param_name", "require_serve_extra"]
 
 
 class MissingExtraError(InputError):
@@ -16,7 +15,12 @@ class MissingExtraError(InputError):
 
 class RequestError(InputError):
     """A request the service refuses: HTTP ``status``, the OpenAI error ``type``, the request
-    field ``param`` it is about (``None`` for the body as a whole) and an optional ``code``."""
+    field ``param`` it is about (``None`` for the body as a whole) and an optional ``code``.
+
+    Raised only where the service parses a request (its body, fields, options, a feedback id,
+    its prompt checked against the model) or refuses it as a whole (busy, stopping): it is what
+    makes an error the client's. Any other error raised while answering, an ``InputError`` of
+    the library included, is the server's (a 500)."""
 
     def __init__(self, message: str, param: str | None = None, status: int = 400,
                  type: str = "invalid_request_error", code: str | None = None,
@@ -29,14 +33,6 @@ class RequestError(InputError):
         """The OpenAI error body ``{"error": {message, type, param, code}}``."""
         return {"error": {"message": str(self), "type": self.type, "param": self.param,
                           "code": self.code}}
-
-
-def is_input_error(error: BaseException) -> bool:
-    """Whether ``error`` is one of acute's own errors about a value it was given (an
-    :class:`~acute.errors.AcuteError` that is also a ``ValueError``: :class:`InputError` and its
-    kin), i.e. the client's fault: a 4xx. Anything else raised while serving a request, a plain
-    ``ValueError`` from numpy or scikit-learn included, is the server's: a 500."""
-    return isinstance(error, AcuteError) and isinstance(error, ValueError)
 
 
 class ServerBusyError(AcuteError):

@@ -1,9 +1,12 @@
 """Jobs (one prompt to score each) and :func:`score_jobs`, which runs a batch of them on the scorer.
 
 A job's failure, of any exception type, is that job's result: the other jobs of its batch are
-scored as if alone. A job can be abandoned (:meth:`Job.cancel`: its client left, or the server
-stopped); a group whose jobs are all abandoned stops before the model's next forward pass, i.e.
-between decoding steps.
+scored as if alone. Preparing a job (checking its prompt against the model: tokens, context
+window, chat template) is the last step of parsing its request, so its refusals are
+:class:`RequestError` s naming the field; whatever the scorer raises once the job runs (an
+``InputError`` of the probe or the store included) is the server's. A job can be abandoned
+(:meth:`Job.cancel`: its client left, or the server stopped); a group whose jobs are all
+abandoned stops before the model's next forward pass, i.e. between decoding steps.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Sequence
 
+from ..errors import InputError
+from ..models.loading import holds_no_weights
 from ..scoring.gate import Gate
 from .errors import RequestError, param_name
 from .user_text import UserTextGuard, check_text
@@ -106,19 +111,60 @@ def _scorer_for(scorer, key: tuple[int, tuple[str, ...]], batch_size: int):
     return variant
 
 
-def _prompt_tokens(scorer, item, max_new_tokens: int, param: str) -> int:
-    """Tokens of the formatted prompt; ``RequestError`` when it is empty or does not fit the
-    context window together with ``max_new_tokens``."""
-    from ..extraction.layers import context_window
+def _response_param(job: Job) -> str:
+    """The request field of ``job``'s response (``response``, ``[1].response``)."""
+    where, _, _ = job.param.rpartition(".")
+    return f"{where}.response" if where else "response"
 
-    text = scorer.format(item)
+
+def _token_count(scorer, text: str, param: str) -> int:
+    """Tokens of the formatted prompt ``text``; ``RequestError`` naming ``param`` when there are none."""
     n = len(scorer.tokenizer(text, add_special_tokens=False)["input_ids"])
     if n == 0:
         raise RequestError(f"{param} is empty", param=param)
+    return n
+
+
+def _prompt_tokens(scorer, job: Job, max_new_tokens: int) -> int:
+    """Tokens of the job's formatted prompt; ``RequestError`` when it is empty or does not fit,
+    together with ``max_new_tokens``, the model's context window or the engine's
+    (``max_model_len``: vLLM may be started with a shorter one)."""
+    from ..extraction.layers import context_window  # torch: imported once a batch is scored
+
+    n = _token_count(scorer, scorer.format(job.item), job.param)
+    limits = ((context_window(scorer.model), "the model's context window"),
+              (getattr(getattr(scorer, "engine", None), "max_model_len", None),
+               "the engine's context (vLLM's max_model_len)"))
+    for limit, what in limits:
+        if isinstance(limit, int) and n + max_new_tokens > limit:
+            raise RequestError(f"{job.param} has {n} tokens; with {max_new_tokens} new tokens it exceeds "
+                               f"{what} of {limit} tokens", param=job.param)
+    return n
+
+
+def _response_tokens(scorer, job: Job) -> int:
+    """Tokens of the prompt a job's given response answers (formatted as the probe's training
+    store was, :meth:`acute.scoring.Scorer.response_prompt`), checked as the scorer would check
+    them: ``RequestError`` when the gate holds no weights to record a response with, when the
+    prompt is of the other kind than the probe was trained on, empty, or does not fit the
+    context window together with the response and the EOS token the recorder appends to it."""
+    from ..extraction.layers import context_window  # torch: imported once a batch is scored
+
+    response = _response_param(job)
+    if holds_no_weights(scorer.model):
+        raise RequestError(f"{response}: scoring a given response records it by teacher forcing, which needs "
+                           "the model's weights, and this server holds none (start it with --load-weights)",
+                           param=response)
+    try:
+        text = scorer.response_prompt(job.item, job.param)
+    except InputError as e:  # the request's prompt is of the other kind than the probe's
+        raise RequestError(str(e), param=job.param) from None
+    n = _token_count(scorer, text, job.param)
+    total = n + len(scorer.tokenizer(job.response, add_special_tokens=False)["input_ids"]) + 1
     limit = context_window(scorer.model)
-    if limit is not None and n + max_new_tokens > limit:
-        raise RequestError(f"{param} has {n} tokens; with {max_new_tokens} new tokens it exceeds the "
-                           f"model's context window of {limit} tokens", param=param)
+    if limit is not None and total > limit:
+        raise RequestError(f"{job.param} and {response} have {total} tokens (with the EOS token appended to "
+                           f"the response), more than the model's context window of {limit}", param=response)
     return n
 
 
@@ -131,8 +177,9 @@ def _is_template_error(error: Exception) -> bool:
 
 
 def _refused(error: Exception, job: Job) -> Exception:
-    """What preparing ``job`` raised, as that job's result: the client's fault (a
-    :class:`RequestError` naming its field) where it is one, else the error itself (a 500)."""
+    """What preparing ``job`` raised, as that job's result: a chat template refusing the
+    request's messages is the client's fault (a :class:`RequestError` naming its field), like
+    the :class:`RequestError` s of the checks themselves; anything else is the error itself (a 500)."""
     if _is_template_error(error):  # e.g. two user turns in a row, where the template refuses them
         return RequestError(f"{job.param}: the model's chat template refused these messages: "
                             f"{str(error)[:200]}", param=job.param)
@@ -140,17 +187,20 @@ def _refused(error: Exception, job: Job) -> Exception:
 
 
 def _prepare(scorer, guard: UserTextGuard | None, job: Job, max_new_tokens: int) -> int:
-    """The job's prompt token count, checked (``RequestError`` naming the field) before anything
-    is generated: text that cannot be encoded, control-token text that cannot be kept as text,
-    a prompt that is empty or does not fit the context window."""
+    """The job's prompt token count, checked against the model before anything is generated:
+    the last step of parsing the request, so that every error about the request is a
+    :class:`RequestError` naming its field (text that cannot be encoded, control-token text that
+    cannot be kept as text, a prompt that is empty or does not fit, a given response the
+    server cannot score). Errors raised once the job runs are the server's."""
     check_text(job.item, lambda loc: param_name((job.param, *loc)))
     if job.response is not None:
-        where, _, _ = job.param.rpartition(".")
-        check_text(job.response, lambda loc: f"{where}.response" if where else "response")
+        check_text(job.response, lambda loc: _response_param(job))
     if guard is not None:
         guard.add(job.item, job.response, job.param)
         scorer = guard.scorer
-    return _prompt_tokens(scorer, job.item, max_new_tokens, job.param)
+    if job.response is not None:
+        return _response_tokens(scorer, job)
+    return _prompt_tokens(scorer, job, max_new_tokens)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The trust gate against a hostile client (issue 32): one bad request fails only itself, a request
 cannot ask for unbounded work, slow or idle connections are closed, what a browser can forge is
 refused, /v1/models shows no local paths, shutdown keeps its grace period, parse failures are 4xx
-errors or one log line, and user text never becomes control tokens.
+errors and failures while scoring 500s with one log line, and user text never becomes control tokens.
 
 Every server runs on a free loopback port in a thread (:func:`serving`, built with
 ``acute.serving.make_server``, i.e. the uvicorn settings ``acute serve`` uses); every wait is
@@ -27,7 +27,7 @@ import pytest
 fastapi = pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
-from acute.errors import InputError  # noqa: E402
+from acute.errors import InputError, ProbeFormatError  # noqa: E402
 from acute.estimators import load_probe  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import ServeSettings, bind_socket, create_app, make_server  # noqa: E402
@@ -652,12 +652,14 @@ def _numpy_error() -> BaseException:
     ("/v1/score", {"prompt": "Gold is", "risk": 0.5}),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Gold is"}]}),
 ])
-@pytest.mark.parametrize("error", [ValueError("operands could not be broadcast"), _numpy_error()],
-                         ids=["ValueError", "numpy"])
-def test_a_value_error_inside_scoring_is_a_500_logged_with_the_request_id(loaded, probe, path, body, error):
-    """A plain ValueError (or numpy's) while scoring is the server's bug, not a bad request: a 500
-    whose body and ``X-Request-Id`` header give the request id, one error record naming it, and
-    the next request is answered."""
+@pytest.mark.parametrize("error", [ValueError("operands could not be broadcast"), _numpy_error(),
+                                   InputError("states has a non-finite value (NaN or inf) in row 0"),
+                                   ProbeFormatError("probe.json: the forest is truncated")],
+                         ids=["ValueError", "numpy", "InputError", "ProbeFormatError"])
+def test_an_error_inside_scoring_is_a_500_logged_with_the_request_id(loaded, probe, path, body, error):
+    """Any error raised while scoring is the server's, not a bad request (acute's own input errors
+    included: the request was parsed before): a 500 whose body and ``X-Request-Id`` header give
+    the request id, one error record naming it, and the next request is answered."""
     model, tok = loaded
     scorer = Faulty(model, tok, probe)
     app = create_app(scorer, model_name=NAME, max_wait_ms=0)
@@ -672,21 +674,8 @@ def test_a_value_error_inside_scoring_is_a_500_logged_with_the_request_id(loaded
     assert err["type"] == "server_error" and err["param"] is None and f"request id {rid}" in err["message"]
     lines = [rec.getMessage() for rec in logs.errors()]
     assert [line for line in lines if rid in line] == [
-        f"request {rid} failed: ValueError: {str(error)[:200]}"]
+        f"request {rid} failed: {type(error).__name__}: {str(error)[:200]}"]
     assert after.status_code == 200 and after.headers["x-request-id"] != rid
-
-
-def test_an_input_error_inside_scoring_is_still_a_400(loaded, probe):
-    model, tok = loaded
-    scorer = Faulty(model, tok, probe)
-    app = create_app(scorer, model_name=NAME, max_wait_ms=0)
-    with Records("acute") as logs, serving(app) as (url, _, _):
-        scorer.fail = InputError("prompt: something acute refuses")
-        r = post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5})
-        scorer.fail = None
-        assert post(url, "/v1/score", {"prompt": "Gold is", "risk": 0.5}).status_code == 200
-    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
-    assert "something acute refuses" in r.json()["error"]["message"] and not logs.errors()
 
 
 def test_a_bug_while_answering_is_a_500_logged_with_the_request_id(loaded, probe, monkeypatch):
