@@ -71,7 +71,7 @@ __all__ = [
 
 #: The control rows of every evaluation table, in table order.
 CONTROLS: tuple[str, ...] = ("constant", "platt+meta", "tfidf+platt", "answer-surface", "answer-text", "visible",
-                              "question-only", "question+confidence")
+                              "question-only", "question+confidence", "consistency", "semantic-entropy")
 #: What each control row may use (shown in the evaluation table's "uses" column).
 CONTROL_USES: dict[str, str] = {
     "constant": "training base rate only",
@@ -83,6 +83,8 @@ CONTROL_USES: dict[str, str] = {
                "reply text (no states)",
     "question-only": "prompt states (no answer, no confidence)",
     "question+confidence": "prompt states + confidence (no answer states)",
+    "consistency": "K sampled answers' agreement with the greedy one (no states; K + 1 generations per answer)",
+    "semantic-entropy": "entropy of K sampled answers over equivalent answers (no states; K + 1 generations)",
 }
 _EPS = 1e-6
 # Regularisation strengths searched by the inner cross-validation of the logistic controls.

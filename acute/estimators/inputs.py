@@ -20,7 +20,9 @@ Sources (the names are the constants below):
   (:func:`acute.estimators.visible.reply_texts`);
 * ``visible`` (:data:`VISIBLE`): object ``[n, k]``, the token log-probs' statistics, the reply's
   surface (length, finish reason, parse status, structure) and the question and reply texts
-  (:func:`acute.estimators.visible.visible_inputs`).
+  (:func:`acute.estimators.visible.visible_inputs`);
+* ``agreement`` (:data:`AGREEMENT`): float64 ``[n, 3]``, the agreement of the record's sampled
+  answers (:func:`acute.estimators.agreement.agreement_matrix`).
 
 **Declaring.** Each estimator names the sources it reads in ``sources`` (a class attribute, as
 LM-Polygraph's ``stats_dependencies``; a property where its parameters decide, as a probe's
@@ -49,7 +51,7 @@ from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 from ..validation import check_confidence, check_states
 
-__all__ = ["CONFIDENCE", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
+__all__ = ["AGREEMENT", "CONFIDENCE", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
            "Inputs", "check_inputs", "check_no_weights", "is_states_source", "source_pooling", "states_source"]
 
 CONFIDENCE = "confidence"
@@ -57,6 +59,7 @@ METADATA = "metadata"
 QUESTION = "question"
 PROMPT_REPLY = "prompt+reply"
 VISIBLE = "visible"
+AGREEMENT = "agreement"
 #: The sources of the record itself (texts, metadata, the visible array): object arrays.
 RECORD_SOURCES: tuple[str, ...] = (METADATA, QUESTION, PROMPT_REPLY, VISIBLE)
 #: What every hidden-states source's name starts with; the pooling spec follows.
@@ -85,12 +88,12 @@ def source_pooling(name: str) -> str:
 
 
 def _check_name(name: Any) -> str:
-    if name == CONFIDENCE or name in RECORD_SOURCES:
+    if name in (CONFIDENCE, AGREEMENT) or name in RECORD_SOURCES:
         return name
     if is_states_source(name):
         source_pooling(name)
         return name
-    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, "
+    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, {AGREEMENT!r}, "
                      f"{', '.join(repr(s) for s in RECORD_SOURCES)} and 'states@POOLING' "
                      "(e.g. 'states@mean', 'states@last-prompt')")
 
@@ -101,6 +104,14 @@ def _check_source(name: str, values: Any) -> np.ndarray:
         return check_confidence(values, name=CONFIDENCE, allow_empty=True)
     if is_states_source(name):
         return check_states(values, name=where)
+    if name == AGREEMENT:
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.ndim != 2:
+            raise InputError(f"{where} must be [n, signals], got shape {arr.shape}")
+        bad = ~np.isfinite(arr).all(axis=1)
+        if bad.any():
+            raise InputError(f"{where} has a non-finite value in row {int(np.argmax(bad))}")
+        return arr
     arr = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
     if arr.ndim not in (1, 2):
         raise InputError(f"{where} must be an array of one row per record ([n] or [n, k]), got shape {arr.shape}")

@@ -39,7 +39,8 @@ import numpy as np
 from ..store.pooling import store_states
 from ..validation import check_correct
 from .controls import metadata_matrix
-from .inputs import CONFIDENCE, METADATA, PROMPT_REPLY, QUESTION, VISIBLE, Inputs, is_states_source, source_pooling
+from .agreement import agreement_matrix, store_task
+from .inputs import AGREEMENT, CONFIDENCE, METADATA, PROMPT_REPLY, QUESTION, VISIBLE, Inputs, is_states_source, source_pooling
 from .visible import reply_texts, visible_inputs
 
 __all__ = ["FitPlan", "Piece", "Pieces", "estimator_key", "needs", "shared_pieces", "sources_of", "store_inputs"]
@@ -55,8 +56,8 @@ def store_inputs(store: Any, sources: Sequence[str], metadata_fields: Sequence[s
     """The :class:`Inputs` of every record of ``store`` holding ``sources``, each computed once: the
     raw confidence (``store.raw_confidence``), hidden states per pooling spec (float32, in
     memory; the store names a pooling it lacks), the ``[n, fields]`` metadata strings of
-    ``metadata_fields``, the prompts, the prompts followed by the replies and the visible array
-    (the store's records and token log-probs)."""
+    ``metadata_fields``, the prompts, the prompts followed by the replies, the visible array
+    (the store's records and token log-probs) and the agreement of the sampled answers."""
     where = str(getattr(store, "path", "the store"))
     out: dict[str, Any] = {}
     for s in dict.fromkeys(sources):
@@ -72,6 +73,8 @@ def store_inputs(store: Any, sources: Sequence[str], metadata_fields: Sequence[s
             out[s] = visible_inputs(store.records, getattr(store, "token_logprobs", None), where=where)
         elif is_states_source(s):
             out[s] = np.asarray(store_states(store, source_pooling(s)), dtype=np.float32)
+        elif s == AGREEMENT:
+            out[s] = agreement_matrix(store.records, store_task(store.manifest), where=where)
         else:  # not a source: Inputs refuses it, naming the sources there are
             out[s] = None
     return Inputs(out, n=len(store.ids))

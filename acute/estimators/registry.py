@@ -237,6 +237,10 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
         return MetadataPlatt(random_state=random_state)
     if name in ("tfidf+platt", "answer-text"):
         return TextPlatt(random_state=random_state, source=QUESTION if name == "tfidf+platt" else PROMPT_REPLY)
+    if name in ("consistency", "semantic-entropy"):
+        from .agreement import AgreementPlatt
+
+        return AgreementPlatt(signal=name)
     if name == "visible":
         from .visible import VisibleControl
 

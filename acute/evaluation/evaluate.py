@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..estimators.agreement import AGREEMENT_CONTROLS, sampling_cost
 from ..estimators.controls import CONTROLS
 from ..estimators.features import NAMED_LAYERS
 from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_pooling, is_estimator,
@@ -375,6 +376,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
               "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
               "fit_seconds": {n: round(fit_seconds[n], 3) for n in names if n in fit_seconds},
               "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
+              **_sampling_params(store, usable),
               "group_by": group_by, "within_group": group_note,
               "interval": (f"95% percentile cluster bootstrap over the values of {group_by!r} (records sharing "
                            "one are drawn together)" if group_by else "95% percentile bootstrap over records")
@@ -472,6 +474,15 @@ def _check_controls(controls, names: Sequence[str]) -> list[str]:
     return [c for c in wanted if c not in names]
 
 
+def _sampling_params(store, usable: Sequence[str]) -> dict:
+    """What the sampling controls cost, when they are rows: the samples per record and the tokens
+    generated per record relative to the greedy answer alone."""
+    if not any(c in AGREEMENT_CONTROLS for c in usable):
+        return {}
+    settings = (store.manifest.get("generation") or {}).get("samples") or {}
+    return {"samples": settings, "sampling_cost_tokens": round(sampling_cost(store.records), 3)}
+
+
 def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
                     label: str = "the store") -> tuple[list[str], dict[str, str]]:
     """The controls of ``wanted`` that ``store`` can feed, and ``{control: reason}`` for the
@@ -479,7 +490,8 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
     records' prompts, ``answer-text`` their prompts and replies, ``visible`` and
     ``answer-surface`` those and the per-token log-probs
     (:func:`acute.estimators.visible.visible_inputs`), ``question-only`` and
-    ``question+confidence`` the last-prompt states."""
+    ``question+confidence`` the last-prompt states, ``consistency`` and ``semantic-entropy``
+    sampled answers on every record."""
     from ..estimators.controls import metadata_matrix
     from ..estimators.visible import reply_texts, visible_inputs
 
@@ -515,6 +527,11 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
                     visible_inputs(records, getattr(store, "token_logprobs", None), where=label)
             except InputError as e:
                 why = str(e)
+        elif name in AGREEMENT_CONTROLS:
+            bad = None if records is None else next((r.get("id") for r in records if not r.get("samples")), None)
+            if records is None or bad is not None or not records:
+                why = (f"{label} has no sampled answers (record {bad!r}); collect with "
+                       "`acute collect --samples K` to have them")
         elif name in ("question-only", "question+confidence"):
             if "last-prompt" not in tuple(getattr(store, "poolings", ("mean",))):
                 why = (f"{label} has no last-prompt states (collected before acute kept them): "

@@ -41,9 +41,11 @@ VISIBLE_CONTROL = "visible"
 
 
 # every control that sees no hidden states (what a deployment sees: the reply, its token
-# log-probs, the prompt's text and metadata): every row is also compared with the best of those
-# present (diff_best_visible_auc_euro_all ..., best_visible_reference names it)
-VISIBLE_SIGNALS: tuple[str, ...] = (VISIBLE_CONTROL, "answer-surface", "answer-text", "platt+meta", "tfidf+platt")
+# log-probs, the prompt's text and metadata, and, at K + 1 times the generation cost, sampled
+# answers): every row is also compared with the best of those present
+# (diff_best_visible_auc_euro_all ..., best_visible_reference names it)
+VISIBLE_SIGNALS: tuple[str, ...] = (VISIBLE_CONTROL, "answer-surface", "answer-text", "platt+meta", "tfidf+platt",
+                                    "consistency", "semantic-entropy")
 
 
 # metrics with bootstrap intervals, and those with paired differences to the reference (the specs say)

@@ -200,14 +200,15 @@ def test_every_estimator_fit_is_scikit_learns_over_one_inputs_object():
     ``fit(X, y, sample_weight=None)``, ``predict_proba(X)``, and it declares its sources."""
     import inspect
 
-    from acute.estimators.inputs import RECORD_SOURCES, is_states_source
+    from acute.estimators.inputs import AGREEMENT, RECORD_SOURCES, is_states_source
     from acute.estimators.registry import QUESTION_ONLY_ESTIMATORS
 
     for name in NAMES + list(QUESTION_ONLY_ESTIMATORS):
         est = make_estimator(name)
         assert list(inspect.signature(est.fit).parameters) == ["X", "y", "sample_weight"], name
         assert list(inspect.signature(est.predict_proba).parameters)[0] == "X", name
-        assert all(s == CONFIDENCE or s in RECORD_SOURCES or is_states_source(s) for s in est.sources), name
+        assert all(s in (CONFIDENCE, AGREEMENT) or s in RECORD_SOURCES or is_states_source(s)
+                   for s in est.sources), name
         assert not hasattr(est, "fit_with"), name
 
 
