@@ -53,6 +53,7 @@ fresh = """
 import json, sys
 import numpy as np
 import acute
+from acute.estimators import Inputs
 probe = acute.load_probe(sys.argv[1])
 store = acute.open_store(sys.argv[2])
 p = probe.predict_proba(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence))

@@ -151,14 +151,17 @@ def _worker_evaluate(p: dict) -> dict:
     if lc:
         from tqdm.auto import tqdm
 
+        from acute.estimators.baselines import BASELINES
         from acute.estimators.registry import DEFAULT_ESTIMATOR
+        from acute.evaluation.crossval import inputs_for
         from acute.evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
 
         from acute.evaluation.evaluate import store_groups
 
         group_by, groups = store_groups(sub, p.get("group_by"))
-        curve = learning_curve(sub.layer_means, sub.correct, sub.raw_confidence, sub.ids,
-                               estimators=lc.get("estimators") or (DEFAULT_ESTIMATOR,),
+        names = list(lc.get("estimators") or (DEFAULT_ESTIMATOR,))
+        curve = learning_curve(inputs_for(sub, list(BASELINES) + names), sub.correct, sub.ids,
+                               estimators=names,
                                n_splits=cv or 5, repeats=lc.get("repeats", LC_REPEATS), seed=p["seed"],
                                n_jobs=p.get("n_jobs"), probe_params=p.get("probe_params") or None,
                                progress=lambda it: tqdm(it, desc="learning curve", file=sys.stderr),
