@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
 from ..metrics.certify import check_max_error
 from ..scoring.precheck import check_precheck
+from ..scoring.stop_early import check_stop_early
 from ..scoring.risk import DEFAULT_RISK, check_risk
 from .common import DEFAULT_MODEL, default_probe_dir, level_arg
 from ..console import load_options_from_args
@@ -23,7 +24,9 @@ __all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 
 logger = logging.getLogger(__name__)
 
 #: how errors name the levels of a gate on the command line
-_OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck"}
+#: what the options that act before or while an answer is generated do (a given response has neither)
+_ACTS = {"--precheck": "decides before generating", "--stop-early": "stops a generation while it is written"}
+_OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck", "stop_early": "--stop-early"}
 
 
 def _score_task(name: str | None):
@@ -104,6 +107,10 @@ def _print_scored(s, rule) -> None:
         return
     print(f"answer:         {s.answer}")
     print(f"raw confidence: {s.raw_confidence:.3f}")
+    if s.stopped_at is not None:
+        print(f"decision:       abstain ({s.stop['reason']}; stopping threshold certified at --stop-early "
+              f"{s.stop['epsilon']:g}, delta {s.stop['delta']:g})")
+        return
     print(f"confidence:     {s.confidence:.3f}")
     print(f"decision:       {s.decision} ({rule.describe()})")
 
@@ -122,10 +129,9 @@ def cmd_score(args) -> int:
                          "each its 'response' field")
     if args.risk is not None and args.max_error is not None:  # before anything is loaded
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
-    if args.precheck is not None:
-        if args.response is not None:
-            raise InputError("--precheck decides before generating, and --response scores an answer given; "
-                             "leave out one of them")
+    for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
+        if given is not None and args.response is not None:
+            raise InputError(f"{option} {_ACTS[option]}, and --response scores an answer given; leave out one of them")
     if args.probe:
         probe_dir = Path(args.probe)
     else:
@@ -136,15 +142,16 @@ def cmd_score(args) -> int:
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
     # the levels were checked by argparse (level_arg); the gate is resolved once, before the model loads
-    gate = resolve_gate(probe, args.risk, args.max_error, args.precheck, name=_OPTIONS.get)
+    gate = resolve_gate(probe, args.risk, args.max_error, args.precheck, args.stop_early, name=_OPTIONS.get)
     if args.precheck is not None:
         require_precheck(probe.precheck, "--precheck", probe_dir)
     ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
                                else (None, [args.question], [args.response]))
-    if args.precheck is not None and any(r is not None for r in responses):
-        line = next(i for i, r in zip(ids, responses) if r is not None)
-        raise InputError(f"--precheck decides before generating, and {args.jsonl} row {line!r} gives a "
-                         "'response' to score as given; leave out --precheck or the responses")
+    for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
+        if given is not None and any(r is not None for r in responses):
+            line = next(i for i, r in zip(ids, responses) if r is not None)
+            raise InputError(f"{option} {_ACTS[option]}, and {args.jsonl} row {line!r} gives a "
+                             f"'response' to score as given; leave out {option} or the responses")
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
@@ -357,6 +364,10 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("--precheck", type=level_arg(check_precheck, "--precheck"), default=None, metavar="U0",
                    help="two-stage gate: generate only when the question-only probe (acute export --with-precheck) "
                         "gives P(correct) > U0 in (0, 1); otherwise abstain without generating")
+    s.add_argument("--stop-early", type=level_arg(check_stop_early, "--stop-early"), default=None, metavar="EPS",
+                   help="stop a generation at a checkpoint when the probe's prefix probes (acute export "
+                        "--with-stop-early) say the gate will not trust it, by a threshold certified to stop at "
+                        "most EPS in (0, 1) of the right answers it would trust; the answer abstains")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",

@@ -198,9 +198,12 @@ def _shown(value: Any, width: int = 80) -> str:
 
 def _levels(req, name) -> dict[str, float | None]:
     """The request's ``risk``, ``max_error`` and ``precheck``, each checked by its one checker
-    (:data:`acute.scoring.gate.LEVEL_CHECKS`): a :class:`RequestError` naming the field otherwise."""
+    (:data:`acute.scoring.gate.LEVEL_CHECKS`): a :class:`RequestError` naming the field otherwise.
+    ``stop_early`` is the server's (``acute serve --stop-early``), never a request's."""
     out = {}
     for field, check in LEVEL_CHECKS.items():
+        if field == "stop_early":
+            continue
         value = getattr(req, field)
         try:
             out[field] = None if value is None else check(value, name(field))

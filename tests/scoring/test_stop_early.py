@@ -166,3 +166,161 @@ def test_a_store_without_checkpoints_is_refused_naming_it_and_acute_collect(coll
               last_answer=store.states("last-answer"))
     with pytest.raises(InputError, match=r"old.*acute collect"):
         train_probe(open_store(old), view="pca10", n_estimators=3, stop_early=True)
+
+
+# ------------------------------------------------------------------ scoring
+QUESTIONS = [f"What is {i} times {i + 2}?" + " Go." * (i % 4) for i in range(12)]
+
+
+def _forced(probe, n: int = 300):
+    """``probe`` with a checkpoint model whose calibration arrays certify the top of the grid
+    (0.99): ``n`` trusted, right answers that no threshold below 1 stops."""
+    import copy
+
+    model = probe.stop_early
+    out = copy.copy(probe)
+    out.stop_early = StopEarlyModel(model.probes, np.ones((n, len(model.checkpoints))), np.ones(n, bool),
+                                    np.ones(n, bool), model.details)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain(loaded, scorer):
+    """The questions generated without stopping, with the checkpoints the stop rule reads."""
+    from acute.extraction import generate_and_record
+    from acute.store.checkpoints import DEFAULT_CHECKPOINTS, parse_schedule
+
+    model, tok = loaded
+    return generate_and_record(model, tok, [scorer.format(q) for q in QUESTIONS], max_new_tokens=scorer.max_new_tokens,
+                               stop_strings=scorer.stop_strings, checkpoints=parse_schedule(DEFAULT_CHECKPOINTS))
+
+
+def _prefix_scores(model, gens) -> np.ndarray:
+    """[n, J]: the checkpoint model's P(correct) of each answer's prefix at each of its
+    checkpoints, computed from a generation that was not stopped; NaN where it had ended."""
+    out = np.full((len(gens), len(model.checkpoints)), np.nan)
+    for i, g in enumerate(gens):
+        for j, k in enumerate(model.checkpoints):
+            if len(g.token_ids) > k:
+                at = list(g.checkpoint_tokens).index(k)
+                conf = np.exp(np.sum(np.asarray(g.token_logprobs[:k], dtype=np.float64)))
+                out[i, j] = model.confidence(k, g.checkpoint_means[at][None], np.array([conf]))[0]
+    return out
+
+
+def test_a_threshold_forced_high_stops_every_row_at_the_first_checkpoint(loaded, probe, plain):
+    model, tok = loaded
+    forced = _forced(probe)
+    assert forced.stop_early.rule(0.1).threshold == 0.99
+    out = Scorer(model, tok, forced, batch_size=8).generate(QUESTIONS, stop_early=0.1)
+    for s, g in zip(out, plain):
+        assert s.stopped_at == 4 and s.n_tokens == 4 and s.finish_reason == "stopped"
+        assert s.decision == "abstain" and s.confidence is None and s.stop["checkpoint"] == 4
+        assert s.stop["threshold"] == 0.99 and s.stop["epsilon"] == 0.1 and "after 4 tokens" in s.stop["reason"]
+        assert list(s.recorded.token_ids) == list(g.token_ids[:4]) and g.text.startswith(s.recorded.text)
+        d = s.to_dict()
+        assert d["stopped_at"] == 4 and d["decision"] == "abstain" and d["stop"]["confidence"] < 0.99
+
+
+def test_the_stopped_rows_are_exactly_those_first_stop_gives_on_the_same_scores(scorer, probe, plain):
+    """At a threshold between the prefix scores, the scorer stops a row at the checkpoint
+    first_stop finds on scores computed from the unstopped generation, and leaves every other
+    answer as it was."""
+    from acute.metrics.stopping import StopRule
+    from acute.scoring import Gate
+
+    model = probe.stop_early
+    scores = _prefix_scores(model, plain)
+    t = float(np.nanmedian(scores))
+    expected = first_stop(scores, t)
+    assert (expected >= 0).any() and (expected < 0).any()
+    gate = Gate(stop=StopRule(t, 0.1, DEFAULT_DELTA, 0, 0, 1.0))
+    out = scorer.generate(QUESTIONS, gate=gate)
+    for i, (s, g, j) in enumerate(zip(out, plain, expected)):
+        if j < 0:
+            assert s.stopped_at is None and s.answer == g.text.strip() and s.stop["threshold"] == t
+            assert s.finish_reason == g.finish_reason and s.confidence is not None
+        else:
+            assert s.stopped_at == model.checkpoints[j] and s.finish_reason == "stopped" and not s.trust
+            np.testing.assert_allclose(s.stop["confidence"], scores[i, j], atol=1e-6)
+
+
+def test_stop_early_certifies_once_per_epsilon_on_the_saved_arrays(scorer, probe, monkeypatch):
+    from acute.scoring.gate import parse_gates
+
+    want = certify_stopping(probe.stop_early.scores, probe.stop_early.trusted, probe.stop_early.correct, 0.3,
+                            DEFAULT_DELTA)
+    gates = parse_gates(probe, 3, stop_early=0.3)
+    assert gates[0].stop == want and gates[0] is gates[2]
+    calls = []
+    monkeypatch.setattr("acute.estimators.stop_early.certify_stopping", lambda *a: calls.append(a))
+    assert parse_gates(probe, 2, stop_early=0.3)[0].stop == want and not calls  # cached per epsilon
+
+
+def test_answers_without_a_stop_rule_are_unchanged(scorer, plain):
+    out = scorer.generate(QUESTIONS[:3])
+    for s, g in zip(out, plain):
+        assert s.answer == g.text.strip() and "stop" not in s.to_dict() and "stopped_at" not in s.to_dict()
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, True, "0.1", float("nan")])
+def test_a_stop_early_outside_0_1_is_refused_naming_it(scorer, bad):
+    with pytest.raises(InputError, match=r"^stop_early must be a number in \(0, 1\)"):
+        scorer.generate(QUESTIONS[0], stop_early=bad)
+
+
+def test_a_probe_without_a_checkpoint_model_is_refused_saying_how_to_export_one(loaded, collected, tmp_path):
+    model, tok = loaded
+    _, store = collected
+    plain = load_probe(train_probe(store, view="pca10", n_estimators=3).save(tmp_path / "plain"))
+    with pytest.raises(InputError, match=r"stop_early: this probe has no checkpoint model.*--with-stop-early"):
+        Scorer(model, tok, plain).generate(QUESTIONS[0], stop_early=0.1)
+
+
+# ------------------------------------------------------------------ acute score
+def test_acute_score_stop_early_prints_the_stop_and_jsonl_carries_it(probe_dir, tiny_model_dir, tmp_path, capsys):
+    forced = _forced(load_probe(probe_dir))
+    forced_dir = forced.save(tmp_path / "forced")
+    base = ["score", "--probe", str(forced_dir), "--model", str(tiny_model_dir)]
+    assert main(base + [QUESTIONS[0], "--stop-early", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert "decision:       abstain (stopped after 4 tokens" in out and "--stop-early 0.1" in out
+    rows = tmp_path / "q.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "question": q}) + "\n" for i, q in enumerate(QUESTIONS[:2])))
+    assert main(base + ["--jsonl", str(rows), "--stop-early", "0.1"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["stopped_at"] for x in lines] == [4, 4] and all(x["decision"] == "abstain" for x in lines)
+    assert lines[0]["finish_reason"] == "stopped" and lines[0]["stop"]["threshold"] == 0.99
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stop-early", "1.5"], "argument --stop-early: must be a number in (0, 1)"),
+    (["--stop-early", "0"], "argument --stop-early: must be a number in (0, 1)"),
+    (["--stop-early", "0.1", "--response", "Paris"], "--stop-early stops a generation while it is written"),
+])
+def test_acute_score_refuses_bad_stop_early_in_one_line(probe_dir, tiny_model_dir, capsys, argv, message):
+    """Exit 2 with one line naming the option (argparse's own error line after its usage)."""
+    try:
+        rc = main(["score", "Who?", "--probe", str(probe_dir), "--model", str(tiny_model_dir)] + argv)
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in last
+
+
+def test_acute_score_with_a_probe_without_a_checkpoint_model_says_how_to_export_one(collected, tiny_model_dir,
+                                                                                   tmp_path, capsys):
+    _, store = collected
+    plain = train_probe(store, view="pca10", n_estimators=3).save(tmp_path / "plain")
+    assert main(["score", "Who?", "--probe", str(plain), "--model", str(tiny_model_dir), "--stop-early", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--stop-early: this probe has no checkpoint model" in err and "--with-stop-early" in err
+
+
+def test_acute_export_with_stop_early(collected, tmp_path, capsys):
+    root, _ = collected
+    assert main(["export", "--store", str(root / "store"), "--out", str(tmp_path / "p"), "--view", "pca10",
+                 "--n-estimators", "3", "--with-stop-early"]) == 0
+    assert "stop-early: prefix probes at 4, 8 tokens" in capsys.readouterr().out
+    assert load_probe(tmp_path / "p").stop_early.checkpoints == (4, 8)
