@@ -177,6 +177,9 @@ def cmd_serve(args) -> int:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
                          "requests that name neither, not both")
     vllm = _check_engine_args(args)
+    if vllm and args.stop_early is not None:
+        raise InputError("--stop-early is not supported with vLLM (--engine vllm or --upstream URL) yet: it "
+                         "stops generations inside acute's transformers recorder; serve without vLLM to use it")
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
@@ -191,12 +194,12 @@ def cmd_serve(args) -> int:
         model_name=served, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_request_bytes=args.max_request_bytes, api_key=api_key, default_max_error=args.max_error,
         max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
-        read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
+        read_timeout_s=args.read_timeout, stop_early=args.stop_early, shutdown_timeout_s=args.shutdown_timeout,
         allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
         concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
-    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
+    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate or checkpoint model the probe lacks
     model, tok = load_model(model_name, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
@@ -431,6 +434,10 @@ def add_serve(sub, model_opts) -> None:
     sv.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), default=None, metavar="ALPHA",
                     help="decide chat requests that give neither risk nor max_error by the threshold the "
                          "probe certified at this error rate instead")
+    sv.add_argument("--stop-early", type=level_arg(check_stop_early, "--stop-early"), default=None, metavar="EPS",
+                    help="stop every generation the gate will not trust at a checkpoint, by the threshold the "
+                         "probe's prefix probes (acute export --with-stop-early) certify at EPS in (0, 1); the "
+                         "answer abstains with stopped_at (transformers only)")
     sv.add_argument("--api-key", default=None,
                     help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
     sv.add_argument("--allow-remote", action="store_true",
