@@ -324,3 +324,14 @@ def test_acute_export_with_stop_early(collected, tmp_path, capsys):
                  "--n-estimators", "3", "--with-stop-early"]) == 0
     assert "stop-early: prefix probes at 4, 8 tokens" in capsys.readouterr().out
     assert load_probe(tmp_path / "p").stop_early.checkpoints == (4, 8)
+
+
+def test_a_precheck_and_a_stop_rule_act_together(loaded, collected, tmp_path):
+    """The prompts the precheck lets through generate from its pass and are stopped as without it."""
+    model, tok = loaded
+    _, store = collected
+    both = train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only", stop_early=True)
+    forced = _forced(load_probe(both.save(tmp_path / "both")))
+    out = Scorer(model, tok, forced, batch_size=8).generate(QUESTIONS[:4], precheck=1e-6, stop_early=0.1)
+    assert all(s.generated and s.precheck["decision"] == "trust" for s in out)
+    assert [s.stopped_at for s in out] == [4] * 4 and all(s.decision == "abstain" for s in out)
