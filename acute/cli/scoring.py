@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
 from ..metrics.certify import check_max_error
 from ..scoring.precheck import check_precheck
+from ..scoring.stop_early import check_stop_early
 from ..scoring.risk import DEFAULT_RISK, check_risk
 from .common import DEFAULT_MODEL, default_probe_dir, level_arg
 from ..console import load_options_from_args
@@ -23,7 +24,9 @@ __all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 
 logger = logging.getLogger(__name__)
 
 #: how errors name the levels of a gate on the command line
-_OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck"}
+#: what the options that act before or while an answer is generated do (a given response has neither)
+_ACTS = {"--precheck": "decides before generating", "--stop-early": "stops a generation while it is written"}
+_OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck", "stop_early": "--stop-early"}
 
 
 def _score_task(name: str | None):
@@ -104,6 +107,10 @@ def _print_scored(s, rule) -> None:
         return
     print(f"answer:         {s.answer}")
     print(f"raw confidence: {s.raw_confidence:.3f}")
+    if s.stopped_at is not None:
+        print(f"decision:       abstain ({s.stop['reason']}; stopping threshold certified at --stop-early "
+              f"{s.stop['epsilon']:g}, delta {s.stop['delta']:g})")
+        return
     print(f"confidence:     {s.confidence:.3f}")
     print(f"decision:       {s.decision} ({rule.describe()})")
 
@@ -122,10 +129,9 @@ def cmd_score(args) -> int:
                          "each its 'response' field")
     if args.risk is not None and args.max_error is not None:  # before anything is loaded
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
-    if args.precheck is not None:
-        if args.response is not None:
-            raise InputError("--precheck decides before generating, and --response scores an answer given; "
-                             "leave out one of them")
+    for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
+        if given is not None and args.response is not None:
+            raise InputError(f"{option} {_ACTS[option]}, and --response scores an answer given; leave out one of them")
     if args.probe:
         probe_dir = Path(args.probe)
     else:
@@ -136,15 +142,16 @@ def cmd_score(args) -> int:
                 "`acute demo` or `acute export` and pass it with --probe")
     probe = load_probe(probe_dir)
     # the levels were checked by argparse (level_arg); the gate is resolved once, before the model loads
-    gate = resolve_gate(probe, args.risk, args.max_error, args.precheck, name=_OPTIONS.get)
+    gate = resolve_gate(probe, args.risk, args.max_error, args.precheck, args.stop_early, name=_OPTIONS.get)
     if args.precheck is not None:
         require_precheck(probe.precheck, "--precheck", probe_dir)
     ids, prompts, responses = (_read_score_rows(args.jsonl) if args.jsonl
                                else (None, [args.question], [args.response]))
-    if args.precheck is not None and any(r is not None for r in responses):
-        line = next(i for i, r in zip(ids, responses) if r is not None)
-        raise InputError(f"--precheck decides before generating, and {args.jsonl} row {line!r} gives a "
-                         "'response' to score as given; leave out --precheck or the responses")
+    for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
+        if given is not None and any(r is not None for r in responses):
+            line = next(i for i, r in zip(ids, responses) if r is not None)
+            raise InputError(f"{option} {_ACTS[option]}, and {args.jsonl} row {line!r} gives a "
+                             f"'response' to score as given; leave out {option} or the responses")
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     model, tok = load_model(model_name, **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
@@ -170,6 +177,9 @@ def cmd_serve(args) -> int:
         raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
                          "requests that name neither, not both")
     vllm = _check_engine_args(args)
+    if vllm and args.stop_early is not None:
+        raise InputError("--stop-early is not supported with vLLM (--engine vllm or --upstream URL) yet: it "
+                         "stops generations inside acute's transformers recorder; serve without vLLM to use it")
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
@@ -184,12 +194,12 @@ def cmd_serve(args) -> int:
         model_name=served, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
         max_request_bytes=args.max_request_bytes, api_key=api_key, default_max_error=args.max_error,
         max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
-        read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
+        read_timeout_s=args.read_timeout, stop_early=args.stop_early, shutdown_timeout_s=args.shutdown_timeout,
         allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
         concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
-    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate the probe lacks
+    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate or checkpoint model the probe lacks
     model, tok = load_model(model_name, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
@@ -357,6 +367,10 @@ def add_score(sub, model_opts) -> None:
     s.add_argument("--precheck", type=level_arg(check_precheck, "--precheck"), default=None, metavar="U0",
                    help="two-stage gate: generate only when the question-only probe (acute export --with-precheck) "
                         "gives P(correct) > U0 in (0, 1); otherwise abstain without generating")
+    s.add_argument("--stop-early", type=level_arg(check_stop_early, "--stop-early"), default=None, metavar="EPS",
+                   help="stop a generation at a checkpoint when the probe's prefix probes (acute export "
+                        "--with-stop-early) say the gate will not trust it, by a threshold certified to stop at "
+                        "most EPS in (0, 1) of the right answers it would trust; the answer abstains")
     s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
                    "and optionally 'response': scored as given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",
@@ -420,6 +434,10 @@ def add_serve(sub, model_opts) -> None:
     sv.add_argument("--max-error", type=level_arg(check_max_error, "--max-error"), default=None, metavar="ALPHA",
                     help="decide chat requests that give neither risk nor max_error by the threshold the "
                          "probe certified at this error rate instead")
+    sv.add_argument("--stop-early", type=level_arg(check_stop_early, "--stop-early"), default=None, metavar="EPS",
+                    help="stop every generation the gate will not trust at a checkpoint, by the threshold the "
+                         "probe's prefix probes (acute export --with-stop-early) certify at EPS in (0, 1); the "
+                         "answer abstains with stopped_at (transformers only)")
     sv.add_argument("--api-key", default=None,
                     help="require 'Authorization: Bearer KEY' (default: $ACUTE_API_KEY; none: no key)")
     sv.add_argument("--allow-remote", action="store_true",

@@ -35,6 +35,8 @@ def _train(args, test_fraction: float):
     store = open_labelled_store(args.store, args.allow_partial)
     if with_precheck:  # a store without last-prompt states fails before anything is fitted
         check_precheck_store(store, "--with-precheck")
+    if args.with_stop_early:  # a store without prefix checkpoints fails before anything is fitted
+        store.checkpoint_tokens
     calibration = (open_labelled_store(args.calibration_store, args.allow_partial)
                    if args.calibration_store else None)
     trained = train_probe(store, args.estimator, view=args.view, layer=args.layer, test_fraction=test_fraction,
@@ -43,7 +45,8 @@ def _train(args, test_fraction: float):
                           delta=DEFAULT_DELTA if args.delta is None else args.delta, calibration_store=calibration,
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
                           certify_fwer=args.certify_procedure,
-                          precheck_estimator=with_precheck, group_by=args.group_by)
+                          precheck_estimator=with_precheck, group_by=args.group_by,
+                          stop_early=args.with_stop_early)
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -99,10 +102,21 @@ def _print_precheck(trained, out, records: str) -> None:
           "or a request's precheck")
 
 
+def _print_stop_early(trained, out) -> None:
+    """Say where the checkpoint model went and how to stop generations with it."""
+    model = trained.stop_early
+    if model is None:
+        return
+    print(f"stop-early: prefix probes at {', '.join(map(str, model.checkpoints))} tokens and the out-of-fold "
+          f"scores of {model.scores.shape[0]} records written to {Path(out) / 'stop-early'}; stop generations "
+          "the gate will not trust with `acute score --stop-early EPS` or `acute serve --stop-early EPS`")
+
+
 def cmd_train(args) -> int:
     _, trained = _train(args, args.test_fraction)
     print(f"probe ({trained.label}) fitted on {trained.n_train} records, written to {args.out}")
     _print_precheck(trained, args.out, str(trained.n_train))
+    _print_stop_early(trained, args.out)
     held = trained.held_out
     if held:
         print(f"held-out records: {held['n']} (accuracy {held['accuracy']:.3f}); "
@@ -121,6 +135,7 @@ def cmd_export(args) -> int:
     store, trained = _train(args, 0.0)
     print(f"probe ({trained.label}) fitted on all {len(store)} records, exported to {args.out}")
     _print_precheck(trained, args.out, f"all {len(store)}")
+    _print_stop_early(trained, args.out)
     _print_certificates(trained.certificates)
     return 0
 
@@ -299,6 +314,10 @@ def add_train_export(sub, model_opts) -> None:
                             "OUT/precheck: decides before generating (acute score --precheck U0); optionally "
                             f"its view: {PRECHECK_ESTIMATOR} (PCA-10, default), question-only-cosine, -pca20, "
                             "-early, -mid or -late")
+        t.add_argument("--with-stop-early", action="store_true",
+                       help="also fit a prefix probe per checkpoint (4, 8, 16, 32, 64 tokens) and keep their "
+                            "out-of-fold scores into OUT/stop-early: stops generations the gate will not trust "
+                            "(acute score --stop-early EPS); the store must keep prefix checkpoints")
         t.add_argument("--precheck", dest="old_precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
                        choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR", help=argparse.SUPPRESS)
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")

@@ -35,6 +35,13 @@ confidence, and decides before anything is generated (``acute export --with-prec
 question-only probe copied in from another export is refused; :func:`load_probe` loads it as
 ``ExportedProbe.precheck``.
 
+A probe folder may also hold a **checkpoint model** in ``stop-early/``
+(:mod:`acute.estimators.stop_early`: one prefix probe folder per checkpoint, ``k4/``, ``k8/``,
+..., and ``calibration.safetensors``), what ``Scorer.generate(..., stop_early=EPS)`` stops
+generations with (``acute export --with-stop-early``). The answer probe's ``probe.json`` names
+it (``stop_early``: folder, checkpoints, estimator, each probe's ``probe.json`` sha256 and the
+calibration file's); :func:`load_probe` loads it as ``ExportedProbe.stop_early``.
+
 ``domain`` in ``probe.json`` is the probe's **validity domain**: the engine and its version, the
 model dtype and quantisation, the pooling and the prompt format of the states it was fitted and
 certified on (:func:`acute.store.identity.domain_record`, from its training store's manifest;
@@ -66,6 +73,7 @@ from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from .certificates import check_certificates
 from .inputs import CONFIDENCE, check_inputs, states_source
+from .stop_early import STOP_CALIBRATION_FILE, STOP_EARLY_DIR, StopEarlyModel, checkpoint_dir
 from .calibration import CALIBRATION_ARRAYS, CALIBRATIONS, calibration_scores, calibrator_from_arrays
 from .features import (
     NAMED_LAYERS,
@@ -241,7 +249,9 @@ class ExportedProbe:
     without one), ``confidence_reference`` (percentiles of its calibration records' confidences,
     :mod:`acute.metrics.drift`; None for a probe written before acute kept them),
     ``n_layer_outputs``, ``hidden_size``, ``precheck`` (the question-only probe saved beside it
-    in ``precheck/``, an :class:`ExportedProbe`, or None). The constructor validates every array
+    in ``precheck/``, an :class:`ExportedProbe`, or None), ``stop_early`` (the checkpoint model
+    saved beside it in ``stop-early/``, a :class:`~acute.estimators.stop_early.StopEarlyModel`
+    of :class:`ExportedProbe` s, or None). The constructor validates every array
     and certificate (:class:`ProbeFormatError`).
     """
 
@@ -271,6 +281,7 @@ class ExportedProbe:
         self._kind = view_kind(self.view)
         self._calibrator = calibrator_from_arrays(self.calibration, arrays)
         self.precheck: ExportedProbe | None = None
+        self.stop_early: StopEarlyModel | None = None
         self.domain = manifest.get("domain")
         self.certificates_refused: str | None = None
 
@@ -370,12 +381,13 @@ class ExportedProbe:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``probe.safetensors`` and ``probe.json`` (and, with :attr:`precheck`, the
-        question-only probe in ``precheck/``) into directory ``path`` atomically.
+        question-only probe in ``precheck/``; with :attr:`stop_early`, the checkpoint model in
+        ``stop-early/``) into directory ``path`` atomically.
 
         The files are written into a temporary sibling directory that is renamed into place,
         so a crash never leaves a half-written probe. An existing probe directory (holding only
-        ``probe.json``/``probe.safetensors`` and a ``precheck/`` probe) is replaced, its
-        question-only probe too; an existing file or any other non-empty directory raises
+        ``probe.json``/``probe.safetensors``, a ``precheck/`` probe and a ``stop-early/`` model) is
+        replaced, its question-only probe and checkpoint model too; an existing file or any other non-empty directory raises
         ``ValueError``. Returns ``path``.
         """
         path = Path(path)
@@ -386,22 +398,25 @@ class ExportedProbe:
             if entries and not _is_probe_dir(path, entries):
                 raise InputError(
                     f"{path} is a non-empty directory that is not an acute probe directory "
-                    f"(holding only {MANIFEST_FILE}, {ARRAYS_FILE} and a {PRECHECK_DIR}/ probe); "
+                    f"(holding only {MANIFEST_FILE}, {ARRAYS_FILE}, a {PRECHECK_DIR}/ probe and a "
+                    f"{STOP_EARLY_DIR}/ model); "
                     "refusing to overwrite it"
                 )
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         try:
-            extra = None
+            extra = {}
+            if self.stop_early is not None:
+                extra["stop_early"] = _write_stop_early(self.stop_early, tmp / STOP_EARLY_DIR)
             if self.precheck is not None:
                 check_precheck_probe(self.precheck, "the question-only probe to save")
                 sub = tmp / PRECHECK_DIR
                 sub.mkdir()
                 self.precheck._write(sub)
-                extra = {"precheck": {"path": PRECHECK_DIR, "pooling": self.precheck.pooling,
+                extra["precheck"] = {"path": PRECHECK_DIR, "pooling": self.precheck.pooling,
                                       "estimator": (self.precheck.manifest.get("training_summary") or {}).get(
                                           "estimator", "question-only"),
-                                      "manifest_sha256": _sha256(sub / MANIFEST_FILE)}}
+                                      "manifest_sha256": _sha256(sub / MANIFEST_FILE)}
             manifest = self._write(tmp, extra)
             if path.exists():
                 old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
@@ -418,8 +433,8 @@ class ExportedProbe:
 
     def _write(self, folder: Path, extra: dict | None = None) -> dict:
         """Write this probe's two files into the existing ``folder`` (fsync'ed, default modes);
-        ``extra`` entries are added to the manifest (a ``precheck`` entry is replaced or
-        dropped). Returns the manifest written."""
+        ``extra`` entries are added to the manifest (``precheck`` and ``stop_early`` entries
+        are replaced or dropped). Returns the manifest written."""
         from safetensors.numpy import save_file
 
         arrays_path = folder / ARRAYS_FILE
@@ -427,7 +442,7 @@ class ExportedProbe:
                   metadata={"format": FORMAT,
                             "format_version": str(self.manifest.get("format_version", FORMAT_VERSION))})
         default_mode(arrays_path)  # safetensors writes 0600 files
-        manifest = {k: v for k, v in self.manifest.items() if k != "precheck"}
+        manifest = {k: v for k, v in self.manifest.items() if k not in ("precheck", "stop_early")}
         manifest.update(extra or {})
         manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in self.arrays.items()}
         manifest["files"] = {ARRAYS_FILE: {"sha256": _sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
@@ -456,10 +471,72 @@ def check_precheck_probe(probe: Any, where: str) -> None:
                                "answer; a question-only probe uses none")
 
 
+def _write_stop_early(model: StopEarlyModel, folder: Path) -> dict:
+    """Write the checkpoint model into ``folder`` (created): a probe folder per checkpoint and the
+    calibration arrays; returns the ``stop_early`` entry of the answer probe's ``probe.json``."""
+    from safetensors.numpy import save_file
+
+    folder.mkdir()
+    probes = {}
+    for k in model.checkpoints:
+        sub = folder / checkpoint_dir(k)
+        sub.mkdir()
+        model.probes[k]._write(sub)
+        probes[str(k)] = {"path": checkpoint_dir(k), "manifest_sha256": _sha256(sub / MANIFEST_FILE)}
+    cal = folder / STOP_CALIBRATION_FILE
+    save_file(model.arrays(), str(cal), metadata={"format": "acute-stop-early"})
+    with open(cal, "rb") as fh:
+        os.fsync(fh.fileno())
+    for p in (folder, cal):
+        default_mode(p)
+    return {"path": STOP_EARLY_DIR, "checkpoints": list(model.checkpoints), **json_ready(model.details),
+            "probes": probes, "calibration": {"path": STOP_CALIBRATION_FILE, "sha256": _sha256(cal),
+                                              "n": int(model.scores.shape[0])}}
+
+
+def _load_stop_early(path: Path, entry: Any) -> StopEarlyModel:
+    """The checkpoint model the manifest entry ``entry`` names in probe folder ``path``: each
+    checkpoint's probe and the calibration arrays, checked against the sha256 recorded."""
+    from safetensors.numpy import load_file
+
+    man = path / MANIFEST_FILE
+    folder = path / STOP_EARLY_DIR
+    if not isinstance(entry, dict) or entry.get("path") != STOP_EARLY_DIR or not isinstance(entry.get("probes"), dict) \
+            or not isinstance(entry.get("calibration"), dict):
+        raise ProbeFormatError(f"{man}: 'stop_early' must name the folder {STOP_EARLY_DIR!r} with its probes "
+                               f"and calibration, got {entry!r}")
+    again = "export the probe again (acute export --with-stop-early)"
+    probes = {}
+    for k, item in entry["probes"].items():
+        sub = folder / checkpoint_dir(int(k)) if str(k).isdigit() else None
+        if sub is None or not isinstance(item, dict) or item.get("path") != sub.name:
+            raise ProbeFormatError(f"{man}: stop_early probe {k!r} must name the folder k{k}, got {item!r}")
+        if not (sub / MANIFEST_FILE).is_file():
+            raise ProbeFormatError(f"{man} names a prefix probe in {sub}, but {sub / MANIFEST_FILE} is missing; {again}")
+        if _sha256(sub / MANIFEST_FILE) != item.get("manifest_sha256"):
+            raise ProbeFormatError(f"{sub / MANIFEST_FILE}: sha256 does not match the one {man} records; this "
+                                   "prefix probe was not exported with this answer probe")
+        probes[int(k)] = _load_one(sub)
+    cal = folder / STOP_CALIBRATION_FILE
+    if not cal.is_file() or _sha256(cal) != entry["calibration"].get("sha256"):
+        raise ProbeFormatError(f"{cal}: missing, or its sha256 does not match the one {man} records; {again}")
+    details = {k: v for k, v in entry.items() if k not in ("path", "checkpoints", "probes", "calibration")}
+    try:
+        return StopEarlyModel.from_arrays(probes, load_file(str(cal)), str(cal), details)
+    except InputError as e:
+        raise ProbeFormatError(str(e)) from None
+
+
 def _is_probe_dir(path: Path, entries: set[str], nested: bool = True) -> bool:
-    allowed = {MANIFEST_FILE, ARRAYS_FILE} | ({PRECHECK_DIR} if nested else set())
+    allowed = {MANIFEST_FILE, ARRAYS_FILE} | ({PRECHECK_DIR, STOP_EARLY_DIR} if nested else set())
     if not entries <= allowed or MANIFEST_FILE not in entries:
         return False
+    if STOP_EARLY_DIR in entries:
+        sub = path / STOP_EARLY_DIR
+        if not sub.is_dir() or not all(
+                p.name == STOP_CALIBRATION_FILE or (p.is_dir() and _is_probe_dir(p, {q.name for q in p.iterdir()}, False))
+                for p in sub.iterdir()):
+            return False
     if PRECHECK_DIR in entries:
         sub = path / PRECHECK_DIR
         if not sub.is_dir() or not _is_probe_dir(sub, {p.name for p in sub.iterdir()}, nested=False):
@@ -608,13 +685,17 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe:
     an array has the wrong dtype/shape/structure. A question-only probe the manifest names
     (``precheck``) is loaded too, as ``.precheck``: missing, another export's (its
     ``probe.json`` sha256 differs) or one that needs more than the last-prompt states is a
-    :class:`ProbeFormatError`. A probe without a validity domain (``domain``, written before
+    :class:`ProbeFormatError`. So is the checkpoint model it names (``stop_early``), loaded as
+    ``.stop_early``. A probe without a validity domain (``domain``, written before
     acute recorded one) loads with one warning saying its domain is unknown.
     """
     probe = _load_one(Path(path))
     entry = probe.manifest.get("precheck")
     if entry is not None:
         probe.precheck = _load_precheck(Path(path), entry)
+    entry = probe.manifest.get("stop_early")
+    if entry is not None:
+        probe.stop_early = _load_stop_early(Path(path), entry)
     if probe.domain is None:
         logger.warning("%s records no validity domain (written before acute recorded one): the engine, "
                        "dtype, quantisation, pooling and prompt format it was fitted and certified under are "

@@ -22,13 +22,15 @@ from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import Inputs
 from ..estimators.probes import ActivationProbe
 from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
+from ..estimators.stop_early import StopEarlyModel
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.identity import domain_record, of_store
 from ..store.pooling import store_states
-from .certification import CV_FOLDS, certify_checked, check_certification
+from .certification import CV_FOLDS, calibration_confidence, certify_checked, check_certification
+from .checkpoint_model import fit_checkpoint_model
 from .crossval import split_ids
 
 __all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_estimator", "check_precheck_store",
@@ -60,7 +62,9 @@ class TrainedProbe:
     the confidences the probe gave records it was not fitted on, which ``acute serve``'s drift
     signal compares live confidences with (:mod:`acute.metrics.drift`; the certificate's
     calibration records, else ``auto``'s out-of-fold predictions, else the held-out records;
-    None when there are none: a named probe exported without a certificate).
+    None when there are none: a named probe exported without a certificate); ``stop_early``:
+    the checkpoint model early stopping reads (``train_probe(stop_early=True)``,
+    :mod:`acute.evaluation.checkpoint_model`; its prefix probes fitted), or None.
     """
 
     probe: ActivationProbe
@@ -79,10 +83,12 @@ class TrainedProbe:
     precheck_held_out: dict | None = None
     precheck_estimator: str | None = None
     confidence_reference: dict | None = None
+    stop_early: StopEarlyModel | None = None
 
     def export(self):
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
-        question-only probe as its ``precheck`` when one was fitted."""
+        question-only probe as its ``precheck`` and the checkpoint model as its ``stop_early``
+        when they were fitted."""
         exported = self.probe.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
                                      training_summary=self.training_summary, metrics=self.held_out,
                                      selection=self.selection, certificates=self.certificates,
@@ -95,11 +101,22 @@ class TrainedProbe:
             if self.domain is not None:
                 exported.precheck.with_domain(domain_record(self.domain, states=self.precheck.pooling,
                                                             store=self.domain.get("store")))
+        if self.stop_early is not None:
+            exported.stop_early = self._export_stop_early()
         return exported.with_domain(self.domain)
 
+    def _export_stop_early(self) -> StopEarlyModel:
+        """The checkpoint model with each prefix probe exported (its training summary naming its checkpoint)."""
+        model, probes = self.stop_early, {}
+        for k, p in model.probes.items():
+            summary = {**self.training_summary, "estimator": model.details.get("estimator"), "checkpoint": k}
+            probes[k] = p.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
+                                 training_summary=summary).with_domain(self.domain)
+        return StopEarlyModel(probes, model.scores, model.trusted, model.correct, model.details)
+
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the probe folder (``probe.safetensors`` + ``probe.json``, and the question-only
-        probe in ``precheck/``) atomically."""
+        """Write the probe folder (``probe.safetensors`` + ``probe.json``, the question-only
+        probe in ``precheck/`` and the checkpoint model in ``stop-early/``) atomically."""
         return self.export().save(path)
 
 
@@ -206,7 +223,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 max_error: float | Sequence[float] | None = None, delta: float = DEFAULT_DELTA,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
                 certify_backend: str = DEFAULT_BACKEND, precheck_estimator: str | None = None,
-                group_by: str | None = None, certify_fwer: str = DEFAULT_FWER) -> TrainedProbe:
+                group_by: str | None = None, certify_fwer: str = DEFAULT_FWER,
+                stop_early: bool = False) -> TrainedProbe:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -232,13 +250,20 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     (``question-only-cosine``, ``question-only-mid``, ...:
     :data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`); :meth:`TrainedProbe.save` writes
     it beside the probe in ``precheck/``; a store without last-prompt states is refused first
-    (:func:`check_precheck_store`). None (the default): no precheck."""
+    (:func:`check_precheck_store`). None (the default): no precheck.
+
+    ``stop_early``: also fit the checkpoint model early stopping reads
+    (:func:`acute.evaluation.checkpoint_model.fit_checkpoint_model`: a prefix probe per
+    checkpoint and the out-of-fold calibration arrays, on the certificate's folds); a store
+    without prefix checkpoints is refused first."""
     from ..estimators.folds import stratified_folds
     from .evaluate import store_groups
 
     precheck_name = check_precheck_estimator(precheck_estimator)
     if precheck_name:
         check_precheck_store(store)
+    if stop_early:
+        store.checkpoint_tokens  # a store without checkpoints: one line naming it and `acute collect`
     field, groups = store_groups(store, group_by)
     train, test = split_ids(store.ids, test_fraction=test_fraction, seed=seed, groups=groups)
     idx = np.flatnonzero(train)
@@ -281,4 +306,21 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
         trained.precheck_estimator = precheck_name
         if test.any():
             trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))
+    if stop_early:
+        trained.stop_early = _checkpoint_model(trained, store, idx, seed, n_jobs, n_estimators, group_by)
     return trained
+
+
+def _checkpoint_model(trained: TrainedProbe, store, idx: np.ndarray, seed: int, n_jobs, n_estimators,
+                      group_by: str | None) -> StopEarlyModel:
+    """The checkpoint model of the training records ``idx``, on the out-of-fold folds of the
+    answer probe's certificate (grouped the same way) and its out-of-fold P(correct)."""
+    from ..estimators.folds import stratified_folds
+    from ..scoring.risk import DEFAULT_RISK
+    from .evaluate import store_groups
+
+    conf, _, details = calibration_confidence(trained, store, group_by=group_by)
+    field, groups = store_groups(store, group_by, [store.ids[i] for i in idx])
+    folds = stratified_folds(np.asarray(store.correct)[idx].astype(np.int64), CV_FOLDS, seed, groups=groups)
+    return fit_checkpoint_model(store, idx, conf > DEFAULT_RISK, folds, seed=seed, n_jobs=n_jobs,
+                                n_estimators=n_estimators, details={"source": "out-of-fold", "folds": details["folds"]})

@@ -228,6 +228,8 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
                                pool: PoolMode = "decoding", do_sample: bool = False,
                                on_too_long: Literal["skip", "error"] = "error",
                                eos_token_ids: Sequence[int] | None = None,
+                               checkpoints: Schedule | None = None,
+                               on_checkpoint: CheckpointCallback | None = None,
                                **generate_kwargs: Any) -> tuple[list[PromptState | None], list[Generation | None]]:
     """Decide from each prompt's last-token states, then generate only where the decision says
     so, from the same forward pass: a two-stage gate whose first stage costs no extra prompt pass.
@@ -245,6 +247,9 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     attention window is shorter than the longest prompt plus ``max_new_tokens`` generates from
     scratch. The generations equal :func:`generate_and_record`'s up to floating-point rounding
     (tested), and cost what it costs plus one recomputed position per prompt.
+
+    ``checkpoints`` and ``on_checkpoint`` as in :func:`generate_and_record` (the callback gets
+    the rows' positions in ``prompts``).
 
     Returns ``(passes, generations)`` in input order: a
     :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
@@ -283,7 +288,11 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
                 cache.batch_select_indices(torch.as_tensor(rows, device=_cache_device(cache)))
             cache.crop(-1)  # transformers 5.x: a negative count removes that many positions
             cache_kwargs[cache_keyword(model)] = cache
-        with HiddenStateRecorder(model, pool=pool) as recorder:
+        def in_prompts(k, r, means, confidence, live=[batch[j] for j in rows]):  # batch rows -> prompts
+            return on_checkpoint(k, np.asarray([live[j] for j in r], dtype=np.int64), means, confidence)
+
+        with HiddenStateRecorder(model, pool=pool, checkpoints=checkpoints,
+                                 on_checkpoint=None if on_checkpoint is None else in_prompts) as recorder:
             recorded = recorder.generate(ids, mask, max_new_tokens=max_new_tokens, eos_token_ids=eos_ids,
                                          stop_strings=stop_strings, tokenizer=tokenizer, do_sample=do_sample,
                                          pad_token_id=pad_id, **cache_kwargs, **generate_kwargs)

@@ -14,6 +14,10 @@
 * The precheck (optional): a threshold u0 on the question-only probe's P(correct); a prompt is
   generated only when it exceeds u0 (:mod:`acute.scoring.precheck`).
 
+* Stopping early (optional): ``stop_early`` (epsilon) picks the stopping threshold the probe's
+  checkpoint model certifies at it, looked up once; a generation whose prefix scores below it
+  at a checkpoint is stopped there and abstained on (:mod:`acute.scoring.stop_early`).
+
 What a caller asks for is turned into a :class:`Gate` once, where it comes in
 (``Scorer.generate(risk=, max_error=, precheck=)``, ``acute score --risk / --max-error /
 --precheck``, a request's fields, ``acute serve``'s defaults): each level checked by its one
@@ -41,8 +45,10 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.certificates import certificate_summary, find_certificate
 from ..metrics.certify import check_max_error
+from ..metrics.stopping import StopRule
 from .precheck import check_precheck
 from .risk import DEFAULT_RISK, check_risk
+from .stop_early import check_stop_early, stop_rule
 
 __all__ = ["LEVEL_CHECKS", "RULES", "DecisionRule", "Gate", "certificate_rule", "check_certified", "check_gates",
            "parse_gate", "parse_gates", "resolve_gate", "risk_rule"]
@@ -50,7 +56,7 @@ __all__ = ["LEVEL_CHECKS", "RULES", "DecisionRule", "Gate", "certificate_rule", 
 RULES = ("risk", "certificate")
 #: the checker of each level a gate is made of (each names the field it is given)
 LEVEL_CHECKS: dict[str, Callable[[Any, str], float]] = {
-    "risk": check_risk, "max_error": check_max_error, "precheck": check_precheck}
+    "risk": check_risk, "max_error": check_max_error, "precheck": check_precheck, "stop_early": check_stop_early}
 
 
 def _as_is(field: str) -> str:
@@ -137,12 +143,15 @@ def check_certified(gates: Sequence["Gate"], probe: Any, name: str = "max_error"
 
 @dataclass(frozen=True)
 class Gate:
-    """What decides one answer: its ``rule`` and an optional ``precheck`` threshold (generate only
-    when the question-only probe's P(correct) exceeds it; ``None``: no precheck). ``Gate()`` is
-    the risk rule at :data:`~acute.scoring.risk.DEFAULT_RISK` without a precheck."""
+    """What decides one answer: its ``rule``, an optional ``precheck`` threshold (generate only
+    when the question-only probe's P(correct) exceeds it; ``None``: no precheck) and an optional
+    ``stop`` rule (the certified stopping threshold of ``stop_early``,
+    :func:`acute.scoring.stop_early.stop_rule`; ``None``: never stopped). ``Gate()`` is the risk
+    rule at :data:`~acute.scoring.risk.DEFAULT_RISK` without either."""
 
     rule: DecisionRule = dataclasses.field(default_factory=risk_rule)
     precheck: float | None = None
+    stop: StopRule | None = None
 
     def decide(self, confidence: Any) -> np.ndarray:
         """Trust decisions (bool array) of the rule for ``confidence``."""
@@ -150,24 +159,27 @@ class Gate:
 
 
 def resolve_gate(probe: Any, risk: float | None = None, max_error: float | None = None,
-                 precheck: float | None = None, *, name: Callable[[str], str] = _as_is) -> Gate:
+                 precheck: float | None = None, stop_early: float | None = None, *,
+                 name: Callable[[str], str] = _as_is) -> Gate:
     """The gate of levels already checked (:data:`LEVEL_CHECKS`): ``risk`` or ``max_error`` (the
     certificate ``probe`` carries there), not both; neither: the risk level
-    :data:`~acute.scoring.risk.DEFAULT_RISK`; ``precheck`` as given. Errors name the fields as
+    :data:`~acute.scoring.risk.DEFAULT_RISK`; ``precheck`` as given; ``stop_early``: the
+    stopping threshold ``probe``'s checkpoint model certifies there. Errors name the fields as
     ``name(field)`` shows them (``--max-error``, ``[1].max_error``)."""
     if risk is not None and max_error is not None:
         raise InputError(f"give {name('risk')} (a risk level) or {name('max_error')} (a certified "
                          f"threshold), not both")
     rule = (certificate_rule(probe, max_error, name("max_error")) if max_error is not None
             else risk_rule(DEFAULT_RISK if risk is None else risk))
-    return Gate(rule=rule, precheck=precheck)
+    stop = None if stop_early is None else stop_rule(probe, stop_early, name("stop_early"))
+    return Gate(rule=rule, precheck=precheck, stop=stop)
 
 
-def parse_gate(probe: Any, risk: Any = None, max_error: Any = None, precheck: Any = None, *,
-               name: Callable[[str], str] = _as_is) -> Gate:
+def parse_gate(probe: Any, risk: Any = None, max_error: Any = None, precheck: Any = None,
+               stop_early: Any = None, *, name: Callable[[str], str] = _as_is) -> Gate:
     """The gate of values as a caller gave them: each checked by its checker
     (:data:`LEVEL_CHECKS`), then :func:`resolve_gate`."""
-    given = {"risk": risk, "max_error": max_error, "precheck": precheck}
+    given = {"risk": risk, "max_error": max_error, "precheck": precheck, "stop_early": stop_early}
     levels = {f: None if v is None else LEVEL_CHECKS[f](v, name(f)) for f, v in given.items()}
     return resolve_gate(probe, **levels, name=name)
 
@@ -187,11 +199,11 @@ def _column(field: str, value: Any, n: int) -> list[float | None]:
 
 
 def parse_gates(probe: Any, n: int, risk: Any = None, max_error: Any = None,
-                precheck: Any = None) -> list[Gate]:
-    """One gate per prompt: ``risk``, ``max_error`` and ``precheck`` are each one value (or
+                precheck: Any = None, stop_early: Any = None) -> list[Gate]:
+    """One gate per prompt: ``risk``, ``max_error``, ``precheck`` and ``stop_early`` are each one value (or
     ``None``) for all ``n`` prompts or a sequence of ``n`` (``None`` where it does not apply), as
     in :func:`parse_gate`; errors name the item (``risk[2]``). Equal requests share one gate."""
-    given = {"risk": risk, "max_error": max_error, "precheck": precheck}
+    given = {"risk": risk, "max_error": max_error, "precheck": precheck, "stop_early": stop_early}
     columns = [_column(f, v, n) for f, v in given.items()]
     seen: dict[tuple, Gate] = {}
     out = []

@@ -19,6 +19,10 @@ confidence the recorder would have recorded had the model generated it.
 exported beside the answer probe (``acute export --precheck``): one forward pass over the
 prompt, P(correct) and trust iff it exceeds u0. ``generate(prompt, precheck=u0)`` is the
 two-stage gate: it generates only for the prompts whose precheck passes (:mod:`acute.scoring.precheck`).
+
+``generate(prompt, stop_early=EPS)`` stops, at a checkpoint, a generation the gate will not
+trust, by the threshold the probe's checkpoint model certifies at ``EPS`` (``acute export
+--with-stop-early``): the answer is the prefix, decided ``abstain`` (:mod:`acute.scoring.stop_early`).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from ..validation import check_count
 from .gate import Gate, check_certified, check_gates, parse_gates
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .risk import DEFAULT_RISK
+from .stop_early import StopDecisions, stop_fields
 
 __all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
 
@@ -65,6 +70,14 @@ class ScoredGeneration:
     ``finish_reason`` ``"precheck"``, decision ``"abstain"``). Without a precheck both are left
     out of :meth:`to_dict`.
 
+    Generated under a stop rule (``generate(..., stop_early=EPS)``), ``stop`` holds the rule
+    (:func:`acute.scoring.stop_early.stop_fields`: ``epsilon``, ``delta``, ``threshold``,
+    ``n_calibration``) and ``stopped_at`` is None, or, for an answer stopped at a checkpoint,
+    the tokens generated before the stop; then ``stop`` also has ``checkpoint``,
+    ``confidence`` (the prefix probe's P(correct)) and ``reason``, ``answer`` is the prefix,
+    ``finish_reason`` ``"stopped"``, ``confidence`` None (the answer probe did not score it)
+    and the decision ``"abstain"``. Without a stop rule both are left out of :meth:`to_dict`.
+
     ``recorded`` is the :class:`acute.extraction.Generation` the answer was scored from (its
     pooled states, token ids and log-probs: what ``acute serve --record-to`` stores), ``seconds``
     the wall time of its batch's ``"generation"`` (recording, for a given response) and
@@ -87,6 +100,8 @@ class ScoredGeneration:
     certificate: dict | None = None
     generated: bool = True
     precheck: dict | None = None
+    stop: dict | None = None
+    stopped_at: int | None = None
     recorded: Any = field(default=None, repr=False, compare=False)
     seconds: dict | None = field(default=None, repr=False, compare=False)
 
@@ -121,6 +136,9 @@ class ScoredGeneration:
         if self.precheck is None:
             d.pop("generated")
             d.pop("precheck")
+        if self.stop is None:
+            d.pop("stop")
+            d.pop("stopped_at")
         d["decision"] = self.decision
         return d
 
@@ -279,20 +297,21 @@ class Scorer:
             return self.task.prompt(self.tokenizer, ex, chat=self.chat)
         return format_prompt(self.tokenizer, item, chat=self.chat)
 
-    def gates(self, n: int, risk=None, max_error=None, precheck=None, gate=None) -> list[Gate]:
+    def gates(self, n: int, risk=None, max_error=None, precheck=None, gate=None, stop_early=None) -> list[Gate]:
         """The gate of each of ``n`` prompts: ``gate`` as given (one :class:`Gate` or one per
         prompt, made by :func:`acute.scoring.gate.parse_gate`), else parsed once from ``risk``,
-        ``max_error`` and ``precheck`` (:func:`acute.scoring.gate.parse_gates`: a risk level,
-        default 0.5, or the certificate this probe carries at ``max_error``)."""
+        ``max_error``, ``precheck`` and ``stop_early`` (:func:`acute.scoring.gate.parse_gates`: a
+        risk level, default 0.5, or the certificate this probe carries at ``max_error``)."""
         if gate is None:
-            return parse_gates(self.probe, n, risk, max_error, precheck)
-        if risk is not None or max_error is not None or precheck is not None:
-            raise InputError("give gate= or risk= / max_error= / precheck=, not both")
+            return parse_gates(self.probe, n, risk, max_error, precheck, stop_early)
+        if risk is not None or max_error is not None or precheck is not None or stop_early is not None:
+            raise InputError("give gate= or risk= / max_error= / precheck= / stop_early=, not both")
         return check_certified(check_gates(gate, n), self.probe)
 
     def generate(self, prompts, risk: float | Sequence[float] | None = None, *,
                  max_error: float | Sequence[float] | None = None,
                  precheck: float | Sequence[float | None] | None = None,
+                 stop_early: float | Sequence[float | None] | None = None,
                  gate: Gate | Sequence[Gate] | None = None):
         """Score one prompt (str or chat messages) or a list of them, deciding at one risk level
         or one per prompt (default 0.5), or by the threshold the probe certified at ``max_error``
@@ -307,16 +326,27 @@ class Scorer:
         ``generated`` False, see :class:`ScoredGeneration`). The generated answers equal those
         of a call without ``precheck``.
 
+        ``stop_early`` (epsilon in (0, 1), or one per prompt with ``None`` where there is none)
+        stops a generation at a checkpoint when the probe's checkpoint model gives its prefix a
+        P(correct) below the threshold it certifies at epsilon (certified once per epsilon;
+        :mod:`acute.scoring.stop_early`); a stopped answer is decided ``"abstain"`` with
+        ``stopped_at`` and ``stop`` (see :class:`ScoredGeneration`). The others equal the
+        answers of a call without it. Not with an engine (vLLM) yet.
+
         Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
         order (an empty list for an empty list). Scoring in a batch gives the same answers and
         confidences as scoring one at a time (up to float rounding of padded batches). Raises
         :class:`InputError` naming the argument for a risk outside [0, 1], a ``max_error`` the
         probe carries no valid certificate for, a precheck threshold outside (0, 1) or without a
-        question-only probe, and a prompt longer than the context window.
+        question-only probe, a ``stop_early`` outside (0, 1) or without a checkpoint model, and
+        a prompt longer than the context window.
         """
         single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
-        gates = self.gates(len(items), risk, max_error, precheck, gate)
+        gates = self.gates(len(items), risk, max_error, precheck, gate, stop_early)
+        if self.engine is not None and any(g.stop is not None for g in gates):
+            raise InputError("stop_early: stopping early is not supported with an engine (vLLM) yet; "
+                             "score with acute's transformers recorder (no engine)")
         gated = [i for i, g in enumerate(gates) if g.precheck is not None]
         if gated:
             require_precheck(self.precheck_probe, "precheck")
@@ -359,12 +389,15 @@ class Scorer:
             return conf[index] > thresholds[index]
 
         start = time.perf_counter()
+        stops = self._stop_decisions([gates[i] for i in gated])
         passes, gens = generate_after_prompt_pass(
             self.model, self.tokenizer, sub_texts, decide, max_new_tokens=self.max_new_tokens,
-            batch_size=self.batch_size, stop_strings=self.stop_strings, pool=self.pool, on_too_long="error")
+            batch_size=self.batch_size, stop_strings=self.stop_strings, pool=self.pool, on_too_long="error",
+            **self._stop_settings(stops))
         let = [k for k, g in enumerate(gens) if g is not None]
         scored = [] if not let else self._scored([sub_items[k] for k in let], [sub_texts[k] for k in let], [gens[k] for k in let],
-                              [gens[k].text for k in let], [gates[gated[k]] for k in let], time.perf_counter() - start)
+                              [gens[k].text for k in let], [gates[gated[k]] for k in let], time.perf_counter() - start,
+                              stops=stops, index=let)
         for k, s in zip(let, scored):
             out[gated[k]] = s
         results = _precheck_results(sub_items, sub_texts, [p.prompt_tokens for p in passes], conf, thresholds)
@@ -379,11 +412,29 @@ class Scorer:
         start = time.perf_counter()
         settings = dict(max_new_tokens=self.max_new_tokens, stop_strings=self.stop_strings, pool=self.pool,
                         on_too_long="error")
+        stops = self._stop_decisions(gates)
         if self.engine is not None:
             gens = self.engine.generate(self.tokenizer, texts, model=self.model, **settings)
         else:
-            gens = generate_and_record(self.model, self.tokenizer, texts, batch_size=self.batch_size, **settings)
-        return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start)
+            gens = generate_and_record(self.model, self.tokenizer, texts, batch_size=self.batch_size, **settings,
+                                       **self._stop_settings(stops))
+        return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start,
+                            stops=stops)
+
+    def _stop_decisions(self, gates: Sequence[Gate]) -> StopDecisions | None:
+        """The checkpoint callback of a generation of prompts decided by ``gates`` (None when none stops)."""
+        if all(g.stop is None for g in gates):
+            return None
+        return StopDecisions(self.probe.stop_early, [g.stop for g in gates])
+
+    def _stop_settings(self, stops: StopDecisions | None) -> dict:
+        """The recorder's ``checkpoints`` and ``on_checkpoint`` for ``stops`` (nothing without one):
+        the checkpoint model's own counts, then none (the rule is checked there only)."""
+        from ..store.checkpoints import Schedule
+
+        if stops is None:
+            return {}
+        return {"checkpoints": Schedule(stops.model.checkpoints, self.max_new_tokens + 1), "on_checkpoint": stops}
 
     def _check_fits(self, texts: Sequence[str]) -> None:
         """:class:`InputError` for the first prompt that does not fit the context window with
@@ -492,6 +543,9 @@ class Scorer:
         if any(g.precheck is not None for g in gates):
             raise InputError("precheck: a precheck decides before generating, and these answers are given "
                              "(score_responses): leave out the precheck")
+        if any(g.stop is not None for g in gates):
+            raise InputError("stop_early: stopping early stops a generation while it is written, and these answers "
+                             "are given (score_responses): leave out stop_early")
         if not items:
             return []
         if holds_no_weights(self.model):
@@ -536,8 +590,18 @@ class Scorer:
     def _trained_task(self):
         return _probe_summary(self.probe).get("task")
 
-    def _scored(self, items, texts, gens, answers, gates: list[Gate],
-                generation_s: float = 0.0) -> list[ScoredGeneration]:
+    def _scored(self, items, texts, gens, answers, gates: list[Gate], generation_s: float = 0.0, *,
+                stops: StopDecisions | None = None, index: Sequence[int] | None = None) -> list[ScoredGeneration]:
+        """The scored answers of ``gens``; with ``stops``, each answer's stop fields (``index``:
+        the position of each in the prompts ``stops`` was made for, default ``0..n-1``)."""
+        out = self._decided(items, texts, gens, answers, gates, generation_s)
+        if stops is not None:
+            for j, (s, gate) in enumerate(zip(out, gates)):
+                _mark_stop(s, gate, stops, j if index is None else index[j])
+        return out
+
+    def _decided(self, items, texts, gens, answers, gates: list[Gate],
+                 generation_s: float = 0.0) -> list[ScoredGeneration]:
         from ..store.pooling import DEFAULT_POOLING, generation_states
 
         start = time.perf_counter()
@@ -558,6 +622,17 @@ class Scorer:
                 threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate"),
                 recorded=g, seconds=seconds))
         return out
+
+
+def _mark_stop(s: ScoredGeneration, gate: Gate, stops: StopDecisions, i: int) -> None:
+    """Give ``s`` (prompt ``i`` of ``stops``) its stop fields; a stopped answer abstains, unscored."""
+    if gate.stop is None:
+        return
+    s.stop = stop_fields(gate.stop)
+    if i in stops.stopped:
+        k, p = stops.stopped[i]
+        s.stop.update(checkpoint=k, confidence=p, reason=stops.reason(i))
+        s.stopped_at, s.trust, s.confidence = s.n_tokens, False, None
 
 
 def _skipped(item, text: str, checked: PrecheckResult, gate: Gate) -> ScoredGeneration:

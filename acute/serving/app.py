@@ -262,7 +262,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
                 raise RequestError(f"a list of requests must hold 1 to {settings.max_batch} of them "
                                    f"(--max-batch), got {len(items)}")
             jobs = [score_job(obj, () if single else (i,), settings.max_new_tokens_limit, scorer.probe,
-                              precheck_probe) for i, obj in enumerate(items)]
+                              precheck_probe, stop=settings.default_gate.stop) for i, obj in enumerate(items)]
             for job in jobs:
                 job.response_id = f"score-{uuid.uuid4().hex}"
             results = await wait_for(request, jobs)

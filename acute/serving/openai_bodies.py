@@ -35,6 +35,15 @@ def _precheck_fields(scored) -> dict:
     return {"generated": scored.generated, "precheck": dict(scored.precheck)}
 
 
+def _stop_fields(scored) -> dict:
+    """``stopped_at`` (null, or the tokens generated before the stop) and ``stop`` (the stop rule,
+    and for a stopped answer its checkpoint, confidence and reason) of an answer generated under
+    ``acute serve --stop-early``; nothing without it."""
+    if scored.stop is None:
+        return {}
+    return {"stopped_at": scored.stopped_at, "stop": dict(scored.stop)}
+
+
 def score_body(result: JobResult, *, model: str, estimator: str, latency_ms: float) -> dict:
     """The ``/v1/score`` answer for one scored job (with ``generated`` and ``precheck`` when the
     request gave a precheck; refused before generating: ``answer`` ``""``, the confidences
@@ -43,16 +52,17 @@ def score_body(result: JobResult, *, model: str, estimator: str, latency_ms: flo
     return {"answer": s.answer, "raw_confidence": s.raw_confidence, "confidence": s.confidence,
             "decision": s.decision, **s.decision_fields(), "estimator": estimator, "model": model,
             "latency_ms": round(latency_ms, 3), "n_tokens": s.n_tokens,
-            "finish_reason": _finish_reason(s.finish_reason), **_precheck_fields(s)}
+            "finish_reason": _finish_reason(s.finish_reason), **_precheck_fields(s), **_stop_fields(s)}
 
 
 def acute_object(result: JobResult, estimator: str) -> dict:
     """The ``acute`` object added to a chat choice: the confidences, the decision and its rule
     (``risk``, ``rule``, ``threshold``; for a certificate ``max_error`` and ``certificate``), and
-    for a request with a precheck ``generated`` and ``precheck``."""
+    for a request with a precheck ``generated`` and ``precheck``; under ``--stop-early``
+    ``stopped_at`` and ``stop``)."""
     s = result.scored
     return {"confidence": s.confidence, "raw_confidence": s.raw_confidence, "decision": s.decision,
-            **s.decision_fields(), "estimator": estimator, **_precheck_fields(s)}
+            **s.decision_fields(), "estimator": estimator, **_precheck_fields(s), **_stop_fields(s)}
 
 
 def _usage(result: JobResult) -> dict:

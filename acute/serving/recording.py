@@ -180,7 +180,8 @@ class AnswerRecorder:
                 "finish_reason": g.finish_reason, "token_ids": [int(t) for t in g.token_ids],
                 "meta": {"question": s.question, "confidence": s.confidence, "decision": s.decision,
                          "rule": s.rule, "threshold": s.threshold, "endpoint": endpoint, "served": served,
-                         "max_new_tokens": int(n_new), "stop_strings": stops}}
+                         "max_new_tokens": int(n_new), "stop_strings": stops,
+                         **({} if s.stopped_at is None else {"stopped_at": s.stopped_at, "stop": s.stop})}}
 
     def label(self, record_id: Any, correct: bool) -> None:
         """Attach ``correct`` to the recorded answer ``record_id`` (its buffered shard committed

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from types import SimpleNamespace
@@ -198,9 +199,12 @@ def _shown(value: Any, width: int = 80) -> str:
 
 def _levels(req, name) -> dict[str, float | None]:
     """The request's ``risk``, ``max_error`` and ``precheck``, each checked by its one checker
-    (:data:`acute.scoring.gate.LEVEL_CHECKS`): a :class:`RequestError` naming the field otherwise."""
+    (:data:`acute.scoring.gate.LEVEL_CHECKS`): a :class:`RequestError` naming the field otherwise.
+    ``stop_early`` is the server's (``acute serve --stop-early``), never a request's."""
     out = {}
     for field, check in LEVEL_CHECKS.items():
+        if field == "stop_early":
+            continue
         value = getattr(req, field)
         try:
             out[field] = None if value is None else check(value, name(field))
@@ -210,13 +214,15 @@ def _levels(req, name) -> dict[str, float | None]:
 
 
 def _gate(probe, precheck_probe, levels: dict, name, response: str | None = None,
-          default: Gate | None = None) -> Gate:
+          default: Gate | None = None, stop=None) -> Gate:
     """The job's :class:`Gate`, parsed once from its checked ``levels`` (``default``'s rule when
     it names neither ``risk`` nor ``max_error``). ``RequestError`` naming ``max_error`` when both
     are given or when ``probe`` carries no valid certificate at it (code
     ``certificate_not_available``), naming ``precheck`` when the server has no question-only
     probe (code ``precheck_not_available``) or the request gives an answer to score (nothing to
-    skip); all before anything is generated."""
+    skip); all before anything is generated. ``stop``: the server's stop rule (``acute serve
+    --stop-early``), which every generated answer gets (a given response is not generated)."""
+    stop = None if response is not None else stop
     if levels["precheck"] is not None:
         if response is not None:
             raise RequestError(f"{name('precheck')} decides before generating, and {name('response')} gives "
@@ -230,9 +236,9 @@ def _gate(probe, precheck_probe, levels: dict, name, response: str | None = None
                 raise RequestError(f"{e} (then serve that probe folder)", param=name("precheck"),
                                    code="precheck_not_available") from None
     if default is not None and levels["risk"] is None and levels["max_error"] is None:
-        return Gate(rule=default.rule, precheck=levels["precheck"])
+        return Gate(rule=default.rule, precheck=levels["precheck"], stop=stop)
     try:
-        return resolve_gate(probe, **levels, name=name)
+        return dataclasses.replace(resolve_gate(probe, **levels, name=name), stop=stop)
     except InputError as e:
         both = levels["risk"] is not None and levels["max_error"] is not None
         raise RequestError(str(e), param=name("max_error"),
@@ -240,11 +246,12 @@ def _gate(probe, precheck_probe, levels: dict, name, response: str | None = None
 
 
 def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = None, probe=None,
-              precheck_probe=None) -> Job:
+              precheck_probe=None, stop=None) -> Job:
     """A :class:`Job` from one ``/v1/score`` request object (``RequestError`` naming the field,
     also for more new tokens than ``max_new_tokens_limit``, for neither or both of ``risk`` and
     ``max_error``, for a ``max_error`` ``probe`` carries no valid certificate for, and for a
-    ``precheck`` without a question-only probe ``precheck_probe`` or with a ``response``)."""
+    ``precheck`` without a question-only probe ``precheck_probe`` or with a ``response``).
+    ``stop``: the server's stop rule, which a generated answer gets."""
     req = _validate(_schemas().ScoreRequest, obj, "/v1/score", prefix)
     where = param_name(prefix)
     name = (lambda field: f"{where}.{field}" if where else field)
@@ -253,7 +260,7 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
         raise RequestError(f"{name('risk')} is required (a risk level in [0, 1]), or "
                            f"{name('max_error')} (decide by the probe's certified threshold)",
                            param=name("risk"))
-    gate = _gate(probe, precheck_probe, levels, name, req.response)
+    gate = _gate(probe, precheck_probe, levels, name, req.response, stop=stop)
     if (req.prompt is None) == (req.messages is None):
         raise RequestError("give exactly one of 'prompt' and 'messages'", param=name("prompt"))
     if req.response is not None and not req.response.strip():
@@ -292,7 +299,7 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
     same = (lambda field: field)
     default = settings.default_gate or with_default_gate(settings, probe).default_gate
-    gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default)
+    gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default, stop=default.stop)
     job = Job(item=_messages(req.messages), gate=gate, max_new_tokens=min(limits) if limits else None,
               stop=_stop_strings(req.stop), param="messages")
     return job, req

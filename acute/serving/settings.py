@@ -11,6 +11,7 @@ from ..errors import InputError
 from ..metrics.certify import check_max_error
 from ..scoring.gate import Gate, check_certified, resolve_gate
 from ..scoring.risk import DEFAULT_RISK, check_risk
+from ..scoring.stop_early import check_stop_early
 from ..validation import check_level
 
 __all__ = ["API_KEY_ENV", "DEFAULT_MAX_ERROR_NAME", "DEFAULT_RISK_NAME", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings",
@@ -24,6 +25,8 @@ NEW_TOKENS_LIMIT_FACTOR = 4
 #: how errors name the server's default rule (``default_risk``, ``default_max_error``)
 DEFAULT_RISK_NAME = "default risk (--risk)"
 DEFAULT_MAX_ERROR_NAME = "default max_error (--max-error)"
+#: how errors name the server's stop_early
+STOP_EARLY_NAME = "stop_early (--stop-early)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +43,9 @@ class ServeSettings:
     that names no rule (neither ``risk`` nor ``max_error``; default
     :data:`~acute.scoring.risk.DEFAULT_RISK`), ``default_max_error`` (when set) the certified
     threshold such a request is decided by instead (the probe must carry it),
-    ``default_gate`` the :class:`~acute.scoring.gate.Gate` those two resolve to with the served
+    ``stop_early`` (when set) the epsilon every generated answer is stopped early by
+    (:mod:`acute.scoring.stop_early`: the probe must have a checkpoint model; transformers only),
+    ``default_gate`` the :class:`~acute.scoring.gate.Gate` those resolve to with the served
     probe (:func:`with_default_gate`, done once by :func:`acute.serving.create_app` when it is
     ``None``: :func:`resolve_settings`), ``model_name`` the model id clients see and send.
 
@@ -75,6 +80,7 @@ class ServeSettings:
     allowed_hosts: tuple[str, ...] = ()
     default_risk: float = DEFAULT_RISK
     default_max_error: float | None = None
+    stop_early: float | None = None
     default_gate: Gate | None = None
     retry_after_s: int = 1
     max_connections: int = 512
@@ -115,6 +121,8 @@ class ServeSettings:
         if self.default_max_error is not None:
             object.__setattr__(self, "default_max_error", check_max_error(self.default_max_error,
                                                                           DEFAULT_MAX_ERROR_NAME))
+        if self.stop_early is not None:
+            object.__setattr__(self, "stop_early", check_stop_early(self.stop_early, STOP_EARLY_NAME))
         if self.default_gate is not None and not isinstance(self.default_gate, Gate):
             raise InputError(f"default_gate must be a Gate (with_default_gate makes it), got "
                              f"{type(self.default_gate).__name__}")
@@ -132,11 +140,13 @@ def with_default_gate(settings: ServeSettings, probe, name: str = DEFAULT_MAX_ER
     """``settings`` with ``default_gate`` resolved once for ``probe``: the certificate it carries
     at ``default_max_error`` when that is set, else the risk rule at ``default_risk``
     (:class:`InputError` naming ``default_max_error`` as ``name`` when the probe carries no valid
-    certificate there)."""
+    certificate there), and the stopping threshold its checkpoint model certifies at
+    ``stop_early`` when that is set (:class:`InputError` naming it when the probe has none)."""
+    names = {"max_error": name, "stop_early": STOP_EARLY_NAME}.get
     if settings.default_max_error is not None:
-        gate = resolve_gate(probe, max_error=settings.default_max_error, name={"max_error": name}.get)
+        gate = resolve_gate(probe, max_error=settings.default_max_error, stop_early=settings.stop_early, name=names)
     else:
-        gate = resolve_gate(probe, risk=settings.default_risk)
+        gate = resolve_gate(probe, risk=settings.default_risk, stop_early=settings.stop_early, name=names)
     return _replaced(settings, default_gate=gate)
 
 

@@ -1,0 +1,98 @@
+"""Fitting the checkpoint model an exported probe stops generations with
+(``acute export --with-stop-early``, ``train_probe(stop_early=True)``).
+
+At each checkpoint ``k`` of :data:`acute.evaluation.prefix.PREFIX_CHECKPOINTS` the default
+estimator's design is fitted on :func:`acute.evaluation.prefix.prefix_inputs` (the layer means
+and the product of token probabilities over the first ``k`` generated tokens) of the training
+records whose answers were still being written at ``k`` (more than ``k`` tokens: a row that
+ends at its ``k``-th token is never asked to stop there), against the final labels. The
+calibration arrays :func:`acute.metrics.stopping.certify_stopping` reads at scoring time are
+made on the same records: each record's prefix score at each checkpoint out of fold (a clone
+fitted on the other folds' generating records; the folds those of the answer probe's
+certificate, grouped the same way), NaN where its answer had ended; whether the final gate would
+trust it (the answer probe's out-of-fold P(correct) > 0.5,
+:func:`acute.evaluation.certification.calibration_confidence`); and whether it is correct.
+
+A checkpoint where fewer than :data:`MIN_RECORDS` training answers are still generating, or
+where they are all right or all wrong, gets no probe (logged); when no checkpoint has one the
+store is refused (its answers are too short to stop early).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+from sklearn.base import clone
+
+from ..errors import InputError
+from ..estimators.folds import out_of_fold
+from ..estimators.registry import DEFAULT_ESTIMATOR, make_estimator
+from ..estimators.stop_early import StopEarlyModel
+from ..scoring.risk import DEFAULT_RISK
+from .prefix import PREFIX_CHECKPOINTS, prefix_inputs
+
+__all__ = ["MIN_RECORDS", "TRUSTED_BY", "fit_checkpoint_model"]
+
+logger = logging.getLogger(__name__)
+
+#: the fewest generating training answers (both labels among them) a checkpoint's probe is fitted on
+MIN_RECORDS = 10
+#: what ``trusted`` means in the calibration arrays (recorded in ``probe.json``)
+TRUSTED_BY = f"the answer probe's out-of-fold P(correct) > {DEFAULT_RISK}"
+
+
+def _fits(y: np.ndarray) -> bool:
+    return y.size >= MIN_RECORDS and 0 < y.sum() < y.size
+
+
+def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds: Sequence[tuple], *,
+                         checkpoints: Sequence[int] = PREFIX_CHECKPOINTS, seed: int = 0, n_jobs: int | None = None,
+                         n_estimators: int | None = None, details: dict | None = None) -> StopEarlyModel:
+    """The checkpoint model (module docstring) of the store's training records ``idx``: fitted
+    prefix probes (:data:`~acute.estimators.registry.DEFAULT_ESTIMATOR`'s design, ``seed``,
+    ``n_jobs``, ``n_estimators`` trees) and the calibration arrays, ``trusted`` (bool per
+    record of ``idx``) the final gate's decisions, ``folds`` the out-of-fold folds over ``idx``
+    (positions into it). ``details`` is added to what ``probe.json`` records. The store must
+    keep prefix checkpoints (an :class:`InputError` naming it and the remedy otherwise)."""
+    store.checkpoint_tokens  # a store without checkpoints: one line naming it and the remedy
+    idx = np.asarray(idx)
+    y = np.asarray(store.correct)[idx].astype(np.int64)
+    n_tokens = np.asarray(store.n_tokens)[idx]
+    make = lambda: make_estimator(DEFAULT_ESTIMATOR, random_state=seed, n_jobs=n_jobs,  # noqa: E731
+                                  probe_params={"n_estimators": n_estimators})
+    probes, columns, skipped = {}, [], []
+    for k in checkpoints:
+        generating = n_tokens > k
+        if not _fits(y[generating]):
+            skipped.append(k)
+            continue
+        X = prefix_inputs(store, k).take(idx)
+        logger.info("stop-early: fitting the prefix probe at %d tokens on %d generating answers", k, generating.sum())
+
+        def fit_predict(train, test, *_):
+            train = train[generating[train]]
+            p = np.full(len(test), np.nan)
+            live = generating[test]
+            if live.any():
+                if _fits(y[train]):
+                    est = clone(make()).fit(X.take(train), y[train])
+                    p[live] = est.predict_proba(X.take(test[live]))[:, 1]
+                else:  # too few answers in this fold's training part: its base rate
+                    p[live] = float(np.mean(y[train])) if train.size else 0.5
+            return p
+
+        columns.append(out_of_fold(fit_predict, folds, idx.size))
+        rows = np.flatnonzero(generating)
+        probes[int(k)] = make().fit(X.take(rows), y[rows])
+    if skipped:
+        logger.warning("stop-early: no prefix probe at %s tokens: fewer than %d training answers were still "
+                       "generating there, or all of them right or all wrong", skipped, MIN_RECORDS)
+    if not probes:
+        where = getattr(store, "path", "the store")
+        raise InputError(f"--with-stop-early: no checkpoint of {list(checkpoints)} tokens has {MIN_RECORDS} "
+                         f"training answers of {where} still generating, with both labels: its answers are "
+                         f"too short (or too uniform) to stop early")
+    info = {"estimator": DEFAULT_ESTIMATOR, "trusted": TRUSTED_BY, "min_records": MIN_RECORDS, **(details or {})}
+    return StopEarlyModel(probes, np.column_stack(columns), trusted, y.astype(bool), info)
