@@ -54,6 +54,8 @@ def planted(n=90, n_out=5, d=24, seed=3):
             for i, (q, c) in enumerate(zip(sources[QUESTION], cats))]
     sources[VISIBLE] = visible_inputs(recs, [np.log(c) / 2 * np.ones(2) for c in conf])
     sources[PROMPT_REPLY] = reply_texts(recs)
+    agree = np.clip(t + rng.normal(scale=0.2, size=n), 0, 1)  # consistency, entropies
+    sources["agreement"] = np.column_stack([agree, 1 - agree, (1 - agree) / 2])
     return [f"q{i}" for i in range(n)], y, conf, Inputs(sources)
 
 
