@@ -32,6 +32,11 @@ def _train(args, test_fraction: float):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
     with_precheck = _with_precheck(args)
+    if args.target != "gold":
+        return _train_label_free(args, test_fraction, with_precheck)
+    if args.calibration_labels is not None:
+        raise InputError("--calibration-labels goes with --target consistency or semantic-entropy (a probe "
+                         "trained on gold labels calibrates on all of them)")
     store = open_labelled_store(args.store, args.allow_partial)
     if with_precheck:  # a store without last-prompt states fails before anything is fitted
         check_precheck_store(store, "--with-precheck")
@@ -56,6 +61,30 @@ def _train(args, test_fraction: float):
               f"{est.scores_[est.best_baseline_]['auc_euro_all']:.4f})")
         if est.warning_:
             print(f"acute: warning: {est.warning_}", file=sys.stderr)
+    trained.save(args.out)
+    return store, trained
+
+
+def _train_label_free(args, test_fraction: float, with_precheck):
+    """``--target consistency|semantic-entropy``: a probe fitted on the samples' agreement,
+    calibrated on ``--calibration-labels`` gold labels."""
+    from ..evaluation.label_free import train_label_free
+
+    given = [flag for flag, value in (("--estimator", args.estimator), ("--view", args.view),
+                                      ("--max-error", args.max_error), ("--with-precheck", with_precheck),
+                                      ("--with-stop-early", args.with_stop_early or None)) if value]
+    if given:
+        raise InputError(f"--target {args.target} trains the label-free probe only; drop {', '.join(given)}")
+    if args.calibration_labels is None:
+        raise InputError(f"--target {args.target} needs --calibration-labels N: the gold labels its "
+                         "probabilities are calibrated on (0: a ranking only, not probabilities)")
+    store = open_labelled_store(args.store, args.allow_partial)
+    trained = train_label_free(store, args.target, args.calibration_labels, test_fraction=test_fraction,
+                               seed=args.seed, n_jobs=args.n_jobs, n_estimators=args.n_estimators,
+                               store_path=args.store)
+    if not args.calibration_labels:
+        print("acute: warning: --calibration-labels 0: the probe ranks answers but its scores are "
+              "P(samples agree), not calibrated P(correct)", file=sys.stderr)
     trained.save(args.out)
     return store, trained
 
@@ -320,6 +349,12 @@ def add_train_export(sub, model_opts) -> None:
                             "(acute score --stop-early EPS); the store must keep prefix checkpoints")
         t.add_argument("--precheck", dest="old_precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
                        choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR", help=argparse.SUPPRESS)
+        t.add_argument("--target", choices=["gold", "consistency", "semantic-entropy"], default="gold",
+                       help="what the probe's forest learns: the gold labels (default), or without them the "
+                            "agreement of the store's sampled answers (acute collect --samples K)")
+        t.add_argument("--calibration-labels", type=int, default=None, metavar="N",
+                       help="with --target consistency|semantic-entropy: the gold labels (N records drawn with "
+                            "--seed) its probabilities are Platt-calibrated on; 0: a ranking only")
         t.add_argument("--n-estimators", type=int, default=None, help="trees of each forest (default: the estimator's)")
         t.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores; results are the same for any value)")
         t.add_argument("--seed", type=int, default=0, help="seed of the forests and folds (default %(default)s)")
