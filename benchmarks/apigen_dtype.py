@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from acute.collect import example_record  # noqa: E402
+from acute.collect.records import example_record  # noqa: E402
 from acute.extraction import generate_and_record  # noqa: E402
 from acute.models import load_model  # noqa: E402
 from acute.pipeline.config import load_config  # noqa: E402

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..collect import collection_settings, store_identity
+from ..collect import collection_settings
+from ..collect.records import store_identity
 from ..errors import InputError
 from ..estimators.agreement import agreement_matrix, store_task
 from ..estimators.calibration import calibration_scores, probe_calibrator

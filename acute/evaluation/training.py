@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..collect import collection_settings, store_identity
+from ..collect import collection_settings
+from ..collect.records import store_identity
 from ..errors import InputError
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import Inputs

@@ -134,7 +134,8 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
     context window. Raises ``ValueError`` for bad arguments (no examples, unknown variant,
     non-positive sizes).
     """
-    from ..collect import collect, store_identity
+    from ..collect import collect
+    from ..collect.records import store_identity
     from ..store import open_store
     from ..store.format import collection_key
 

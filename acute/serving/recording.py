@@ -83,7 +83,7 @@ def probe_digest(probe) -> str | None:
 
 def _manifest(scorer, model_name: str) -> dict:
     """The store manifest of the answers ``scorer`` serves (see the module doc)."""
-    from ..collect import build_manifest
+    from ..collect.records import build_manifest
     from ..store import POOLINGS
     from .openai_bodies import estimator_name
 

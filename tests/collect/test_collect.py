@@ -160,7 +160,7 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
 
 
 def test_length_windows_sorts_each_window_longest_first():
-    from acute.collect import length_windows
+    from acute.collect.loop import length_windows
 
     lengths = [3, 9, 1, 9, 5, 2, 8]
     # windows [0..2] [3..5] [6]: by length, longest first, ties in input order

@@ -385,14 +385,14 @@ def test_rerecord_gives_another_pooling_of_the_same_generations(loaded, tmp_path
 
 def test_rerecord_without_token_ids_counts_retokenized_records(tok, tmp_path, monkeypatch):
     model = tiny("llama")  # emits byte tokens that do not re-tokenize to themselves
-    real = acute.collect._record
+    real = acute.collect.records._record
 
     def without_ids(*args, **kwargs):
         rec = real(*args, **kwargs)
         del rec["token_ids"]  # as stores written before token ids were recorded
         return rec
 
-    monkeypatch.setattr(acute.collect, "_record", without_ids)
+    monkeypatch.setattr(acute.collect.records, "_record", without_ids)
     task = qa_task(tmp_path, 10)
     collect(model, tok, task, task.load(), tmp_path / "old", model_name="tiny", max_new_tokens=5,
             dtype="float32", progress=False)

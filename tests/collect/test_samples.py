@@ -99,7 +99,7 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
     settings = SamplingSettings(3, temperature=1.2)
     kw = dict(model_name="tiny", batch_size=2, max_new_tokens=6, dtype="float32", progress=False, shard_size=2)
     calls = {"n": 0}
-    real = acute.collect._draw_samples
+    real = acute.collect.generated._draw_samples
 
     def dies_on_the_third_chunk(*args, **kwargs):
         calls["n"] += 1
@@ -107,11 +107,11 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(acute.collect, "_draw_samples", dies_on_the_third_chunk)
+    monkeypatch.setattr(acute.collect.generated, "_draw_samples", dies_on_the_third_chunk)
     with pytest.raises(KeyboardInterrupt):
         collect(model, tok, task, examples, tmp_path / "store", samples=settings, **kw)
     assert len(open_store(tmp_path / "store")) == 4  # two shards of two committed
-    monkeypatch.setattr(acute.collect, "_draw_samples", real)
+    monkeypatch.setattr(acute.collect.generated, "_draw_samples", real)
     summary = collect(model, tok, task, examples, tmp_path / "store", samples=settings, **kw)
     assert (summary.new_records, summary.resumed) == (4, 4)
     store = open_store(tmp_path / "store")

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from acute.estimators.inputs import Inputs
-from acute.collect import collect, store_identity
+from acute.collect import collect
+from acute.collect.records import store_identity
 from acute.errors import IncompatibleStoreError
 from acute.models import load_model, model_fingerprint, model_identity, weights_digest
 from acute.models.cache import CACHE_MARKER

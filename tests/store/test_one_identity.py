@@ -131,7 +131,7 @@ def test_the_scorers_checks_go_through_the_diff():
 
 
 def test_re_recording_checks_the_model_through_the_diff(tiny_model):
-    from acute.collect import _check_same_model
+    from acute.collect.rerecord import _check_same_model
     from acute.models import model_fingerprint, weights_digest
 
     manifest = {"model": "tiny", "model_fingerprint": model_fingerprint(tiny_model),

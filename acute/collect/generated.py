@@ -1,0 +1,186 @@
+"""Collecting generated answers: :func:`collect` runs a model over a task's examples, records
+the activations (and prefix checkpoints, and optionally sampled answers), labels each answer and
+writes a store, resumably."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+
+from ..errors import InputError
+from ..extraction.batching import BATCH_SIZE
+from ..fileio import progress_bar
+from ..store import POOLINGS, StoreWriter, finalize_store, prepare_store
+from ..store.checkpoints import DEFAULT_CHECKPOINTS
+from ..store.format import DEFAULT_STORE_DTYPE
+from ..store.sampling import SamplingSettings, parse_sampling
+from ..validation import check_count
+from .loop import _chunk_size, _fill, _summarize, length_windows
+from .records import CollectSummary, _task_label, build_manifest, example_record
+
+__all__ = ["collect"]
+
+
+# Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
+# work itself is generate_and_record and StoreWriter.
+def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
+            batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = DEFAULT_STORE_DTYPE,
+            pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
+            shard_size: int = 256, progress: bool = True, state=None,
+            allow_other_weights: bool = False, engine: str = "transformers",
+            engine_options: dict | None = None, samples: SamplingSettings | None = None) -> CollectSummary:
+    """Generate an answer for every example, label it with ``task`` and write a store.
+
+    ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
+    template when ``chat`` is None and the tokenizer has one), generated greedily with the
+    hidden-state recorder (``max_new_tokens`` and stop strings default to the task's), labelled
+    with ``task.label_details`` and written to the store ``out_dir`` in shards of
+    ``shard_size`` records (``dtype`` is the storage dtype of ``layer_means``).
+
+    Resumes an existing store in ``out_dir``: committed records are skipped, so an interrupted
+    collection loses or duplicates nothing (records not yet committed to a shard are generated
+    again). Prompts longer than the context window are skipped and counted
+    (``on_too_long="skip"``) or raise ``ValueError`` before anything is generated for their chunk
+    (``"error"``). Raises ``ValueError`` for an empty ``examples``, and when ``out_dir`` holds a
+    store of another model (architecture, or weights: :func:`acute.models.weights_digest`, unless
+    ``allow_other_weights``), task or generation settings. Returns a :class:`CollectSummary`.
+
+    Data parallel: ``state`` is an ``accelerate.PartialState`` (anything with ``process_index``,
+    ``num_processes``, ``is_main_process`` and ``wait_for_everyone()``); every process calls
+    ``collect`` with the same arguments (``accelerate launch -m acute collect ...``). The main
+    process prepares the store, each process then takes every ``num_processes``-th of the
+    examples not yet committed and commits its
+    own part shards (:class:`acute.store.StoreWriter` with ``part``), and the main process
+    finalises the manifest once all are done. The store reads as one, in a deterministic order;
+    a rerun, with any number of processes, generates only the missing records. The summary's
+    ``new_records`` and speed are this process's; ``records`` and accuracy the whole store's.
+
+    ``engine="vllm"`` generates with vLLM instead (:mod:`acute.engines.vllm`: greedy, ``pool=
+    "decoding"``, the same records up to float rounding); ``model`` is then what the manifest's
+    identity and the context window are read from, and the folder vLLM loads;
+    ``engine_options`` go to :class:`acute.engines.vllm.VllmEngine`.
+
+    ``samples`` (:class:`acute.store.sampling.SamplingSettings`, transformers only) also draws
+    answers beside the greedy one (:func:`acute.extraction.sampling.sample_answers`), labelled
+    and stored in each record's ``samples``; ``generation["samples"]`` records the settings (a
+    resume with others is refused). A record's ``cost``: ``greedy_seconds``, ``sample_seconds``
+    (its share of its chunk's time), ``sample_tokens``.
+    """
+    import warnings
+
+    from ..engines import check_engine, open_engine
+
+    examples = list(examples)
+    if not examples:
+        raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
+    if on_too_long not in ("skip", "error"):
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    check_engine(engine)
+    rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
+    parallel = world > 1
+    out_dir = Path(out_dir)
+    # every setting is checked before anything is written (a bad one must not leave a manifest
+    # that then refuses the corrected command)
+    max_new_tokens = check_count(max_new_tokens, "max_new_tokens", default=task.max_new_tokens)
+    batch_size = check_count(batch_size, "batch_size")
+    shard_size = check_count(shard_size, "shard_size")
+    task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
+    stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
+    manifest = build_manifest(model, tokenizer, task, model_name=model_name,
+                              max_new_tokens=max_new_tokens, stop_strings=stop_strings,
+                              pool=pool, chat=chat)
+    manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
+    if samples is not None:
+        samples = parse_sampling(samples, "samples")
+        if engine != "transformers":
+            raise InputError(f"samples are drawn by the transformers engine only, not {engine!r}")
+        manifest["generation"]["samples"] = samples.to_json()
+    if parallel:
+        if rank == 0:
+            # part writers cannot agree on the poolings among themselves: a new store keeps them
+            # all, a store an older acute began keeps the mean only
+            fresh = not any(out_dir.glob("shard-*.safetensors"))
+            prepare_store(out_dir, {**manifest, **({"poolings": list(POOLINGS)} if fresh else {})},
+                          dtype=dtype, shard_size=shard_size, allow_other_weights=allow_other_weights)
+        state.wait_for_everyone()  # the manifest exists before any part writer opens
+    summary = CollectSummary(out_dir=str(out_dir))
+    if parallel:
+        summary.extra.update(process=rank, num_processes=world)
+    start = time.perf_counter()
+    # engine="vllm": vLLM generates in a worker process for the collection's length (acute.engines)
+    # the manifest names the engine that ran and its version (vLLM's is known once it started)
+    with open_engine(engine, model, tokenizer, engine_options) as generate, \
+            StoreWriter(out_dir, {**manifest, **generate.record}, dtype=dtype, shard_size=shard_size,
+                        part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
+        done = writer.done_ids
+        if parallel:
+            state.wait_for_everyone()  # every process has read the same done set before writing
+        todo = [ex for ex in examples if ex.id not in done]
+        summary.resumed = len(examples) - len(todo)
+        mine = todo[rank::world]
+        if len(mine) > shard_size:  # shards cut the recorder's chunks: sort across them
+            lengths = [len(tokenizer(task.prompt(tokenizer, ex, chat=chat), add_special_tokens=False)["input_ids"])
+                       for ex in mine]
+            mine = [mine[i] for i in length_windows(lengths, _chunk_size(batch_size))]
+        bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
+                           + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
+
+        recorded = {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints}
+
+        def run_chunk(part):
+            prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
+            began = time.perf_counter()
+            with warnings.catch_warnings():
+                # skipped prompts are counted in the summary instead of one warning each
+                warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
+                gens = generate(
+                    prompts, max_new_tokens=max_new_tokens,
+                    batch_size=batch_size, stop_strings=stop_strings, pool=pool,
+                    on_too_long=on_too_long, on_batch=bar.update, **recorded,
+                )
+            bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
+            greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
+            drawn = [None] * len(part) if samples is None else _draw_samples(
+                model, tokenizer, task, part, prompts, gens, samples, max_new_tokens=max_new_tokens,
+                stop_strings=stop_strings, batch_size=batch_size)
+            records, kept = [], []
+            for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
+                if gen is None:
+                    summary.skipped_too_long += 1
+                    continue
+                rec = example_record(task, ex, prompt, gen)
+                rec["cost"] = {"greedy_seconds": round(greedy_seconds, 4)}
+                if extra is not None:
+                    rec["samples"], rec["cost"] = extra[0], {**rec["cost"], **extra[1]}
+                summary.unparseable += rec["parse_error"]
+                records.append(rec)
+                kept.append(gen)
+            return records, kept
+
+        _fill(writer, mine, run_chunk, batch_size=batch_size, summary=summary)
+        bar.close()
+    if parallel:
+        state.wait_for_everyone()  # every part committed
+        if rank == 0:
+            finalize_store(out_dir)
+        state.wait_for_everyone()  # the manifest is final before anyone reads the store
+    return _summarize(summary, out_dir, time.perf_counter() - start)
+
+
+def _draw_samples(model, tokenizer, task, part, prompts, gens, settings: SamplingSettings, *,
+                  max_new_tokens: int, stop_strings, batch_size: int) -> list:
+    """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples and cost."""
+    from ..extraction.sampling import sample_answers
+
+    todo = [i for i, g in enumerate(gens) if g is not None]
+    began = time.perf_counter()
+    drawn = sample_answers(model, tokenizer, [prompts[i] for i in todo], [part[i].id for i in todo], settings,
+                           max_new_tokens=max_new_tokens, stop_strings=stop_strings,
+                           batch_size=max(1, batch_size // 2))
+    seconds = round((time.perf_counter() - began) / max(1, len(todo)), 4)
+    out: list = [None] * len(part)
+    for i, samples in zip(todo, drawn):
+        rows = [s.to_record(_task_label(task, part[i], s.text)) for s in samples]
+        out[i] = (rows, {"sample_seconds": seconds, "sample_tokens": sum(len(s.token_ids) for s in samples)})
+    return out
