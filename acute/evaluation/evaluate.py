@@ -353,8 +353,9 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     fields = _metadata_fields(store, metadata_fields)
     wanted = _check_controls(controls, names)
     usable, skipped = usable_controls(store, wanted, fields)
-    if test_store is not None and usable:
-        usable, more = usable_controls(test_store, usable, fields, "the test store")
+    if test_store is not None and usable:  # the stacks fit on the training store only
+        fed, more = usable_controls(test_store, [u for u in usable if u not in STACKS], fields, "the test store")
+        usable = [u for u in usable if u in fed or u in STACKS]
         skipped.update(more)
     for name, why in skipped.items():
         logger.warning("control %s left out: %s", name, why)
