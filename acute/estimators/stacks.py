@@ -40,6 +40,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import logit
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
 
 from ..errors import InputError
@@ -159,8 +160,6 @@ class StackEstimator(ClassifierMixin, BaseEstimator):
     def first_level(self, X: Any) -> np.ndarray:
         """``[n, used]``: each used first-level estimator's P(correct) on ``X``."""
         if not hasattr(self, "estimators_"):
-            from sklearn.exceptions import NotFittedError
-
             raise NotFittedError("StackEstimator is not fitted yet; call fit first")
         X = check_inputs(X, self, sources=[s for est in self.estimators_ for s in est.sources])
         return np.column_stack([est.predict_proba(X)[:, 1] for est in self.estimators_])
