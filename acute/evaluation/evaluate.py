@@ -324,7 +324,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``controls`` (default: all of :data:`acute.estimators.controls.CONTROLS`, or a list, or False) are
     added as rows; a control the store cannot feed (no metadata, no prompt texts, no
     last-prompt states) is left out and the reason recorded in ``results.json``'s
-    ``skipped``, never filled in. ``metadata_fields`` (default: the store's task's
+    ``skipped``, never filled in. The stacks ``acute-all`` and ``visible-all``
+    (:mod:`acute.estimators.stacks`) are among the controls: their inner folds keep apart what
+    the cross-validation's folds keep apart (the groups reach them as the ``groups`` source of
+    the inputs), a first-level control the store cannot feed is dropped from both
+    (``params["stack_left_out"]``, each row's ``estimators_used``), and the ``acute-all`` row
+    carries what the states add (``states_add_*``: :func:`evaluate_predictions`). ``metadata_fields`` (default: the store's task's
     ``metadata_fields``) are the record ``meta`` keys the ``platt+meta`` control one-hots and
     whose first field groups the within-group AUROC. ``group_by`` (a metadata field) makes the
     cross-validation folds keep each value of that field on one side of every split
