@@ -32,6 +32,12 @@ what it may use (:data:`CONTROL_USES`):
   any answer token, Platt-calibrated on its out-of-bag probabilities, without the raw confidence
   (which does not exist before answering). Says how much of the signal exists before the model
   answers.
+* ``acute-all`` and ``visible-all``: every signal in, the stacks of :mod:`acute.estimators.stacks`
+  (a logistic regression over the logits of first-level estimators' inner out-of-fold
+  predictions): ``acute-all`` over ``acute-pca10``, ``question-only``, ``visible``,
+  ``answer-surface``, ``answer-text``, ``tfidf+platt``, ``platt+meta`` (where the task declares
+  metadata) and the raw confidence; ``visible-all`` the same without the two over hidden states.
+  ``acute-all`` minus ``visible-all`` is what the states add to everything else.
 * ``question+confidence``: the same forest stacked with the raw confidence (logistic regression
   on its out-of-bag P(correct) and logit(raw confidence), as ``acute-pca10-stacked`` stacks the
   answer's forest), so "question-only vs the default" and "question+confidence vs the default"
@@ -71,7 +77,8 @@ __all__ = [
 
 #: The control rows of every evaluation table, in table order.
 CONTROLS: tuple[str, ...] = ("constant", "platt+meta", "tfidf+platt", "answer-surface", "answer-text", "visible",
-                              "question-only", "question+confidence", "consistency", "semantic-entropy")
+                              "question-only", "question+confidence", "consistency", "semantic-entropy",
+                              "acute-all", "visible-all")
 #: What each control row may use (shown in the evaluation table's "uses" column).
 CONTROL_USES: dict[str, str] = {
     "constant": "training base rate only",
@@ -85,6 +92,10 @@ CONTROL_USES: dict[str, str] = {
     "question+confidence": "prompt states + confidence (no answer states)",
     "consistency": "K sampled answers' agreement with the greedy one (no states; K + 1 generations per answer)",
     "semantic-entropy": "entropy of K sampled answers over equivalent answers (no states; K + 1 generations)",
+    "acute-all": "stack of acute-pca10, question-only, visible, answer-surface, answer-text, tfidf+platt, "
+                 "platt+meta (with metadata) and raw confidence: answer and prompt states + everything visible",
+    "visible-all": "stack of visible, answer-surface, answer-text, tfidf+platt, platt+meta (with metadata) and raw "
+                   "confidence (no states)",
 }
 _EPS = 1e-6
 # Regularisation strengths searched by the inner cross-validation of the logistic controls.

@@ -22,7 +22,13 @@ Sources (the names are the constants below):
   surface (length, finish reason, parse status, structure) and the question and reply texts
   (:func:`acute.estimators.visible.visible_inputs`);
 * ``agreement`` (:data:`AGREEMENT`): float64 ``[n, 3]``, the agreement of the record's sampled
-  answers (:func:`acute.estimators.agreement.agreement_matrix`).
+  answers (:func:`acute.estimators.agreement.agreement_matrix`);
+* ``groups`` (:data:`GROUPS`): object ``[n]``, the group of each record that folds must keep on
+  one side of a split (e.g. its tool set). Not a signal: no estimator predicts from it; an
+  estimator that draws folds of its own (a stack's inner folds) honours it when present, and
+  treats every record as its own group without it. The evaluation adds it when its folds are
+  grouped. It is scikit-learn's ``groups`` routed as a side input in ``X`` rather than in
+  ``fit``'s signature.
 
 **Declaring.** Each estimator names the sources it reads in ``sources`` (a class attribute, as
 LM-Polygraph's ``stats_dependencies``; a property where its parameters decide, as a probe's
@@ -51,7 +57,7 @@ from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 from ..validation import check_confidence, check_states
 
-__all__ = ["AGREEMENT", "CONFIDENCE", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
+__all__ = ["AGREEMENT", "CONFIDENCE", "GROUPS", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
            "Inputs", "check_inputs", "check_no_weights", "is_states_source", "source_pooling", "states_source"]
 
 CONFIDENCE = "confidence"
@@ -60,6 +66,7 @@ QUESTION = "question"
 PROMPT_REPLY = "prompt+reply"
 VISIBLE = "visible"
 AGREEMENT = "agreement"
+GROUPS = "groups"
 #: The sources of the record itself (texts, metadata, the visible array): object arrays.
 RECORD_SOURCES: tuple[str, ...] = (METADATA, QUESTION, PROMPT_REPLY, VISIBLE)
 #: What every hidden-states source's name starts with; the pooling spec follows.
@@ -88,12 +95,12 @@ def source_pooling(name: str) -> str:
 
 
 def _check_name(name: Any) -> str:
-    if name in (CONFIDENCE, AGREEMENT) or name in RECORD_SOURCES:
+    if name in (CONFIDENCE, AGREEMENT, GROUPS) or name in RECORD_SOURCES:
         return name
     if is_states_source(name):
         source_pooling(name)
         return name
-    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, {AGREEMENT!r}, "
+    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, {AGREEMENT!r}, {GROUPS!r}, "
                      f"{', '.join(repr(s) for s in RECORD_SOURCES)} and 'states@POOLING' "
                      "(e.g. 'states@mean', 'states@last-prompt')")
 
@@ -111,6 +118,11 @@ def _check_source(name: str, values: Any) -> np.ndarray:
         bad = ~np.isfinite(arr).all(axis=1)
         if bad.any():
             raise InputError(f"{where} has a non-finite value in row {int(np.argmax(bad))}")
+        return arr
+    if name == GROUPS:
+        arr = np.asarray([str(g) for g in values], dtype=object)
+        if arr.ndim != 1:
+            raise InputError(f"{where} must be one value per record ([n]), got shape {arr.shape}")
         return arr
     arr = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
     if arr.ndim not in (1, 2):
@@ -204,6 +216,14 @@ class Inputs:
         """These inputs with only the sources ``names`` (each must be here), nothing shared."""
         out = object.__new__(Inputs)
         out._init({name: self[name] for name in names}, self._n)
+        return out
+
+    def with_source(self, name: str, values: Any) -> Inputs:
+        """These inputs plus the source ``name`` (checked; the others are not checked again),
+        nothing shared."""
+        name = _check_name(name)
+        out = object.__new__(Inputs)
+        out._init({**self._sources, name: _check_source(name, values)}, self._n)
         return out
 
     def shared(self, key: Hashable, make: Callable[[], Any]) -> Any:

@@ -15,7 +15,10 @@ whose ``sources`` names what it reads (:func:`estimator_sources`), for every nam
   records only, then refits the winner on all of them.
 * the controls of :data:`acute.estimators.controls.CONTROLS` (they read metadata, texts, the
   visible array, or the prompt's last-token states of ``question-only`` and
-  ``question+confidence``, the same forest, platt-calibrated and stacked with the raw confidence).
+  ``question+confidence``, the same forest, platt-calibrated and stacked with the raw confidence;
+  the stacks ``acute-all`` and ``visible-all`` of :mod:`acute.estimators.stacks`, whose first
+  level is made here with the same ``random_state``, ``n_jobs`` and ``probe_params``, so that its
+  refits are the planner's fits of the same rows).
 
 A probe name may end in ``@POOLING`` (:mod:`acute.store.pooling`): ``acute-cosine-stacked@last-answer``
 reads the hidden state at the answer's last position instead of the mean over the answer,
@@ -49,6 +52,7 @@ from .folds import Folds, check_splits, out_of_fold, stratified_folds
 from .inputs import CONFIDENCE, PROMPT_REPLY, QUESTION, check_inputs, check_no_weights, states_source
 from .plan import Piece, Pieces, needs, shared_pieces
 from .controls import CONTROLS, ConstantEstimator, MetadataPlatt, TextPlatt
+from .stacks import STACK_MEMBERS, StackEstimator
 from ..errors import InputError, UnknownEstimatorError
 from ..validation import check_correct
 from ..metrics.specs import ranked
@@ -249,6 +253,10 @@ def make_estimator(name: str, *, random_state: int = 0, n_jobs: int | None = Non
         from .visible import SurfacePlatt
 
         return SurfacePlatt(random_state=random_state)
+    if name in STACK_MEMBERS:
+        return StackEstimator([(m, ConfidenceEstimator(m) if m in BASELINES else
+                                make_estimator(m, random_state=random_state, n_jobs=n_jobs, probe_params=probe_params))
+                               for m in STACK_MEMBERS[name]], random_state=random_state)
     if name == AUTO:
         return AutoEstimator(random_state=random_state, n_jobs=n_jobs,
                              probe_params=dict(probe_params or {}) or None)

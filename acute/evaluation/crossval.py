@@ -42,12 +42,14 @@ __all__ = ["DEFAULT_TEST_FRACTION", "check_folds", "cross_val_predictions", "cv_
 DEFAULT_TEST_FRACTION = 0.3
 
 
-def inputs_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None) -> Inputs:
+def inputs_for(store: Any, names: Sequence[str], metadata_fields: Sequence[str] | None = None,
+               leave_out: Sequence[str] = ()) -> Inputs:
     """The :class:`acute.estimators.inputs.Inputs` of every record of ``store`` holding the sources
     the estimators ``names`` read (:func:`acute.estimators.registry.estimator_sources`), each
     computed once (:func:`acute.estimators.plan.store_inputs`: hidden states float32 in memory, the
-    ``[n, fields]`` metadata strings of ``metadata_fields``, texts, the visible array)."""
-    sources = dict.fromkeys(s for name in names for s in estimator_sources(name))
+    ``[n, fields]`` metadata strings of ``metadata_fields``, texts, the visible array), but the
+    sources ``leave_out`` (those the store cannot feed, which a stack then does without)."""
+    sources = dict.fromkeys(s for name in names for s in estimator_sources(name) if s not in leave_out)
     return store_inputs(store, list(sources), metadata_fields)
 
 

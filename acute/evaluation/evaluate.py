@@ -42,6 +42,8 @@ from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..estimators.agreement import AGREEMENT_CONTROLS, sampling_cost
 from ..estimators.controls import CONTROLS
+from ..estimators.inputs import GROUPS
+from ..estimators.stacks import STACK_MEMBERS, STACKS
 from ..estimators.features import NAMED_LAYERS
 from ..estimators.registry import (ESTIMATORS, TABLE_ESTIMATORS, estimator_pooling, is_estimator,
                                    make_estimator)
@@ -255,6 +257,7 @@ class _FitLog:
     def __init__(self):
         self.layers: dict[str, list[int]] = {}
         self.chosen: dict[str, list[str]] = {}
+        self.used: dict[str, list[str]] = {}
 
     def __call__(self, name: str, est: Any) -> None:
         layer = getattr(est, "layer_", None)
@@ -265,6 +268,9 @@ class _FitLog:
         best = getattr(est, "best_", None)
         if isinstance(best, str):
             self.chosen.setdefault(name, []).append(best)
+        used = getattr(est, "estimators_used_", None)
+        if used is not None and name not in self.used:
+            self.used[name] = list(used)
 
     def row_extra(self, name: str) -> dict:
         layers, chosen = self.layers.get(name), self.chosen.get(name)
@@ -275,6 +281,8 @@ class _FitLog:
         if chosen:
             out["chosen"] = max(set(chosen), key=lambda v: (chosen.count(v), v))
             out["chosen_per_fit"] = chosen
+        if name in self.used:
+            out["estimators_used"] = self.used[name]
         return out
 
 
@@ -316,7 +324,12 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     ``controls`` (default: all of :data:`acute.estimators.controls.CONTROLS`, or a list, or False) are
     added as rows; a control the store cannot feed (no metadata, no prompt texts, no
     last-prompt states) is left out and the reason recorded in ``results.json``'s
-    ``skipped``, never filled in. ``metadata_fields`` (default: the store's task's
+    ``skipped``, never filled in. The stacks ``acute-all`` and ``visible-all``
+    (:mod:`acute.estimators.stacks`) are among the controls: their inner folds keep apart what
+    the cross-validation's folds keep apart (the groups reach them as the ``groups`` source of
+    the inputs), a first-level control the store cannot feed is dropped from both
+    (``params["stack_left_out"]``, each row's ``estimators_used``), and the ``acute-all`` row
+    carries what the states add (``states_add_*``: :func:`evaluate_predictions`). ``metadata_fields`` (default: the store's task's
     ``metadata_fields``) are the record ``meta`` keys the ``platt+meta`` control one-hots and
     whose first field groups the within-group AUROC. ``group_by`` (a metadata field) makes the
     cross-validation folds keep each value of that field on one side of every split
@@ -345,12 +358,14 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     fields = _metadata_fields(store, metadata_fields)
     wanted = _check_controls(controls, names)
     usable, skipped = usable_controls(store, wanted, fields)
-    if test_store is not None and usable:
-        usable, more = usable_controls(test_store, usable, fields, "the test store")
+    if test_store is not None and usable:  # the stacks fit on the training store only
+        fed, more = usable_controls(test_store, [u for u in usable if u not in STACKS], fields, "the test store")
+        usable = [u for u in usable if u in fed or u in STACKS]
         skipped.update(more)
     for name, why in skipped.items():
         logger.warning("control %s left out: %s", name, why)
     names = names + usable
+    leave_out, left = _stack_sources_left_out(store, test_store, names, fields)
     cv_mode = test_store is None and test_fraction is None and cv
     if group_by is not None and group_by != RECORD_IDS and not cv_mode:
         raise InputError("group_by needs cross-validation (no test_fraction, no test store)")
@@ -358,7 +373,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
     log = _FitLog()
     fit_seconds: dict[str, float] = {}
     fit_kw = dict(random_state=seed, n_jobs=n_jobs, probe_params=probe_params, on_fit=log,
-                  metadata_fields=fields, timings=fit_seconds)
+                  metadata_fields=fields, leave_out=leave_out, timings=fit_seconds)
     if cv_mode:
         pred = _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by, fold_cache)
     else:
@@ -376,6 +391,7 @@ def evaluate_store(store, test_store=None, out_dir: str | os.PathLike | None = N
               "probe_params": dict(probe_params or {}), "total_seconds": pred.seconds,
               "fit_seconds": {n: round(fit_seconds[n], 3) for n in names if n in fit_seconds},
               "controls": usable, "skipped": skipped, "metadata_fields": list(fields),
+              **({"stack_left_out": left} if any(n in STACKS for n in names) else {}),
               **_sampling_params(store, usable),
               "group_by": group_by, "within_group": group_note,
               "interval": (f"95% percentile cluster bootstrap over the values of {group_by!r} (records sharing "
@@ -483,6 +499,32 @@ def _sampling_params(store, usable: Sequence[str]) -> dict:
     return {"samples": settings, "sampling_cost_tokens": round(sampling_cost(store.records), 3)}
 
 
+#: the fewest records of each class a store needs for the stack rows (5 outer x 5 inner folds)
+_STACK_MIN_CLASS = 25
+
+
+def _stack_sources_left_out(store, test_store, names: Sequence[str],
+                            fields: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The sources a stack among ``names`` would read but the store (or the test store) cannot
+    feed, and ``{first-level estimator: why}`` for the stacks' first-level controls so dropped (a
+    stack fits without them: :class:`acute.estimators.stacks.StackEstimator`). A source another
+    row reads is never left out."""
+    from ..estimators.registry import estimator_sources
+
+    members = list(dict.fromkeys(m for n in names if n in STACKS for m in STACK_MEMBERS[n] if m in CONTROLS))
+    if not members:
+        return [], {}
+    _, left = usable_controls(store, members, fields)
+    if test_store is not None:
+        _, more = usable_controls(test_store, [m for m in members if m not in left], fields, "the test store")
+        left.update(more)
+    kept = {s for n in names if n not in STACKS for s in estimator_sources(n)}
+    kept |= {s for n in names if n in STACKS for m in STACK_MEMBERS[n] if m not in left
+             for s in estimator_sources(m)}
+    out = sorted({s for m in left for s in estimator_sources(m)} - kept)
+    return out, left
+
+
 def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
                     label: str = "the store") -> tuple[list[str], dict[str, str]]:
     """The controls of ``wanted`` that ``store`` can feed, and ``{control: reason}`` for the
@@ -491,7 +533,9 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
     ``answer-surface`` those and the per-token log-probs
     (:func:`acute.estimators.visible.visible_inputs`), ``question-only`` and
     ``question+confidence`` the last-prompt states, ``consistency`` and ``semantic-entropy``
-    sampled answers on every record."""
+    sampled answers on every record, the stacks ``acute-all`` and ``visible-all`` 25 records of
+    each class (their first-level controls the store cannot feed are dropped from them instead:
+    :func:`_stack_sources_left_out`)."""
     from ..estimators.controls import metadata_matrix
     from ..estimators.visible import reply_texts, visible_inputs
 
@@ -532,6 +576,12 @@ def usable_controls(store, wanted: Sequence[str], fields: Sequence[str],
             if records is None or bad is not None or not records:
                 why = (f"{label} has no sampled answers (record {bad!r}); collect with "
                        "`acute collect --samples K` to have them")
+        elif name in STACKS:
+            correct = np.asarray(getattr(store, "correct", ()), dtype=np.int64)
+            fewest = int(min(correct.sum(), correct.size - correct.sum())) if correct.size else 0
+            if fewest < _STACK_MIN_CLASS:
+                why = (f"{label} has {fewest} records of its smaller class; a stack's {_STACK_MIN_CLASS // 5} inner "
+                       f"folds inside each training fold need at least {_STACK_MIN_CLASS}")
         elif name in ("question-only", "question+confidence"):
             if "last-prompt" not in tuple(getattr(store, "poolings", ("mean",))):
                 why = (f"{label} has no last-prompt states (collected before acute kept them): "
@@ -601,6 +651,7 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
 
     fit_kw = dict(fit_kw)
     fields = fit_kw.pop("metadata_fields", ())
+    leave_out = fit_kw.pop("leave_out", ())
     ids, correct, conf = store_arrays(store, "store")
     check_folds(correct, cv, "the store")
     group_by, groups = store_groups(store, group_by, ids)
@@ -611,7 +662,9 @@ def _cross_validated(store, names, cv, repeats, seed, progress, fit_kw, group_by
         n_min = min(int(min(correct[tr].sum(), tr.size - correct[tr].sum())) for rep in folds for tr, _ in rep)
         n_tr = min(tr.size for rep in folds for tr, _ in rep)
         _check_probe_inputs(names, shape, n_tr, n_min, fit_kw["probe_params"], "a training fold")
-    X = inputs_for(store, names, fields)
+    X = inputs_for(store, names, fields, leave_out)
+    if groups is not None:  # what a stack's inner folds keep apart, as the outer folds do
+        X = X.with_source(GROUPS, groups)
 
     def bar(it):
         return tqdm(it, desc=f"{cv}-fold x {repeats}", disable=not progress, file=sys.stderr)
@@ -638,6 +691,7 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
 
     fit_kw = dict(fit_kw)
     fields = fit_kw.pop("metadata_fields", ())
+    leave_out = fit_kw.pop("leave_out", ())
     ids, correct, _ = store_arrays(store, "store")  # checks the labels and confidences
     if test_store is not None:
         mode = "test_store"
@@ -668,8 +722,8 @@ def _held_out(store, test_store, names, test_fraction, seed, fit_kw, allow_overl
                                  f"[n, {t_shape[0]}, {t_shape[1]}]: different models or layers")
         _check_probe_inputs(names, shape, len(train_ids), int(min(y_tr.sum(), y_tr.size - y_tr.sum())),
                             fit_kw["probe_params"], "the training split")
-    X_tr = inputs_for(store, names, fields).take(i_tr)
-    X_te = inputs_for(te_store, names, fields).take(i_te)
+    X_tr = inputs_for(store, names, fields, leave_out).take(i_tr)
+    X_te = inputs_for(te_store, names, fields, leave_out).take(i_te)
     overlap = len(set(map(str, train_ids)) & set(map(str, eval_ids)))
     if overlap and test_store is not None and not allow_overlap:
         raise InputError(f"{overlap} of the test store's {len(eval_ids)} record ids also occur in the training "

@@ -22,7 +22,8 @@ from ..metrics.intervals import bias_shifted_interval, bootstrap_p_value, correc
 from ..validation import check_confidence, check_correct, check_count
 from .crossval import cv_metric, cv_metric_draws
 
-__all__ = ["CERTIFIED_MAX_ERROR", "CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "TABLE_COLUMNS", "VISIBLE_CONTROL",
+__all__ = ["CERTIFIED_MAX_ERROR", "CONFIDENCE_CONTROLS", "INTERVAL_KEYS", "PAIRED_KEYS", "STATES_ADD", "TABLE_COLUMNS",
+           "VISIBLE_CONTROL",
            "VISIBLE_SIGNALS", "best_estimators", "evaluate_predictions", "estimator_uses"]
 
 
@@ -129,7 +130,11 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     baselines and those controls (``meta_reference``; ``diff_meta_auc_euro_all`` ...), and with a
     :data:`VISIBLE_CONTROL` row every row is compared with it (``diff_visible_auc_euro_all`` ...) and,
     with any of :data:`VISIBLE_SIGNALS`, with the best of them (``best_visible_reference``;
-    ``diff_best_visible_auc_euro_all`` ...). Without
+    ``diff_best_visible_auc_euro_all`` ...). With both stacks, the ``acute-all`` row says what
+    the hidden states add to every other signal: ``states_add_auc_euro_all`` (acute-all minus
+    visible-all) with the same bootstrap and t columns (``states_add_ci_low/_high``,
+    ``states_add_boot_p``, ``states_add_t_mean/_low/_high/_p``: :func:`_states_add`); the stacks
+    are never the best baseline nor among :data:`VISIBLE_SIGNALS` (single signals). Without
     a baseline among the rows (and no ``reference``) there are no differences. Metrics
     undefined on the data (AUROC with one class) are NaN.
     """
@@ -220,7 +225,33 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
                                          ratio)
                     row[f"{col}_t_mean"], row[f"{col}_t_low"], row[f"{col}_t_high"] = t.mean, t.low, t.high
                     row[f"{col}_t_p"] = t.p_value
+    _states_add(by_name, draws, preds, y, folds, ratio, fns["auc_euro_all"], n_bootstrap)
     return rows
+
+
+#: the stacks whose difference says what the hidden states add to everything else
+STATES_ADD = ("acute-all", "visible-all")
+
+
+def _states_add(by_name, draws, preds, y, folds, ratio, fn, n_bootstrap: int) -> None:
+    """On the ``acute-all`` row, with a ``visible-all`` row: ``states_add_auc_euro_all`` (its
+    auc-euro minus visible-all's), the paired bootstrap interval ``states_add_ci_low/_high`` and
+    p-value ``states_add_boot_p`` from the same resamples as every interval (clusters resampled
+    whole), and with folds the corrected resampled t-interval ``states_add_t_low/_high`` (centred
+    on ``states_add_t_mean``, p ``states_add_t_p``) over the fold x repeat differences."""
+    a, v = STATES_ADD
+    if a not in by_name or v not in by_name:
+        return
+    row = by_name[a]
+    row["states_add_auc_euro_all"] = row["auc_euro_all"] - by_name[v]["auc_euro_all"]
+    if n_bootstrap > 0:
+        d = draws[a]["auc_euro_all"] - draws[v]["auc_euro_all"]
+        row["states_add_ci_low"], row["states_add_ci_high"] = _percentiles(d)
+        row["states_add_boot_p"] = bootstrap_p_value(d)
+    if ratio is not None:
+        t = corrected_t_test(fold_differences(fn, preds[a], preds[v], y, folds), ratio)
+        row["states_add_t_mean"], row["states_add_t_low"], row["states_add_t_high"] = t.mean, t.low, t.high
+        row["states_add_t_p"] = t.p_value
 
 
 def estimator_uses(name: str) -> str:

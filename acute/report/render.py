@@ -176,6 +176,9 @@ def render_report(inputs: ReportInputs, previous: str | None = None) -> tuple[st
                   "before any answer; within-group AUROC ranks answers inside each category or subject. "
                   "Each evaluation's own table has every control row: "
                   + ", ".join(f"`{name}`" for name in CONTROLS) + ". "
+                  "What the hidden states add to every other signal, `acute-all` minus `visible-all` (two "
+                  "stacks over the same signals but the states), is in summary.csv's `states_add` columns "
+                  "with both intervals and Holm's correction across the rows (`states_add_holm_significant`). "
                   "n/a: the evaluation did not compute it (a store without metadata or last-prompt states). "
                   "Machine-readable: [summary.csv](summary.csv).", "",
                   summary_markdown(summary)]

@@ -25,7 +25,8 @@ SUMMARY_COLUMNS = ("model", "task", "n_records", "folds", "repeats", "accuracy",
                    "visible_auc_euro", "visible_diff", "visible_ci_low", "visible_ci_high", "visible_t_low",
                    "visible_t_high", "best_visible_control", "best_visible_auc_euro", "best_visible_diff",
                    "best_visible_ci_low", "best_visible_ci_high", "best_visible_t_low", "best_visible_t_high",
-                   "group_by", "evaluation")
+                   "visible_all_auc_euro", "states_add", "states_add_ci_low", "states_add_ci_high", "states_add_t_low",
+                   "states_add_t_high", "states_add_holm_significant", "group_by", "evaluation")
 
 
 def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[str, Any]]:
@@ -50,7 +51,7 @@ def kept_summary_rows(path: Path, present: set[tuple[str, str]]) -> list[dict[st
                     kept[k] = v
                 elif k in ("n_records", "folds", "repeats"):
                     kept[k] = int(v)
-                elif k == "holm_significant":
+                elif k in ("holm_significant", "states_add_holm_significant"):
                     kept[k] = v == "True"
                 else:
                     kept[k] = float(v)
@@ -77,7 +78,11 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     (``best_meta_baseline``, ``meta_*``); the question-only probe's auc-euro; the within-group
     AUROC of raw confidence and of the default. ``holm_significant``: the difference to the best
     baseline survives Holm's correction across the rows at ``alpha`` with both tests, i.e. Holm
-    over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). Values an
+    over ``max(p_t, p_bootstrap)`` (blank for evaluations without the t-test). What the states
+    add: ``states_add`` (acute-all minus visible-all in auc-euro (all), with its cluster-bootstrap
+    ``states_add_ci_*`` and t ``states_add_t_*`` intervals), ``visible_all_auc_euro``, and
+    ``states_add_holm_significant`` (Holm's correction of its own family across the rows, as
+    for the default). Values an
     evaluation did not compute are None. Evaluations without ``default`` or without a reference
     are skipped. ``evaluation``: ``"this run"`` for an evaluation folder of this machine,
     ``"committed tables"`` for a tables-only run (:attr:`EvalRun.tables_only`: an earlier
@@ -124,20 +129,35 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
                     "best_visible_ci_high": d.get("diff_best_visible_auc_euro_all_ci_high"),
                     "best_visible_t_low": d.get("diff_best_visible_auc_euro_all_t_low"),
                     "best_visible_t_high": d.get("diff_best_visible_auc_euro_all_t_high"),
+                    **_states_add(rows),
                     "group_by": sp.get("group_by"),
-                    "evaluation": "committed tables" if run.tables_only else "this run", "_p": _joint_p(d)})
-    tested = [r for r in out if r["_p"] is not None]
-    for r, significant in zip(tested, holm([r["_p"] for r in tested], alpha)):
-        r["holm_significant"] = bool(significant)
+                    "evaluation": "committed tables" if run.tables_only else "this run", "_p": _joint_p(d),
+                    "_p_states": _joint_p(rows.get("acute-all", {}), "states_add")})
+    for key, column in (("_p", "holm_significant"), ("_p_states", "states_add_holm_significant")):
+        tested = [r for r in out if r[key] is not None]
+        for r, significant in zip(tested, holm([r[key] for r in tested], alpha)):
+            r[column] = bool(significant)
     for r in out:
-        del r["_p"]
+        del r["_p"], r["_p_states"]
     return out
 
 
-def _joint_p(row: Mapping[str, Any]) -> float | None:
-    """``max(p_t, p_bootstrap)`` of a row's difference to the best baseline: rejected only when
-    both tests reject. None without the t-test (an evaluation of an older acute, or one split)."""
-    pt, pb = row.get("diff_auc_euro_all_t_p"), row.get("diff_auc_euro_all_boot_p")
+def _states_add(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the states add (acute-all minus visible-all, the acute-all row's ``states_add_*``)
+    and visible-all's auc-euro; None where the evaluation has no stacks."""
+    a = rows.get("acute-all", {})
+    return {"visible_all_auc_euro": rows.get("visible-all", {}).get("auc_euro_all"),
+            "states_add": a.get("states_add_auc_euro_all"),
+            "states_add_ci_low": a.get("states_add_ci_low"), "states_add_ci_high": a.get("states_add_ci_high"),
+            "states_add_t_low": a.get("states_add_t_low"), "states_add_t_high": a.get("states_add_t_high"),
+            "states_add_holm_significant": None}
+
+
+def _joint_p(row: Mapping[str, Any], prefix: str = "diff_auc_euro_all") -> float | None:
+    """``max(p_t, p_bootstrap)`` of a row's difference (default: to the best baseline;
+    ``"states_add"``: acute-all minus visible-all): rejected only when both tests reject. None
+    without the t-test (an evaluation of an older acute, or one split)."""
+    pt, pb = row.get(f"{prefix}_t_p"), row.get(f"{prefix}_boot_p")
     if pt is None or pb is None or not (math.isfinite(pt) and math.isfinite(pb)):
         return None
     return max(float(pt), float(pb))

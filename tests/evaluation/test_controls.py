@@ -196,7 +196,9 @@ def test_every_control_row_with_what_it_uses(with_controls):
     _, out, res = with_controls
     names = [r["estimator"] for r in res.rows]
     assert names == ["raw", "platt", "acute-pca10-stacked", "constant", "platt+meta", "tfidf+platt",
-                     "question-only", "question+confidence"]  # no replies, no token log-probs: no reply controls
+                     "question-only", "question+confidence", "acute-all", "visible-all"]
+    # no replies, no token log-probs: no reply controls, and the stacks do without them
+    assert res.row("acute-all")["estimators_used"] == ["acute-pca10", "question-only", "tfidf+platt", "platt+meta", "raw"]
     uses = {r["estimator"]: r["uses"] for r in res.rows}
     assert uses["platt+meta"] == "confidence + metadata" and "no answer" in uses["question-only"]
     by = {r["estimator"]: r for r in res.rows}
@@ -216,7 +218,10 @@ def test_controls_the_store_cannot_feed_are_left_out_with_the_reason(tmp_path):
     store = StoreWithRecords(n=120, with_meta=False, poolings=("mean",))
     res = evaluate_store(store, out_dir=tmp_path, estimators=["raw", "platt"], cv=3, repeats=1,
                          n_bootstrap=0, progress=False)
-    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "constant", "tfidf+platt"]
+    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "constant", "tfidf+platt", "acute-all", "visible-all"]
+    assert res.row("visible-all")["estimators_used"] == ["tfidf+platt", "raw"]  # what the store feeds
+    assert set(res.params["stack_left_out"]) == {"question-only", "platt+meta", "visible", "answer-surface",
+                                                 "answer-text"}
     skipped = json.loads((tmp_path / "results.json").read_text())["skipped"]
     assert "has no metadata field 'category'" in skipped["platt+meta"] and "record 'q0'" in skipped["platt+meta"]
     assert "acute rerecord" in skipped["question-only"]

@@ -18,6 +18,9 @@ from acute.evaluation import evaluate_predictions, evaluate_store, split_ids
 from acute.evaluation.markdown import results_markdown
 
 PAPER_ROWS = list(BASELINES + ACUTE_VARIANTS)  # the paper's twelve rows
+# the controls a store without metadata, prompts or last-prompt states feeds: the constant and the two stacks
+# (acute-all over acute-pca10 and the raw confidence, visible-all over the raw confidence)
+FED = ["constant", "acute-all", "visible-all"]
 
 
 # ---------------------------------------------------------------- a store-like object
@@ -177,7 +180,7 @@ def test_evaluate_store_writes_every_output(evaluated):
     md = (out / "results.md").read_text()
     main, selective = md.split("## Selective prediction")
     table = [ln for ln in main.splitlines() if ln.startswith("| ")]
-    assert len(table) == 1 + 12 + 1  # header + one row per estimator + the constant control
+    assert len(table) == 1 + 12 + 3  # header + one row per estimator + the controls fed
     sel = [ln for ln in selective.splitlines() if ln.startswith("| ")]
     assert len(sel) == len(table) and "AURC" in sel[0] and "coverage at 10% error" in sel[0]
     assert (out / "risk_coverage.png").read_bytes()[:4] == b"\x89PNG"
@@ -185,13 +188,13 @@ def test_evaluate_store_writes_every_output(evaluated):
     assert any(ln.startswith("| raw |") for ln in table)
     assert "[" in table[1]  # intervals shown
     with open(out / "results.csv", newline="") as f:
-        assert [r["estimator"] for r in csv.DictReader(f)] == PAPER_ROWS + ["constant"]
+        assert [r["estimator"] for r in csv.DictReader(f)] == PAPER_ROWS + FED
 
 
 def test_evaluate_store_values_in_range(evaluated):
     _, _, res = evaluated
-    # the controls this store can feed follow (no metadata, prompts or last-prompt states: constant)
-    assert [r["estimator"] for r in res.rows] == PAPER_ROWS + ["constant"]
+    # the controls this store can feed follow (no metadata, prompts or last-prompt states: FED)
+    assert [r["estimator"] for r in res.rows] == PAPER_ROWS + FED
     acc = {r["accuracy"] for r in res.rows}
     assert len(acc) == 1 and acc.pop() == pytest.approx(res.test_correct.mean())
     for r in res.rows:
@@ -239,8 +242,8 @@ def test_results_json_equals_recomputation_from_predictions(evaluated):
     y = np.array([int(r["correct"]) for r in rows])
     np.testing.assert_array_equal(y, store.correct[test_mask])
     by_name = {r["estimator"]: r for r in doc["results"]}
-    assert list(by_name) == PAPER_ROWS + ["constant"]
-    for name in PAPER_ROWS + ["constant"]:
+    assert list(by_name) == PAPER_ROWS + FED
+    for name in PAPER_ROWS + FED:
         c = np.array([float(r[name]) for r in rows])
         got = by_name[name]
         assert got["smece"] == pytest.approx(metrics.smece(c, y), abs=1e-12)
@@ -267,10 +270,10 @@ def test_test_store_mode_and_subset(tmp_path, caplog):
     assert res.split["mode"] == "test_store"
     assert (res.split["n_train"], res.split["n_test"]) == (120, 60)
     assert res.test_ids == test.ids
-    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic", "constant"]
+    assert [r["estimator"] for r in res.rows] == ["raw", "platt", "isotonic", *FED]
     assert str(tmp_path.resolve()) in caplog.text
     assert {p.name for p in tmp_path.glob("reliability_*.png")} == {
-        "reliability_raw.png", "reliability_platt.png", "reliability_isotonic.png", "reliability_constant.png"}
+        f"reliability_{n}.png" for n in ["raw", "platt", "isotonic", *FED]}
     md = (tmp_path / "results.md").read_text()
     assert "[" not in md.split("\n\n", 1)[1]  # no intervals without bootstrap
 
