@@ -99,7 +99,7 @@ def _questions(path, n):
     return get_task(path, shots=0)
 
 
-def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_path):
+def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_path, monkeypatch):
     model, tok = loaded
     task = _questions(tmp_path / "q.jsonl", 10)
     task.stop_strings = ()  # long answers: several checkpoints per record
@@ -132,15 +132,12 @@ def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_p
             np.testing.assert_allclose(got[row], g.checkpoint_means[j], atol=1e-6)
 
     # resuming with another schedule is refused, naming both
+    import acute.collect.generated
     from acute.store.checkpoints import Schedule
-    import acute.collect as collect_module
-    original = collect_module.DEFAULT_CHECKPOINTS
-    collect_module.DEFAULT_CHECKPOINTS = Schedule((4, 8), 16).to_json()
-    try:
-        with pytest.raises(IncompatibleStoreError, match="prefix checkpoints"):
-            collect(model, tok, task, examples, tmp_path / "store", **kw)
-    finally:
-        collect_module.DEFAULT_CHECKPOINTS = original
+
+    monkeypatch.setattr(acute.collect.generated, "DEFAULT_CHECKPOINTS", Schedule((4, 8), 16).to_json())
+    with pytest.raises(IncompatibleStoreError, match="prefix checkpoints"):
+        collect(model, tok, task, examples, tmp_path / "store", **kw)
 
 
 def _manifest(**extra):
