@@ -8,10 +8,13 @@ default, each calibrated or fitted on those N labels; the supervised default on 
 label; and the label-free probe (`acute.evaluation.label_free`: its forest fitted on the
 agreement target of every training record, its calibration on the N labels; N = 0: a ranking,
 AUROC only). auc-euro, AUROC and smECE out of fold, the label-free probe's paired differences
-with cluster-bootstrap intervals, and the tokens a record's samples cost relative to greedy.
+with cluster-bootstrap intervals, the rule's reading at N = 100 (Holm over the stores given), and
+the tokens a record's samples cost relative to greedy. With ``--transfer`` (stores of one model):
+leave one task out, the first levels fitted on the other stores, Platt-scaled on 100 labels of the
+held-out task.
 
-    python benchmarks/label_free.py runs/evidence/qwen2.5-coder-1.5b-instruct/triviaqa/store \\
-        --out benchmarks/label_free-results.md --repeats 5 --n-jobs 1
+    python benchmarks/label_free.py runs/evidence/qwen2.5-coder-1.5b-instruct/{triviaqa,sciq,truthfulqa-gen}/store \\
+        --transfer --repeats 5 --n-jobs 1 --out benchmarks/label_free-results.md
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.evaluate import store_groups
 from acute.evaluation.label_free import agreement_target
 from acute.metrics import auc_euro, auroc, smece
+from acute.metrics.intervals import holm
 from acute.metrics.resampling import bootstrap_indices
 from acute.store import open_store
 
@@ -74,30 +78,49 @@ def fold_predictions(data, tr, te, n_labels, order, seed, n_jobs, n_estimators):
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("store", help="a store collected with --samples")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--cv", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-jobs", type=int, default=1)
-    ap.add_argument("--n-estimators", type=int, default=None)
-    ap.add_argument("--n-bootstrap", type=int, default=1000)
-    ap.add_argument("--group-by", default=None, help="default: the task's own grouping")
-    ap.add_argument("--out", default=None, help="markdown file for the table (printed either way)")
-    args = ap.parse_args(argv)
-
-    store = open_store(args.store)
+def load(path, group_by):
+    """The arrays of one store the rows read (its task's grouping unless ``group_by``)."""
+    store = open_store(path)
     y = np.asarray(store.correct).astype(np.int64)
-    field, groups = store_groups(store, args.group_by)
-    group_of = np.asarray(groups if groups is not None else [str(i) for i in store.ids])
-    agreement = agreement_matrix(store.records, store_task(store.manifest), where=str(args.store))
+    field, groups = store_groups(store, group_by)
+    agreement = agreement_matrix(store.records, store_task(store.manifest), where=str(path))
     X = inputs_for(store, ["platt", DEFAULT_ESTIMATOR])
     X = Inputs({**{s: X[s] for s in X}, AGREEMENT: agreement})
-    data = {"y": y, "X": X, "agreement": agreement, "confidence": np.asarray(store.raw_confidence),
-            "states": np.asarray(X[states_source("mean")])}
-    folds = cv_folds(store.ids, y, args.cv, args.repeats, seed=args.seed, groups=groups,
-                     group_name=field or "record ids")
+    m = store.manifest
+    return {"path": str(path), "model": m.get("model"), "task": m.get("task"), "y": y, "X": X,
+            "agreement": agreement, "confidence": np.asarray(store.raw_confidence),
+            "states": np.asarray(X[states_source("mean")]), "ids": list(store.ids), "groups": groups,
+            "field": field, "group_of": np.asarray(groups if groups is not None else [str(i) for i in store.ids]),
+            "samples": (m.get("generation") or {}).get("samples"), "cost": sampling_cost(store.records)}
+
+
+def mean_metric(p, y, metric):
+    """The mean over repeats (rows of ``p``) of ``metric``; NaN when no repeat is complete."""
+    vals = [metric(row, y) for row in p if np.all(np.isfinite(row))]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def paired_difference(a, b, y, group_of, n_bootstrap, seed):
+    """``(estimate, low, high, p)``: the mean over repeats of auc-euro(a) - auc-euro(b), its 95%
+    cluster-bootstrap interval (groups resampled whole) and the bootstrap's two-sided p-value."""
+    codes, inverse = np.unique(group_of, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(codes.size)]
+    draws = []
+    for rows in bootstrap_indices(codes.size, n_bootstrap, seed):
+        pick = np.concatenate([members[g] for g in rows])
+        draws.append(np.mean([auc_euro(u[pick], y[pick]) - auc_euro(v[pick], y[pick]) for u, v in zip(a, b)]))
+    draws = np.asarray(draws)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    p = min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))
+    return mean_metric(a, y, auc_euro) - mean_metric(b, y, auc_euro), float(low), float(high), float(p)
+
+
+def within_pair(data, args):
+    """The table of one store (the rule's rows, 5-fold x repeats out of fold) and the label-free
+    probe's paired differences at N = 100 (name -> (estimate, low, high, p))."""
+    y, X = data["y"], data["X"]
+    folds = cv_folds(data["ids"], y, args.cv, args.repeats, seed=args.seed, groups=data["groups"],
+                     group_name=data["field"] or "record ids")
     preds = {}  # (row, N) -> [repeats, n]
     full = np.full((args.repeats, y.size), np.nan)
     for r, rep in enumerate(folds):
@@ -116,46 +139,131 @@ def main(argv=None) -> int:
                     arr = preds.setdefault((name, n), np.full((args.repeats, y.size), np.nan))
                     if p is not None:
                         arr[r, te] = p
-            print(f"repeat {r + 1}/{args.repeats} fold {f + 1}/{args.cv}: {time.perf_counter() - started:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(f"{data['task']}: repeat {r + 1}/{args.repeats} fold {f + 1}/{args.cv}: "
+                  f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
-    def score(p, metric):
-        vals = [metric(row, y) for row in p if np.all(np.isfinite(row))]
-        return float(np.mean(vals)) if vals else float("nan")
-
-    lines = [f"## {store.manifest.get('model')} on {store.manifest.get('task')} ({len(store)} records, accuracy "
-             f"{y.mean():.3f}; samples {(store.manifest.get('generation') or {}).get('samples')}; tokens generated "
-             f"per record relative to greedy: {sampling_cost(store.records):.2f})", "",
-             f"`python benchmarks/label_free.py {args.store} --repeats {args.repeats} --cv {args.cv} --seed {args.seed}`",
-             "", "| row | N gold labels | auc-euro | AUROC | smECE |", "|---|---:|---:|---:|---:|",
-             f"| supervised default, every training label | all | {score(full, auc_euro):.4f} | "
-             f"{score(full, auroc):.3f} | {score(full, smece):.4f} |"]
+    lines = [f"## {data['model']} on {data['task']} ({y.size} records, accuracy {y.mean():.3f}; samples "
+             f"{data['samples']}; tokens generated per record relative to greedy: {data['cost']:.2f}; folds "
+             f"grouped by {data['field'] or 'record id'})", "",
+             "| row | N gold labels | auc-euro | AUROC | smECE |", "|---|---:|---:|---:|---:|",
+             f"| supervised default, every training label | all | {mean_metric(full, y, auc_euro):.4f} | "
+             f"{mean_metric(full, y, auroc):.3f} | {mean_metric(full, y, smece):.4f} |"]
     for (name, n), p in sorted(preds.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         if np.isnan(p).all() or (name == "raw" and n):  # nothing fitted on no labels; raw needs none
             continue
         ranking_only = name == "label-free" and n == 0
-        lines.append(f"| {name} | {n} | {'' if ranking_only else f'{score(p, auc_euro):.4f}'} | "
-                     f"{score(p, auroc):.3f} | {'' if ranking_only else f'{score(p, smece):.4f}'} |")
-    # paired differences of the label-free probe at N = 100, groups resampled whole
-    codes, inverse = np.unique(group_of, return_inverse=True)
-    index = bootstrap_indices(codes.size, args.n_bootstrap, args.seed)
+        lines.append(f"| {name} | {n} | {'' if ranking_only else f'{mean_metric(p, y, auc_euro):.4f}'} | "
+                     f"{mean_metric(p, y, auroc):.3f} | {'' if ranking_only else f'{mean_metric(p, y, smece):.4f}'} |")
     lf = preds.get(("label-free", 100))
-    lines.append("")
-    for ref_name, ref in (("the supervised default on every label", full),
-                          ("the supervised default on the same 100 labels", preds.get(("supervised", 100))),
-                          ("consistency (K + 1 generations)", preds.get(("consistency", 100)))):
+    diffs = {}
+    for key, ref in (("every label", full), ("same 100 labels", preds.get(("supervised", 100))),
+                     ("consistency", preds.get(("consistency", 100)))):
         if lf is None or ref is None or not np.all(np.isfinite(lf)) or not np.all(np.isfinite(ref)):
             continue
-        members = [np.flatnonzero(inverse == g) for g in range(codes.size)]
-        estimate = score(lf, auc_euro) - score(ref, auc_euro)
-        draws = []
-        for rows in index:
-            pick = np.concatenate([members[g] for g in rows])
-            draws.append(np.mean([auc_euro(a[pick], y[pick]) - auc_euro(b[pick], y[pick]) for a, b in zip(lf, ref)]))
-        low, high = np.percentile(draws, [2.5, 97.5])
-        lines.append(f"Label-free (100 labels) minus {ref_name}: {estimate:+.4f} [{low:+.4f}, {high:+.4f}] auc-euro "
-                     f"(95% cluster bootstrap, {codes.size} groups, {args.n_bootstrap} resamples).")
-    text = "\n".join(lines) + "\n"
+        diffs[key] = paired_difference(lf, ref, y, data["group_of"], args.n_bootstrap, args.seed)
+    return lines, diffs
+
+
+def leave_one_task_out(datas, args):
+    """The rule's transfer rows: for each held-out store, the label-free forest fitted on the other
+    stores' agreement targets and the supervised default on their gold labels, each Platt-scaled on
+    N = 100 labels of the held-out task drawn from outside the test fold (its grouped folds x
+    repeats), scored out of fold on the held-out task."""
+    lines = ["## Leave one task out (first level on the other tasks, Platt on 100 of the held-out task's labels)", "",
+             "| held-out task | label-free auc-euro | supervised auc-euro | label-free AUROC | supervised AUROC | "
+             "label-free minus supervised (95% cluster bootstrap) |", "|---|---:|---:|---:|---:|---|"]
+    params = {"n_estimators": args.n_estimators} if args.n_estimators else {}
+    for i, held in enumerate(datas):
+        others = [d for j, d in enumerate(datas) if j != i]
+        states = np.concatenate([d["states"] for d in others])
+        conf = np.concatenate([d["confidence"] for d in others])
+        y_other = np.concatenate([d["y"] for d in others])
+        target = np.concatenate([agreement_target(d["agreement"], "consistency") for d in others])
+        forest = ActivationProbe(view="pca10", append_confidence=False, calibration="platt", oof="oob",
+                                 random_state=args.seed, n_jobs=args.n_jobs, **params)
+        forest.fit(Inputs.of(states), target)
+        supervised = make_estimator(DEFAULT_ESTIMATOR, random_state=args.seed, n_jobs=args.n_jobs,
+                                    probe_params=params or None)
+        supervised.fit(Inputs.of(states, conf), y_other)
+        scores = {"label-free": forest.predict_proba(Inputs.of(held["states"]), calibrated=False)[:, 1],
+                  "supervised": supervised.predict_proba(Inputs.of(held["states"], held["confidence"]))[:, 1]}
+        y = held["y"]
+        out = {k: np.full((args.repeats, y.size), np.nan) for k in scores}
+        folds = cv_folds(held["ids"], y, args.cv, args.repeats, seed=args.seed, groups=held["groups"],
+                         group_name=held["field"] or "record ids")
+        for r, rep in enumerate(folds):
+            for f, (tr, te) in enumerate(rep):
+                tr = np.sort(tr)
+                cal = np.sort(tr[np.random.default_rng(args.seed + 1000 * r + f).permutation(tr.size)[:100]])
+                if np.unique(y[cal]).size < 2:
+                    continue
+                for k, s in scores.items():
+                    platt = probe_calibrator("platt").fit(calibration_scores("platt", s[cal]), y[cal])
+                    out[k][r, te] = platt.predict_proba(s[te])[:, 1]
+        est, low, high, _ = paired_difference(out["label-free"], out["supervised"], y, held["group_of"],
+                                              args.n_bootstrap, args.seed)
+        lines.append(f"| {held['task']} | {mean_metric(out['label-free'], y, auc_euro):.4f} | "
+                     f"{mean_metric(out['supervised'], y, auc_euro):.4f} | {mean_metric(out['label-free'], y, auroc):.3f} | "
+                     f"{mean_metric(out['supervised'], y, auroc):.3f} | {est:+.4f} [{low:+.4f}, {high:+.4f}] |")
+        print(f"leave one task out: {held['task']} done", file=sys.stderr, flush=True)
+    return lines
+
+
+def reading(per_pair):
+    """The rule's verdicts at N = 100 per pair, Holm over the pairs for "beats"."""
+    lines = ["## Reading (the rule of label_free.md, N = 100)", ""]
+    same = [d.get("same 100 labels") for _, d in per_pair]
+    rejected = holm([s[3] if s else float("nan") for s in same])
+    for (task, d), beats in zip(per_pair, rejected):
+        parts = []
+        if "every label" in d:
+            est, low, high, _ = d["every label"]
+            verdict = ("ties" if -0.01 <= low and high <= 0.01 else "falls short of" if high < 0 else "neither ties nor falls short of")
+            parts.append(f"{verdict} the supervised default on every label ({est:+.4f} [{low:+.4f}, {high:+.4f}])")
+        if "same 100 labels" in d:
+            est, low, high, p = d["same 100 labels"]
+            verdict = "beats" if low > 0 and beats else "does not beat"
+            parts.append(f"{verdict} the supervised default on the same 100 labels ({est:+.4f} [{low:+.4f}, "
+                         f"{high:+.4f}], bootstrap p {p:.3f}, Holm over {len(per_pair)} pairs)")
+        if "consistency" in d:
+            est, low, high, _ = d["consistency"]
+            parts.append(f"minus consistency (K + 1 generations at scoring time, the probe one): {est:+.4f} "
+                         f"[{low:+.4f}, {high:+.4f}]")
+        lines.append(f"- {task}: the label-free probe " + "; ".join(parts) + "." if parts else
+                     f"- {task}: no complete N = 100 rows (too few training records or one class drawn).")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("stores", nargs="+", help="stores collected with --samples (one per pair)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cv", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--n-jobs", type=int, default=1)
+    ap.add_argument("--n-estimators", type=int, default=None)
+    ap.add_argument("--n-bootstrap", type=int, default=1000)
+    ap.add_argument("--group-by", default=None, help="default: each task's own grouping")
+    ap.add_argument("--transfer", action="store_true",
+                    help="also leave one task out across the stores (same model: one states space)")
+    ap.add_argument("--out", default=None, help="markdown file for the tables (printed either way)")
+    args = ap.parse_args(argv)
+
+    datas = [load(path, args.group_by) for path in args.stores]
+    if args.transfer and len({d["model"] for d in datas}) != 1:
+        ap.error("--transfer needs stores of one model")
+    command = "python benchmarks/label_free.py " + " ".join(args.stores) + (
+        f" --repeats {args.repeats} --cv {args.cv} --seed {args.seed}" + (" --transfer" if args.transfer else "")
+        + (f" --n-estimators {args.n_estimators}" if args.n_estimators else ""))
+    lines, per_pair = [f"`{command}`", ""], []
+    for data in datas:
+        table, diffs = within_pair(data, args)
+        lines += table + [""]
+        per_pair.append((f"{data['model']} / {data['task']}", diffs))
+    lines += reading(per_pair) + [""]
+    if args.transfer:
+        lines += leave_one_task_out(datas, args) + [""]
+    text = "\n".join(lines)
     print(text)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
