@@ -10,9 +10,10 @@ regression on the prefix's mean token log-prob and lowest 4-token window), ``pre
 question-only probe at k = 0) and ``precheck+probe``. Reported per rule and epsilon, out of fold:
 tokens saved, the cost (right would-be-trusted answers stopped), errors avoided (wrong
 would-be-trusted answers stopped), and the probe minus log-prob difference in tokens saved with a
-paired cluster-bootstrap interval.
+paired cluster-bootstrap interval; with several stores, the rule's reading (Holm over them).
 
     python benchmarks/stop_early.py runs/evidence/qwen2.5-coder-0.5b-instruct/bfcl/store \\
+        runs/evidence/qwen2.5-coder-1.5b-instruct/{bfcl,scitldr,truthfulqa-gen}/store \\
         --out benchmarks/stop_early-results.md --repeats 5 --n-jobs 1
 """
 
@@ -29,11 +30,11 @@ from sklearn.model_selection import GroupShuffleSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from acute.estimators.inputs import Inputs
 from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
 from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.evaluate import store_groups
 from acute.evaluation.prefix import PREFIX_CHECKPOINTS, logprob_stats, prefix_inputs
+from acute.metrics.intervals import holm
 from acute.metrics.resampling import bootstrap_indices
 from acute.metrics.stopping import certify_stopping, first_stop
 from acute.store import open_store
@@ -133,11 +134,12 @@ def evaluate(store_dir: str, repeats: int, folds_n: int, seed: int, n_jobs: int,
     return store, data, group_of, stops, trusted, thresholds, repeats
 
 
-def summarise(data, group_of, stops, trusted, thresholds, repeats, n_bootstrap: int, seed: int) -> list[str]:
+def summarise(data, group_of, stops, trusted, thresholds, repeats, n_bootstrap: int, seed: int):
+    """The table's lines and the primary comparison: ``(estimate, low, high, p, probe cost at 0.05)``."""
     y, n_tokens = data["y"].astype(bool), data["n_tokens"]
     lines = ["| rule | epsilon | tokens saved | cost: right trusted stopped | errors avoided: wrong trusted stopped "
              "| answers stopped | mean threshold |", "|---|---:|---:|---:|---:|---:|---:|"]
-    saved_of = {}
+    saved_of, cost_of = {}, {}
     for rule in RULES:
         for eps in EPSILONS:
             saved, cost, avoided, stopped = [], [], [], []
@@ -153,6 +155,7 @@ def summarise(data, group_of, stops, trusted, thresholds, repeats, n_bootstrap: 
                 avoided.append(hit[wrong].mean() if wrong.any() else np.nan)
                 stopped.append(hit.mean())
             saved_of[(rule, eps)] = per_record
+            cost_of[(rule, eps)] = float(np.nanmean(cost))
             lines.append(f"| {rule} | {eps:.2f} | {np.mean(saved):.3f} | {np.nanmean(cost):.3f} | "
                          f"{np.nanmean(avoided):.3f} | {np.mean(stopped):.3f} | "
                          f"{np.mean(thresholds[(rule, eps)]):.2f} |")
@@ -165,31 +168,54 @@ def summarise(data, group_of, stops, trusted, thresholds, repeats, n_bootstrap: 
     draws = []
     for idx in bootstrap_indices(codes.size, n_bootstrap, seed):
         draws.append(by_group[idx].sum() / tokens_by_group[idx].sum())
+    draws = np.asarray(draws)
     low, high = np.percentile(draws, [2.5, 97.5])
+    p = min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))
     lines += ["", f"Probe minus log-prob, tokens saved at epsilon 0.05: {estimate:+.4f} [{low:+.4f}, {high:+.4f}] "
-                  f"(95% cluster bootstrap over {codes.size} groups, {n_bootstrap} resamples, repeats pooled)."]
+                  f"(95% cluster bootstrap over {codes.size} groups, {n_bootstrap} resamples, repeats pooled; "
+                  f"bootstrap p {p:.3f})."]
+    return lines, (float(estimate), float(low), float(high), float(p), cost_of[("probe", 0.05)])
+
+
+def reading(per_pair) -> list[str]:
+    """The rule's verdict per pair: the probe wins when Holm over the pairs rejects, the interval's
+    lower bound is above zero and its realised cost at epsilon 0.05 is at most 0.06."""
+    lines = ["## Reading (the rule of stop_early.md, epsilon 0.05)", ""]
+    rejected = holm([c[3] for _, c in per_pair])
+    for (name, (est, low, high, _, cost)), rej in zip(per_pair, rejected):
+        wins = rej and low > 0 and cost <= 0.05 + 0.01
+        lines.append(f"- {name}: the probe {'wins' if wins else 'does not win'} against the log-prob rule "
+                     f"({est:+.4f} [{low:+.4f}, {high:+.4f}] tokens saved, Holm over {len(per_pair)} pairs "
+                     f"{'rejects' if rej else 'does not reject'}; realised cost {cost:.3f}).")
+    if not any("probe wins" in line for line in lines):
+        lines.append("- The states do not beat the log-prob rule at stopping early on any pair given.")
     return lines
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("store", help="a store with prefix checkpoints and last-prompt states")
+    ap.add_argument("stores", nargs="+", help="stores with prefix checkpoints and last-prompt states (one per pair)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--cv", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-jobs", type=int, default=1)
     ap.add_argument("--n-estimators", type=int, default=None)
     ap.add_argument("--n-bootstrap", type=int, default=1000)
-    ap.add_argument("--group-by", default=None, help="default: the task's own grouping")
-    ap.add_argument("--out", default=None, help="markdown file for the table (printed either way)")
+    ap.add_argument("--group-by", default=None, help="default: each task's own grouping")
+    ap.add_argument("--out", default=None, help="markdown file for the tables (printed either way)")
     args = ap.parse_args(argv)
-    store, data, group_of, stops, trusted, thresholds, repeats = evaluate(
-        args.store, args.repeats, args.cv, args.seed, args.n_jobs, args.n_estimators, args.group_by)
-    lines = [f"## {store.manifest.get('model')} on {store.manifest.get('task')} ({len(store)} records, accuracy "
-             f"{np.mean(data['y']):.3f})", "",
-             f"`python benchmarks/stop_early.py {args.store} --repeats {args.repeats} --cv {args.cv} "
-             f"--seed {args.seed}`", ""]
-    lines += summarise(data, group_of, stops, trusted, thresholds, repeats, args.n_bootstrap, args.seed)
+    lines = [f"`python benchmarks/stop_early.py {' '.join(args.stores)} --repeats {args.repeats} --cv {args.cv} "
+             f"--seed {args.seed}" + (f" --n-estimators {args.n_estimators}" if args.n_estimators else "") + "`", ""]
+    per_pair = []
+    for path in args.stores:
+        store, data, group_of, stops, trusted, thresholds, repeats = evaluate(
+            path, args.repeats, args.cv, args.seed, args.n_jobs, args.n_estimators, args.group_by)
+        name = f"{store.manifest.get('model')} on {store.manifest.get('task')}"
+        table, comparison = summarise(data, group_of, stops, trusted, thresholds, repeats, args.n_bootstrap,
+                                      args.seed)
+        lines += [f"## {name} ({len(store)} records, accuracy {np.mean(data['y']):.3f})", ""] + table + [""]
+        per_pair.append((name, comparison))
+    lines += reading(per_pair)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
