@@ -259,6 +259,7 @@ def cmd_learning_curve(args) -> int:
 def cmd_prefix(args) -> int:
     from ..evaluation.crossval import cv_folds
     from ..evaluation.evaluate import store_groups
+    from ..estimators.prefix_controls import PREFIX_CONTROLS
     from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
 
     store = open_labelled_store(args.store, args.allow_partial)
@@ -266,12 +267,16 @@ def cmd_prefix(args) -> int:
     group_by, groups = store_groups(store, args.group_by)
     folds = cv_folds(store.ids, store.correct, args.cv, args.repeats, seed=args.seed, groups=groups,
                      group_name=group_by or "record ids")
-    result = evaluate_prefixes(store, folds, random_state=args.seed, n_jobs=args.n_jobs,
+    controls = PREFIX_CONTROLS if args.controls is None else tuple(
+        c.strip() for c in args.controls.split(",") if c.strip() and c.strip() != "none")
+    result = evaluate_prefixes(store, folds, controls=controls, tokenizer=args.tokenizer, groups=groups,
+                               random_state=args.seed, n_jobs=args.n_jobs,
                                probe_params={"n_estimators": args.n_estimators},
                                progress=None if args.quiet else lambda what: print(f"fitting {what}", file=sys.stderr))
     files = write_prefix_evaluation(result, out, model=store.manifest.get("model"), task=store.manifest.get("task"),
                                     params={"store": str(Path(args.store).resolve()), "cv": args.cv,
-                                            "repeats": args.repeats, "seed": args.seed, "group_by": group_by})
+                                            "repeats": args.repeats, "seed": args.seed, "group_by": group_by,
+                                            "controls": list(controls), "tokenizer": args.tokenizer})
     print(result.to_markdown())
     print(f"prefix probes written to {out} ({', '.join(p.name for p in files.values())})")
     return 0
@@ -461,12 +466,20 @@ def add_learning_curve(sub, model_opts) -> None:
 def add_prefix(sub, model_opts) -> None:
     """``acute prefix``."""
     pf = sub.add_parser("prefix", help="prefix probes: correctness predicted after k generated tokens, "
-                                       "against the log-prob rule and the question-only probe")
+                                       "against the log-prob rule, the reply so far's surface and text, their "
+                                       "stack and the question-only probe")
     add_store_arguments(pf, out_help="default: STORE/prefix")
     pf.add_argument("--cv", type=int, default=5, help="stratified folds (default %(default)s)")
     pf.add_argument("--repeats", type=int, default=1, help="repeats of the cross-validation (default %(default)s)")
     pf.add_argument("--seed", type=int, default=0, help="seed of the folds and forests (default %(default)s)")
     add_group_by(pf)
+    pf.add_argument("--controls", default=None,
+                    help="comma-separated controls fitted at each checkpoint beside the probe (default: all of "
+                         "log-prob, surface-so-far, text-so-far, visible-so-far; 'none' for none); all but "
+                         "log-prob decode the generated tokens with the store's tokenizer")
+    pf.add_argument("--tokenizer", default=None,
+                    help="the model folder or hub id whose tokenizer decodes the generated tokens "
+                         "(default: the store manifest's tokenizer)")
     pf.add_argument("--n-estimators", type=int, default=None, help="trees of each probe's forest")
     pf.add_argument("--n-jobs", type=int, default=None, help="parallel jobs fitting the forests (default: all cores)")
     pf.add_argument("--quiet", action="store_true", help="no progress lines")

@@ -21,6 +21,10 @@ Sources (the names are the constants below):
 * ``visible`` (:data:`VISIBLE`): object ``[n, k]``, the token log-probs' statistics, the reply's
   surface (length, finish reason, parse status, structure) and the question and reply texts
   (:func:`acute.estimators.visible.visible_inputs`);
+* ``logprob-stats`` (:data:`LOGPROB_STATS`): float64 ``[n, 2]``, the generated tokens' mean
+  log-prob and their lowest mean over sliding windows of a few tokens, DeepConf's signal
+  (:func:`acute.estimators.prefix_controls.logprob_stats`; of the first ``k`` tokens in a prefix
+  evaluation);
 * ``agreement`` (:data:`AGREEMENT`): float64 ``[n, 3]``, the agreement of the record's sampled
   answers (:func:`acute.estimators.agreement.agreement_matrix`);
 * ``groups`` (:data:`GROUPS`): object ``[n]``, the group of each record that folds must keep on
@@ -57,7 +61,7 @@ from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING, parse_pooling
 from ..validation import check_confidence, check_states
 
-__all__ = ["AGREEMENT", "CONFIDENCE", "GROUPS", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
+__all__ = ["AGREEMENT", "CONFIDENCE", "GROUPS", "LOGPROB_STATS", "METADATA", "PROMPT_REPLY", "QUESTION", "RECORD_SOURCES", "STATES_PREFIX", "VISIBLE",
            "Inputs", "check_inputs", "check_no_weights", "is_states_source", "source_pooling", "states_source"]
 
 CONFIDENCE = "confidence"
@@ -66,6 +70,7 @@ QUESTION = "question"
 PROMPT_REPLY = "prompt+reply"
 VISIBLE = "visible"
 AGREEMENT = "agreement"
+LOGPROB_STATS = "logprob-stats"
 GROUPS = "groups"
 #: The sources of the record itself (texts, metadata, the visible array): object arrays.
 RECORD_SOURCES: tuple[str, ...] = (METADATA, QUESTION, PROMPT_REPLY, VISIBLE)
@@ -95,12 +100,13 @@ def source_pooling(name: str) -> str:
 
 
 def _check_name(name: Any) -> str:
-    if name in (CONFIDENCE, AGREEMENT, GROUPS) or name in RECORD_SOURCES:
+    if name in (CONFIDENCE, AGREEMENT, LOGPROB_STATS, GROUPS) or name in RECORD_SOURCES:
         return name
     if is_states_source(name):
         source_pooling(name)
         return name
-    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, {AGREEMENT!r}, {GROUPS!r}, "
+    raise InputError(f"unknown source {name!r}; the sources are {CONFIDENCE!r}, {AGREEMENT!r}, {LOGPROB_STATS!r}, "
+                     f"{GROUPS!r}, "
                      f"{', '.join(repr(s) for s in RECORD_SOURCES)} and 'states@POOLING' "
                      "(e.g. 'states@mean', 'states@last-prompt')")
 
@@ -111,7 +117,7 @@ def _check_source(name: str, values: Any) -> np.ndarray:
         return check_confidence(values, name=CONFIDENCE, allow_empty=True)
     if is_states_source(name):
         return check_states(values, name=where)
-    if name == AGREEMENT:
+    if name in (AGREEMENT, LOGPROB_STATS):
         arr = np.asarray(values, dtype=np.float64)
         if arr.ndim != 2:
             raise InputError(f"{where} must be [n, signals], got shape {arr.shape}")

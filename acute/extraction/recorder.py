@@ -146,23 +146,27 @@ class _Run:
             self.snapshots[r].append((k, mean))
         self.fresh = (k, rows.cpu().numpy())
 
-    def stop_at_checkpoint(self, finishing: torch.Tensor) -> torch.Tensor:
+    def stop_at_checkpoint(self, finishing: torch.Tensor) -> torch.Tensor | None:
         """bool [B]: the rows ``on_checkpoint`` stops at the checkpoint the latest forward took
-        (rows finishing at this token anyway are not asked)."""
-        stop = torch.zeros(self.batch_size, dtype=torch.bool, device=self.device)
+        (rows finishing at this token anyway are not asked); None when it stops none (no
+        callback, no checkpoint at this token, or no row stopped), so a step without a stop
+        allocates nothing."""
         fresh, self.fresh = self.fresh, None
         if self.on_checkpoint is None or fresh is None:
-            return stop
+            return None
         k, rows = fresh
         rows = rows[~finishing[torch.as_tensor(rows, device=self.device)].cpu().numpy()]
         if rows.size == 0:
-            return stop
+            return None
         means = np.stack([dict(self.snapshots[r])[k] for r in rows])
         logprobs = self.logprobs[torch.as_tensor(rows, device=self.device), :k].double().sum(1)
         confidence = torch.exp(logprobs).cpu().numpy()
         decided = np.asarray(self.on_checkpoint(k, rows, means, confidence), dtype=bool).reshape(-1)
         if decided.shape != rows.shape:
             raise InputError(f"on_checkpoint returned {decided.size} decisions for {rows.size} rows")
+        if not decided.any():
+            return None
+        stop = torch.zeros(self.batch_size, dtype=torch.bool, device=self.device)
         stop[torch.as_tensor(rows[decided], dtype=torch.long, device=self.device)] = True
         return stop
 
@@ -247,12 +251,16 @@ class _RecorderStoppingCriteria(StoppingCriteria):
                 stop_flags[r] = any(s in text for s in run.stop_strings)
             is_stop = torch.tensor(stop_flags, dtype=torch.bool, device=run.device)
         is_len = active & (run.n_tokens >= run.max_new_tokens)
-        stopped = active & run.stop_at_checkpoint(is_eos | is_stop | is_len)
-        run.reason.masked_fill_(stopped, _REASON_STOPPED)
+        finishing = is_eos | is_stop | is_len
+        stopped = run.stop_at_checkpoint(finishing)
+        if stopped is not None:
+            stopped &= active
+            run.reason.masked_fill_(stopped, _REASON_STOPPED)
+            finishing = finishing | stopped
         run.reason.masked_fill_(is_len, _REASON_LENGTH)
         run.reason.masked_fill_(is_stop, _REASON_STOP)
         run.reason.masked_fill_(is_eos, _REASON_EOS)
-        run.done |= is_eos | is_stop | is_len | stopped
+        run.done |= finishing
 
         if run.pool == "decoding":
             # The next forward decodes the next token of every still-running row.

@@ -1,6 +1,7 @@
 """Prefix probes: the prefix inputs against the store's own arrays, the log-prob statistics by
-hand, and the evaluation's rows on a tiny collected store (one per checkpoint and row, the
-probe at a k beyond every answer equal to the final one)."""
+hand, the reply so far decoded by the store's own tokenizer, and the evaluation's rows on a tiny
+collected store (one per checkpoint and row, the probe at a k beyond every answer equal to the
+final one). The controls by hand: tests/evaluation/test_prefix_controls.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from acute.collect import collect
 from acute.errors import InputError
-from acute.evaluation.crossval import cross_val_predictions, cv_folds, inputs_for
-from acute.evaluation.prefix import evaluate_prefixes, logprob_stats, prefix_confidence, prefix_inputs
+from acute.evaluation.crossval import cv_folds
+from acute.estimators.prefix_controls import logprob_stats, prefix_confidence, reply_so_far
+from acute.evaluation.prefix import evaluate_prefixes, load_tokenizer, prefix_inputs
 from acute.models import load_model
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
@@ -58,10 +60,23 @@ def test_prefix_inputs_read_the_checkpoints(store):
                                                  for lp in store.token_logprobs])
 
 
+def test_the_reply_so_far_is_decoded_by_the_stores_tokenizer(store, tiny_model_dir):
+    tok = load_tokenizer(None, store)  # the manifest's: the tokenizer that generated the answers
+    assert store.manifest["tokenizer"] == str(tiny_model_dir)
+    for rec, lp in zip(store.records, store.token_logprobs):
+        ids = rec["token_ids"]
+        assert len(ids) == lp.size and tok.decode(ids, skip_special_tokens=True) == rec["generation"]
+    for k in (1, 4, 11, 64):
+        texts = reply_so_far(store.records, store.token_logprobs, k, tok)
+        assert all(t == tok.decode(r["token_ids"][:k], skip_special_tokens=True) for t, r in zip(texts, store.records))
+        assert all(r["generation"].startswith(t) for t, r in zip(texts, store.records))
+
+
 def test_evaluation_rows(store):
     y = store.correct
     folds = cv_folds(store.ids, y, 3, 1, seed=0)
-    result = evaluate_prefixes(store, folds, checkpoints=(4, 64), n_jobs=1, probe_params={"n_estimators": 20})
+    result = evaluate_prefixes(store, folds, checkpoints=(4, 64), controls=("log-prob",), n_jobs=1,
+                               probe_params={"n_estimators": 20})
     names = [(r["row"], r["k"]) for r in result.rows]
     assert names == [("question-only", 0), ("probe", 4), ("log-prob", 4), ("probe", 64), ("log-prob", 64),
                      ("final", None)]
@@ -85,10 +100,12 @@ def test_the_command_writes_the_table_and_figure(store, tmp_path, capsys):
     from acute.cli import main
 
     rc = main(["prefix", "--store", str(store.path), "--out", str(tmp_path / "p"), "--cv", "3",
-               "--n-estimators", "10", "--n-jobs", "1", "--quiet"])
+               "--n-estimators", "10", "--n-jobs", "1", "--controls", "log-prob,text-so-far", "--quiet"])
     out = capsys.readouterr().out
-    assert rc == 0 and "| probe | 4 |" in out and "prefix probes written to" in out
+    assert rc == 0 and "| probe | 4 |" in out and "| text-so-far | 64 |" in out and "prefix probes written to" in out
     for name in ("prefix.md", "prefix.csv", "prefix.json", "prefix.png"):
         assert (tmp_path / "p" / name).stat().st_size > 0
     doc = json.loads((tmp_path / "p" / "prefix.json").read_text())
-    assert doc["checkpoints"] == [4, 8, 16, 32, 64] and len(doc["rows"]) == 12
+    assert doc["checkpoints"] == [4, 8, 16, 32, 64] and len(doc["rows"]) == 17
+    assert list(doc["uses"]) == ["question-only", "probe", "log-prob", "text-so-far", "final"]
+    assert doc["params"]["controls"] == ["log-prob", "text-so-far"]
