@@ -17,9 +17,9 @@ from acute.evaluation.curves import binned_reliability, constant_euro_curve
 from acute.metrics.certify import DEFAULT_DELTA, check_delta, check_max_error
 from acute.metrics.selective import coverage_at_error
 from acute.scoring import Gate, parse_gate
-from acute.scoring.gate import parse_gates, resolve_gate
+from acute.scoring.gate import check_gates, parse_gates, per_prompt, resolve_gate
 from acute.scoring.precheck import check_precheck
-from acute.scoring.risk import DEFAULT_RISK, check_risk, decide
+from acute.scoring.risk import DEFAULT_RISK, check_risk
 from acute.validation import check_level
 
 #: (checker, name, range, meaning)
@@ -81,11 +81,20 @@ def test_check_level_is_the_one_rule():
     assert math.isclose(check_level(np.float16(0.5), "x"), 0.5)
 
 
-def test_decide_refuses_as_check_risk_does():
+def test_one_value_or_one_per_prompt_is_read_one_way():
+    """``per_prompt`` reads the levels of ``parse_gates``, ``Scorer.precheck``'s thresholds and a
+    list of gates: one for all, or one per prompt with each item named."""
     with pytest.raises(InputError, match=r"^risk must be a number in \[0, 1\].*got True"):
-        decide([0.5], True)
+        parse_gates(None, 2, risk=True)
     with pytest.raises(InputError, match=r"^risk\[1\] must be a number in \[0, 1\].*got '0.3'"):
-        decide([0.5, 0.6], [0.2, "0.3"])
+        parse_gates(None, 2, risk=[0.2, "0.3"])
+    assert per_prompt(0.3, 2, check_precheck, "threshold") == [0.3, 0.3]
+    with pytest.raises(InputError, match=r"^threshold has 1 values for 2 prompts"):
+        per_prompt([0.3], 2, check_precheck, "threshold")
+    with pytest.raises(InputError, match=r"^gate\[1\] must be an acute.scoring.gate.Gate .*got NoneType"):
+        check_gates([Gate(), None], 2)
+    with pytest.raises(InputError, match=r"^gate has 3 values for 2 prompts"):
+        check_gates([Gate()] * 3, 2)
 
 
 def test_defaults_are_named_constants():

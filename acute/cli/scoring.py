@@ -23,9 +23,9 @@ __all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 
 
 logger = logging.getLogger(__name__)
 
-#: how errors name the levels of a gate on the command line
 #: what the options that act before or while an answer is generated do (a given response has neither)
 _ACTS = {"--precheck": "decides before generating", "--stop-early": "stops a generation while it is written"}
+#: how errors name the levels of a gate on the command line
 _OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--precheck", "stop_early": "--stop-early"}
 
 
@@ -127,8 +127,6 @@ def cmd_score(args) -> int:
     if args.response is not None and (args.jsonl or not args.response.strip()):
         raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
                          "each its 'response' field")
-    if args.risk is not None and args.max_error is not None:  # before anything is loaded
-        raise InputError("give --risk (a risk level) or --max-error (a certified threshold), not both")
     for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
         if given is not None and args.response is not None:
             raise InputError(f"{option} {_ACTS[option]}, and --response scores an answer given; leave out one of them")
@@ -168,14 +166,12 @@ def cmd_score(args) -> int:
 
 def cmd_serve(args) -> int:
     from .. import serving as serve
-    from ..serving.settings import check_bind, resolve_api_key, with_default_gate
+    from ..scoring.gate import resolve_gate
+    from ..serving.settings import check_bind, resolve_api_key
 
     serve.require_serve_extra()
     api_key = resolve_api_key(args.api_key)
     check_bind(args.host, api_key, args.allow_remote)
-    if args.risk is not None and args.max_error is not None:
-        raise InputError("give --risk (a risk level) or --max-error (a certified threshold) for chat "
-                         "requests that name neither, not both")
     vllm = _check_engine_args(args)
     if vllm and args.stop_early is not None:
         raise InputError("--stop-early is not supported with vLLM (--engine vllm or --upstream URL) yet: it "
@@ -189,17 +185,18 @@ def cmd_serve(args) -> int:
     probe = load_probe(probe_dir)
     model_name = args.model or probe.model_name or DEFAULT_MODEL
     served = Path(model_name).name if Path(model_name).exists() else model_name
-    default_risk = {} if args.risk is None else {"default_risk": args.risk}  # else the settings' default
+    # the levels were checked by argparse (level_arg); the server's gate is resolved once, before the
+    # model loads (a certificate or checkpoint model the probe lacks fails here)
+    gate = resolve_gate(probe, args.risk, args.max_error, stop_early=args.stop_early, name=_OPTIONS.get)
     settings = serve.ServeSettings(  # bad flags fail before the model is loaded
         model_name=served, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-        max_request_bytes=args.max_request_bytes, api_key=api_key, default_max_error=args.max_error,
+        max_request_bytes=args.max_request_bytes, api_key=api_key, default_gate=gate,
         max_new_tokens_limit=args.max_new_tokens_limit, max_connections=args.max_connections,
-        read_timeout_s=args.read_timeout, stop_early=args.stop_early, shutdown_timeout_s=args.shutdown_timeout,
+        read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout,
         allowed_hosts=tuple(args.allowed_host or ()), allow_control_tokens=args.allow_control_tokens,
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
-        concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1), **default_risk)
-    settings = with_default_gate(settings, probe, "--max-error")  # and a certificate or checkpoint model the probe lacks
+        concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1))
     model, tok = load_model(model_name, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:

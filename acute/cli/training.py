@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ def _train(args, test_fraction: float):
     if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
-    with_precheck = _with_precheck(args)
+    with_precheck = args.with_precheck
     if args.target != "gold":
         return _train_label_free(args, test_fraction, with_precheck)
     if args.calibration_labels is not None:
@@ -87,20 +86,6 @@ def _train_label_free(args, test_fraction: float, with_precheck):
               "P(samples agree), not calibrated P(correct)", file=sys.stderr)
     trained.save(args.out)
     return store, trained
-
-
-def _with_precheck(args) -> str | None:
-    """The question-only estimator ``--with-precheck`` names (None: none). The old spelling
-    ``--precheck [ESTIMATOR]`` still works on ``train``/``export`` in this release, with a
-    deprecation message: on ``acute score`` ``--precheck`` is a threshold, not an estimator."""
-    if args.old_precheck is None:
-        return args.with_precheck
-    if args.with_precheck is not None:
-        raise InputError("give --with-precheck [ESTIMATOR] only (--precheck is its deprecated spelling)")
-    print(f"acute: warning: `acute {args.command} --precheck` is deprecated and will be removed in acute 0.2; "
-          "use --with-precheck [ESTIMATOR] (`acute score --precheck U0` is the precheck's threshold)",
-          file=sys.stderr)
-    return args.old_precheck
 
 
 def _print_certificates(entries) -> None:
@@ -352,8 +337,6 @@ def add_train_export(sub, model_opts) -> None:
                        help="also fit a prefix probe per checkpoint (4, 8, 16, 32, 64 tokens) and keep their "
                             "out-of-fold scores into OUT/stop-early: stops generations the gate will not trust "
                             "(acute score --stop-early EPS); the store must keep prefix checkpoints")
-        t.add_argument("--precheck", dest="old_precheck", nargs="?", const=PRECHECK_ESTIMATOR, default=None,
-                       choices=QUESTION_ONLY_ESTIMATORS, metavar="ESTIMATOR", help=argparse.SUPPRESS)
         t.add_argument("--target", choices=["gold", "consistency", "semantic-entropy"], default="gold",
                        help="what the probe's forest learns: the gold labels (default), or without them the "
                             "agreement of the store's sampled answers (acute collect --samples K)")

@@ -345,11 +345,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
-    def transform_features(self, X: Any) -> np.ndarray:
-        """The forest's input features ``[n, len(feature_names_)]`` (float64) of the inputs ``X``."""
-        self._check_fitted()
-        return self._features(self.featurizer_, check_inputs(X, self))
-
     def predict_proba(self, X: Any, *, calibrated: bool = True) -> np.ndarray:
         """``[n, 2]`` probabilities of the records of ``X`` (:class:`acute.estimators.inputs.Inputs`
         holding :attr:`sources`); column 1 is P(correct) (calibrated when ``calibration``).

@@ -51,8 +51,8 @@ import numpy as np
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
 from ..estimators.inputs import Inputs
-from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_delta,
-                               check_max_error, min_calibration_records)
+from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_backend,
+                               check_delta, check_max_errors, min_calibration_records)
 from ..metrics.drift import confidence_reference
 from ..store.identity import diff, domain_change, model_record, of_store
 from ..store.pooling import store_states
@@ -62,13 +62,6 @@ __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_pro
 
 #: folds of the out-of-fold calibration (those of ``auto``'s comparison)
 CV_FOLDS = 5
-
-
-def _alphas(max_error: float | Sequence[float]) -> list[float]:
-    values = list(max_error) if isinstance(max_error, (list, tuple, np.ndarray)) else [max_error]
-    if not values:
-        raise InputError("max_error: give at least one error rate to certify")
-    return values
 
 
 def check_calibration_store(store: Any, calibration_store: Any, *, store_name: str = "the training store",
@@ -129,10 +122,8 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
     record and at least as many as the folds; and enough calibration records to certify
     anything at all (:class:`InputError` naming the argument and saying how many would be
     needed)."""
-    alphas = [check_max_error(a) for a in _alphas(max_error)]
+    alphas = check_max_errors(max_error)
     delta = check_delta(delta)
-    if len({round(a, 9) for a in alphas}) != len(alphas):
-        raise InputError(f"max_error: give each error rate once, got {alphas}")
     idx = np.arange(len(store)) if train_index is None else np.asarray(train_index)
     if calibration_store is not None:
         name = str(calibration_path) if calibration_path is not None else "the calibration store"
@@ -160,8 +151,8 @@ def check_certification(store: Any, max_error: float | Sequence[float], delta: f
                 f"records, pass a calibration store (--calibration-store) with more, or raise "
                 f"max_error or delta. A useful certificate usually needs far more: "
                 f"benchmarks/certify_labels.md")
-    try:  # all trusted, all correct: a valid call that fails only for the backend (MAPIE missing)
-        certify_threshold(np.ones(n_min), np.ones(n_min, dtype=bool), alpha, delta, fwer=fwer, backend=backend)
+    try:
+        check_backend(backend)
     except InputError as e:
         raise InputError(f"{e} (the command line's --certify-procedure, --certify-backend)") from None
     return alphas

@@ -43,7 +43,7 @@ from ..estimators.certificates import certificate_entry
 from ..estimators.inputs import Inputs
 from ..estimators.probe_file import ExportedProbe, forest_proba
 from ..metrics import METRICS
-from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_error
+from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_errors
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
 from ..store.identity import FINGERPRINT_FIELDS, diff, domain_record, model_record, of_probe, of_store
@@ -123,7 +123,7 @@ def _check_not_training(probe: ExportedProbe, store: Any, name: str) -> None:
                          f"{sorted(shared)[0]!r}); re-certify on records it was not fitted on")
 
 
-def _alphas(probe: ExportedProbe, max_error: Any, delta: Any) -> tuple[list[float], float]:
+def _levels(probe: ExportedProbe, max_error: Any, delta: Any) -> tuple[list[float], float]:
     """The error rates and delta to certify: as given, else those of the probe's certificates."""
     carried = probe.certificates
     if max_error is None:
@@ -131,11 +131,7 @@ def _alphas(probe: ExportedProbe, max_error: Any, delta: Any) -> tuple[list[floa
             raise InputError("max_error: this probe carries no certificate to re-certify; give the error "
                              "rates to certify (--max-error ALPHA)")
         max_error = [e["alpha"] for e in carried]
-    values = list(max_error) if isinstance(max_error, (list, tuple, np.ndarray)) else [max_error]
-    alphas = [check_max_error(a, "max_error" if len(values) == 1 else f"max_error[{i}]")
-              for i, a in enumerate(values)]
-    if len({round(a, 9) for a in alphas}) != len(alphas):
-        raise InputError(f"max_error: give each error rate once, got {alphas}")
+    alphas = check_max_errors(max_error)
     if delta is None:
         deltas = {float(e["delta"]) for e in carried}
         delta = deltas.pop() if len(deltas) == 1 else DEFAULT_DELTA
@@ -190,7 +186,7 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
         raise InputError(f"probe must be an exported probe (acute.load_probe), got {type(probe).__name__}")
     path = store_path if store_path is not None else getattr(store, "path", None)
     name = f"the store {path}" if path is not None else "the store"
-    alphas, delta = _alphas(probe, max_error, delta)
+    alphas, delta = _levels(probe, max_error, delta)
     check_recertification_store(probe, store, name)
     states = np.asarray(store_states(store, probe.pooling), dtype=np.float32)
     raw = np.asarray(store.raw_confidence, dtype=np.float64)

@@ -26,7 +26,7 @@ Modules: ``common`` (input checks, binning helpers), ``binned`` (ECE, KS-Cal, Br
 ``resampling`` (bootstrap, intervals of draws), ``specs`` (the results tables' columns and the
 ranking rule), ``intervals`` (bias-shifted intervals, the corrected resampled t-test, Holm),
 ``selective`` (risk-coverage, AURC), ``certify`` (Learn-then-Test thresholds), ``ltt`` (its
-procedures in numpy).
+procedures in numpy), ``certify_mapie`` (its MAPIE backend).
 
 The names below are the package's public API (docs/api.md); the helpers the evaluation builds on
 (``percentile_interval``, the ranking rule, the paired tests) are imported from their module.

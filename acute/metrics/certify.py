@@ -54,23 +54,8 @@ Backends
 --------
 ``backend="binomial"`` (default, :data:`DEFAULT_BACKEND`) is acute's own exact binomial test;
 :func:`ltt_thresholds` runs it vectorised over many calibration sets (simulations).
-``backend="mapie"`` runs ``mapie.risk_control.BinaryClassificationController``
-(MAPIE >= 1.4: ``fwer_method`` and ``FWERProcedure`` arrived in 1.4.0), the ``acute[risk]``
-extra, imported lazily. The controller wants a ``predict_proba``-like callable: acute passes
-the calibration *confidences themselves* as ``X`` and the function ``x -> [1 - x, x]``, so
-MAPIE's "predict 1 iff proba[:, 1] >= t" is exactly "trust iff confidence >= t"; no model is
-refitted. Two adapters, both passed as MAPIE ``FWERProcedure`` instances, make it serve
-(behaviour of MAPIE 1.4.0 to 1.6.0, each shown by a test; the tests pass on all three):
-
-1. A threshold no calibration record reaches gets a NaN p-value in MAPIE, and its Holm step
-   takes NaN as the smallest p-value and stops, certifying nothing even when other thresholds
-   have p ~ 1e-5. No record means no evidence, i.e. p = 1: the adapter runs MAPIE's own Holm
-   on the p-values with NaN read as 1.
-2. MAPIE's ``"fixed_sequence"`` picks its direction from the data (1.5, 1.6: ascending when
-   the empirical risk at the top is higher than at the bottom, as it is when the top is empty;
-   1.4 refuses any non-monotone empirical precision curve), which is not a sequence fixed in
-   advance. The adapter tests the grid in the order given (descending), as fixed-sequence
-   testing requires.
+``backend="mapie"`` runs MAPIE's ``BinaryClassificationController`` on the same candidates (the
+``acute[risk]`` extra; :mod:`acute.metrics.certify_mapie` says how it is adapted).
 
 Both backends test the same candidates (placed by acute). MAPIE's p-value is the smaller of
 ``binom.cdf(ceil(N * risk_hat), N, alpha)`` and a Hoeffding bound, with ``risk_hat`` a float, so
@@ -99,10 +84,7 @@ silent fallback. Fewer records than :func:`min_calibration_records`
 
 from __future__ import annotations
 
-import functools
-import logging
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple
@@ -115,6 +97,7 @@ from scipy.stats import binom
 from ..errors import InputError
 from ..validation import check_confidence, check_correct, check_level
 from . import ltt
+from .certify_mapie import mapie_rejected, require_mapie
 
 __all__ = [
     "BACKENDS",
@@ -129,15 +112,15 @@ __all__ = [
     "RULE",
     "binomial_p_values",
     "certify_threshold",
+    "check_backend",
     "check_delta",
     "check_max_error",
+    "check_max_errors",
     "cross_certified",
     "decide",
     "ltt_thresholds",
     "min_calibration_records",
 ]
-
-log = logging.getLogger(__name__)
 
 #: Thresholds tested by default: 0.00, 0.01, ..., 0.99 (MAPIE's default grid, exact decimals).
 DEFAULT_GRID = np.arange(100) / 100.0
@@ -160,8 +143,6 @@ DEFAULT_DELTA = 0.1
 #: what ``max_error`` and ``delta`` mean, in every refusal of a bad value
 MAX_ERROR_MEANING = "the error rate allowed among trusted answers"
 DELTA_MEANING = "the probability that the guarantee fails"
-MAPIE_REQUIREMENT = "mapie>=1.4,<2"
-_MAPIE_MIN = (1, 4)
 
 
 @dataclass(frozen=True)
@@ -253,8 +234,31 @@ def check_delta(delta: Any, name: str = "delta") -> float:
     return check_level(delta, name, DELTA_MEANING)
 
 
+def check_max_errors(max_error: Any, name: str = "max_error") -> list[float]:
+    """The error rates to certify at: one ``max_error`` or a sequence (list, tuple, array) of
+    them, each checked by :func:`check_max_error` (an item named ``name[i]``), at least one and
+    each once; :class:`InputError` naming ``name`` otherwise."""
+    if not isinstance(max_error, (list, tuple, np.ndarray)):
+        return [check_max_error(max_error, name)]
+    if len(max_error) == 0:
+        raise InputError(f"{name}: give at least one error rate to certify")
+    alphas = [check_max_error(a, name if len(max_error) == 1 else f"{name}[{i}]") for i, a in enumerate(max_error)]
+    if len({round(a, 9) for a in alphas}) != len(alphas):
+        raise InputError(f"{name}: give each error rate once, got {alphas}")
+    return alphas
+
+
 def _check_alpha_delta(max_error: Any, delta: Any) -> tuple[float, float]:
     return check_max_error(max_error), check_delta(delta)
+
+
+def check_backend(backend: Any) -> str:
+    """``backend``, one of :data:`BACKENDS`, usable here (MAPIE installed for ``"mapie"``,
+    :func:`acute.metrics.certify_mapie.require_mapie`); :class:`InputError` otherwise."""
+    backend = _check_choice(backend, "backend", BACKENDS)
+    if backend == "mapie":
+        require_mapie()
+    return backend
 
 
 def _check_choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
@@ -307,7 +311,12 @@ def min_calibration_records(max_error: float, delta: float, *, fwer: str = DEFAU
     if isinstance(n_thresholds, bool) or not isinstance(n_thresholds, (int, np.integer)) \
             or n_thresholds < 1:
         raise InputError(f"n_thresholds must be an int >= 1, got {n_thresholds!r}")
-    level = delta / int(n_thresholds) if fwer == "bonferroni_holm" else delta
+    return _min_records(alpha, delta, fwer, int(n_thresholds))
+
+
+def _min_records(alpha: float, delta: float, fwer: str, n_thresholds: int) -> int:
+    """:func:`min_calibration_records` of checked arguments."""
+    level = delta / n_thresholds if fwer == "bonferroni_holm" else delta
     n = _smallest_all_correct(alpha, level)
     if fwer != "split_sequence":
         return n
@@ -326,20 +335,10 @@ def _calibration_inputs(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.n
 
 
 # ------------------------------------------------------------------------- LTT in numpy
-def _grid_counts(conf: np.ndarray, y: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(trusted [D, m], wrong [D, m]): records with confidence >= each grid threshold, per row."""
-    return ltt.grid_counts(conf, y, grid)
-
-
 def binomial_p_values(trusted: ArrayLike, wrong: ArrayLike, max_error: float) -> np.ndarray:
     """Exact p-values of "precision < 1 - max_error": ``P(Binomial(trusted, max_error) <= wrong)``
     (1 where nothing is trusted: no evidence)."""
     return ltt.binomial_p(trusted, wrong, check_max_error(max_error))
-
-
-def _reject(p: np.ndarray, delta: float, fwer: str) -> np.ndarray:
-    """Rejected nulls [D, m] for p-values [D, m] over a descending fixed grid."""
-    return ltt.holm(p, delta) if fwer == "bonferroni_holm" else ltt.sequence(p, delta)
 
 
 def _checked_rows(confidence: ArrayLike, correct: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
@@ -369,84 +368,6 @@ def ltt_thresholds(confidence: ArrayLike, correct: ArrayLike, max_error: float, 
     with np.errstate(invalid="ignore"):  # NaN thresholds trust nothing
         coverage = (conf >= threshold[:, None]).sum(axis=1) / conf.shape[1]
     return LTTResult(threshold, coverage, valid)
-
-
-# ----------------------------------------------------------------------------- MAPIE
-def _import_mapie() -> Any:
-    try:
-        import mapie
-        from mapie.risk_control import BinaryClassificationController  # noqa: F401
-        from mapie.risk_control.fwer_control import FWERProcedure  # noqa: F401
-    except ImportError as exc:
-        raise InputError(
-            f"certify_threshold(backend='mapie') needs MAPIE ({MAPIE_REQUIREMENT}): install the "
-            f"acute[risk] extra (pip install 'acute[risk]'), or pass backend='binomial' "
-            f"({exc})") from None
-    version = tuple(int(part) for part in mapie.__version__.split(".")[:2] if part.isdigit())
-    if version < _MAPIE_MIN:
-        raise InputError(f"certify_threshold(backend='mapie') needs {MAPIE_REQUIREMENT} (fwer_method "
-                         f"arrived in 1.4.0); found mapie {mapie.__version__}: pip install "
-                         f"'acute[risk]', or pass backend='binomial'")
-    return mapie
-
-
-@functools.lru_cache(maxsize=1)
-def _mapie_procedures() -> dict[str, type]:
-    """MAPIE FWER procedures for each ``fwer``: Holm or a sequence in the order given (see the
-    module doc for why these two)."""
-    from mapie.risk_control.fwer_control import FWERBonferroniHolm, FWERProcedure
-
-    class HolmNoEvidenceIsOne(FWERBonferroniHolm):
-        """MAPIE's Holm step-down, reading the NaN p-value of an unreached threshold as 1."""
-
-        def run(self, p_values, delta):
-            return super().run(np.nan_to_num(np.asarray(p_values, float), nan=1.0), delta)
-
-    class FixedSequenceInOrder(FWERProcedure):
-        """Fixed-sequence testing in the grid's own order (first to last), one start."""
-
-        def _init_state(self, n_lambdas, delta):
-            self._n, self._delta, self._next = n_lambdas, delta, 0
-
-        def _select_next_hypothesis(self, p_values):
-            return self._next if self._next < self._n else None
-
-        def _local_significance_levels(self):
-            levels = np.zeros(self._n)
-            if self._next < self._n:
-                levels[self._next] = self._delta
-            return levels
-
-        def _update_on_reject(self, hypothesis_index):
-            self._next = hypothesis_index + 1
-
-    return {fwer: HolmNoEvidenceIsOne if fwer.endswith("holm") else FixedSequenceInOrder
-            for fwer in FWER_METHODS}
-
-
-def _confidence_as_proba(x: ArrayLike) -> np.ndarray:
-    """``predict_proba`` for MAPIE when ``X`` is the confidence itself: ``[1 - x, x]``."""
-    c = np.asarray(x, dtype=np.float64).reshape(-1)
-    return np.column_stack([1.0 - c, c])
-
-
-def _mapie_rejected(conf: np.ndarray, y: np.ndarray, alpha: float, delta: float, grid: np.ndarray,
-                    fwer: str) -> tuple[np.ndarray, np.ndarray]:
-    """(rejected [m], MAPIE's p-values [m]) over the thresholds ``grid`` in the order tested."""
-    _import_mapie()
-    from mapie.risk_control import BinaryClassificationController
-
-    controller = BinaryClassificationController(
-        predict_function=_confidence_as_proba, risk="precision", target_level=1.0 - alpha,
-        confidence_level=1.0 - delta, list_predict_params=grid,
-        fwer_method=_mapie_procedures()[fwer]())
-    with warnings.catch_warnings(record=True) as caught:  # reported in the certificate instead
-        warnings.simplefilter("always")
-        controller.calibrate(conf, y)
-    for w in caught:
-        log.debug("MAPIE: %s", w.message)
-    rejected = np.isin(grid, np.asarray(controller.valid_predict_params, dtype=np.float64))
-    return rejected, np.asarray(controller.p_values, dtype=np.float64).reshape(-1)
 
 
 # ------------------------------------------------------------------------ certificates
@@ -499,7 +420,7 @@ def _invalid_reason(c: _Candidates, n: int, alpha: float, delta: float, fwer: st
                     n_needed: int | None) -> str:
     records = _records_word(fwer, c.n_tested)
     if fwer in ltt.SEQUENCES:  # a sequence certifies nothing only when its first test fails
-        hint = _HINT[fwer].format(need=min_calibration_records(alpha, delta, fwer="fixed_sequence"),
+        hint = _HINT[fwer].format(need=_min_records(alpha, delta, "fixed_sequence", DEFAULT_GRID.size),
                                   m=int(c.trusted[0]))
         why = (f"{_FIRST[fwer]} stopped at its first threshold {c.thresholds[0]:g}: "
                f"{int(c.trusted[0])} {records} reach it, {int(c.wrong[0])} wrong, "
@@ -566,10 +487,16 @@ def certify_threshold(confidence: ArrayLike, correct: ArrayLike, max_error: floa
     """
     alpha, delta = _check_alpha_delta(max_error, delta)
     fwer = _check_choice(fwer, "fwer", FWER_METHODS)
-    backend = _check_choice(backend, "backend", BACKENDS)
+    backend = check_backend(backend)
     g = _check_grid(grid, fwer)
     conf, y = _calibration_inputs(confidence, correct)
-    n, n_min = conf.shape[0], min_calibration_records(alpha, delta, fwer=fwer, n_thresholds=g.size)
+    return _certified(conf, y, alpha, delta, fwer, g, backend)
+
+
+def _certified(conf: np.ndarray, y: np.ndarray, alpha: float, delta: float, fwer: str, g: np.ndarray,
+               backend: str) -> Certificate:
+    """:func:`certify_threshold` of checked arguments (``g``: the grid, highest first)."""
+    n, n_min = conf.shape[0], _min_records(alpha, delta, fwer, g.size)
     if n < n_min:
         over = f" over {g.size} thresholds" if fwer in ltt.GRID_PROCEDURES else ""
         raise InputError(
@@ -582,7 +509,7 @@ def certify_threshold(confidence: ArrayLike, correct: ArrayLike, max_error: floa
                     tested.p[0][act], tested.rejected[0][act], tested.n_tested)
     if backend == "mapie":
         rows = ltt.split_indices(n)[1] if fwer == "split_sequence" else slice(None)
-        rejected, p = _mapie_rejected(conf[rows], y[rows], alpha, delta, c.thresholds, fwer)
+        rejected, p = mapie_rejected(conf[rows], y[rows], alpha, delta, c.thresholds, fwer)
         c = c._replace(rejected=rejected, p=p)
     return _certificate(METHODS[backend], fwer, c, conf, y, alpha, delta)
 
@@ -603,10 +530,12 @@ def cross_certified(confidence: ArrayLike, correct: ArrayLike, test_folds, max_e
     reads come from fold models fitted on them (so the guarantee is approximate here: a
     deployment certifies on records no model saw)."""
     alpha, delta = _check_alpha_delta(max_error, delta)
+    fwer = _check_choice(fwer, "fwer", FWER_METHODS)
+    grid = _check_grid(None, fwer)
     conf, y = _calibration_inputs(confidence, correct)
     n = conf.shape[0]
     trusted = np.zeros(n, dtype=bool)
-    certified, n_min = 0, min_calibration_records(alpha, delta, fwer=fwer)
+    certified, n_min = 0, _min_records(alpha, delta, fwer, grid.size)
     folds = [np.asarray(f, dtype=np.intp) for f in test_folds]
     seen = np.zeros(n, dtype=np.intp)
     for te in folds:
@@ -620,7 +549,7 @@ def cross_certified(confidence: ArrayLike, correct: ArrayLike, test_folds, max_e
         rest[te] = False
         if rest.sum() < n_min:
             continue
-        cert = certify_threshold(conf[rest], y[rest], alpha, delta, fwer=fwer)
+        cert = _certified(conf[rest], y[rest], alpha, delta, fwer, grid, "binomial")
         if cert.valid:
             certified += 1
             trusted[te] = conf[te] >= cert.threshold

@@ -80,13 +80,6 @@ class EvalRun:
         sp = self.results.get("split", {})
         return float(sp.get("accuracy", sp.get("accuracy_test", math.nan)))
 
-    def layer_of(self, estimator: str) -> int | None:
-        """The layer an ACUTE single-layer variant chose (``None`` for other estimators)."""
-        for row in self.results.get("results", []):
-            if row.get("estimator") == estimator:
-                return row.get("layer")
-        return None
-
 
 def load_eval_run(eval_dir: str | os.PathLike, model: str, task: str, predictions: bool = True) -> EvalRun:
     """Read ``results.json`` and ``predictions.csv`` of an evaluation folder; with

@@ -12,8 +12,8 @@ certified threshold.
 * :mod:`~acute.scoring.scorer`: :class:`Scorer` (``generate``, ``score_responses``,
   ``precheck``) and :class:`ScoredGeneration`.
 
-The names below are the package's public API (docs/api.md); the level checkers and ``decide``
-are imported from their modules.
+The names below are the package's public API (docs/api.md); the level checkers are imported
+from their modules.
 """
 
 from __future__ import annotations

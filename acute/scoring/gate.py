@@ -51,7 +51,7 @@ from .risk import DEFAULT_RISK, check_risk
 from .stop_early import check_stop_early, stop_rule
 
 __all__ = ["LEVEL_CHECKS", "RULES", "DecisionRule", "Gate", "certificate_rule", "check_certified", "check_gates",
-           "parse_gate", "parse_gates", "resolve_gate", "risk_rule"]
+           "parse_gate", "parse_gates", "per_prompt", "resolve_gate", "risk_rule"]
 
 RULES = ("risk", "certificate")
 #: the checker of each level a gate is made of (each names the field it is given)
@@ -188,14 +188,21 @@ def _sequence(value: Any) -> bool:
     return isinstance(value, (list, tuple, np.ndarray))
 
 
-def _column(field: str, value: Any, n: int) -> list[float | None]:
-    """One checked level (or None) per prompt: ``value`` for all, or a sequence of ``n``."""
-    check = LEVEL_CHECKS[field]
+def per_prompt(value: Any, n: int, check: Callable[[Any, str], Any], name: str) -> list:
+    """One checked value per prompt, the one reading of "one value or one per prompt": ``value``
+    for all ``n`` prompts, or a sequence (list, tuple, array) of ``n``; each checked by
+    ``check(value, name)``, an item of a sequence named ``name[i]``. :class:`InputError` for a
+    sequence of another length."""
     if not _sequence(value):
-        return [None if value is None else check(value, field)] * n
+        return [check(value, name)] * n
     if len(value) != n:
-        raise InputError(f"{field} has {len(value)} values for {n} prompts")
-    return [None if v is None else check(v, f"{field}[{i}]") for i, v in enumerate(value)]
+        raise InputError(f"{name} has {len(value)} values for {n} prompts")
+    return [check(v, f"{name}[{i}]") for i, v in enumerate(value)]
+
+
+def _optional(check: Callable[[Any, str], float]) -> Callable[[Any, str], float | None]:
+    """``check`` that lets ``None`` (not given) through."""
+    return lambda value, name: None if value is None else check(value, name)
 
 
 def parse_gates(probe: Any, n: int, risk: Any = None, max_error: Any = None,
@@ -204,7 +211,7 @@ def parse_gates(probe: Any, n: int, risk: Any = None, max_error: Any = None,
     ``None``) for all ``n`` prompts or a sequence of ``n`` (``None`` where it does not apply), as
     in :func:`parse_gate`; errors name the item (``risk[2]``). Equal requests share one gate."""
     given = {"risk": risk, "max_error": max_error, "precheck": precheck, "stop_early": stop_early}
-    columns = [_column(f, v, n) for f, v in given.items()]
+    columns = [per_prompt(v, n, _optional(LEVEL_CHECKS[f]), f) for f, v in given.items()]
     seen: dict[tuple, Gate] = {}
     out = []
     for i, key in enumerate(zip(*columns)):
@@ -217,11 +224,11 @@ def parse_gates(probe: Any, n: int, risk: Any = None, max_error: Any = None,
 
 def check_gates(gate: Gate | Sequence[Gate], n: int) -> list[Gate]:
     """``gate`` for each of ``n`` prompts: one :class:`Gate` for all, or a sequence of ``n``."""
-    gates = list(gate) if _sequence(gate) else [gate] * n
-    if len(gates) != n:
-        raise InputError(f"gate has {len(gates)} gates for {n} prompts")
-    bad = next((g for g in gates if not isinstance(g, Gate)), None)
-    if bad is not None:
-        raise InputError(f"gate must be an acute.scoring.gate.Gate (parse_gate makes one), got "
-                         f"{type(bad).__name__}")
-    return gates
+    return per_prompt(gate, n, _check_gate, "gate")
+
+
+def _check_gate(gate: Any, name: str) -> Gate:
+    if not isinstance(gate, Gate):
+        raise InputError(f"{name} must be an acute.scoring.gate.Gate (parse_gate makes one), got "
+                         f"{type(gate).__name__}")
+    return gate

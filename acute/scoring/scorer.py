@@ -40,7 +40,7 @@ from ..estimators.inputs import CONFIDENCE, Inputs
 from ..models.loading import holds_no_weights
 from ..store.identity import diff, domain_change, of_model, of_probe
 from ..validation import check_count
-from .gate import Gate, check_certified, check_gates, parse_gates
+from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .risk import DEFAULT_RISK
 from .stop_early import StopDecisions, stop_fields
@@ -463,13 +463,8 @@ class Scorer:
         """
         single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
-        given = DEFAULT_RISK if threshold is None else threshold
-        if isinstance(given, (list, tuple, np.ndarray)):
-            if len(given) != len(items):
-                raise InputError(f"threshold has {len(given)} values for {len(items)} prompts")
-            thresholds = [check_precheck(u, f"threshold[{i}]") for i, u in enumerate(given)]
-        else:
-            thresholds = [check_precheck(given, "threshold")] * len(items)
+        thresholds = per_prompt(DEFAULT_RISK if threshold is None else threshold, len(items), check_precheck,
+                                "threshold")
         require_precheck(self.precheck_probe, "Scorer.precheck")
         if not items:
             return []

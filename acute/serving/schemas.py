@@ -13,7 +13,7 @@ from ..errors import InputError
 from ..scoring.gate import LEVEL_CHECKS, Gate, resolve_gate
 from .errors import RequestError, param_name
 from .jobs import Job
-from .settings import ServeSettings, with_default_gate
+from .settings import ServeSettings
 
 __all__ = ["chat_job", "score_job"]
 
@@ -281,9 +281,9 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     would change greedy decoding, that asks for more than ``settings.max_new_tokens_limit``
     new tokens, that gives both ``risk`` and ``max_error``, a ``max_error`` ``probe`` carries
     no valid certificate for, or a ``precheck`` without a question-only probe
-    (``precheck_probe``). A request naming neither rule is decided by the server's default
-    rule, ``settings.default_gate`` (resolved once at start-up from ``settings.default_max_error``
-    when set, else ``settings.default_risk``: :func:`acute.serving.settings.resolve_settings`)."""
+    (``precheck_probe``). A request naming neither rule is decided by the rule of the server's
+    gate, ``settings.default_gate`` (parsed once, before the server starts), and every generated
+    answer gets its stop rule."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
         value = getattr(req, field)
@@ -298,7 +298,7 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
         _check_new_tokens(getattr(req, field), settings.max_new_tokens_limit, field)
     limits = [n for n in (req.max_completion_tokens, req.max_tokens) if n is not None]
     same = (lambda field: field)
-    default = settings.default_gate or with_default_gate(settings, probe).default_gate
+    default = settings.default_gate
     gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default, stop=default.stop)
     job = Job(item=_messages(req.messages), gate=gate, max_new_tokens=min(limits) if limits else None,
               stop=_stop_strings(req.stop), param="messages")

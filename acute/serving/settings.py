@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import ipaddress
 import os
 
 from ..errors import InputError
-from ..metrics.certify import check_max_error
-from ..scoring.gate import Gate, check_certified, resolve_gate
-from ..scoring.risk import DEFAULT_RISK, check_risk
-from ..scoring.stop_early import check_stop_early
+from ..scoring.gate import Gate, check_certified
 from ..validation import check_level
 
-__all__ = ["API_KEY_ENV", "DEFAULT_MAX_ERROR_NAME", "DEFAULT_RISK_NAME", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings",
-           "check_bind", "is_loopback", "resolve_api_key", "resolve_settings", "with_default_gate"]
+__all__ = ["API_KEY_ENV", "DEFAULT_MAX_ERROR_NAME", "NEW_TOKENS_LIMIT_FACTOR", "ServeSettings", "check_bind",
+           "is_loopback", "resolve_api_key", "resolve_settings"]
 
 #: environment variable holding the API key when ``--api-key`` is not given
 API_KEY_ENV = "ACUTE_API_KEY"
 #: without ``--max-new-tokens-limit`` a request may ask for this many times the new tokens the
 #: probe was trained with (the scorer's default ``max_new_tokens``), no more
 NEW_TOKENS_LIMIT_FACTOR = 4
-#: how errors name the server's default rule (``default_risk``, ``default_max_error``)
-DEFAULT_RISK_NAME = "default risk (--risk)"
+#: how errors name the certificate of the server's default gate (``acute serve --max-error``)
 DEFAULT_MAX_ERROR_NAME = "default max_error (--max-error)"
-#: how errors name the server's stop_early
-STOP_EARLY_NAME = "stop_early (--stop-early)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +32,16 @@ class ServeSettings:
     ``max_new_tokens_limit`` the most new tokens a request may ask for (``None``:
     :data:`NEW_TOKENS_LIMIT_FACTOR` times the scorer's default), ``api_key`` the bearer key every
     ``/v1`` request must carry (``None``: none needed, and then only loopback ``Host`` values,
-    or those in ``allowed_hosts``, are served), ``default_risk`` the risk of a chat request
-    that names no rule (neither ``risk`` nor ``max_error``; default
-    :data:`~acute.scoring.risk.DEFAULT_RISK`), ``default_max_error`` (when set) the certified
-    threshold such a request is decided by instead (the probe must carry it),
-    ``stop_early`` (when set) the epsilon every generated answer is stopped early by
-    (:mod:`acute.scoring.stop_early`: the probe must have a checkpoint model; transformers only),
-    ``default_gate`` the :class:`~acute.scoring.gate.Gate` those resolve to with the served
-    probe (:func:`with_default_gate`, done once by :func:`acute.serving.create_app` when it is
-    ``None``: :func:`resolve_settings`), ``model_name`` the model id clients see and send.
+    or those in ``allowed_hosts``, are served), ``model_name`` the model id clients see and send.
+
+    ``default_gate``: the server's :class:`~acute.scoring.gate.Gate`, parsed once for the served
+    probe by whoever builds the settings (``acute serve`` from ``--risk``, ``--max-error`` and
+    ``--stop-early``; in Python :func:`acute.scoring.gate.parse_gate`, e.g.
+    ``parse_gate(probe, max_error=0.1, stop_early=0.05)``). Its rule decides a chat request
+    that names neither ``risk`` nor ``max_error``; its ``stop`` rule (when set) stops every
+    generated answer early (:mod:`acute.scoring.stop_early`; transformers only). It holds no
+    precheck: a request names its own. Default ``Gate()``: the risk rule at
+    :data:`~acute.scoring.risk.DEFAULT_RISK`, never stopped.
 
     Connections (uvicorn's settings where it has one, see :func:`acute.serving.server.make_server`):
     ``max_connections`` open connections or running requests before new requests get 503,
@@ -78,10 +72,7 @@ class ServeSettings:
     max_new_tokens_limit: int | None = None
     api_key: str | None = None
     allowed_hosts: tuple[str, ...] = ()
-    default_risk: float = DEFAULT_RISK
-    default_max_error: float | None = None
-    stop_early: float | None = None
-    default_gate: Gate | None = None
+    default_gate: Gate = dataclasses.field(default_factory=Gate)
     retry_after_s: int = 1
     max_connections: int = 512
     read_timeout_s: float = 10.0
@@ -117,15 +108,12 @@ class ServeSettings:
             object.__setattr__(self, "record_to", str(self.record_to))
         if not 0 <= float(self.shutdown_timeout_s) <= 3600:
             raise InputError(f"shutdown_timeout_s must be in [0, 3600] seconds, got {self.shutdown_timeout_s!r}")
-        object.__setattr__(self, "default_risk", check_risk(self.default_risk, DEFAULT_RISK_NAME))
-        if self.default_max_error is not None:
-            object.__setattr__(self, "default_max_error", check_max_error(self.default_max_error,
-                                                                          DEFAULT_MAX_ERROR_NAME))
-        if self.stop_early is not None:
-            object.__setattr__(self, "stop_early", check_stop_early(self.stop_early, STOP_EARLY_NAME))
-        if self.default_gate is not None and not isinstance(self.default_gate, Gate):
-            raise InputError(f"default_gate must be a Gate (with_default_gate makes it), got "
+        if not isinstance(self.default_gate, Gate):
+            raise InputError(f"default_gate must be an acute.scoring.gate.Gate (parse_gate makes one), got "
                              f"{type(self.default_gate).__name__}")
+        if self.default_gate.precheck is not None:
+            raise InputError("default_gate has a precheck; the server's gate holds none (a request names "
+                             "its own precheck)")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("the API key is empty; give a non-empty key or none")
         if not self.model_name:
@@ -136,45 +124,20 @@ class ServeSettings:
         object.__setattr__(self, "allowed_hosts", tuple(h.strip().lower() for h in self.allowed_hosts))
 
 
-def with_default_gate(settings: ServeSettings, probe, name: str = DEFAULT_MAX_ERROR_NAME) -> ServeSettings:
-    """``settings`` with ``default_gate`` resolved once for ``probe``: the certificate it carries
-    at ``default_max_error`` when that is set, else the risk rule at ``default_risk``
-    (:class:`InputError` naming ``default_max_error`` as ``name`` when the probe carries no valid
-    certificate there), and the stopping threshold its checkpoint model certifies at
-    ``stop_early`` when that is set (:class:`InputError` naming it when the probe has none)."""
-    names = {"max_error": name, "stop_early": STOP_EARLY_NAME}.get
-    if settings.default_max_error is not None:
-        gate = resolve_gate(probe, max_error=settings.default_max_error, stop_early=settings.stop_early, name=names)
-    else:
-        gate = resolve_gate(probe, risk=settings.default_risk, stop_early=settings.stop_early, name=names)
-    return _replaced(settings, default_gate=gate)
-
-
 def resolve_settings(settings: ServeSettings, probe, max_new_tokens: int) -> ServeSettings:
     """``settings`` for serving ``probe`` with ``max_new_tokens`` new tokens by default: the
-    new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times it) and the default gate
-    resolved (:func:`with_default_gate`) where they are not set; ``InputError`` when a set
-    limit is below ``max_new_tokens``, or when the probe carries no valid certificate at
-    ``default_max_error`` or refuses it (scored outside its validity domain: a default gate
-    resolved before the model loaded is checked again here, at start)."""
-    if settings.default_gate is None:
-        settings = with_default_gate(settings, probe)
+    new-token limit filled in (:data:`NEW_TOKENS_LIMIT_FACTOR` times it) where it is not set;
+    ``InputError`` when a set limit is below ``max_new_tokens``, or when the default gate
+    decides by a certificate ``probe`` refuses (scored outside its validity domain: a gate
+    parsed before the model loaded, :func:`acute.scoring.gate.check_certified`)."""
     check_certified([settings.default_gate], probe, DEFAULT_MAX_ERROR_NAME)
     limit = settings.max_new_tokens_limit
     if limit is None:
-        return _replaced(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * max_new_tokens)
+        return dataclasses.replace(settings, max_new_tokens_limit=NEW_TOKENS_LIMIT_FACTOR * max_new_tokens)
     if limit < max_new_tokens:
         raise InputError(f"max_new_tokens_limit ({limit}, --max-new-tokens-limit) is below the "
                          f"{max_new_tokens} new tokens requests get by default (--max-new-tokens)")
     return settings
-
-
-def _replaced(settings: ServeSettings, **resolved) -> ServeSettings:
-    """A copy of ``settings`` with fields resolved from checked ones (not checked again)."""
-    out = copy.copy(settings)
-    for name, value in resolved.items():
-        object.__setattr__(out, name, value)
-    return out
 
 
 def _check_count(name: str, value) -> None:

@@ -295,17 +295,18 @@ def test_a_gate_made_before_the_model_loaded_is_refused_too(tiny_probe):
 
 
 def test_the_service_refuses_a_default_certificate_outside_the_domain(tiny_probe):
-    from acute.serving.settings import ServeSettings, resolve_settings, with_default_gate
+    from acute.scoring.gate import parse_gate
+    from acute.serving.settings import ServeSettings, resolve_settings
 
     model, tok, path = tiny_probe
     probe = load_probe(path)
     scorer = acute.Scorer(model, tok, probe, chat=True)  # another prompt format
     assert scorer.domain_change.fields == ("prompt_format",)
-    settings = ServeSettings(model_name="tiny", default_max_error=0.1)
     with pytest.raises(InputError, match=r"no certified decision here: .*'prompt_format'\['chat'\]: "
                                          r"the probe's domain False, this scorer True"):
-        resolve_settings(settings, scorer.probe, 4)
-    early = with_default_gate(settings, probe)  # as acute serve does before loading the model
+        parse_gate(scorer.probe, max_error=0.1)
+    # as acute serve does: the gate parsed before the model loads, checked again at start
+    early = ServeSettings(model_name="tiny", default_gate=parse_gate(probe, max_error=0.1))
     with pytest.raises(InputError, match=r"default max_error \(--max-error\)=0.1: no certified decision here"):
         resolve_settings(early, scorer.probe, 4)
     assert resolve_settings(early, probe, 4).default_gate.rule.rule == "certificate"

@@ -78,10 +78,10 @@ def test_feature_names_and_attributes(data, fitted):
     p = small(view="mean", layer=-7, append_confidence=False).fit(Inputs.of(X), y)
     assert p.layer_ == 3 and p.feature_names_ == [f"L3.d{j}" for j in range(D)]
     # append_confidence=False: no confidence column, and none needed
-    np.testing.assert_array_equal(p.transform_features(Inputs.of(X)), X[:, 3].astype(np.float64))
+    np.testing.assert_array_equal(p.export().features(Inputs.of(X)), X[:, 3].astype(np.float64))
     p = small(view="cosine").fit(Inputs.of(X, c), y)
     assert p.feature_names_ == [f"cos.L{i}" for i in range(N_OUT - 1)] + ["raw_confidence"]
-    np.testing.assert_array_equal(p.transform_features(Inputs.of(X, c))[:, -1], c)
+    np.testing.assert_array_equal(p.export().features(Inputs.of(X, c))[:, -1], c)
     pred = fitted.predict(Inputs.of(X, c))
     np.testing.assert_array_equal(pred, (fitted.predict_proba(Inputs.of(X, c))[:, 1] > 0.5).astype(int))
 
@@ -115,7 +115,7 @@ def test_isotonic_calibration_matches_sklearn(data):
     (X, y, c), (Xt, _, ct) = data
     p = small(view="pca10", calibration="isotonic").fit(Inputs.of(X, c), y)
     assert p.oof_proba_.shape == (300,)
-    raw = p.forest_.predict_proba(p.transform_features(Inputs.of(Xt, ct)))[:, 1]
+    raw = p.predict_proba(Inputs.of(Xt, ct), calibrated=False)[:, 1]
     iso = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(p.oof_proba_, y)
     np.testing.assert_allclose(p.predict_proba(Inputs.of(Xt, ct))[:, 1], iso.predict(raw), atol=1e-12)
 
@@ -132,7 +132,7 @@ def test_platt_calibration_matches_weighted_logistic_regression(data):
     a, b = p.calibrator_.coef_, p.calibrator_.intercept_
     assert a == pytest.approx(lr.coef_[0, 0], rel=1e-4, abs=1e-4)
     assert b == pytest.approx(lr.intercept_[0], rel=1e-4, abs=1e-4)
-    raw = p.forest_.predict_proba(p.transform_features(Inputs.of(Xt, ct)))[:, 1]
+    raw = p.predict_proba(Inputs.of(Xt, ct), calibrated=False)[:, 1]
     np.testing.assert_allclose(p.predict_proba(Inputs.of(Xt, ct))[:, 1], 1 / (1 + np.exp(-(a * raw + b))), atol=1e-14)
 
 
@@ -241,8 +241,8 @@ def test_stacked_probe_is_written_as_format_version_2(data, tmp_path):
 def test_export_matches_sklearn_forest(data, tmp_path, kw):
     (X, y, c), (Xt, _, ct) = data
     probe = small(**kw).fit(Inputs.of(X, c), y)
-    feats = probe.transform_features(Inputs.of(Xt, ct))
-    ref_forest = probe.forest_.predict_proba(feats)[:, 1]
+    feats = probe.export().features(Inputs.of(Xt, ct))
+    ref_forest = probe.predict_proba(Inputs.of(Xt, ct), calibrated=False)[:, 1]
     arrays = forest_arrays(probe.forest_)
     assert np.abs(forest_proba(feats, arrays) - ref_forest).max() <= 1e-12
     assert np.abs(forest_proba(feats, arrays, chunk=7) - ref_forest).max() <= 1e-12

@@ -13,6 +13,7 @@ from scipy.special import expit, logit
 from scipy.stats import binom, norm
 
 from acute.metrics import certify as C, ltt
+from acute.metrics.certify_mapie import confidence_as_proba, mapie_rejected
 from acute.metrics.certify import (
     DEFAULT_GRID,
     Certificate,
@@ -167,8 +168,8 @@ def _power_of_two_example() -> tuple[np.ndarray, np.ndarray]:
 def test_mapie_and_binomial_agree_on_a_fixed_example(fwer):
     conf, correct = _power_of_two_example()
     grid = C._check_grid(None)
-    _, p_mapie = C._mapie_rejected(conf, correct, 0.1, 0.1, grid, fwer)
-    trusted, wrong = (a[0] for a in C._grid_counts(conf[None], correct[None], grid))
+    _, p_mapie = mapie_rejected(conf, correct, 0.1, 0.1, grid, fwer)
+    trusted, wrong = (a[0] for a in ltt.grid_counts(conf[None], correct[None], grid))
     p_exact = C.binomial_p_values(trusted, wrong, 0.1)
     np.testing.assert_allclose(p_mapie, p_exact, rtol=1e-12, atol=0)
     m = certify_threshold(conf, correct, 0.1, 0.1, fwer=fwer, backend="mapie")
@@ -200,11 +201,11 @@ def test_mapie_is_never_more_liberal_than_the_exact_binomial(fwer):
     for _ in range(40):
         c, y = draw(rng, 600)
         if fwer in ltt.GRID_PROCEDURES:
-            rejected_m, p_m = C._mapie_rejected(c, y, 0.1, 0.1, grid, fwer)
-            trusted, wrong = (a[0] for a in C._grid_counts(c[None], y[None], grid))
+            rejected_m, p_m = mapie_rejected(c, y, 0.1, 0.1, grid, fwer)
+            trusted, wrong = (a[0] for a in ltt.grid_counts(c[None], y[None], grid))
             p_b = C.binomial_p_values(trusted, wrong, 0.1)
             assert np.all(np.nan_to_num(p_m, nan=1.0) >= p_b * (1 - 1e-12))
-            rejected_b = C._reject(p_b[None], 0.1, fwer)[0]
+            rejected_b = (ltt.holm if fwer == "bonferroni_holm" else ltt.sequence)(p_b[None], 0.1)[0]
             assert not np.any(rejected_m & ~rejected_b)
         tm = certify_threshold(c, y, 0.1, 0.1, fwer=fwer, backend="mapie").threshold
         tb = ltt_thresholds(c, y, 0.1, 0.1, fwer=fwer).threshold[0]
@@ -222,7 +223,7 @@ def test_mapie_holm_alone_certifies_nothing_when_a_threshold_is_unreached():
     rng = np.random.default_rng(0)
     c = rng.uniform(size=2000) * 0.9  # nothing reaches the grid's thresholds above 0.9
     y = rng.uniform(size=2000) < c + 0.1
-    plain = BinaryClassificationController(C._confidence_as_proba, "precision", 0.9,
+    plain = BinaryClassificationController(confidence_as_proba, "precision", 0.9,
                                            confidence_level=0.9, list_predict_params=DEFAULT_GRID,
                                            fwer_method="bonferroni_holm")
     with warnings.catch_warnings():
@@ -243,7 +244,7 @@ def test_mapie_fixed_sequence_alone_picks_its_direction_from_the_data():
     rng = np.random.default_rng(0)
     c = np.linspace(0.0, 1.0, 2000)
     y = (c < 0.95) & (rng.uniform(size=2000) > 0.02)  # the most confident 5% are all wrong
-    plain = BinaryClassificationController(C._confidence_as_proba, "precision", 0.9,
+    plain = BinaryClassificationController(confidence_as_proba, "precision", 0.9,
                                            confidence_level=0.9,
                                            list_predict_params=C._check_grid(None),
                                            fwer_method="fixed_sequence")
@@ -423,7 +424,7 @@ def test_ltt_thresholds_rows_match_one_at_a_time():
 def test_grid_counts_are_exact_at_ties_with_the_threshold():
     conf = np.array([[0.3, 0.5, 0.5, 0.7, 0.7000000000000001, 1.0]])
     y = np.array([[1, 0, 1, 1, 0, 1]])
-    trusted, wrong = C._grid_counts(conf, y, np.array([1.0, 0.7, 0.5, 0.0]))
+    trusted, wrong = ltt.grid_counts(conf, y, np.array([1.0, 0.7, 0.5, 0.0]))
     np.testing.assert_array_equal(trusted, [[1, 3, 5, 6]])
     np.testing.assert_array_equal(wrong, [[0, 1, 2, 2]])
 
@@ -599,7 +600,7 @@ def test_uncertified_empirical_threshold_breaks_the_target(calibration_draws):
     >= 1 - alpha (no test) fails far more often than delta, even when calibrated."""
     c, y = calibration_draws[0.0]
     grid = C._check_grid(None)
-    trusted, wrong = C._grid_counts(c, y.astype(np.int64), grid)
+    trusted, wrong = ltt.grid_counts(c, y.astype(np.int64), grid)
     ok = (trusted > 0) & (wrong <= ALPHA * trusted)
     j = grid.size - 1 - np.argmax(ok[:, ::-1], axis=1)
     t = np.where(ok.any(1), grid[j], np.nan)
@@ -681,7 +682,7 @@ def test_the_hard_check_fails_a_procedure_with_no_correction(hard_draws):
     third of the draws certify a threshold whose precision is below the target."""
     c, y = hard_draws["flat"]
     grid = C._check_grid(None)
-    trusted, wrong = C._grid_counts(c, y.astype(np.int64), grid)
+    trusted, wrong = ltt.grid_counts(c, y.astype(np.int64), grid)
     passed = C.binomial_p_values(trusted, wrong, ALPHA) <= DELTA
     t = np.where(passed.any(1), grid[grid.size - 1 - np.argmax(passed[:, ::-1], axis=1)], np.nan)
     assert np.mean(_hard_precision("flat", t) < 1 - ALPHA) > 2 * TOLERANCE_HARD

@@ -24,7 +24,7 @@ from acute.estimators import ActivationProbe, load_probe
 from acute.estimators.certificates import certificate_entry
 from acute.extraction import generate_and_record
 from acute.metrics.certify import METHODS, Certificate
-from acute.scoring import Scorer
+from acute.scoring import Scorer, parse_gate
 
 GENERATION = {"max_new_tokens": 5, "stop_strings": [], "pool": "decoding", "chat": False}
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "2+2=", "Name a planet.",
@@ -267,9 +267,9 @@ def test_a_server_default_max_error(loaded, setup):
 
     model, tok = loaded
     scorer = Scorer(model, tok, load_probe(setup[0]))
-    with pytest.raises(InputError, match=r"default max_error \(--max-error\)=0.2: this probe carries no"):
-        create_app(scorer, model_name=NAME, default_max_error=0.2)
-    app = create_app(scorer, model_name=NAME, default_max_error=0.1)
+    with pytest.raises(InputError, match=r"^max_error=0.2: this probe carries no"):
+        parse_gate(scorer.probe, max_error=0.2)
+    app = create_app(scorer, model_name=NAME, default_gate=parse_gate(scorer.probe, max_error=0.1))
     with running(app) as url:
         r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]},
                        timeout=TIMEOUT)

@@ -170,18 +170,15 @@ def test_cli_export_with_precheck(collected, tmp_path, capsys):
     assert json.loads((tmp_path / "q" / "probe.json").read_text())["precheck"]["estimator"] == "question-only-cosine"
 
 
-def test_export_precheck_is_the_deprecated_spelling_of_with_precheck(collected, tmp_path, capsys):
-    """``acute export --precheck [ESTIMATOR]`` still fits the question-only probe in this release,
-    saying once on stderr that it is deprecated and naming --with-precheck; given together with
-    --with-precheck it is refused before anything is read; an unknown view is refused by name."""
+def test_export_names_the_question_only_probe_with_with_precheck_only(collected, tmp_path, capsys):
+    """On ``acute export`` the question-only probe is ``--with-precheck [ESTIMATOR]``; ``--precheck``
+    (``acute score``'s threshold) is not an export option, and an unknown view is refused by name,
+    both before anything is read."""
     root, _, _ = collected
     base = ["export", "--store", str(root / "store"), "--view", "pca10", "--n-estimators", "3"]
-    assert main(base + ["--out", str(tmp_path / "p"), "--precheck", "question-only-cosine"]) == 0
-    err = capsys.readouterr().err
-    assert err.count("deprecated") == 1 and "--with-precheck [ESTIMATOR]" in err
-    assert json.loads((tmp_path / "p" / "probe.json").read_text())["precheck"]["estimator"] == "question-only-cosine"
-    assert main(base + ["--out", str(tmp_path / "q"), "--precheck", "--with-precheck"]) == 2
-    assert "give --with-precheck [ESTIMATOR] only" in capsys.readouterr().err and not (tmp_path / "q").exists()
+    with pytest.raises(SystemExit):
+        main(base + ["--out", str(tmp_path / "p"), "--precheck", "question-only-cosine"])
+    assert "unrecognized arguments: --precheck" in capsys.readouterr().err and not (tmp_path / "p").exists()
     with pytest.raises(SystemExit):
         main(base + ["--out", str(tmp_path / "r"), "--with-precheck", "question-only-magic"])
     assert "invalid choice: 'question-only-magic'" in capsys.readouterr().err and not (tmp_path / "r").exists()

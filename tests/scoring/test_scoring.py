@@ -13,7 +13,7 @@ from acute.models import format_prompt, model_fingerprint
 from acute.errors import ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import ScoredGeneration, Scorer
-from acute.scoring.risk import decide
+from acute.scoring.gate import parse_gate, risk_rule
 from acute.tasks import Example, get_task
 from acute.testing import hash_label, make_tiny_model
 
@@ -47,17 +47,17 @@ def scorer(tiny_model, tiny_tokenizer, probe_dir):
 
 
 # ------------------------------------------------------------------ the decision rule
-def test_decide_is_strictly_greater_than_risk():
+def test_the_risk_rule_is_strictly_greater_than_risk():
     conf = np.array([0.0, 0.2, 0.5, 0.5000001, 0.7, 1.0])
-    assert decide(conf, 0.5).tolist() == [False, False, False, True, True, True]
-    assert decide(conf, 0.0).tolist() == [False, True, True, True, True, True]
-    assert decide(conf, 1.0).tolist() == [False] * 6
+    assert risk_rule(0.5).decide(conf).tolist() == [False, False, False, True, True, True]
+    assert risk_rule(0.0).decide(conf).tolist() == [False, True, True, True, True, True]
+    assert parse_gate(None, risk=1.0).decide(conf).tolist() == [False] * 6
 
 
 @pytest.mark.parametrize("risk", [-0.1, 1.5, float("nan"), "high"])
-def test_decide_rejects_bad_risk(risk):
+def test_a_gate_rejects_bad_risk(risk):
     with pytest.raises(ValueError, match="risk"):
-        decide([0.5], risk)
+        parse_gate(None, risk=risk)
 
 
 def test_scored_generation_dict():

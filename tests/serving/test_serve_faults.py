@@ -29,7 +29,7 @@ httpx = pytest.importorskip("httpx")
 
 from acute.errors import InputError, ProbeFormatError  # noqa: E402
 from acute.estimators import load_probe  # noqa: E402
-from acute.scoring import Scorer  # noqa: E402
+from acute.scoring import Gate, Scorer  # noqa: E402
 from acute.serving import ServeSettings, bind_socket, create_app, make_server  # noqa: E402
 from acute.serving.batcher import Batcher  # noqa: E402
 from acute.serving.errors import RequestError  # noqa: E402
@@ -825,6 +825,14 @@ def test_settings_refuse_bad_limits():
                 {"shutdown_timeout_s": -1}, {"allowed_hosts": "localhost"}):
         with pytest.raises(InputError, match=next(iter(bad)).split("_s")[0]):
             ServeSettings(**bad)
+
+
+def test_settings_hold_a_parsed_gate_without_a_precheck():
+    assert ServeSettings().default_gate == Gate()
+    with pytest.raises(InputError, match=r"^default_gate must be an acute.scoring.gate.Gate \(parse_gate"):
+        ServeSettings(default_gate=0.3)
+    with pytest.raises(InputError, match=r"^default_gate has a precheck"):
+        ServeSettings(default_gate=Gate(precheck=0.5))
 
 
 def test_the_faults_benchmark_counts_every_request(gate):

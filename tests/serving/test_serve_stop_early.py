@@ -25,7 +25,7 @@ httpx = pytest.importorskip("httpx")
 from acute.errors import InputError  # noqa: E402
 from acute.estimators import load_probe  # noqa: E402
 from acute.estimators.stop_early import StopEarlyModel  # noqa: E402
-from acute.scoring import Scorer  # noqa: E402
+from acute.scoring import Scorer, parse_gate  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 from acute.store import open_store  # noqa: E402
 
@@ -63,7 +63,8 @@ def scorer(loaded, probe_dir):
 
 @pytest.fixture(scope="module")
 def url(scorer):
-    with running(create_app(scorer, model_name=NAME, max_batch=8, max_wait_ms=20, stop_early=EPS)) as u:
+    with running(create_app(scorer, model_name=NAME, max_batch=8, max_wait_ms=20,
+                            default_gate=parse_gate(scorer.probe, stop_early=EPS))) as u:
         yield u
 
 
@@ -112,7 +113,8 @@ def test_metrics_count_stops_and_the_tokens_generated_before_them(url):
 
 def test_record_to_keeps_a_stopped_answer_with_its_prefix(scorer, tmp_path):
     store = tmp_path / "served"
-    with running(create_app(scorer, model_name=NAME, record_to=store, stop_early=EPS)) as u:
+    with running(create_app(scorer, model_name=NAME, record_to=store,
+                            default_gate=parse_gate(scorer.probe, stop_early=EPS))) as u:
         got = post(u, "/v1/score", {"prompt": QUESTIONS[1], "risk": 0.5}).json()
     [record] = open_store(store).records
     assert record["id"] == got["id"] and record["n_tokens"] == 4 and record["finish_reason"] == "stopped"
@@ -145,7 +147,8 @@ def test_a_client_that_leaves_while_a_stop_is_pending_stops_the_generation(loade
 
     monkeypatch.setattr(Job, "cancel", cancelled)
     store = tmp_path / "served"
-    app = create_app(Scorer(model, tok, probe), model_name=NAME, record_to=store, stop_early=EPS, max_wait_ms=0)
+    app = create_app(Scorer(model, tok, probe), model_name=NAME, record_to=store, max_wait_ms=0,
+                     default_gate=parse_gate(probe, stop_early=EPS))
     with running(app) as u:
         import socket
 
@@ -165,15 +168,19 @@ def test_a_client_that_leaves_while_a_stop_is_pending_stops_the_generation(loade
     assert [r["id"] for r in open_store(store).records] == [again.json()["id"]]  # nothing half-way
 
 
-def test_a_probe_without_a_checkpoint_model_is_refused_at_start(loaded, hash_probes, tmp_path):
-    model, tok = loaded
+def test_a_probe_without_a_checkpoint_model_is_refused_at_start(hash_probes, tmp_path, capsys):
+    """``acute serve --stop-early`` refuses it before the model loads; so does ``parse_gate``, which
+    makes the server's gate in Python."""
+    from acute.cli import main
+
     answer, _, meta = hash_probes
     plain = answer.save(tmp_path / "plain", training_summary={"generation": GENERATION, "task": None}, **meta)
-    with pytest.raises(InputError, match=r"stop_early \(--stop-early\): this probe has no checkpoint model.*"
-                                         r"--with-stop-early"):
-        create_app(Scorer(model, tok, load_probe(plain)), model_name=NAME, stop_early=EPS)
-    with pytest.raises(InputError, match=r"stop_early \(--stop-early\) must be a number in \(0, 1\)"):
-        create_app(Scorer(model, tok, load_probe(plain)), model_name=NAME, stop_early=1.0)
+    assert main(["serve", "--probe", str(plain), "--model", "/nowhere", "--stop-early", str(EPS)]) == 2
+    assert "--stop-early: this probe has no checkpoint model" in capsys.readouterr().err
+    with pytest.raises(InputError, match=r"^stop_early: this probe has no checkpoint model.*--with-stop-early"):
+        parse_gate(load_probe(plain), stop_early=EPS)
+    with pytest.raises(InputError, match=r"^stop_early must be a number in \(0, 1\)"):
+        parse_gate(load_probe(plain), stop_early=1.0)
 
 
 def test_acute_serve_refuses_stop_early_with_vllm_in_one_line(capsys):
