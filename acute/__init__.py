@@ -1,9 +1,9 @@
 """acute: can this language-model answer be trusted?
 
 Public entry points are imported lazily so that ``import acute`` stays fast:
-``load_model``, ``format_prompt``, ``model_fingerprint``, ``model_identity``, ``weights_digest``
-(models), ``generate_and_record``, ``HiddenStateRecorder`` (extraction), ``open_store``,
-``verify_store``, ``StoreWriter`` (store), ``get_task`` (tasks), ``ActivationProbe``, ``load_probe``
+``load_model``, ``format_prompt``, ``model_fingerprint``, ``weights_digest`` (models),
+``generate_and_record``, ``HiddenStateRecorder`` (extraction), ``open_store``, ``verify_store``,
+``StoreWriter``, ``ModelIdentity`` (store), ``get_task`` (tasks), ``ActivationProbe``, ``load_probe``
 (estimators), ``Scorer`` (scoring), and the packages ``metrics`` and ``protocol``. These
 shortcuts are the only names with two public homes (``acute.open_store`` is
 ``acute.store.open_store``); docs/api.md lists every package's public names.
@@ -19,13 +19,13 @@ _LAZY = {
     "load_model": "models",
     "format_prompt": "models",
     "model_fingerprint": "models",
-    "model_identity": "models",
     "weights_digest": "models",
     "verify_store": "store",
     "generate_and_record": "extraction",
     "HiddenStateRecorder": "extraction",
     "open_store": "store",
     "StoreWriter": "store",
+    "ModelIdentity": "store",
     "get_task": "tasks",
     "ActivationProbe": "estimators",
     "load_probe": "estimators",

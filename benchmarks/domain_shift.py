@@ -78,7 +78,7 @@ def collect_stores(out: Path, n_train: int, n_test: int, n_recert: int, batch_si
             if DTYPES[name] != dtype:
                 continue
             start = time.perf_counter()
-            summary = collect(model, tok, task, examples[part], out / name, model_name=MODEL,
+            summary = collect(model, tok, task, examples[part], out / name,
                               batch_size=batch_size, progress=False)
             print(f"{name}: {summary.records} records, accuracy {summary.accuracy:.3f}, "
                   f"{time.perf_counter() - start:.0f} s", flush=True)
@@ -97,7 +97,7 @@ def collect_vllm_store(out: Path, n_train: int, n_test: int, batch_size: int) ->
     examples = [examples[i] for i in np.random.default_rng(0).permutation(len(examples))]
     model, tok = load_model(MODEL, dtype="float32")
     start = time.perf_counter()
-    summary = collect(model, tok, task, examples[n_train:n_train + n_test], out / "vllm-test", model_name=MODEL,
+    summary = collect(model, tok, task, examples[n_train:n_train + n_test], out / "vllm-test",
                       batch_size=batch_size, progress=False, engine="vllm")
     print(f"vllm-test: {summary.records} records, accuracy {summary.accuracy:.3f}, "
           f"{time.perf_counter() - start:.0f} s", flush=True)

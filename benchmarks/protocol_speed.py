@@ -85,12 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     timer = PassTimer(["_elicit", "analyze_records"])
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        collect(model, tokenizer, task, examples, Path(tmp) / "collect", model_name=args.model,
+        collect(model, tokenizer, task, examples, Path(tmp) / "collect",
                 batch_size=args.batch_size, progress=False)
         t_collect = time.perf_counter() - start
         start = time.perf_counter()
         result = runner.run_protocol(model, tokenizer, task, examples, Path(tmp) / "protocol",
-                                     model_name=args.model, batch_size=args.batch_size,
+                                     batch_size=args.batch_size,
                                      n_bootstrap=args.n_bootstrap, progress=False)
         t_protocol = time.perf_counter() - start
     n = len(examples)

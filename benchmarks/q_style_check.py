@@ -97,7 +97,7 @@ def collect_store(path: Path, n: int, batch_size: int) -> None:
     examples = [examples[i] for i in np.random.default_rng(0).permutation(len(examples))[:n]]
     model, tok = load_model(MODEL)
     start = time.perf_counter()
-    summary = collect(model, tok, task, examples, path, model_name=MODEL, batch_size=batch_size, progress=True)
+    summary = collect(model, tok, task, examples, path, batch_size=batch_size, progress=True)
     print(f"{summary.records} records, accuracy {summary.accuracy:.3f}, {time.perf_counter() - start:.0f} s; "
           f"store {path}", flush=True)
 

@@ -48,6 +48,7 @@ class _TimedProbe:
 def _fit_synthetic_probe(model, tok, task, examples, trees: int):
     from acute.extraction import generate_and_record
     from acute.models import model_fingerprint
+    from acute.store import ModelIdentity
     from acute.estimators import ActivationProbe
 
     prompts = [task.prompt(tok, ex) for ex in examples]
@@ -57,7 +58,7 @@ def _fit_synthetic_probe(model, tok, task, examples, trees: int):
     raw = np.array([g.raw_confidence for g in gens])
     y = np.array([hashlib.sha256(ex.id.encode()).digest()[0] % 2 for ex in examples])
     probe = ActivationProbe(view="pca10", n_estimators=trees).fit(Inputs.of(X, raw), y)
-    return probe.export(model_name="benchmark", model_fingerprint=model_fingerprint(model))
+    return probe.export(ModelIdentity(model="benchmark", model_fingerprint=model_fingerprint(model)))
 
 
 def main(argv=None) -> int:

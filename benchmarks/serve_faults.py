@@ -64,6 +64,8 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "serve_faults.md"
 def build_model(folder: Path, max_new_tokens: int, hidden: int, layers: int) -> tuple[Path, Path]:
     """A tiny random Llama (``hidden`` x ``layers``, 1024 positions) and a probe fitted on its
     activations for 40 prompts (hash labels), trained with ``max_new_tokens``."""
+    from dataclasses import replace
+
     import numpy as np
 
     import acute
@@ -81,7 +83,7 @@ def build_model(folder: Path, max_new_tokens: int, hidden: int, layers: int) -> 
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
     probe = ActivationProbe(view="cosine", n_estimators=10).fit(Inputs.of(X, raw), y)
     generation = {"max_new_tokens": max_new_tokens, "stop_strings": [], "pool": "decoding", "chat": False}
-    probe.save(folder / "probe", model_name="tiny", model_fingerprint=acute.model_identity(model),
+    probe.save(folder / "probe", identity=replace(acute.ModelIdentity.from_model(model), model="tiny"),
                training_summary={"generation": generation, "task": None})
     return model_dir, folder / "probe"
 

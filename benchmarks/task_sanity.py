@@ -52,7 +52,7 @@ def main() -> None:
         task = get_task(name)
         data = None if rel is None else str(Path(args.data_root) / rel)
         examples = task.load(data, split=split, limit=n_rows)
-        s = collect(model, tok, task, examples, out / name, model_name=args.model,
+        s = collect(model, tok, task, examples, out / name,
                     batch_size=args.batch_size)
         store = open_store(out / name)
         rows.append((name, s.records, s.accuracy, s.seconds_per_record, int(store.correct.sum()),

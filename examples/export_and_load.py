@@ -38,14 +38,13 @@ store_dir = Path(args.store) if args.store else out / "store"
 if not args.store:
     model, tokenizer = acute.load_model(args.model)
     task = get_task("default")
-    collect(model, tokenizer, task, task.load(limit=args.limit), store_dir, model_name=args.model)
+    collect(model, tokenizer, task, task.load(limit=args.limit), store_dir)
 store = acute.open_store(store_dir)
 X = np.asarray(store.layer_means, dtype=np.float32)
 
 probe = ActivationProbe(view="pca10", n_estimators=args.trees)
 probe.fit(Inputs.of(X, store.raw_confidence), store.correct)
-probe.save(out / "probe", model_name=store.manifest["model"],
-           model_fingerprint=store.manifest["model_fingerprint"])
+probe.save(out / "probe", acute.ModelIdentity.from_manifest(store.manifest))  # the store's model
 here = probe.predict_proba(Inputs.of(X, store.raw_confidence))[:, 1]
 
 # A fresh interpreter that knows nothing of the fitted object: load the files and score.

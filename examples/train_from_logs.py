@@ -69,7 +69,7 @@ def write_demo_log(path: Path, limit: int) -> Path:
 logs = Path(args.logs) if args.logs else write_demo_log(out / "demo-logs.jsonl", args.limit)
 
 # 1. record the logged responses (resumable: rerunning skips the rows already in the store)
-summary = collect_responses(model, tokenizer, logs, out / "store", model_name=args.model)
+summary = collect_responses(model, tokenizer, logs, out / "store")
 print("\n".join(summary.lines()))
 store = acute.open_store(out / "store")
 
@@ -82,7 +82,7 @@ print(result.to_markdown())
 # 3. fit the default probe on every record and save it with the store's settings
 auto = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
 auto.fit(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence), store.correct)
-auto.estimator_.save(out / "probe", model_name=args.model, model_fingerprint=acute.model_identity(model),
+auto.estimator_.save(out / "probe", acute.ModelIdentity.from_model(model),
                      training_summary=collection_settings(store.manifest),  # how the prompts were sent
                      selection=auto.selection())
 print(f"{DEFAULT_ESTIMATOR} trained on {len(store)} logged responses saved to {out / 'probe'}")

@@ -52,8 +52,7 @@ probe_dir = Path(args.probe_out) if args.probe_out else out / "probe"
 # 1. collect
 model, tokenizer = acute.load_model(args.model)
 task = get_task("default")
-summary = collect(model, tokenizer, task, task.load(limit=args.limit), store_dir,
-                  model_name=args.model)
+summary = collect(model, tokenizer, task, task.load(limit=args.limit), store_dir)
 print("\n".join(summary.lines()))
 store = acute.open_store(store_dir)  # layer_means [n, L+1, d], correct, raw_confidence
 
@@ -65,11 +64,11 @@ result = evaluate_store(store, out_dir=out / "evaluation", n_bootstrap=200, esti
 print(result.to_markdown())
 
 # 3. fit the default probe on every record (with the cross-validated comparison of the candidate
-#    probes and the baselines recorded beside it) and save it, with the model's fingerprint and
+#    probes and the baselines recorded beside it) and save it, with the model's identity and
 #    the collection settings
 auto = AutoEstimator(refit=DEFAULT_ESTIMATOR, probe_params={"n_estimators": args.trees})
 auto.fit(Inputs.of(np.asarray(store.layer_means, dtype=np.float32), store.raw_confidence), store.correct)
-auto.estimator_.save(probe_dir, model_name=args.model, model_fingerprint=acute.model_fingerprint(model),
+auto.estimator_.save(probe_dir, acute.ModelIdentity.from_model(model),
                      training_summary=collection_settings(store.manifest),  # how to prompt live
                      metrics={"cross_validated": {r["estimator"]: r for r in result.rows},
                               "split": result.split},

@@ -12,7 +12,8 @@ from ..errors import InputError
 from ..extraction.batching import BATCH_SIZE
 from ..store.format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
 from ..store.sampling import SamplingSettings, parse_sampling
-from .common import DEFAULT_MODEL, chat_flag, default_store_dir, load_task, model_name, task_options
+from ..models.cards import DEFAULT_MODEL
+from .common import chat_flag, default_store_dir, load_task, task_options
 from ..console import load_options_from_args
 
 __all__ = ['add_collect', 'add_listings', 'add_rerecord', 'cmd_collect', 'cmd_models', 'cmd_rerecord', 'cmd_tasks', 'cmd_verify']
@@ -67,8 +68,7 @@ def _collect_responses(args) -> int:
     task = get_task(args.task, **task_options(args.task_option)) if args.task else None
     out = Path(args.out) if args.out else default_store_dir(args.model, Path(args.responses).stem)
     model, tok = load_model(args.model, **load_options_from_args(args))
-    summary = collect_responses(model, tok, args.responses, out, model_name=model_name(args.model),
-                                task=task, batch_size=args.batch_size, dtype=args.dtype,
+    summary = collect_responses(model, tok, args.responses, out, task=task, batch_size=args.batch_size, dtype=args.dtype,
                                 pool=args.pool, chat=chat_flag(args),
                                 on_bad_response="error" if args.fail_on_too_long else "skip",
                                 shard_size=args.shard_size, progress=not args.quiet,
@@ -109,8 +109,7 @@ def cmd_collect(args) -> int:
                                 **task_options(args.task_option))
     out = Path(args.out) if args.out else default_store_dir(args.model, task.name)
     model, tok = load_model(args.model, **load_options_from_args(args, device=device))
-    summary = collect(model, tok, task, examples, out, model_name=model_name(args.model),
-                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
+    summary = collect(model, tok, task, examples, out, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                       dtype=args.dtype, pool=args.pool,
                       on_too_long="error" if args.fail_on_too_long else "skip",
                       chat=chat_flag(args), shard_size=args.shard_size,
@@ -183,10 +182,10 @@ def cmd_rerecord(args) -> int:
     from ..store import open_store
 
     manifest = open_store(args.store, verify=False).manifest
-    model_name = args.model or manifest.get("model")
-    if not model_name:
+    source = args.model or manifest.get("model")
+    if not source:
         raise InputError(f"{args.store} does not name its model; pass --model")
-    model, tok = load_model(model_name, **load_options_from_args(args))
+    model, tok = load_model(source, **load_options_from_args(args))
     summary = rerecord_store(model, tok, args.store, args.out, pool=args.pool,
                              batch_size=args.batch_size, dtype=args.dtype,
                              shard_size=args.shard_size, progress=not args.quiet,

@@ -10,14 +10,10 @@ from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["DEFAULT_MODEL", "DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir",
-           "default_store_dir", "estimator_list", "level_arg", "load_task", "model_name", "open_labelled_store",
-           "task_options"]
+__all__ = ["DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir", "default_store_dir",
+           "estimator_list", "level_arg", "load_task", "open_labelled_store", "task_options"]
 
 logger = logging.getLogger(__name__)
-
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
 DEFAULT_RUNS = Path("runs")
@@ -74,13 +70,6 @@ def load_task(name: str, data: str | None, split: str | None, limit: int | None,
 def default_store_dir(model: str, task_name: str) -> Path:
     """``runs/<model>-<task>`` with path-like names reduced to their file stem."""
     return DEFAULT_RUNS / f"{Path(model).stem}-{Path(task_name).stem}"
-
-
-def model_name(model: str) -> str:
-    """How a model is recorded in stores and probes: an existing path made absolute (so a probe
-    finds its model from any directory), else the card name or hub id as given."""
-    path = Path(model).expanduser()
-    return str(path.resolve()) if path.exists() else model
 
 
 def chat_flag(args):
@@ -141,6 +130,6 @@ def estimator_list(text: str | None) -> list[str] | None:
 
 
 def default_probe_dir() -> Path:
-    from ..models import get_card
+    from ..models import DEFAULT_MODEL, get_card
 
     return get_card(DEFAULT_MODEL).path.parent / "probe"

@@ -15,6 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..models.cards import DEFAULT_MODEL
+
 __all__ = ["DEMO_CONTROLS", "DEMO_ESTIMATORS", "DEMO_GOLD", "DEMO_QUESTIONS", "DEMO_RISK", "demo_rows",
            "grade_live", "live_table", "run_demo"]
 
@@ -118,7 +120,7 @@ def live_table(scored: Sequence[Any], right: Sequence[bool | None], risk: float)
     return lines
 
 
-def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smollm2-135m-instruct",
+def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = DEFAULT_MODEL,
              n_bootstrap: int = 200, questions=DEMO_QUESTIONS, risk: float = DEMO_RISK,
              load_options: dict | None = None, n_estimators: int | None = None,
              timings: dict[str, float] | None = None) -> dict:
@@ -172,7 +174,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = "smoll
         examples = [examples[i] for i in sorted(keep)]
     lap("load")
     _say(f"[2/5] answering {len(examples)} built-in questions while recording every layer")
-    summary = collect(model, tok, task, examples, out / "store", model_name=model_name)
+    summary = collect(model, tok, task, examples, out / "store")
     print("\n".join(summary.lines()))
     lap("collect")
 

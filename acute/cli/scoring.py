@@ -16,7 +16,8 @@ from ..metrics.certify import check_max_error
 from ..scoring.precheck import check_precheck
 from ..scoring.stop_early import check_stop_early
 from ..scoring.risk import DEFAULT_RISK, check_risk
-from .common import DEFAULT_MODEL, default_probe_dir, level_arg
+from ..models.cards import DEFAULT_MODEL
+from .common import default_probe_dir, level_arg
 from ..console import load_options_from_args
 
 __all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 'cmd_vllm_args']
@@ -150,8 +151,7 @@ def cmd_score(args) -> int:
             line = next(i for i, r in zip(ids, responses) if r is not None)
             raise InputError(f"{option} {_ACTS[option]}, and {args.jsonl} row {line!r} gives a "
                              f"'response' to score as given; leave out {option} or the responses")
-    model_name = args.model or probe.model_name or DEFAULT_MODEL
-    model, tok = load_model(model_name, **load_options_from_args(args))
+    model, tok = load_model(_model_source(args, probe), **load_options_from_args(args))
     scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
                     batch_size=args.batch_size, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
@@ -162,6 +162,11 @@ def cmd_score(args) -> int:
         return 0
     _print_scored(scored[0], gate.rule)
     return 0
+
+
+def _model_source(args, probe) -> str:
+    """The model a probe scores with: ``--model``, else the one the probe names, else the default."""
+    return args.model or probe.model_name or DEFAULT_MODEL
 
 
 def cmd_serve(args) -> int:
@@ -183,8 +188,8 @@ def cmd_serve(args) -> int:
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()
     probe = load_probe(probe_dir)
-    model_name = args.model or probe.model_name or DEFAULT_MODEL
-    served = Path(model_name).name if Path(model_name).exists() else model_name
+    source = _model_source(args, probe)
+    served = Path(source).name if Path(source).exists() else source  # the id clients see, not a path
     # the levels were checked by argparse (level_arg); the server's gate is resolved once, before the
     # model loads (a certificate or checkpoint model the probe lacks fails here)
     gate = resolve_gate(probe, args.risk, args.max_error, stop_early=args.stop_early, name=_OPTIONS.get)
@@ -197,7 +202,7 @@ def cmd_serve(args) -> int:
         drift_window=args.drift_window, drift_threshold=args.drift_threshold, record_to=args.record_to,
         record_shard_size=args.record_shard_size, record_flush_s=args.record_flush,
         concurrent_batches=args.concurrent_batches or (_ENGINE_BATCHES if vllm else 1))
-    model, tok = load_model(model_name, **_gate_load_options(args, vllm))
+    model, tok = load_model(source, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
         try:  # with the engine: the setting the probe is checked against names it

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..metrics import DEFAULT_N_BOOTSTRAP
-from .common import DEFAULT_MODEL, DEFAULT_RUNS, add_store_arguments, load_task, model_name, task_options
+from ..models.cards import DEFAULT_MODEL
+from .common import DEFAULT_RUNS, add_store_arguments, load_task, task_options
 from ..console import load_options_from_args
 
 __all__ = ['add_demo', 'add_protocol', 'add_protocol_report', 'cmd_demo', 'cmd_protocol', 'cmd_protocol_report']
@@ -38,7 +39,7 @@ def cmd_protocol(args) -> int:
     model, tok = load_model(args.model, **load_options_from_args(args))
     result = run_protocol(model, tok, task, examples, out, store=args.store, batch_size=args.batch_size,
                           n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
-                          model_name=model_name(args.model), shard_size=args.shard_size,
+                          shard_size=args.shard_size,
                           progress=not args.quiet)
     print(f"protocol study written to {result.json_path} and {result.md_path}; answers in the store "
           f"{result.store_dir}, per-record results in {out / 'records'}")

@@ -24,7 +24,7 @@ __all__ = ["collect"]
 
 # Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
 # work itself is generate_and_record and StoreWriter.
-def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name: str,
+def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
             batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = DEFAULT_STORE_DTYPE,
             pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
             shard_size: int = 256, progress: bool = True, state=None,
@@ -36,7 +36,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     template when ``chat`` is None and the tokenizer has one), generated greedily with the
     hidden-state recorder (``max_new_tokens`` and stop strings default to the task's), labelled
     with ``task.label_details`` and written to the store ``out_dir`` in shards of
-    ``shard_size`` records (``dtype`` is the storage dtype of ``layer_means``).
+    ``shard_size`` records (``dtype`` is the storage dtype of ``layer_means``). The manifest
+    records the model's identity (:meth:`acute.store.identity.ModelIdentity.from_model`), its
+    name the one :func:`acute.models.load_model` gave it (:func:`acute.models.name_model`).
 
     Resumes an existing store in ``out_dir``: committed records are skipped, so an interrupted
     collection loses or duplicates nothing (records not yet committed to a shard are generated
@@ -87,8 +89,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *, model_name
     shard_size = check_count(shard_size, "shard_size")
     task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
     stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
-    manifest = build_manifest(model, tokenizer, task, model_name=model_name,
-                              max_new_tokens=max_new_tokens, stop_strings=stop_strings,
+    manifest = build_manifest(model, tokenizer, task, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
                               pool=pool, chat=chat)
     manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
     if samples is not None:

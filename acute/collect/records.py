@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .. import __version__
-from ..store.identity import DEFAULT_ENGINE, model_record, of_store
+from ..store.identity import DEFAULT_ENGINE, ModelIdentity
 
-__all__ = ["CollectSummary", "build_manifest", "collection_settings", "example_record", "store_identity"]
+__all__ = ["CollectSummary", "build_manifest", "collection_settings", "example_record"]
 
 
 @dataclass
@@ -49,13 +49,13 @@ class CollectSummary:
             ("skipped (empty)", self.skipped_empty), ("re-tokenized", self.retokenized)) if value]
 
 
-def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: int | None,
+def build_manifest(model, tokenizer, task, *, max_new_tokens: int | None,
                    stop_strings: Sequence[str], pool: str, chat: bool | None,
                    engine: str = DEFAULT_ENGINE, engine_version: str | None = None) -> dict:
-    """The store manifest: model (fingerprint and weights digest), tokenizer, the engine that ran
-    the model and its version (default for transformers: :func:`acute.engines.transformers_version`),
-    the model's dtype and quantisation (:func:`acute.models.model_setting`; with the engine, the
-    pooling and the prompt format the validity domain of a probe trained on the store,
+    """The store manifest: the model's identity (:meth:`ModelIdentity.from_model`: its name,
+    fingerprint and weights digest, dtype and quantisation, the tokenizer, the engine that ran it
+    and its version, default for transformers :func:`acute.engines.transformers_version`; with
+    the pooling and the prompt format the validity domain of a probe trained on the store,
     :mod:`acute.store.identity`), task and generation settings, acute version.
 
     ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
@@ -64,22 +64,13 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
     ``label`` field, and ``max_new_tokens`` None for responses that were not generated here.
     """
     from ..engines import transformers_version
-    from ..models import model_fingerprint, model_setting, weights_digest
     from ..tasks.base import use_chat
 
-    fp = model_fingerprint(model)
     if engine_version is None and engine == "transformers":
         engine_version = transformers_version()
+    identity = ModelIdentity.from_model(model, tokenizer, engine=engine, engine_version=engine_version)
     return {
-        "model": str(model_name),
-        "model_fingerprint": fp,
-        "model_weights": weights_digest(model),
-        **model_setting(model),
-        "tokenizer": getattr(tokenizer, "name_or_path", None),
-        "engine": engine,
-        "engine_version": engine_version,
-        "num_layers": fp["num_layers"],
-        "hidden_size": fp["hidden_size"],
+        **identity.to_json(),
         "task": None if task is None else task.name,
         "task_settings": None if task is None else task.settings(),
         "generation": {
@@ -93,21 +84,14 @@ def build_manifest(model, tokenizer, task, *, model_name: str, max_new_tokens: i
     }
 
 
-def store_identity(manifest: dict) -> dict | None:
-    """The model identity a probe trained on a store records: the manifest's fingerprint plus its
-    weights digest (``weights_sha256``, ``gguf_sha256``) when the store has one
-    (:func:`acute.store.identity.model_record` of the store's identity)."""
-    return model_record(of_store(manifest))
-
-
 def collection_settings(manifest: dict) -> dict:
     """``{"task", "task_settings", "generation", "engine"}`` (and ``"responses"`` for a store of
     given responses) of a store manifest: what a probe trained on the store should carry in its
     ``training_summary`` so that :class:`acute.scoring.scorer.Scorer` generates live answers, or
     formats the prompts of given responses, the same way (prompt, max new tokens, stop strings,
-    pooling), and its identity (:func:`acute.store.identity.of_probe`) names the engine."""
+    pooling), and its identity (:meth:`acute.store.identity.ModelIdentity.from_probe`) names the engine."""
     keys = ("task", "task_settings", "generation") + (("responses",) if "responses" in manifest else ())
-    return {**{key: manifest.get(key) for key in keys}, "engine": of_store(manifest)["engine"]}
+    return {**{key: manifest.get(key) for key in keys}, "engine": ModelIdentity.from_manifest(manifest).engine}
 
 
 def example_record(task, ex, prompt: str, generation) -> dict:

@@ -15,7 +15,7 @@ from ..extraction.batching import BATCH_SIZE
 from ..fileio import progress_bar
 from ..store import POOLINGS, StoreWriter, open_store
 from ..store.format import DEFAULT_STORE_DTYPE
-from ..store.identity import diff, of_model, of_store
+from ..store.identity import ModelIdentity
 from ..validation import check_count
 from .loop import _fill, _summarize
 from .records import CollectSummary
@@ -30,23 +30,23 @@ _STORE_OWN_FIELDS = ("format", "format_version", "dtype", "created", "updated", 
                      "status", "num_records", "num_shards", "summary", "model_weights_also")
 
 
-def _check_same_model(manifest: dict, model, store_dir: Path, allow_other_weights: bool) -> dict:
-    """The model's fingerprint and weights digest, after checking them against ``manifest``'s
-    (:class:`ModelMismatchError` naming both)."""
-    from ..models import model_fingerprint, model_identity, weights_digest
+def _check_same_model(manifest: dict, model, store_dir: Path, allow_other_weights: bool) -> ModelIdentity:
+    """The model's identity (:meth:`ModelIdentity.from_model`), after checking its fingerprint
+    and weights against ``manifest``'s (:class:`ModelMismatchError` naming both)."""
+    from ..engines import transformers_version
 
-    fp, weights = model_fingerprint(model), weights_digest(model)
-    stored = of_store(manifest)
+    stored = ModelIdentity.from_manifest(manifest)
+    here = ModelIdentity.from_model(model, engine_version=transformers_version())
     # a store without a fingerprint is checked on the weights only, as before it recorded one
-    fields = ("model_fingerprint", "model_weights") if stored["model_fingerprint"] else ("model_weights",)
-    found = diff(stored, of_model(model_identity(model)), (str(store_dir), "this model"),
-                 fields=fields, optional=("model_weights",), allow_other_weights=allow_other_weights)
+    fields = ("model_fingerprint", "model_weights") if stored.model_fingerprint else ("model_weights",)
+    found = stored.diff(here, (str(store_dir), "this model"), fields=fields, optional=("model_weights",),
+                        allow_other_weights=allow_other_weights)
     if found:
         hint = (", or allow_other_weights=True (--allow-other-weights)"
                 if "model_weights" in found and "model_fingerprint" not in found else "")
         raise ModelMismatchError(f"{store_dir} was collected with another model: {found}; load the "
                                  f"store's model ({manifest.get('model')!r}){hint}")
-    return {"model_fingerprint": fp, "model_weights": weights}
+    return here
 
 
 def _rerecord_input(record: dict, stop_strings: Sequence[str]) -> tuple[Any, bool]:
@@ -92,9 +92,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     store's (fingerprint, and weights unless ``allow_other_weights``): else
     :class:`ModelMismatchError` naming both. Resumable like :func:`collect`.
     """
-    from ..engines import transformers_version
     from ..extraction import record_responses
-    from ..models import model_setting
 
     store_dir, out_dir = Path(store_dir), Path(out_dir)
     batch_size = check_count(batch_size, "batch_size")
@@ -109,9 +107,10 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     if pool not in ("decoding", "generated"):
         raise InputError(f"pool must be 'decoding' or 'generated', got {pool!r}")
     manifest = {k: v for k, v in old.items() if k not in _STORE_OWN_FIELDS}
-    manifest.update(_check_same_model(old, model, store_dir, allow_other_weights))
+    here = _check_same_model(old, model, store_dir, allow_other_weights)
     # the states are this model's under transformers now, whatever ran the source
-    manifest.update(engine="transformers", engine_version=transformers_version(), **model_setting(model))
+    manifest.update({key: getattr(here, key) for key in ("model_fingerprint", "model_weights", "engine",
+                                                           "engine_version", "model_dtype", "quantization")})
     manifest["generation"] = {**generation, "pool": pool}
     manifest["rerecorded_from"] = {"store": str(store_dir.resolve()), "pool": old_pool}
     manifest["poolings"] = list(POOLINGS)  # re-recording adds what an older store lacks

@@ -191,7 +191,7 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
 
 # Long because of its docstring; reading, checking and labelling are the helpers above and the
 # commit loop is _fill, shared with collect.
-def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *, model_name: str,
+def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *,
                       task=None, batch_size: int = BATCH_SIZE, dtype: str = DEFAULT_STORE_DTYPE, pool: str = "decoding",
                       chat: bool | None = None, on_bad_response: str = "skip", shard_size: int = 256,
                       progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
@@ -227,7 +227,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
     if bad and on_bad_response == "error":
         raise InputError(next(iter(bad.values()))[1])
     labels = [_row_label(task, row, f"{path}:{row.line}") for row in rows]
-    manifest = build_manifest(model, tokenizer, task, model_name=model_name, max_new_tokens=None,
+    manifest = build_manifest(model, tokenizer, task, max_new_tokens=None,
                               stop_strings=(), pool=pool, chat=chat)
     manifest["generation"]["teacher_forced"] = True
     manifest["responses"] = {"file": str(path.resolve()),

@@ -69,7 +69,7 @@ import numpy as np
 from ..fileio import default_mode, json_ready
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
 from ..metrics.drift import check_reference
-from ..store.identity import FINGERPRINT_FIELDS, diff, of_model, of_probe
+from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from .certificates import check_certificates
 from .inputs import CONFIDENCE, check_inputs, states_source
@@ -218,21 +218,31 @@ def _view_features(kind: str, states: np.ndarray, arrays: dict[str, np.ndarray],
     return pca_project(states, arrays["pca.means"], arrays["pca.components"])
 
 
-def check_fingerprint(fp: Any, n_layer_outputs: int, hidden_size: int) -> dict | None:
-    """Validate a model fingerprint dict against the probe's input shape (``num_layers + 1``
-    layer outputs of width ``hidden_size``), compared where the fingerprint gives them
-    (:func:`acute.store.identity.diff`); the fingerprint as JSON, or None for None."""
-    if fp is None:
-        return None
-    if not isinstance(fp, dict):
-        raise InputError(f"model_fingerprint must be a dict; got {type(fp).__name__}")
-    shape = {"num_layers": int(n_layer_outputs) - 1, "hidden_size": int(hidden_size)}
-    found = diff(shape, of_model(fp), ("the probe's input", "model_fingerprint"),
-                 fields=("num_layers", "hidden_size"), optional=("num_layers", "hidden_size"))
+def model_block(identity: ModelIdentity | None, n_layer_outputs: int, hidden_size: int) -> dict:
+    """``probe.json``'s ``model`` block for ``identity`` (:meth:`ModelIdentity.to_probe_json`;
+    ``{"name": None, "fingerprint": None}`` for None), after checking that its fingerprint fits
+    the probe's input shape (``num_layers + 1`` layer outputs of width ``hidden_size``) where it
+    gives them (:class:`ModelMismatchError` naming both)."""
+    if identity is None:
+        return {"name": None, "fingerprint": None}
+    if not isinstance(identity, ModelIdentity):
+        raise InputError(f"identity must be an acute.store.identity.ModelIdentity (ModelIdentity.from_model(model)), "
+                         f"got {type(identity).__name__}")
+    block = identity.to_probe_json()
+    _check_shape(block["fingerprint"] or {}, n_layer_outputs, hidden_size, "model_fingerprint")
+    return json_ready(block, where="model")
+
+
+def _check_shape(fp: dict, n_layer_outputs: int, hidden_size: int, name: str) -> None:
+    """:class:`ModelMismatchError` unless the flat fingerprint ``fp`` (named ``name``) gives the
+    shape of ``n_layer_outputs`` layer outputs of width ``hidden_size`` where it gives one."""
+    shape = ModelIdentity(num_layers=int(n_layer_outputs) - 1, hidden_size=int(hidden_size))
+    found = shape.diff(ModelIdentity(num_layers=fp.get("num_layers"), hidden_size=fp.get("hidden_size")),
+                       ("the probe's input", name), fields=("num_layers", "hidden_size"),
+                       optional=("num_layers", "hidden_size"))
     if found:
-        raise ModelMismatchError(f"model_fingerprint does not fit the states the probe was fitted on "
+        raise ModelMismatchError(f"{name} does not fit the states the probe was fitted on "
                                  f"({n_layer_outputs} layer outputs = num_layers + 1, width {hidden_size}): {found}")
-    return json_ready(fp, where="model_fingerprint")
 
 # -------------------------------------------------------------------------- exported
 
@@ -345,33 +355,31 @@ class ExportedProbe:
         """1 where P(correct) > 0.5, else 0."""
         return (self.predict_proba(X)[:, 1] > 0.5).astype(np.int64)
 
-    def check_model(self, fingerprint: dict, allow_other_weights: bool = False,
-                    setting: dict | None = None) -> None:
-        """Raise :class:`ModelMismatchError` unless ``fingerprint`` matches the training model.
+    def check_model(self, identity: ModelIdentity, allow_other_weights: bool = False) -> None:
+        """Raise :class:`ModelMismatchError` unless ``identity`` (the model's:
+        :meth:`ModelIdentity.from_model`) is the training model's.
 
-        The probe's identity and the model's (:func:`acute.store.identity.of_probe`,
-        :func:`~acute.store.identity.of_model`) compared by :func:`acute.store.identity.diff`:
-        ``architecture``, ``num_layers`` and ``hidden_size`` as the probe recorded them (the
-        model's fingerprint must have them), ``model_type`` and ``vocab_size`` when both
-        fingerprints have them, and the weights (``weights_sha256`` of
-        :func:`acute.models.model_identity`) when both record them, unless
-        ``allow_other_weights``; when the model runs in another dtype than the probe's domain
-        (``setting``: :func:`acute.models.model_setting`), by their bfloat16 digest. The engine
-        and the dtype are the probe's validity domain, not the model (:attr:`domain`). A probe
-        saved without a fingerprint is checked against its input shape (``num_layers + 1``
-        layer outputs, ``hidden_size``) only.
+        The probe's identity (:meth:`ModelIdentity.from_probe`) and the model's are compared by
+        :meth:`ModelIdentity.diff`: ``architecture``, ``num_layers`` and ``hidden_size`` as the
+        probe recorded them (the model's fingerprint must have them), ``model_type`` and
+        ``vocab_size`` when both fingerprints have them, and the weights when both record them,
+        unless ``allow_other_weights``; when the model runs in another dtype (``model_dtype``)
+        than the probe's domain, by their bfloat16 digest. The engine and the dtype are the
+        probe's validity domain, not the model (:attr:`domain`). A probe saved without a
+        fingerprint is checked against its input shape (``num_layers + 1`` layer outputs,
+        ``hidden_size``) only.
         """
-        if not isinstance(fingerprint, dict):
-            raise InputError(f"fingerprint must be a dict; got {type(fingerprint).__name__}")
+        if not isinstance(identity, ModelIdentity):
+            raise InputError(f"identity must be an acute.store.identity.ModelIdentity, got {type(identity).__name__}")
         if self.model_fingerprint is None:
-            check_fingerprint(fingerprint, self.n_layer_outputs, self.hidden_size)
+            _check_shape(identity.model_fingerprint or {}, self.n_layer_outputs, self.hidden_size, "the model")
             return
         # what the probe recorded decides; vocab_size and model_type only where both know them
         unrecorded = [f"model_fingerprint.{key}" for key in FINGERPRINT_FIELDS
                       if key not in FINGERPRINT_KEYS or self.model_fingerprint.get(key) is None]
-        found = diff(of_probe(self), of_model(fingerprint, setting=setting), ("probe", "model"),
-                     fields=("model_fingerprint", "model_weights"), optional=unrecorded + ["model_weights"],
-                     allow_other_weights=allow_other_weights, across_dtypes=True)
+        found = ModelIdentity.from_probe(self).diff(
+            identity, ("probe", "model"), fields=("model_fingerprint", "model_weights"),
+            optional=unrecorded + ["model_weights"], allow_other_weights=allow_other_weights, across_dtypes=True)
         if found:
             name = f" ({self.model_name})" if self.model_name else ""
             hint = ("; another checkpoint of the same architecture, or another dtype? pass "

@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, clone
 
 from ..fileio import json_ready
 from ..errors import InputError
+from ..store.identity import ModelIdentity
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from ..validation import check_correct
 from .features import (
@@ -43,7 +44,7 @@ from .plan import Piece, shared_pieces
 from .probe_file import (
     FORMAT,
     ExportedProbe,
-    check_fingerprint,
+    model_block,
     view_kind,
     forest_arrays,
 )
@@ -363,11 +364,16 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         """1 where P(correct) > 0.5, else 0."""
         return self.classes_[(self.predict_proba(X)[:, 1] > 0.5).astype(int)]
 
-    def export(self, model_name: str | None = None, model_fingerprint: dict | None = None,
-               training_summary: dict | None = None, metrics: dict | None = None,
-               selection: dict | None = None, certificates: list | None = None,
+    def export(self, identity: ModelIdentity | None = None, training_summary: dict | None = None,
+               metrics: dict | None = None, selection: dict | None = None, certificates: list | None = None,
                confidence_reference: dict | None = None) -> ExportedProbe:
         """The numpy-only :class:`ExportedProbe` of this fitted probe (in memory).
+
+        ``identity`` (:class:`~acute.store.identity.ModelIdentity`: the model's,
+        ``ModelIdentity.from_model(model)``, or its training store's,
+        ``ModelIdentity.from_manifest(store.manifest)``) is the model ``probe.json`` records and
+        a scorer checks; its fingerprint must agree with the fitted input shape (``num_layers +
+        1`` layer outputs, ``hidden_size``). None: the probe names no model.
 
         ``selection`` (e.g. :meth:`acute.estimators.registry.AutoEstimator.selection`) records how this
         probe was chosen: the winner, its cross-validated scores and the runners-up.
@@ -378,7 +384,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         (:func:`acute.metrics.drift.confidence_reference`)."""
         self._check_fitted()
         d = self.hidden_size_ // pooling_blocks(self.pooling)
-        fp = check_fingerprint(model_fingerprint, self.n_layer_outputs_, d)
+        model = model_block(identity, self.n_layer_outputs_, d)
         arrays = forest_arrays(self.forest_)
         arrays["layers"] = np.asarray(self.layers_, dtype=np.int64)
         if isinstance(self.featurizer_, LayerPCA):
@@ -393,7 +399,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             "format": FORMAT,
             "format_version": 3 if self.pooling != DEFAULT_POOLING else 2 if self.calibration == "stacked" else 1,
             "acute_version": __version__,
-            "model": {"name": model_name, "fingerprint": fp},
+            "model": model,
             "input": {"n_layer_outputs": self.n_layer_outputs_, "hidden_size": d,
                       **({"pooling": self.pooling} if self.pooling != DEFAULT_POOLING else {})},
             "view": self.view,
@@ -425,17 +431,15 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             manifest["confidence_reference"] = dict(confidence_reference)
         return ExportedProbe(json_ready(manifest, where="manifest"), arrays)
 
-    def save(self, path: str | os.PathLike, model_name: str | None = None, model_fingerprint: dict | None = None,
+    def save(self, path: str | os.PathLike, identity: ModelIdentity | None = None,
              training_summary: dict | None = None, metrics: dict | None = None,
              selection: dict | None = None, certificates: list | None = None,
              confidence_reference: dict | None = None) -> Path:
-        """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically.
-
-        ``model_fingerprint`` (from ``acute.models.model_fingerprint``) must agree with the
-        fitted input shape (``num_layers + 1`` layer outputs, ``hidden_size``). An existing
-        probe directory is replaced; any other non-empty directory is refused. Returns the path.
+        """Write the probe directory ``path`` (``probe.safetensors`` + ``probe.json``) atomically:
+        :meth:`export` (``identity``: the model it records) saved. An existing probe directory is
+        replaced; any other non-empty directory is refused. Returns the path.
         """
-        return self.export(model_name, model_fingerprint, training_summary, metrics, selection,
+        return self.export(identity, training_summary, metrics, selection,
                            certificates, confidence_reference).save(path)
 
 

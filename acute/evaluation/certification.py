@@ -54,7 +54,7 @@ from ..estimators.inputs import Inputs
 from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_backend,
                                check_delta, check_max_errors, min_calibration_records)
 from ..metrics.drift import confidence_reference
-from ..store.identity import diff, domain_change, model_record, of_store
+from ..store.identity import ModelIdentity, domain_change
 from ..store.pooling import store_states
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
@@ -72,15 +72,16 @@ def check_calibration_store(store: Any, calibration_store: Any, *, store_name: s
     is the training store or shares record ids with its training records (``train_ids``, default
     all of them) of the same task: the probe was fitted on those."""
     a, b = store.manifest, calibration_store.manifest
-    ia, ib = of_store(a), of_store(b)
-    if not model_record(ia) or not model_record(ib):
-        which = store_name if not model_record(ia) else calibration_name
+    ia, ib = ModelIdentity.from_manifest(a), ModelIdentity.from_manifest(b)
+    known_a, known_b = ia.to_probe_json()["fingerprint"], ib.to_probe_json()["fingerprint"]
+    if not known_a or not known_b:
+        which = store_name if not known_a else calibration_name
         raise IncompatibleStoreError(f"{which} records no model fingerprint, so {calibration_name} "
                                      f"cannot be shown to come from the model of {store_name}")
     # the model's fields are compared where both stores know them; the prompt format always
-    found = diff(ia, ib, (store_name, calibration_name),
-                 fields=("model_fingerprint", "model_weights", "engine", "prompt_format"),
-                 optional=("model_fingerprint", "model_weights"), across_dtypes=True)
+    found = ia.diff(ib, (store_name, calibration_name),
+                    fields=("model_fingerprint", "model_weights", "engine", "prompt_format"),
+                    optional=("model_fingerprint", "model_weights"), across_dtypes=True)
     if found:
         raise IncompatibleStoreError(
             f"{calibration_name} cannot certify a probe trained on {store_name}: its records come "

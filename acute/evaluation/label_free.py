@@ -22,13 +22,12 @@ from typing import Any
 import numpy as np
 
 from ..collect import collection_settings
-from ..collect.records import store_identity
 from ..errors import InputError
 from ..estimators.agreement import agreement_matrix, store_task
 from ..estimators.calibration import calibration_scores, probe_calibrator
 from ..estimators.inputs import Inputs, states_source
 from ..estimators.probes import ActivationProbe
-from ..store.identity import domain_record, of_store
+from ..store.identity import ModelIdentity, domain_record
 from ..tasks.agreement import AGREEMENT_SIGNALS
 from ..validation import check_count
 from .crossval import split_ids
@@ -102,5 +101,6 @@ def train_label_free(store: Any, target: str, calibration_labels: int, *, test_f
                "split": {"test_fraction": test_fraction, "seed": seed}, **collection_settings(m)}
     return TrainedProbe(probe=probe, label=f"label-free ({target}, {cal.size} calibration labels)",
                         selection=None, training_summary=summary, n_train=int(idx.size),
-                        model_name=m.get("model"), model_fingerprint=store_identity(m), train_index=idx,
-                        domain=domain_record(of_store(m), states=probe.pooling, store=summary["store"]))
+                        identity=ModelIdentity.from_manifest(m), train_index=idx,
+                        domain=domain_record(ModelIdentity.from_manifest(m), states=probe.pooling,
+                                             store=summary["store"]))

@@ -46,7 +46,7 @@ from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_errors
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
-from ..store.identity import FINGERPRINT_FIELDS, diff, domain_record, model_record, of_probe, of_store
+from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity, domain_record
 from ..store.pooling import store_states
 from .certification import CV_FOLDS
 
@@ -76,13 +76,13 @@ def check_recertification_store(probe: ExportedProbe, store: Any, name: str = "t
     their bfloat16 digest across dtypes: :class:`ModelMismatchError` naming both), another
     shape, no states of the probe's pooling, or records the probe was fitted on (its training
     store, or the records of it the probe was trained on when that store can be read)."""
-    fitted, given = of_probe(probe), of_store(store.manifest)
+    fitted, given = ModelIdentity.from_probe(probe), ModelIdentity.from_manifest(store.manifest)
     unrecorded = [f"model_fingerprint.{k}" for k in FINGERPRINT_FIELDS
-                  if fitted["model_fingerprint"] is None or fitted["model_fingerprint"].get(k) is None]
-    found = diff(fitted, given, ("the probe", name), fields=("model_fingerprint", "model_weights"),
-                 optional=unrecorded + ["model_weights"], across_dtypes=True)
-    found = found or diff(fitted, given, ("the probe", name), fields=("num_layers", "hidden_size"),
-                          optional=("num_layers", "hidden_size"))
+                  if fitted.model_fingerprint is None or fitted.model_fingerprint.get(k) is None]
+    found = fitted.diff(given, ("the probe", name), fields=("model_fingerprint", "model_weights"),
+                        optional=unrecorded + ["model_weights"], across_dtypes=True)
+    found = found or fitted.diff(given, ("the probe", name), fields=("num_layers", "hidden_size"),
+                                 optional=("num_layers", "hidden_size"))
     if found:
         raise ModelMismatchError(f"{name} cannot re-certify this probe: its records come from another model "
                                  f"than the probe was fitted on: {found}; collect the store with the probe's "
@@ -214,11 +214,12 @@ def recertify(probe: ExportedProbe, store: Any, *, max_error: float | Sequence[f
     manifest["recertification"] = summary
     # the served confidences' drift is measured against the new setting's calibration records
     manifest["confidence_reference"] = confidence_reference(conf, "calibration-store")
-    record = model_record(of_store(store.manifest))  # the weights as the new setting loads them
+    given = ModelIdentity.from_manifest(store.manifest)
+    record = given.to_probe_json()["fingerprint"]  # the weights as the new setting loads them
     if record is not None:
         manifest["model"] = {**manifest["model"], "fingerprint": record}
     new = ExportedProbe(manifest, arrays)
-    new.with_domain(domain_record(of_store(store.manifest), states=probe.pooling, store=where,
+    new.with_domain(domain_record(given, states=probe.pooling, store=where,
                                   recertified_from=None if old is None else
                                   {k: v for k, v in old.items() if k != "recertified_from"}))
     new.precheck = probe.precheck

@@ -17,7 +17,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..collect import collection_settings
-from ..collect.records import store_identity
 from ..errors import InputError
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import Inputs
@@ -28,7 +27,7 @@ from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
 from ..metrics.drift import confidence_reference
 from ..store.format import REMEDY
-from ..store.identity import domain_record, of_store
+from ..store.identity import ModelIdentity, domain_record
 from ..store.pooling import store_states
 from .certification import CV_FOLDS, calibration_confidence, certify_checked, check_certification
 from .checkpoint_model import fit_checkpoint_model
@@ -51,7 +50,8 @@ class TrainedProbe:
     ``selection``: ``auto``'s cross-validated comparison (None for a named probe); ``auto``: the
     fitted :class:`~acute.estimators.registry.AutoEstimator` behind it, or None;
     ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
-    without any); ``n_train``; ``model_name`` and ``model_fingerprint`` from the store's manifest;
+    without any); ``n_train``; ``identity``: the model it records, its training store's
+    (:meth:`~acute.store.identity.ModelIdentity.from_manifest`), or None;
     ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
     thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none); ``domain``:
     the validity domain ``probe.json`` records (:func:`acute.store.identity.domain_record` of the
@@ -75,8 +75,7 @@ class TrainedProbe:
     n_train: int
     held_out: dict | None = None
     auto: AutoEstimator | None = None
-    model_name: str | None = None
-    model_fingerprint: dict | None = None
+    identity: ModelIdentity | None = None
     train_index: np.ndarray | None = None
     certificates: list = field(default_factory=list)
     domain: dict | None = None
@@ -90,18 +89,15 @@ class TrainedProbe:
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
         question-only probe as its ``precheck`` and the checkpoint model as its ``stop_early``
         when they were fitted."""
-        exported = self.probe.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
-                                     training_summary=self.training_summary, metrics=self.held_out,
+        exported = self.probe.export(self.identity, training_summary=self.training_summary, metrics=self.held_out,
                                      selection=self.selection, certificates=self.certificates,
                                      confidence_reference=self.confidence_reference)
         if self.precheck is not None:
             summary = {**self.training_summary, "estimator": self.precheck_estimator or PRECHECK_ESTIMATOR}
-            exported.precheck = self.precheck.export(model_name=self.model_name,
-                                                     model_fingerprint=self.model_fingerprint,
-                                                     training_summary=summary, metrics=self.precheck_held_out)
+            exported.precheck = self.precheck.export(self.identity, training_summary=summary, metrics=self.precheck_held_out)
             if self.domain is not None:
-                exported.precheck.with_domain(domain_record(self.domain, states=self.precheck.pooling,
-                                                            store=self.domain.get("store")))
+                states = {**(self.domain.get("pooling") or {}), "states": self.precheck.pooling}
+                exported.precheck.with_domain({**self.domain, "pooling": states})
         if self.stop_early is not None:
             exported.stop_early = self._export_stop_early()
         return exported.with_domain(self.domain)
@@ -111,8 +107,7 @@ class TrainedProbe:
         model, probes = self.stop_early, {}
         for k, p in model.probes.items():
             summary = {**self.training_summary, "estimator": model.details.get("estimator"), "checkpoint": k}
-            probes[k] = p.export(model_name=self.model_name, model_fingerprint=self.model_fingerprint,
-                                 training_summary=summary).with_domain(self.domain)
+            probes[k] = p.export(self.identity, training_summary=summary).with_domain(self.domain)
         return StopEarlyModel(probes, model.scores, model.trusted, model.correct, model.details)
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -285,6 +280,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
             selection["cv"]["group_by"] = field
         label = est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
     m = store.manifest
+    identity = ModelIdentity.from_manifest(m)
     path = store_path if store_path is not None else getattr(store, "path", None)
     summary = {"store": None if path is None else str(Path(path).resolve()), "n_train": int(train.sum()),
                "accuracy_train": float(np.mean(store.correct[train])),
@@ -292,9 +288,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                **collection_settings(m)}
     held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
     trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
-                           n_train=int(train.sum()), held_out=held, auto=auto, model_name=m.get("model"),
-                           model_fingerprint=store_identity(m), train_index=idx,
-                           domain=domain_record(of_store(m), states=probe.pooling, store=summary["store"]))
+                           n_train=int(train.sum()), held_out=held, auto=auto, identity=identity, train_index=idx,
+                           domain=domain_record(identity, states=probe.pooling, store=summary["store"]))
     trained.confidence_reference = _reference(trained, store, test)
     if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,

@@ -5,8 +5,9 @@
 * :mod:`~acute.models.cache`: a GGUF converted once into a ``save_pretrained`` folder;
 * :mod:`~acute.models.loading`: :func:`load_model` (a GGUF, a folder, a card or a hub id);
 * :mod:`~acute.models.prompts`: :func:`format_prompt`, end-of-turn tokens, the pad token;
-* :mod:`~acute.models.identity`: :func:`model_fingerprint`, :func:`weights_digest`,
-  :func:`model_identity`.
+* :mod:`~acute.models.identity`: :func:`model_name`, :func:`model_fingerprint`,
+  :func:`weights_digest`, :func:`model_setting` (what :class:`acute.store.identity.ModelIdentity`
+  is built from).
 
 Prompts are built by :func:`format_prompt` and always tokenized with ``add_special_tokens=False``.
 """
@@ -14,7 +15,7 @@ Prompts are built by :func:`format_prompt` and always tokenized with ``add_speci
 from __future__ import annotations
 
 from .cards import DEFAULT_MODEL, ModelCard, acute_home, card_names, get_card, list_cards
-from .identity import model_fingerprint, model_identity, model_setting, weights_digest
+from .identity import model_fingerprint, model_name, model_setting, name_model, weights_digest
 from .loading import load_model
 from .prompts import format_prompt
 
@@ -28,7 +29,8 @@ __all__ = [
     "list_cards",
     "load_model",
     "model_fingerprint",
-    "model_identity",
+    "model_name",
     "model_setting",
+    "name_model",
     "weights_digest",
 ]

@@ -1,12 +1,47 @@
-"""What identifies a model: its architecture and shape (:func:`model_fingerprint`) and its
-weights (:func:`weights_digest`, hashed once per loaded model), together :func:`model_identity`,
-which stores and probes record and check."""
+"""What identifies a loaded model: its name (:func:`model_name`, given once where it is
+loaded), its architecture and shape (:func:`model_fingerprint`), its weights
+(:func:`weights_digest`, hashed once per loaded model) and how it runs (:func:`model_setting`).
+:class:`acute.store.identity.ModelIdentity` is what stores and probes record and check, built
+from these."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from ..errors import InputError
 
-__all__ = ["files_weights_digest", "model_fingerprint", "model_identity", "model_setting", "weights_digest"]
+__all__ = ["files_weights_digest", "model_fingerprint", "model_name", "model_setting", "name_model", "recorded_name",
+           "weights_digest"]
+
+
+def recorded_name(name_or_path: str | os.PathLike) -> str:
+    """How a model given by ``name_or_path`` is named in stores and probes: an existing path made
+    absolute (so a probe finds its model from any directory), else the card name or hub id as
+    given."""
+    path = Path(name_or_path).expanduser()
+    return str(path.resolve()) if path.exists() else os.fspath(name_or_path)
+
+
+def name_model(model, name: str):
+    """Give ``model`` the name stores and probes record for it (:func:`model_name`); returns it.
+    :func:`acute.models.load_model` names every model it loads (:func:`recorded_name`)."""
+    try:
+        object.__setattr__(model, "acute_name", str(name))
+    except (AttributeError, TypeError) as e:
+        raise InputError(f"a {type(model).__name__} takes no attributes: it cannot be named") from e
+    return model
+
+
+def model_name(model) -> str:
+    """The name a model is recorded under: the one it was given (:func:`name_model`, which
+    :func:`acute.models.load_model` calls), else its config's ``name_or_path``, else its class
+    name."""
+    given = getattr(model, "acute_name", None)
+    if given:
+        return str(given)
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_name_or_path", "") or type(model).__name__)
 
 
 def _weights_key(state: dict) -> tuple:
@@ -79,7 +114,7 @@ def files_weights_digest(model, folder) -> dict:
     loaded: its ``state_dict``'s names, shapes and dtypes, a tied entry (``lm_head.weight`` beside
     ``model.embed_tokens.weight``) read from the file entry it shares. Equal to the digest of the
     model loaded from ``folder`` in that dtype (tested), reading one tensor at a time, and kept on
-    ``model`` so :func:`weights_digest` and :func:`model_identity` return it without the weights.
+    ``model`` so :func:`weights_digest` returns it without the weights.
 
     Raises ``ModelLoadError`` naming the folder when it has no safetensors file or lacks an entry
     of the model, or holds one of another shape.
@@ -118,18 +153,6 @@ def files_weights_digest(model, folder) -> dict:
 
     out = _digest(entries(), getattr(model, "acute_gguf_sha256", None))
     _keep_digest(model, (_weights_key(state), getattr(model, "acute_gguf_sha256", None)), out)
-    return out
-
-
-def model_identity(model) -> dict:
-    """:func:`model_fingerprint` plus the weights: ``weights_sha256`` (and ``gguf_sha256``,
-    ``weights_bf16_sha256``) from :func:`weights_digest`. What an exported probe records and
-    checks (see :meth:`acute.estimators.probe_file.ExportedProbe.check_model`)."""
-    digest = weights_digest(model)
-    out = {**model_fingerprint(model), "weights_sha256": digest["sha256"]}
-    for key, name in (("gguf_sha256", "gguf_sha256"), ("bf16_sha256", "weights_bf16_sha256")):
-        if key in digest:
-            out[name] = digest[key]
     return out
 
 

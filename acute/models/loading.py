@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from ..errors import InputError, ModelLoadError
 from . import cache as model_cache
 from .cards import DEFAULT_MODEL, card_names, get_card
-from .identity import files_weights_digest
+from .identity import files_weights_digest, name_model, recorded_name
 from .prompts import ensure_pad_token
 
 __all__ = ["holds_no_weights", "load_model"]
@@ -293,9 +293,19 @@ def load_model(name_or_path: str | os.PathLike = DEFAULT_MODEL, dtype: Any = "fl
     while another engine holds the weights, e.g. the trust gate in front of a vLLM server. The
     identity of its weights is read from the folder's safetensors files, one tensor at a time
     (:func:`~acute.models.identity.files_weights_digest`, equal to that of the loaded model), so
-    :func:`model_identity` works; running it does not. Needs a folder, a card or a cached
-    ``.gguf`` (not a hub id), and no ``device`` or ``device_map``.
+    its identity (:meth:`acute.store.identity.ModelIdentity.from_model`) is known; running it
+    does not work. Needs a folder, a card or a cached ``.gguf`` (not a hub id), and no
+    ``device`` or ``device_map``.
+
+    The model is named as stores and probes record it (:func:`~acute.models.identity.model_name`):
+    ``name_or_path`` as given, an existing path made absolute.
     """
+    model, tokenizer = _load(name_or_path, dtype, device, trust_remote_code, cache, device_map, weights)
+    return name_model(model, recorded_name(name_or_path)), tokenizer
+
+
+def _load(name_or_path, dtype, device, trust_remote_code, cache, device_map, weights):
+    """:func:`load_model` without naming the model."""
     torch_dtype = _parse_dtype(dtype)
     _check_placement(device, device_map)
     name = os.fspath(name_or_path)

@@ -3,6 +3,7 @@ its own process by :func:`worker_main`: they call the library and return a summa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..store.identity import ModelIdentity
 
 from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
@@ -42,57 +44,44 @@ def load_task_examples(spec: dict) -> tuple[Any, list]:
     return task, examples
 
 
-def _load_model(source: str):
-    from acute.models import load_model
+def _load_model(source: str, name: str):
+    """The model at ``source`` named ``name`` (the run's name for it, which its stores record),
+    its tokenizer and the seconds loading took."""
+    from acute.models import load_model, name_model
 
     t0 = time.perf_counter()
     model, tok = load_model(source, **json.loads(os.environ.get(LOAD_OPTIONS_ENV) or "{}"))
-    return model, tok, time.perf_counter() - t0
+    return name_model(model, name), tok, time.perf_counter() - t0
 
 
-def job_identity(p: dict, task) -> tuple[dict, tuple[str, ...]]:
-    """What a collect job would record as its store's identity (:mod:`acute.store.identity`)
-    without loading the model, and the fields it cannot know without it (compared only where
-    both sides know them): the chat flag when the task leaves it to the tokenizer, and the
-    model's weights (a model card gives its GGUF's sha256 and shape, a model folder its
-    fingerprint from ``config.json``)."""
-    from acute.models import card_names, get_card
-    from acute.store.identity import DEFAULT_ENGINE
-
+def job_identity(p: dict, task) -> tuple[ModelIdentity, tuple[str, ...]]:
+    """What a collect job would record as its store's identity without loading the model (the
+    model's from its files: :meth:`ModelIdentity.from_files`, named as the run names it), and
+    the fields it cannot know without it (compared only where both sides know them): the chat
+    flag when the task leaves it to the tokenizer, and the model's weights (a model card gives
+    its GGUF's sha256 and shape, a model folder its fingerprint from ``config.json``)."""
     gen = {"do_sample": False, "max_new_tokens": p["task"].get("max_new_tokens") or task.max_new_tokens,
            "stop_strings": list(getattr(task, "stop_strings", ()) or ()), "pool": "decoding",
            "chat": p["task"].get("chat")}
     if p["task"].get("samples") is not None:
         gen["samples"] = p["task"]["samples"]
-    ident = {"model": p["model"], "task": task.name, "task_settings": task.settings(), "generation": gen,
-             "dtype": p["store_dtype"], "engine": DEFAULT_ENGINE, "model_fingerprint": None, "model_weights": None}
-    source = p["model_source"]
-    if source in card_names():
-        card = get_card(source)
-        ident["model_fingerprint"] = {"num_layers": card.num_layers, "hidden_size": card.hidden_size}
-        ident["model_weights"] = {"gguf_sha256": card.sha256}
-    elif (Path(source) / "config.json").is_file():  # a model folder: its config, not its weights
-        from transformers import AutoConfig
-
-        from acute.models import model_fingerprint
-
-        ident["model_fingerprint"] = model_fingerprint(AutoConfig.from_pretrained(source))
+    ident = dataclasses.replace(ModelIdentity.from_files(p["model_source"]), model=p["model"], task=task.name,
+                                task_settings=task.settings(), generation=gen, dtype=p["store_dtype"])
     return ident, ("generation.chat", "model_fingerprint", "model_weights")
 
 
 def store_difference(manifest: dict, p: dict, task):
     """How an existing store differs from what this collect job would write
-    (:func:`acute.store.identity.diff` of the store's identity and :func:`job_identity`, on every
-    field the store's own resume check compares, plus the model's name): empty when the store
-    can be reused without loading the model; otherwise :func:`acute.collect.collect` is called
-    and refuses or resumes it itself."""
+    (:meth:`ModelIdentity.diff` of the store's identity and :func:`job_identity`, on every field
+    the store's own resume check compares, plus the model's name): empty when the store can be
+    reused without loading the model; otherwise :func:`acute.collect.collect` is called and
+    refuses or resumes it itself."""
     from acute.store.format import COMPAT_KEYS, RUN_KEYS, WEIGHTS_KEY
-    from acute.store.identity import diff, of_store
 
     expected, unknown = job_identity(p, task)
     fields = ("model",) + COMPAT_KEYS + ("engine", WEIGHTS_KEY) + RUN_KEYS
-    return diff(of_store(manifest), expected, ("the store", "this job"), fields=fields,
-                optional=("num_layers", "hidden_size") + unknown)
+    return ModelIdentity.from_manifest(manifest).diff(expected, ("the store", "this job"), fields=fields,
+                                                     optional=("num_layers", "hidden_size") + unknown)
 
 
 def _worker_collect(p: dict) -> dict:
@@ -117,9 +106,9 @@ def _worker_collect(p: dict) -> dict:
                     "records": len(keep), "new_records": 0, "resumed": len(keep),
                     "accuracy": float(store.correct[keep].mean()),
                     "selected_ids": [str(ex.id) for ex in chosen]}
-    model, tok, load_s = _load_model(p["model_source"])
+    model, tok, load_s = _load_model(p["model_source"], p["model"])
     t0 = time.perf_counter()
-    summary = collect(model, tok, task, chosen, p["store_dir"], model_name=p["model"],
+    summary = collect(model, tok, task, chosen, p["store_dir"],
                       batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
                       dtype=p["store_dtype"], chat=p["task"].get("chat"), progress=True,
                       samples=p["task"].get("samples"),
@@ -236,9 +225,9 @@ def _worker_protocol(p: dict) -> dict:
 
     task, examples = load_task_examples(p["task"])
     chosen = select_examples(examples, p["rows"], p["seed"])
-    model, tok, load_s = _load_model(p["model_source"])
+    model, tok, load_s = _load_model(p["model_source"], p["model"])
     t0 = time.perf_counter()
-    res = run_protocol(model, tok, task, chosen, p["protocol_dir"], model_name=p["model"],
+    res = run_protocol(model, tok, task, chosen, p["protocol_dir"],
                        store=_answers_store(Path(p["pair_dir"]) / "store", chosen),
                        batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
                        n_bootstrap=p["n_bootstrap"], seed=p["seed"], variant=p["variant"],

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from ..errors import CorruptStoreError
 from ..fileio import iter_jsonl, json_ready, read_json, write_text_atomic
 from ..store.commit import ShardDirectory, check_identity
+from ..store.identity import ModelIdentity
 
 MANIFEST = "manifest.json"
 #: the files of one record shard (:class:`~acute.store.commit.ShardDirectory`)
@@ -32,13 +33,14 @@ SHARD_FILES = ("jsonl",)
 KEY = "key"
 
 
-def protocol_key(*, model_identity: Mapping | None, store_key: str, task: str, task_settings: Any,
+def protocol_key(*, identity: ModelIdentity, store_key: str, task: str, task_settings: Any,
                  settings: Mapping) -> dict:
-    """What decides a record's values: the model (fingerprint and weights digest), the store the
+    """What decides a record's values: the model (``identity``'s fingerprint and weights digest,
+    flat as a probe file records them: :meth:`ModelIdentity.to_probe_json`), the store the
     answers come from (its collection key), the task and its settings, and the study's own
     settings that change a record (template variant and scale, verbalization length, chat)."""
     keep = ("chat", "variant", "scale", "max_new_tokens", "verbal_max_new_tokens", "decoding")
-    return json_ready({"model": model_identity, "store": store_key, "task": task,
+    return json_ready({"model": identity.to_probe_json()["fingerprint"], "store": store_key, "task": task,
                        "task_settings": task_settings, **{k: settings.get(k) for k in keep}})
 
 

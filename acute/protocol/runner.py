@@ -67,13 +67,6 @@ class ProtocolResult:
     store_dir: Path | None = None
 
 
-def _model_name(model, model_name: str | None) -> str:
-    if model_name:
-        return str(model_name)
-    config = getattr(model, "config", None)
-    return str(getattr(config, "_name_or_path", "") or type(model).__name__)
-
-
 def _first_text(values) -> str | None:
     for v in values or []:
         if isinstance(v, str) and v.strip():
@@ -100,7 +93,7 @@ def _count(statuses) -> dict[str, int]:
 
 # Long because of its docstring; the passes live in the functions below.
 def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path | None = None,
-                 model_name: str | None = None, batch_size: int = 8, max_new_tokens: int | None = None,
+                 batch_size: int = 8, max_new_tokens: int | None = None,
                  n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0, variant: str = "unit", progress: bool = True,
                  chat: bool | None = None, verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
                  shard_size: int = 32) -> ProtocolResult:
@@ -135,8 +128,8 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
     non-positive sizes).
     """
     from ..collect import collect
-    from ..collect.records import store_identity
-    from ..store import open_store
+    from ..models import model_name
+    from ..store import ModelIdentity, open_store
     from ..store.format import collection_key
 
     start = time.perf_counter()
@@ -148,9 +141,9 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
     out = Path(out_dir)
     gen_tokens = check_count(max_new_tokens, "max_new_tokens", default=getattr(task, "max_new_tokens", 32))
     store_dir = Path(store) if store is not None else out / "store"
-    name = _model_name(model, model_name)
+    name = model_name(model)
 
-    collect(model, tokenizer, task, examples, store_dir, model_name=name, batch_size=batch_size,
+    collect(model, tokenizer, task, examples, store_dir, batch_size=batch_size,
             max_new_tokens=gen_tokens, chat=use_chat, progress=progress)
     answers = open_store(store_dir)
     stored = {r["id"]: (r, lp) for r, lp in zip(answers.records, answers.token_logprobs)}
@@ -162,7 +155,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
     }
     task_settings = answers.manifest.get("task_settings")  # as the collection recorded them
     shards = RecordShards(out / "records", {
-        KEY: protocol_key(model_identity=store_identity(answers.manifest),
+        KEY: protocol_key(identity=ModelIdentity.from_manifest(answers.manifest),
                           store_key=collection_key(answers.manifest), task=task.name,
                           task_settings=task_settings, settings=settings),
         "model": name, "model_fingerprint": answers.manifest.get("model_fingerprint"),

@@ -38,7 +38,7 @@ from ..extraction.batching import BATCH_SIZE
 from ..errors import InputError
 from ..estimators.inputs import CONFIDENCE, Inputs
 from ..models.loading import holds_no_weights
-from ..store.identity import diff, domain_change, of_model, of_probe
+from ..store.identity import ModelIdentity, domain_change
 from ..validation import check_count
 from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
@@ -214,7 +214,6 @@ class Scorer:
                  stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False,
                  precheck_probe=None, engine=None):
         from ..estimators.probe_file import check_precheck_probe
-        from ..models import model_identity, model_setting
 
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
@@ -226,13 +225,13 @@ class Scorer:
         self.tokenizer = tokenizer
         self.probe = probe
         self.engine = engine
-        identity, setting = model_identity(model), model_setting(model)
-        _check_probe_model(probe, identity, allow_other_weights, setting)
+        identity = ModelIdentity.from_model(model)
+        _check_probe_model(probe, identity, allow_other_weights)
         if precheck_probe is None:
             precheck_probe = getattr(probe, "precheck", None)
         if precheck_probe is not None:
             check_precheck_probe(precheck_probe, "precheck_probe")
-            _check_probe_model(precheck_probe, identity, allow_other_weights, setting)
+            _check_probe_model(precheck_probe, identity, allow_other_weights)
         self.precheck_probe = precheck_probe
         if isinstance(task, str):
             if task != "auto":
@@ -255,27 +254,30 @@ class Scorer:
         self._trained_chat = generation.get("chat")
         responses = _probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None
-        self.domain_change = self._check_domain(identity, setting)
+        self.domain_change = self._check_domain(identity)
 
-    def _check_domain(self, identity: dict, setting: dict):
+    def _check_domain(self, identity: ModelIdentity):
         """What differs between the probe's validity domain and the setting this scorer scores
-        under (:func:`acute.store.identity.domain_change`); when anything does, one warning
-        naming both and :attr:`probe` refusing its certificates."""
+        under (the model's ``identity`` run by its engine with its pooling and chat flag,
+        :func:`acute.store.identity.domain_change`); when anything does, one warning naming both
+        and :attr:`probe` refusing its certificates."""
         from ..engines import engine_record
         from ..store.pooling import DEFAULT_POOLING
 
-        here = of_model(identity, **engine_record(self.engine), setting=setting,
-                        pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.pool},
-                        prompt_format={"chat": self.chat, "prompts": None})
+        here = replace(
+            identity, **engine_record(self.engine),
+            pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.pool},
+            prompt_format={"chat": self.chat, "prompts": None})
         if self.precheck_probe is not None:  # no certificates to refuse: its threshold is the caller's
-            pre_here = {**here, "pooling": {"states": getattr(self.precheck_probe, "pooling", "last-prompt"),
-                                            "positions": self.pool}}
-            pre = domain_change(of_probe(self.precheck_probe), pre_here, ("the precheck probe's domain", "this scorer"))
+            pre_here = replace(here, pooling={
+                "states": getattr(self.precheck_probe, "pooling", "last-prompt"), "positions": self.pool})
+            pre = domain_change(ModelIdentity.from_probe(self.precheck_probe), pre_here,
+                                ("the precheck probe's domain", "this scorer"))
             if pre:
                 logger.warning("the precheck probe was fitted under another setting than it is scored under: %s; "
                                "its P(correct) may not be calibrated here: export it again from a store of this "
                                "setting (acute export --with-precheck)", pre)
-        found = domain_change(of_probe(self.probe), here, ("the probe's domain", "this scorer"))
+        found = domain_change(ModelIdentity.from_probe(self.probe), here, ("the probe's domain", "this scorer"))
         if found:
             reason = (f"this probe was fitted and certified under another setting than it is scored under: "
                       f"{found}; its calibration may not hold here and its certificates are refused: decide "
@@ -575,8 +577,9 @@ class Scorer:
                                  "string: pass the messages")
             if isinstance(item, str):
                 return item  # a formatted prompt, sent as is (as in training)
-        found = diff(of_probe(self.probe), {"prompt_format": {"chat": self.chat}}, ("this probe", "this scorer"),
-                     fields=("prompt_format",), optional=("prompt_format",))
+        found = ModelIdentity.from_probe(self.probe).diff(
+            ModelIdentity(prompt_format={"chat": self.chat}), ("this probe", "this scorer"),
+            fields=("prompt_format",), optional=("prompt_format",))
         if found:
             raise InputError(f"{where}: this probe's prompts were formatted otherwise ({source}): {found}; "
                              f"score with chat={self._trained_chat}")
@@ -686,22 +689,20 @@ def _probe_generation(probe) -> dict:
     return dict(gen) if isinstance(gen, dict) else {}
 
 
-def _check_probe_model(probe, fingerprint: dict, allow_other_weights: bool = False,
-                       setting: dict | None = None) -> None:
-    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like this one: its
-    own ``check_model`` (an exported probe; ``setting``, :func:`acute.models.model_setting`,
-    tells it the dtype the model runs in), else the shape a fitted probe read against the
-    model's (:func:`acute.store.identity.diff`)."""
+def _check_probe_model(probe, identity: ModelIdentity, allow_other_weights: bool = False) -> None:
+    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like the one of
+    ``identity``: its own ``check_model`` (an exported probe), else the shape a fitted probe read
+    against the model's (:meth:`ModelIdentity.diff`)."""
     from ..errors import ModelMismatchError
 
     check = getattr(probe, "check_model", None)
     if check is not None:
-        check(fingerprint, allow_other_weights=allow_other_weights, setting=setting)
+        check(identity, allow_other_weights=allow_other_weights)
         return
     if getattr(probe, "n_layer_outputs_", None) is None or getattr(probe, "hidden_size_", None) is None:
         raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
-    fitted = of_probe(probe)
-    found = diff(fitted, of_model(fingerprint), ("probe", "model"), fields=("num_layers", "hidden_size"))
+    fitted = ModelIdentity.from_probe(probe)
+    found = fitted.diff(identity, ("probe", "model"), fields=("num_layers", "hidden_size"))
     if found:
-        raise ModelMismatchError(f"this probe was fitted on {fitted['num_layers'] + 1} layer outputs of width "
-                                 f"{fitted['hidden_size']}, another shape than this model's: {found}")
+        raise ModelMismatchError(f"this probe was fitted on {fitted.num_layers + 1} layer outputs of width "
+                                 f"{fitted.hidden_size}, another shape than this model's: {found}")

@@ -149,8 +149,8 @@ def _open_recorder(scorer, settings: ServeSettings):
         return None
     from .recording import AnswerRecorder
 
-    return AnswerRecorder(settings.record_to, scorer, model_name=settings.model_name,
-                          shard_size=settings.record_shard_size, flush_s=settings.record_flush_s)
+    return AnswerRecorder(settings.record_to, scorer, shard_size=settings.record_shard_size,
+                          flush_s=settings.record_flush_s)
 
 
 def create_app(scorer, settings: ServeSettings | None = None, **options):

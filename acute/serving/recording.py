@@ -81,13 +81,13 @@ def probe_digest(probe) -> str | None:
     return array_bytes_sha256(arrays) if isinstance(arrays, dict) and arrays else None
 
 
-def _manifest(scorer, model_name: str) -> dict:
+def _manifest(scorer) -> dict:
     """The store manifest of the answers ``scorer`` serves (see the module doc)."""
     from ..collect.records import build_manifest
     from ..store import POOLINGS
     from .openai_bodies import estimator_name
 
-    manifest = build_manifest(scorer.model, scorer.tokenizer, scorer.task, model_name=model_name,
+    manifest = build_manifest(scorer.model, scorer.tokenizer, scorer.task,
                               max_new_tokens=scorer.max_new_tokens, stop_strings=scorer.stop_strings,
                               pool=scorer.pool, chat=scorer.chat)
     manifest["served"] = {"estimator": estimator_name(scorer.probe), "probe_sha256": probe_digest(scorer.probe)}
@@ -120,12 +120,11 @@ class AnswerRecorder:
     """Writes served answers to the store ``path`` and attaches feedback labels to them (module
     doc). Thread-safe; holds the store's writer lock until :meth:`close`."""
 
-    def __init__(self, path: str | os.PathLike, scorer, *, model_name: str, shard_size: int,
-                 flush_s: float):
+    def __init__(self, path: str | os.PathLike, scorer, *, shard_size: int, flush_s: float):
         from ..store import LabelFile, StoreWriter
 
         self.path = Path(path)
-        manifest = _manifest(scorer, model_name)
+        manifest = _manifest(scorer)
         _check_served(self.path, manifest)
         self._writer = StoreWriter(self.path, manifest, shard_size=shard_size)
         try:

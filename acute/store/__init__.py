@@ -107,7 +107,8 @@ and settings?" check uses), :mod:`~acute.store.locks`,
 :mod:`~acute.store.reader` (:class:`Store`, :func:`open_store`) and :mod:`~acute.store.verify`
 (:func:`verify_store`) and :mod:`~acute.store.labels` (labels added later, merged by the
 reader). The names below are the package's public API (docs/api.md): reading, writing
-(one writer or part writers), verifying and labelling a store; the format's constants and
+(one writer or part writers), verifying and labelling a store, and the identity of the model
+behind it (:class:`ModelIdentity`); the format's constants and
 the commit protocol are imported from their modules. Its errors live in :mod:`acute.errors`
 (:class:`~acute.errors.StoreError`, :class:`~acute.errors.CorruptStoreError`,
 :class:`~acute.errors.IncompatibleStoreError`).
@@ -116,6 +117,7 @@ the commit protocol are imported from their modules. Its errors live in :mod:`ac
 from __future__ import annotations
 
 from .format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
+from .identity import ModelIdentity
 from .labels import LabelFile, read_labels
 from .pooling import POOLINGS
 from .reader import Store, open_store
@@ -127,6 +129,7 @@ __all__ = [
     "POOLINGS",
     "STORAGE_DTYPES",
     "LabelFile",
+    "ModelIdentity",
     "Store",
     "StoreWriter",
     "finalize_store",

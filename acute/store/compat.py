@@ -10,7 +10,7 @@ from typing import Sequence
 from ..errors import IncompatibleStoreError, InputError
 from . import checkpoints as ckpt
 from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
-from .identity import diff, of_store
+from .identity import ModelIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -52,14 +52,15 @@ def resolve_checkpoints(path: Path, stored: dict, new: dict, has_records: bool) 
 def check_compatible(mpath: Path, old: dict, new: dict, allow_other_weights: bool = False) -> None:
     """IncompatibleStoreError naming the fields on which the stored manifest ``old`` and a
     writer's ``new`` one disagree, each with both values: the identities of both
-    (:func:`acute.store.identity.of_store`) compared by :func:`acute.store.identity.diff` on
+    (:meth:`~acute.store.identity.ModelIdentity.from_manifest`) compared on
     :data:`COMPAT_KEYS`, the engine, the weights digest (``model_weights``) when both record one,
     unless ``allow_other_weights``, and ``generation``/``task_settings`` when the stored manifest
     records them (``num_layers``/``hidden_size`` only when both know them)."""
     # a shape unknown on one side adopts the known one; a store from before RUN_KEYS has none
     fields = list(COMPAT_KEYS) + ["engine", WEIGHTS_KEY] + [key for key in RUN_KEYS if key in old]
-    found = diff(of_store(old), of_store(new), ("stored", "new"), fields=fields,
-                 optional=("num_layers", "hidden_size", WEIGHTS_KEY), allow_other_weights=allow_other_weights)
+    found = ModelIdentity.from_manifest(old).diff(
+        ModelIdentity.from_manifest(new), ("stored", "new"), fields=fields,
+        optional=("num_layers", "hidden_size", WEIGHTS_KEY), allow_other_weights=allow_other_weights)
     if not found:
         return
     if WEIGHTS_KEY in found:

@@ -1,18 +1,21 @@
-"""One identity of a store, a probe and a running model, and the one :func:`diff` between two.
+"""The identity of a model, a store and a probe (:class:`ModelIdentity`), and the one
+:func:`diff` between two.
 
 "Same model and settings?" is asked when a writer resumes a store, when ``acute run`` reuses a
 store without loading its model, when a calibration store certifies a probe, when a probe is
 applied to a model or to given responses, and when a store is re-recorded. Each asks it of two
-identities built here and compared by :func:`diff`, whose message names both sides and every
-differing field with both values. What deliberately differs between the callers (another
-checkpoint allowed, a field compared only when both sides know it) is an option of the diff.
+:class:`ModelIdentity` values compared by :meth:`ModelIdentity.diff`, whose message names both
+sides and every differing field with both values. What deliberately differs between the callers
+(another checkpoint allowed, a field compared only when both sides know it) is an option of the
+diff.
 
-An identity is a plain dict of these fields (a field a side does not know is absent or None):
+A :class:`ModelIdentity` has these fields (None: this side does not know it):
 
-``model``           the model's name (a model card, a folder, the name a collection was given)
+``model``           the model's name (:func:`acute.models.model_name`: a model card, a folder
+                    made absolute, a hub id, or the name a run gave it)
 ``model_fingerprint`` ``{architecture, model_type, num_layers, hidden_size, vocab_size}``
                     (:func:`acute.models.model_fingerprint`)
-``model_weights``   ``{sha256, gguf_sha256}`` (:func:`acute.models.weights_digest`)
+``model_weights``   ``{sha256, bf16_sha256, gguf_sha256}`` (:func:`acute.models.weights_digest`)
 ``tokenizer``       the tokenizer's ``name_or_path``
 ``engine``          what ran the model: :data:`DEFAULT_ENGINE` (``"transformers"``) unless a
                     store or probe records another (a manifest that predates the field reads as it)
@@ -29,9 +32,19 @@ An identity is a plain dict of these fields (a field a side does not know is abs
 ``dtype``           the store's storage dtype of the pooled states
 ``num_layers``, ``hidden_size`` the shape of the recorded states (L decoder layers, width d)
 
-:func:`of_store` reads a store manifest, :func:`of_probe` an exported or fitted probe,
-:func:`of_model` the ``acute.models.model_identity`` of a loaded model; :func:`model_record` is
-the flat form a probe file records (``probe.json``'s ``model.fingerprint``).
+It is read from a loaded model (:meth:`~ModelIdentity.from_model`), from a model's files without
+loading it (:meth:`~ModelIdentity.from_files`), from a store manifest
+(:meth:`~ModelIdentity.from_manifest`) and from a probe (:meth:`~ModelIdentity.from_probe`).
+
+**On disk.** A store manifest holds the model's fields at its top level under the same names
+(``model``, ``model_fingerprint``, ``model_weights``, ``tokenizer``, ``engine``,
+``engine_version``, ``model_dtype``, ``quantization``, ``num_layers``, ``hidden_size``: what
+:meth:`~ModelIdentity.to_json` gives for a model), and ``pooling`` / ``prompt_format`` follow
+from its ``generation`` and ``responses``. A probe file (``probe.json``) records the model as
+``{"name", "fingerprint"}``, the fingerprint flat with the weights beside it (``weights_sha256``,
+``gguf_sha256``, ``weights_bf16_sha256``: :meth:`~ModelIdentity.to_probe_json`), and its
+validity domain as ``domain`` (:func:`domain_record`). Files written by earlier versions of
+acute have the same layouts and read the same.
 
 **Validity domain.** :data:`DOMAIN_FIELDS` (engine, its version, model dtype, quantisation,
 pooling, prompt format) are the setting the states came from: the same model under another
@@ -46,13 +59,16 @@ bfloat16 digest (``bf16_sha256``, :func:`acute.models.weights_digest`).
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..errors import InputError
 from .pooling import DEFAULT_POOLING, pooling_blocks
 
-__all__ = ["DEFAULT_ENGINE", "DOMAIN_FIELDS", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "diff",
-           "domain_change", "domain_record", "model_record", "of_model", "of_probe", "of_store", "prompt_format"]
+__all__ = ["DEFAULT_ENGINE", "DOMAIN_FIELDS", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "ModelIdentity", "diff",
+           "domain_change", "domain_record"]
 
 #: The engine that ran the model unless a store or probe records another (a vLLM backend will).
 DEFAULT_ENGINE = "transformers"
@@ -66,9 +82,172 @@ FIELDS = ("model", "model_fingerprint", "model_weights", "tokenizer", "engine", 
 DOMAIN_FIELDS = ("engine", "engine_version", "model_dtype", "quantization", "pooling", "prompt_format")
 #: Prompts of a store of generated answers (no ``responses`` in its manifest).
 GENERATED = "generated answers"
+#: ``model_weights``' keys and the flat names a probe file records them under.
+_WEIGHT_NAMES = (("sha256", "weights_sha256"), ("gguf_sha256", "gguf_sha256"), ("bf16_sha256", "weights_bf16_sha256"))
 
 
-# ------------------------------------------------------------------------------ building
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What identifies the model behind a store, a probe or a running scorer, and the setting it
+    ran in (the fields: see :mod:`acute.store.identity`; None where a side does not know one).
+    Built by the ``from_*`` readers, compared by :meth:`diff`; :meth:`to_json` is the manifest's
+    layout of it. Its dict-valued fields are plain dicts: treat them as read-only."""
+
+    model: str | None = None
+    model_fingerprint: dict | None = None
+    model_weights: dict | None = None
+    tokenizer: str | None = None
+    engine: str | None = DEFAULT_ENGINE
+    engine_version: str | None = None
+    model_dtype: str | None = None
+    quantization: str | None = None
+    pooling: dict | None = None
+    task: str | None = None
+    task_settings: dict | None = None
+    generation: dict | None = None
+    prompt_format: dict | None = None
+    dtype: str | None = None
+    num_layers: int | None = None
+    hidden_size: int | None = None
+
+    def __post_init__(self):
+        # the fingerprint and the weights keep one shape however the identity was built
+        for name, shape in (("model_fingerprint", _fingerprint), ("model_weights", _weights)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise InputError(f"ModelIdentity: {name} must be a dict or None, got {type(value).__name__}")
+            object.__setattr__(self, name, None if value is None else shape(value))
+
+    # -------------------------------------------------------------------------- reading
+    @classmethod
+    def from_model(cls, model, tokenizer=None, *, engine: str | None = DEFAULT_ENGINE,
+                   engine_version: str | None = None, pooling: Mapping | None = None,
+                   prompt_format: Mapping | None = None) -> "ModelIdentity":
+        """The identity of a loaded model (or one built without its weights, whose digest is
+        read from its files: :func:`acute.models.load_model` ``weights=False``): its name
+        (:func:`acute.models.model_name`), fingerprint, weights digest (hashed once per loaded
+        model), dtype and quantisation, and ``tokenizer``'s name; run by ``engine`` at
+        ``engine_version``, reading ``pooling`` with ``prompt_format`` (None: unknown)."""
+        from ..models import model_fingerprint, model_name, model_setting, weights_digest
+
+        fp = model_fingerprint(model)
+        return cls(model=model_name(model), model_fingerprint=fp, model_weights=weights_digest(model),
+                   tokenizer=None if tokenizer is None else getattr(tokenizer, "name_or_path", None),
+                   engine=engine or DEFAULT_ENGINE, engine_version=engine_version, **model_setting(model),
+                   pooling=None if pooling is None else dict(pooling),
+                   prompt_format=None if prompt_format is None else dict(prompt_format),
+                   num_layers=fp["num_layers"], hidden_size=fp["hidden_size"])
+
+    @classmethod
+    def from_files(cls, source: str) -> "ModelIdentity":
+        """What a model's files say about it without loading it (nor reading its weights):
+        a model card its GGUF's sha256 (``model_weights.gguf_sha256``) and its shape
+        (``model_fingerprint``'s ``num_layers``, ``hidden_size``), a model folder its fingerprint
+        from ``config.json``; anything else only its name
+        (:func:`acute.models.identity.recorded_name`). The fields it cannot know are None (the
+        shape of recorded states, ``num_layers`` / ``hidden_size``, among them)."""
+        from pathlib import Path
+
+        from ..models import card_names, get_card, model_fingerprint
+        from ..models.identity import recorded_name
+
+        if source in card_names():
+            card = get_card(source)
+            return cls(model=recorded_name(source), model_weights={"gguf_sha256": card.sha256},
+                       model_fingerprint={"num_layers": card.num_layers, "hidden_size": card.hidden_size})
+        if (Path(source) / "config.json").is_file():  # its config, not its weights
+            from transformers import AutoConfig  # heavy: imported only for a model folder
+
+            return cls(model=recorded_name(source), model_fingerprint=model_fingerprint(AutoConfig.from_pretrained(source)))
+        return cls(model=recorded_name(source))
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping) -> "ModelIdentity":
+        """The identity of a store from its manifest. ``task_settings`` and ``generation`` are
+        None when the manifest lacks them (a store from before they were recorded); a missing
+        ``engine`` is :data:`DEFAULT_ENGINE`; a missing engine version, model dtype or
+        quantisation is None (unknown); ``pooling`` names the positions only (a store keeps
+        several pooled states)."""
+        weights = manifest.get("model_weights")
+        return cls(model=manifest.get("model"), model_fingerprint=_fingerprint(manifest.get("model_fingerprint")),
+                   model_weights=_weights(weights if isinstance(weights, Mapping) else {}),
+                   tokenizer=manifest.get("tokenizer"), engine=manifest.get("engine") or DEFAULT_ENGINE,
+                   engine_version=manifest.get("engine_version"), model_dtype=manifest.get("model_dtype"),
+                   quantization=manifest.get("quantization"), pooling=_pooling(None, manifest.get("generation")),
+                   task=manifest.get("task"), task_settings=manifest.get("task_settings"),
+                   generation=manifest.get("generation"),
+                   prompt_format=prompt_format(manifest.get("generation"), manifest.get("responses")),
+                   dtype=manifest.get("dtype"), num_layers=manifest.get("num_layers"),
+                   hidden_size=manifest.get("hidden_size"))
+
+    @classmethod
+    def from_probe(cls, probe: Any) -> "ModelIdentity":
+        """The identity of a probe: an :class:`acute.estimators.probe_file.ExportedProbe` (its
+        recorded model and training store settings, and its validity domain, ``probe.json``'s
+        ``domain``, when it records one) or a fitted
+        :class:`acute.estimators.probes.ActivationProbe` (the shape it was fitted on, its
+        ``training_summary_``). ``num_layers`` / ``hidden_size`` are the input shape it reads.
+        Without a recorded domain, the engine is the training summary's and its version, model
+        dtype and quantisation are None (unknown)."""
+        manifest = getattr(probe, "manifest", None)
+        domain: Mapping = {}
+        if isinstance(manifest, Mapping):
+            model = manifest.get("model") or {}
+            summary = manifest.get("training_summary") or {}
+            inp = manifest.get("input") or {}
+            n_outputs, hidden = inp.get("n_layer_outputs"), inp.get("hidden_size")
+            states = inp.get("pooling", DEFAULT_POOLING)
+            domain = manifest.get("domain") if isinstance(manifest.get("domain"), Mapping) else {}
+        else:
+            states = getattr(probe, "pooling", DEFAULT_POOLING)
+            model = {"name": None, "fingerprint": None}
+            summary = getattr(probe, "training_summary_", None) or {}
+            n_outputs = getattr(probe, "n_layer_outputs_", None)
+            hidden = getattr(probe, "hidden_size_", None)
+            if hidden is not None:
+                hidden = int(hidden) // pooling_blocks(getattr(probe, "pooling", DEFAULT_POOLING))
+        summary = summary if isinstance(summary, Mapping) else {}
+        flat = model.get("fingerprint") if isinstance(model.get("fingerprint"), Mapping) else {}
+        out = cls(model=model.get("name"), model_fingerprint=_fingerprint(model.get("fingerprint")),
+                  model_weights=_weights({key: flat.get(name) for key, name in _WEIGHT_NAMES}),
+                  engine=summary.get("engine") or DEFAULT_ENGINE,
+                  pooling=_pooling(states, summary.get("generation")),
+                  prompt_format=prompt_format(summary.get("generation"), summary.get("responses")),
+                  task=summary.get("task"), task_settings=summary.get("task_settings"),
+                  generation=summary.get("generation"),
+                  num_layers=None if n_outputs is None else int(n_outputs) - 1,
+                  hidden_size=None if hidden is None else int(hidden))
+        return dataclasses.replace(out, **{key: domain[key] for key in DOMAIN_FIELDS if key in domain})
+
+    # -------------------------------------------------------------------------- writing
+    def to_json(self) -> dict:
+        """The known fields (not None) as JSON holds them: for a model's identity
+        (:meth:`from_model`), the model's fields of a store manifest, under their manifest
+        names."""
+        return {key: _plain(value) for key, value in self._fields().items() if value is not None}
+
+    def to_probe_json(self) -> dict:
+        """``probe.json``'s ``model`` block: ``{"name", "fingerprint"}``, the fingerprint's known
+        fields flat with ``weights_sha256`` / ``gguf_sha256`` / ``weights_bf16_sha256`` beside
+        them when known (None without a fingerprint), as probe files have always recorded it and
+        :meth:`from_probe` reads it."""
+        if self.model_fingerprint is None:
+            return {"name": self.model, "fingerprint": None}
+        weights = self.model_weights or {}
+        flat = {**self.model_fingerprint, **{name: weights.get(key) for key, name in _WEIGHT_NAMES}}
+        return {"name": self.model, "fingerprint": {k: _plain(v) for k, v in flat.items() if v is not None}}
+
+    # -------------------------------------------------------------------------- comparing
+    def diff(self, other: "ModelIdentity | Mapping | None", names: tuple[str, str] = ("store", "probe"),
+             **options: Any) -> "Difference":
+        """The fields on which this identity and ``other`` differ (:func:`diff`, whose keywords
+        ``options`` are)."""
+        return diff(self, other, names, **options)
+
+    def _fields(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 def _fingerprint(fp: Any) -> dict | None:
     """``model_fingerprint`` in :data:`FINGERPRINT_FIELDS` (None: unknown)."""
     if not isinstance(fp, Mapping):
@@ -76,9 +255,9 @@ def _fingerprint(fp: Any) -> dict | None:
     return {key: fp.get(key) for key in FINGERPRINT_FIELDS}
 
 
-def _weights(sha256: Any, gguf: Any, bf16: Any = None) -> dict | None:
-    out = {key: value for key, value in (("sha256", sha256), ("gguf_sha256", gguf), ("bf16_sha256", bf16))
-           if value}
+def _weights(digest: Mapping) -> dict | None:
+    """``model_weights``: the known entries of a weights digest (None: none known)."""
+    out = {key: digest.get(key) for key, _ in _WEIGHT_NAMES if digest.get(key)}
     return out or None
 
 
@@ -97,120 +276,23 @@ def prompt_format(generation: Any, responses: Any) -> dict:
     return {"chat": gen.get("chat"), "prompts": resp.get("prompt_format", GENERATED)}
 
 
-def of_store(manifest: Mapping) -> dict:
-    """The identity of a store from its manifest. ``task_settings`` and ``generation`` are absent
-    when the manifest lacks them (a store from before they were recorded); a missing ``engine``
-    is :data:`DEFAULT_ENGINE`; a missing engine version, model dtype or quantisation is None
-    (unknown); ``pooling`` names the positions only (a store keeps several pooled states)."""
-    weights = manifest.get("model_weights")
-    weights = weights if isinstance(weights, Mapping) else {}
-    out = {
-        "model": manifest.get("model"),
-        "model_fingerprint": _fingerprint(manifest.get("model_fingerprint")),
-        "model_weights": _weights(weights.get("sha256"), weights.get("gguf_sha256"), weights.get("bf16_sha256")),
-        "tokenizer": manifest.get("tokenizer"),
-        "engine": manifest.get("engine") or DEFAULT_ENGINE,
-        "engine_version": manifest.get("engine_version"),
-        "model_dtype": manifest.get("model_dtype"),
-        "quantization": manifest.get("quantization"),
-        "pooling": _pooling(None, manifest.get("generation")),
-        "task": manifest.get("task"),
-        "prompt_format": prompt_format(manifest.get("generation"), manifest.get("responses")),
-        "dtype": manifest.get("dtype"),
-        "num_layers": manifest.get("num_layers"),
-        "hidden_size": manifest.get("hidden_size"),
-    }
-    out.update({key: manifest[key] for key in ("task_settings", "generation") if key in manifest})
-    return out
-
-
-def of_model(identity: Mapping | None, *, name: str | None = None, tokenizer: str | None = None,
-             engine: str = DEFAULT_ENGINE, engine_version: str | None = None,
-             setting: Mapping | None = None, pooling: Mapping | None = None,
-             prompt_format: Mapping | None = None) -> dict:
-    """The identity of a model from :func:`acute.models.model_identity` (or a fingerprint
-    without weights, or a probe's recorded ``model.fingerprint``: the same flat form), run by
-    ``engine`` at ``engine_version`` with ``setting`` (:func:`acute.models.model_setting`:
-    ``model_dtype``, ``quantization``), reading ``pooling`` with ``prompt_format`` (None:
-    unknown)."""
-    flat = identity if isinstance(identity, Mapping) else {}
-    setting = setting if isinstance(setting, Mapping) else {}
-    return {"model": name, "model_fingerprint": _fingerprint(identity),
-            "model_weights": _weights(flat.get("weights_sha256"), flat.get("gguf_sha256"),
-                                      flat.get("weights_bf16_sha256")),
-            "tokenizer": tokenizer, "engine": engine or DEFAULT_ENGINE, "engine_version": engine_version,
-            "model_dtype": setting.get("model_dtype"), "quantization": setting.get("quantization"),
-            "pooling": None if pooling is None else dict(pooling),
-            "prompt_format": None if prompt_format is None else dict(prompt_format),
-            "num_layers": flat.get("num_layers"), "hidden_size": flat.get("hidden_size")}
-
-
-def of_probe(probe: Any) -> dict:
-    """The identity of a probe: an :class:`acute.estimators.probe_file.ExportedProbe` (its
-    recorded model and training store settings, and its validity domain, ``probe.json``'s
-    ``domain``, when it records one) or a fitted :class:`acute.estimators.probes.ActivationProbe`
-    (the shape it was fitted on, its ``training_summary_``). ``num_layers`` / ``hidden_size`` are
-    the input shape it reads. Without a recorded domain, the engine is the training summary's and
-    its version, model dtype and quantisation are None (unknown)."""
-    manifest = getattr(probe, "manifest", None)
-    domain: Mapping = {}
-    if isinstance(manifest, Mapping):
-        model = manifest.get("model") or {}
-        summary = manifest.get("training_summary") or {}
-        inp = manifest.get("input") or {}
-        n_outputs, hidden = inp.get("n_layer_outputs"), inp.get("hidden_size")
-        states = inp.get("pooling", DEFAULT_POOLING)
-        domain = manifest.get("domain") if isinstance(manifest.get("domain"), Mapping) else {}
-    else:
-        states = getattr(probe, "pooling", DEFAULT_POOLING)
-        model = {"name": None, "fingerprint": getattr(probe, "model_fingerprint", None)}
-        summary = getattr(probe, "training_summary_", None) or {}
-        n_outputs = getattr(probe, "n_layer_outputs_", None)
-        hidden = getattr(probe, "hidden_size_", None)
-        if hidden is not None:
-            hidden = int(hidden) // pooling_blocks(getattr(probe, "pooling", DEFAULT_POOLING))
-    summary = summary if isinstance(summary, Mapping) else {}
-    out = of_model(model.get("fingerprint"), name=model.get("name"), engine=summary.get("engine"),
-                   pooling=_pooling(states, summary.get("generation")),
-                   prompt_format=prompt_format(summary.get("generation"), summary.get("responses")))
-    out.update(task=summary.get("task"), task_settings=summary.get("task_settings"),
-               generation=summary.get("generation"),
-               num_layers=None if n_outputs is None else int(n_outputs) - 1,
-               hidden_size=None if hidden is None else int(hidden))
-    out.update({key: domain[key] for key in DOMAIN_FIELDS if key in domain})
-    return out
-
-
-def domain_record(identity: Mapping, states: str | None = None, **extra: Any) -> dict:
+def domain_record(identity: ModelIdentity, states: str | None = None, **extra: Any) -> dict:
     """The validity domain ``probe.json`` records (``domain``): the :data:`DOMAIN_FIELDS` of
-    ``identity`` (a store's, :func:`of_store`), ``pooling["states"]`` set to ``states`` (the
-    pooled states the probe reads), plus ``extra`` (where it came from: ``store``,
-    ``recertified_from``)."""
-    out = {key: _plain(identity.get(key)) for key in DOMAIN_FIELDS}
+    ``identity`` (a store's, :meth:`ModelIdentity.from_manifest`), ``pooling["states"]`` set to
+    ``states`` (the pooled states the probe reads), plus ``extra`` (where it came from:
+    ``store``, ``recertified_from``)."""
+    out = {key: _plain(getattr(identity, key)) for key in DOMAIN_FIELDS}
     if states is not None:
         out["pooling"] = {**(out["pooling"] or {}), "states": states}
     return {**out, **extra}
 
 
-def domain_change(a: Mapping | None, b: Mapping | None,
+def domain_change(a: ModelIdentity | None, b: ModelIdentity | None,
                   names: tuple[str, str] = ("the probe's domain", "this setting")) -> "Difference":
     """How the settings of identities ``a`` and ``b`` differ on :data:`DOMAIN_FIELDS`, each field
     (and key of ``pooling`` / ``prompt_format``) compared where both sides know it: a change of
     domain, not another model (:func:`diff` with those fields optional)."""
     return diff(a, b, names, fields=DOMAIN_FIELDS, optional=DOMAIN_FIELDS)
-
-
-def model_record(identity: Mapping) -> dict | None:
-    """The flat model identity a probe file records (``probe.json``'s ``model.fingerprint``):
-    the fingerprint's known fields plus ``weights_sha256`` / ``gguf_sha256`` /
-    ``weights_bf16_sha256`` when known; None without a fingerprint."""
-    fp = identity.get("model_fingerprint")
-    if fp is None:
-        return None
-    weights = identity.get("model_weights") or {}
-    extra = {"weights_sha256": weights.get("sha256"), "gguf_sha256": weights.get("gguf_sha256"),
-             "weights_bf16_sha256": weights.get("bf16_sha256")}
-    return {key: value for key, value in {**fp, **extra}.items() if value is not None}
 
 
 # ------------------------------------------------------------------------------ comparing
@@ -257,6 +339,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _as_mapping(identity: ModelIdentity | Mapping | None) -> Mapping:
+    if isinstance(identity, ModelIdentity):
+        return identity._fields()
+    return identity or {}
+
+
 def _across_dtypes(a: Mapping, b: Mapping) -> tuple[Mapping, Mapping]:
     """``a`` and ``b`` with their weights reduced to the bfloat16 digest (and the GGUF's) when
     they ran in different dtypes and both know that digest; else as they are."""
@@ -269,11 +357,13 @@ def _across_dtypes(a: Mapping, b: Mapping) -> tuple[Mapping, Mapping]:
             {**b, "model_weights": {k: wb.get(k) for k in keep}})
 
 
-def diff(a: Mapping | None, b: Mapping | None, names: tuple[str, str] = ("store", "probe"), *,
+def diff(a: ModelIdentity | Mapping | None, b: ModelIdentity | Mapping | None,
+         names: tuple[str, str] = ("store", "probe"), *,
          fields: Iterable[str] | None = None, optional: Iterable[str] = (),
          allow_other_weights: bool = False, across_dtypes: bool = False) -> Difference:
     """The fields on which the identities ``a`` and ``b`` (named ``names`` in the message)
-    differ, each with both values.
+    differ, each with both values. Either may be a :class:`ModelIdentity` or a mapping of the
+    same fields (a store manifest's keys, compared as they are).
 
     ``fields``: the fields compared (default: every field of either side, sorted). A field
     missing on one side is None there and differs from a value, except the ``optional`` ones:
@@ -285,7 +375,7 @@ def diff(a: Mapping | None, b: Mapping | None, names: tuple[str, str] = ("store"
     (``bf16_sha256``) when both know it: the same checkpoint in float32 and in bfloat16 is one
     model under two settings (a change of domain, :func:`domain_change`).
     """
-    a, b = a or {}, b or {}
+    a, b = _as_mapping(a), _as_mapping(b)
     if across_dtypes:
         a, b = _across_dtypes(a, b)
     keys = sorted(set(a) | set(b)) if fields is None else list(dict.fromkeys(fields))

@@ -13,7 +13,7 @@ import pytest
 import acute.extraction
 from acute.collect import collect
 from acute.extraction import generate_and_record
-from acute.models import load_model, model_fingerprint
+from acute.models import load_model, model_fingerprint, model_name
 from acute.store import open_store
 from acute.tasks import get_task
 
@@ -46,12 +46,12 @@ def hash_rule(ex, generation):
     return int(ex.id[1:]) % 3 == 0
 
 
-def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
+def test_store_matches_direct_recorder_run(loaded, tiny_model_dir, tmp_path, monkeypatch):
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 12))
     monkeypatch.setattr(task, "is_correct", hash_rule)
     examples = task.load()
-    summary = collect(model, tok, task, examples, tmp_path / "store", model_name="tiny",
+    summary = collect(model, tok, task, examples, tmp_path / "store",
                       batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
     store = open_store(tmp_path / "store")
 
@@ -83,12 +83,14 @@ def test_store_matches_direct_recorder_run(loaded, tmp_path, monkeypatch):
     assert "records:             12 (12 new, 0 resumed)" in summary.lines()
 
     m = store.manifest
-    assert m["model"] == "tiny" and m["model_fingerprint"] == model_fingerprint(model)
+    # the model is named once, where it is loaded (an existing path made absolute)
+    assert m["model"] == model_name(model) == str(tiny_model_dir.resolve())
+    assert m["model_fingerprint"] == model_fingerprint(model)
     assert m["generation"] == {"do_sample": False, "max_new_tokens": MAX_NEW, "stop_strings": ["\n"],
                                "pool": "decoding", "chat": True}
     assert m["task"] == task.name and m["dtype"] == "float32" and m["status"] == "complete"
 
-    again = collect(model, tok, task, examples, tmp_path / "store", model_name="tiny",
+    again = collect(model, tok, task, examples, tmp_path / "store",
                     batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
     assert (again.records, again.new_records, again.resumed) == (12, 0, 12)
     assert math.isnan(again.seconds_per_record)
@@ -101,7 +103,7 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", N_RESUME))
     examples = task.load()
-    kw = dict(model_name="tiny", batch_size=1, max_new_tokens=MAX_NEW, dtype="float32",
+    kw = dict(batch_size=1, max_new_tokens=MAX_NEW, dtype="float32",
               shard_size=5, progress=False)
     reference = collect(model, tok, task, examples, tmp_path / "ref", **kw)
     assert reference.records == N_RESUME
@@ -153,7 +155,7 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
 
     monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_fourth_chunk)
     with pytest.raises(RuntimeError, match="simulated kill"):
-        collect(model, tok, task, task.load(), tmp_path / "store", model_name="tiny", batch_size=2,
+        collect(model, tok, task, task.load(), tmp_path / "store", batch_size=2,
                 max_new_tokens=MAX_NEW, dtype="float32", shard_size=8, progress=False)
     assert calls == [8, 8, 8, 8]  # each chunk fills exactly one shard (not 64 records at once)
     assert len(open_store(tmp_path / "store")) == 24
@@ -182,7 +184,7 @@ def test_small_shards_are_filled_in_length_order_across_shards(loaded, tmp_path,
             f.write(json.dumps({"id": f"q{i}", "question": "Count: " + "one " * n, "answers": ["x"]}) + "\n")
     task = qa_task(path)
     monkeypatch.setattr(task, "is_correct", hash_rule)
-    kw = dict(model_name="tiny", batch_size=2, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    kw = dict(batch_size=2, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
     collect(model, tok, task, task.load(), tmp_path / "small", shard_size=2, **kw)
     collect(model, tok, task, task.load(), tmp_path / "one", shard_size=256, **kw)
     small, one = open_store(tmp_path / "small"), open_store(tmp_path / "one")
@@ -196,10 +198,10 @@ def test_small_shards_are_filled_in_length_order_across_shards(loaded, tmp_path,
 def test_resume_refuses_other_generation_settings(loaded, tmp_path):
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 3))
-    collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny",
+    collect(model, tok, task, task.load(), tmp_path / "s",
             max_new_tokens=MAX_NEW, progress=False)
     with pytest.raises(ValueError, match="generation"):
-        collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny",
+        collect(model, tok, task, task.load(), tmp_path / "s",
                 max_new_tokens=MAX_NEW + 1, progress=False)
 
 
@@ -208,7 +210,7 @@ def test_empty_dataset_errors(loaded, tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     task = qa_task(tmp_path / "empty.jsonl")
     with pytest.raises(ValueError, match="empty"):
-        collect(model, tok, task, task.load(), tmp_path / "s", model_name="tiny", progress=False)
+        collect(model, tok, task, task.load(), tmp_path / "s", progress=False)
     assert not (tmp_path / "s").exists()
 
 
@@ -226,10 +228,10 @@ def test_too_long_prompt_is_skipped_and_counted(loaded, tmp_path):
     task = qa_task(write_questions(tmp_path / "q.jsonl", 5, long_ids={2}))
     examples = task.load()
     assert len(tok(task.prompt(tok, examples[2]), add_special_tokens=False)["input_ids"]) > 256
-    summary = collect(model, tok, task, examples, tmp_path / "s", model_name="tiny",
+    summary = collect(model, tok, task, examples, tmp_path / "s",
                       max_new_tokens=MAX_NEW, progress=False)
     assert summary.skipped_too_long == 1 and summary.records == 4
     assert open_store(tmp_path / "s").ids == ["q000", "q001", "q003", "q004"]
     with pytest.raises(ValueError, match="context window"):
-        collect(model, tok, task, examples, tmp_path / "s2", model_name="tiny",
+        collect(model, tok, task, examples, tmp_path / "s2",
                 max_new_tokens=MAX_NEW, on_too_long="error", progress=False)

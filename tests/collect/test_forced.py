@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from acute.estimators.inputs import Inputs
+from acute.store import ModelIdentity
 import acute.collect
 from acute.cli import main
 from acute.collect import collect, collect_responses, read_responses, rerecord_store
@@ -247,7 +248,7 @@ def test_collect_responses_writes_the_forced_records(loaded, tmp_path):
     model, tok = loaded
     rows = response_rows(tok)
     path = write_rows(tmp_path / "logs.jsonl", rows)
-    summary = collect_responses(model, tok, path, tmp_path / "store", model_name="tiny",
+    summary = collect_responses(model, tok, path, tmp_path / "store",
                                 batch_size=4, dtype="float32", shard_size=5, progress=False)
     store = open_store(tmp_path / "store")
     prompts = [r["prompt"] if "prompt" in r else format_prompt(tok, r["messages"]) for r in rows]
@@ -269,7 +270,7 @@ def test_collect_responses_writes_the_forced_records(loaded, tmp_path):
     assert m["model_fingerprint"] == model_fingerprint(model) and m["task"] is None
     assert (summary.records, summary.new_records, summary.resumed) == (12, 12, 0)
     assert summary.accuracy == pytest.approx(np.mean([hash_label(i) for i in range(12)]))
-    again = collect_responses(model, tok, path, tmp_path / "store", model_name="tiny",
+    again = collect_responses(model, tok, path, tmp_path / "store",
                               dtype="float32", shard_size=5, progress=False)
     assert (again.records, again.new_records, again.resumed) == (12, 0, 12)
 
@@ -281,7 +282,7 @@ def test_labels_from_a_task(loaded, tmp_path):
         del r["label"]
     path = write_rows(tmp_path / "logs.jsonl", rows)
     task = get_task("triviaqa")
-    collect_responses(model, tok, path, tmp_path / "store", model_name="tiny", task=task,
+    collect_responses(model, tok, path, tmp_path / "store", task=task,
                       dtype="float32", progress=False)
     store = open_store(tmp_path / "store")
     assert store.manifest["responses"]["labels"] == "task triviaqa"
@@ -313,7 +314,7 @@ def test_bad_rows_name_file_and_line_and_write_nothing(loaded, tmp_path, row, me
     model, tok = loaded
     path = write_rows(tmp_path / "bad.jsonl", [{"id": "a", "prompt": "p", "response": "r", "label": True}, row])
     with pytest.raises(TaskDataError, match="bad.jsonl" + message):
-        collect_responses(model, tok, path, tmp_path / "store", model_name="tiny", progress=False)
+        collect_responses(model, tok, path, tmp_path / "store", progress=False)
     assert not (tmp_path / "store").exists()
 
 
@@ -330,16 +331,16 @@ def test_empty_and_too_long_responses_are_skipped_or_fail_by_flag(loaded, tmp_pa
     rows[2]["response"] = "Paris " * 300
     path = write_rows(tmp_path / "r.jsonl", rows)
     with pytest.raises(InputError, match=r"r.jsonl:2: id 'r01': the response is empty"):
-        collect_responses(model, tok, path, tmp_path / "failed", model_name="tiny",
+        collect_responses(model, tok, path, tmp_path / "failed",
                           on_bad_response="error", progress=False)
     assert not (tmp_path / "failed").exists()
     rows[1]["response"] = "3"
     with pytest.raises(InputError, match=r"r.jsonl:3: id 'r02': prompt \+ response have \d+ tokens"):
-        collect_responses(model, tok, write_rows(path, rows), tmp_path / "failed", model_name="tiny",
+        collect_responses(model, tok, write_rows(path, rows), tmp_path / "failed",
                           on_bad_response="error", progress=False)
     rows[1]["response"] = ""
     summary = collect_responses(model, tok, write_rows(path, rows), tmp_path / "store",
-                                model_name="tiny", progress=False)
+                                progress=False)
     assert (summary.records, summary.skipped_empty, summary.skipped_too_long) == (2, 1, 1)
     assert "skipped (empty):     1" in summary.lines()
     assert open_store(tmp_path / "store").ids == ["r00", "r03"]
@@ -357,7 +358,7 @@ def test_rerecord_gives_another_pooling_of_the_same_generations(loaded, tmp_path
     model, tok = loaded
     task = qa_task(tmp_path, 10)
     examples = task.load()
-    collect(model, tok, task, examples, tmp_path / "store", model_name="tiny", batch_size=4,
+    collect(model, tok, task, examples, tmp_path / "store", batch_size=4,
             max_new_tokens=5, dtype="float32", progress=False)
     source = open_store(tmp_path / "store")
     summary = rerecord_store(model, tok, tmp_path / "store", tmp_path / "gen", pool="generated",
@@ -394,7 +395,7 @@ def test_rerecord_without_token_ids_counts_retokenized_records(tok, tmp_path, mo
 
     monkeypatch.setattr(acute.collect.records, "_record", without_ids)
     task = qa_task(tmp_path, 10)
-    collect(model, tok, task, task.load(), tmp_path / "old", model_name="tiny", max_new_tokens=5,
+    collect(model, tok, task, task.load(), tmp_path / "old", max_new_tokens=5,
             dtype="float32", progress=False)
     monkeypatch.undo()
     prompts = [task.prompt(tok, ex) for ex in task.load()]
@@ -422,10 +423,10 @@ def responses_probe(loaded, tmp_path_factory):
     rows = [{"id": i, "prompt": format_prompt(tok, f"Name {i} things."), "response": f"{i} things",
              "label": hash_label(i)} for i in range(30)]
     collect_responses(model, tok, write_rows(root / "logs.jsonl", rows), root / "store",
-                      model_name="tiny", dtype="float32", progress=False)
+                      dtype="float32", progress=False)
     store = open_store(root / "store")
     probe = ActivationProbe(view="pca10", n_estimators=10).fit(Inputs.of(np.asarray(store.layer_means), store.raw_confidence), store.correct)
-    probe.save(root / "probe", model_name="tiny", model_fingerprint=model_fingerprint(model),
+    probe.save(root / "probe", identity=ModelIdentity(model="tiny", model_fingerprint=model_fingerprint(model)),
                training_summary=acute.collect.collection_settings(store.manifest))
     return root / "probe"
 

@@ -97,7 +97,7 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
     task = _task(tmp_path / "q.jsonl", 8)
     examples = task.load()
     settings = SamplingSettings(3, temperature=1.2)
-    kw = dict(model_name="tiny", batch_size=2, max_new_tokens=6, dtype="float32", progress=False, shard_size=2)
+    kw = dict(batch_size=2, max_new_tokens=6, dtype="float32", progress=False, shard_size=2)
     calls = {"n": 0}
     real = acute.collect.generated._draw_samples
 

@@ -145,7 +145,7 @@ def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path)
     model, tok = smollm2
     task = get_task("default")
     examples = task.load()[:6]
-    kw = dict(model_name="smollm2-135m-instruct", batch_size=6, progress=False, dtype="float32")
+    kw = dict(batch_size=6, progress=False, dtype="float32")
     collect(model, tok, task, examples[:4], tmp_path / "vllm", engine=engine, **kw)
     summary = collect(model, tok, task, examples, tmp_path / "vllm", engine=engine, **kw)
     assert (summary.resumed, summary.new_records) == (4, 2)

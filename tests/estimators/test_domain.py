@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from acute.estimators.probe_file import forest_proba
 from acute.metrics.certify import certify_threshold
 from acute.metrics.drift import confidence_reference
 from acute.store import StoreWriter, open_store
-from acute.store.identity import DOMAIN_FIELDS, diff, domain_change, of_model, of_probe, of_store
+from acute.store.identity import DOMAIN_FIELDS, ModelIdentity, diff, domain_change
 
 L, D, N = 3, 8, 240
 FP = {"architecture": "LlamaForCausalLM", "model_type": "llama", "num_layers": L, "hidden_size": D,
@@ -41,8 +42,8 @@ BF16 = {**F32, "model_weights": {"sha256": "b16", "bf16_sha256": "same-bf16"}, "
 
 # ---------------------------------------------------------------------------------- identity
 def test_a_store_names_its_setting_and_a_change_of_it_is_a_domain_change():
-    a, b = of_store(F32), of_store(BF16)
-    assert {k: a[k] for k in DOMAIN_FIELDS} == {
+    a, b = ModelIdentity.from_manifest(F32), ModelIdentity.from_manifest(BF16)
+    assert {k: getattr(a, k) for k in DOMAIN_FIELDS} == {
         "engine": "transformers", "engine_version": "5.0 (torch 2.9)", "model_dtype": "float32",
         "quantization": "none", "pooling": {"states": None, "positions": "decoding"},
         "prompt_format": {"chat": True, "prompts": "generated answers"}}
@@ -50,31 +51,31 @@ def test_a_store_names_its_setting_and_a_change_of_it_is_a_domain_change():
     assert found.fields == ("model_dtype",)
     assert str(found) == ("'model_dtype' differs ('model_dtype': the probe's domain 'float32', "
                           "this scorer 'bfloat16')")
-    vllm = of_store({**F32, "engine": "vllm", "engine_version": "0.11.0"})
+    vllm = ModelIdentity.from_manifest({**F32, "engine": "vllm", "engine_version": "0.11.0"})
     assert domain_change(a, vllm).fields == ("engine", "engine_version")
     # what one side does not know is not a change (a probe written before the field)
-    assert not domain_change(a, {**of_store(BF16), "model_dtype": None, "engine_version": None})
+    assert not domain_change(a, replace(b, model_dtype=None, engine_version=None))
 
 
 def test_weights_across_dtypes_compare_by_their_bfloat16_digest():
-    a, b = of_store(F32), of_store(BF16)
+    a, b = ModelIdentity.from_manifest(F32), ModelIdentity.from_manifest(BF16)
     assert diff(a, b, fields=("model_weights",)).fields == ("model_weights",)  # strict by default
     assert not diff(a, b, fields=("model_weights",), across_dtypes=True)
-    other = of_store({**BF16, "model_weights": {"sha256": "x", "bf16_sha256": "other-bf16"}})
+    other = ModelIdentity.from_manifest({**BF16, "model_weights": {"sha256": "x", "bf16_sha256": "other-bf16"}})
     found = diff(a, other, ("the probe", "the store"), fields=("model_weights",), across_dtypes=True)
     assert "'model_weights'['bf16_sha256']: the probe 'same-bf16', the store 'other-bf16'" in str(found)
     # in one dtype the exact bytes decide (a fine-tune below bfloat16's resolution is another model)
-    close = of_store({**F32, "model_weights": {"sha256": "f32-tuned", "bf16_sha256": "same-bf16"}})
+    close = ModelIdentity.from_manifest({**F32, "model_weights": {"sha256": "f32-tuned", "bf16_sha256": "same-bf16"}})
     assert diff(a, close, fields=("model_weights",), across_dtypes=True).fields == ("model_weights",)
 
 
 def test_one_checkpoint_in_float32_and_bfloat16_shares_the_bfloat16_digest(tiny_model):
-    from acute.models import model_identity, model_setting, weights_digest
+    from acute.models import model_setting, weights_digest
 
     half = copy.deepcopy(tiny_model).to(torch.bfloat16)
     a, b = weights_digest(tiny_model), weights_digest(half)
     assert a["sha256"] != b["sha256"] and a["bf16_sha256"] == b["bf16_sha256"] == b["sha256"]
-    assert model_identity(half)["weights_bf16_sha256"] == b["bf16_sha256"]
+    assert ModelIdentity.from_model(half).model_weights["bf16_sha256"] == b["bf16_sha256"]
     assert model_setting(tiny_model) == {"model_dtype": "float32", "quantization": "none"}
     assert model_setting(half)["model_dtype"] == "bfloat16"
 
@@ -98,14 +99,15 @@ def test_a_collection_records_its_engine_version_dtype_and_quantisation(tiny_mod
 
     task = get_task("default")
     examples = task.load()[:2]
-    kw = dict(model_name="tiny", batch_size=2, progress=False, max_new_tokens=2, chat=False)
+    kw = dict(batch_size=2, progress=False, max_new_tokens=2, chat=False)
     collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "hf", **kw)
     collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "vllm", engine=_FakeVllm(), **kw)
     hf, vllm = open_store(tmp_path / "hf").manifest, open_store(tmp_path / "vllm").manifest
     assert (hf["engine"], hf["engine_version"]) == ("transformers", transformers_version())
     assert (hf["model_dtype"], hf["quantization"]) == ("float32", "none")
     assert (vllm["engine"], vllm["engine_version"]) == ("vllm", "0.0-test")  # not "transformers"
-    assert domain_change(of_store(hf), of_store(vllm)).fields == ("engine", "engine_version")
+    assert domain_change(ModelIdentity.from_manifest(hf), ModelIdentity.from_manifest(vllm)).fields == (
+        "engine", "engine_version")
 
 
 # -------------------------------------------------------------------------------- stores
@@ -153,12 +155,12 @@ def test_the_probe_file_records_its_training_stores_setting(exported, stores, ca
     with caplog.at_level(logging.WARNING):
         probe = load_probe(exported)
     assert not caplog.records  # a probe with a domain loads quietly
-    want = {k: v for k, v in of_store(train.manifest).items() if k in DOMAIN_FIELDS}
+    want = {k: getattr(ModelIdentity.from_manifest(train.manifest), k) for k in DOMAIN_FIELDS}
     want["pooling"] = {"states": "mean", "positions": "decoding"}
     assert {k: probe.domain[k] for k in DOMAIN_FIELDS} == want
     assert probe.domain["store"] == str(train.path.resolve())
     assert json.loads((exported / "probe.json").read_text())["domain"] == probe.domain
-    assert {k: of_probe(probe)[k] for k in DOMAIN_FIELDS} == want
+    assert {k: getattr(ModelIdentity.from_probe(probe), k) for k in DOMAIN_FIELDS} == want
     assert probe.certificates and probe.certificates[0]["valid"]
 
 
@@ -171,7 +173,7 @@ def test_an_older_probe_without_a_domain_loads_with_one_warning(exported, tmp_pa
         again = load_probe(tmp_path / "old")
     msgs = [r.getMessage() for r in caplog.records]
     assert len(msgs) == 1 and "records no validity domain" in msgs[0] and str(tmp_path / "old") in msgs[0]
-    assert again.domain is None and of_probe(again)["model_dtype"] is None
+    assert again.domain is None and ModelIdentity.from_probe(again).model_dtype is None
     X = _states(np.array([0, 1]), np.random.default_rng(5))
     np.testing.assert_array_equal(again.predict_proba(Inputs.of(X, [0.5, 0.5])), probe.predict_proba(Inputs.of(X, [0.5, 0.5])))
 
@@ -203,7 +205,7 @@ def tiny_probe(tiny_model_dir, tmp_path_factory):
     cert = Certificate(threshold=0.0, alpha=0.1, n_calibration=500, calibration_coverage=1.0,
                        calibration_precision=0.95, p_value=1e-4, valid=True, reason="by hand",
                        method=METHODS["binomial"], fwer="bonferroni_holm", delta=0.1, n_thresholds=100)
-    probe = fitted.export(model_name="tiny", model_fingerprint=acute.model_identity(model),
+    probe = fitted.export(replace(ModelIdentity.from_model(model), model="tiny"),
                           training_summary={"generation": {"max_new_tokens": 3, "stop_strings": [],
                                                            "pool": "decoding", "chat": False}, "task": None},
                           certificates=[certificate_entry(cert, backend="binomial", source="out-of-fold")])
@@ -264,7 +266,7 @@ def test_a_precheck_probe_scored_under_another_dtype_is_named_in_its_own_warning
     states = np.stack([p.last_prompt for p in record_prompt_states(model, tok, prompts)])
     fitted = make_estimator("question-only", probe_params={"n_estimators": 3}).fit(
         Inputs.of(states, pooling="last-prompt"), np.arange(20) % 2)
-    pre = fitted.export(model_name="tiny", model_fingerprint=acute.model_identity(model),
+    pre = fitted.export(replace(ModelIdentity.from_model(model), model="tiny"),
                         training_summary={"task": None}).with_domain(
         {"engine": "transformers", "engine_version": transformers_version(), "model_dtype": "float32",
          "quantization": "none", "pooling": {"states": "last-prompt", "positions": "decoding"},
@@ -344,11 +346,12 @@ def test_recertify_calibrates_the_threshold_on_the_new_settings_records(exported
     assert new.confidence_reference == confidence_reference(conf, "calibration-store")  # drift: the new setting
     # the model it records is the store's, as the new setting loads it; both dtypes pass its check
     assert new.model_fingerprint["weights_sha256"] == "b16" and old.model_fingerprint["weights_sha256"] == "f32"
-    model = {**FP, "weights_sha256": "b16", "weights_bf16_sha256": "same-bf16"}
-    new.check_model(model, setting={"model_dtype": "bfloat16"})
-    old.check_model(model, setting={"model_dtype": "bfloat16"})
+    model = ModelIdentity(model_fingerprint=FP, model_weights={"sha256": "b16", "bf16_sha256": "same-bf16"},
+                          model_dtype="bfloat16")
+    new.check_model(model)
+    old.check_model(model)
     with pytest.raises(ModelMismatchError, match="'model_weights'"):
-        new.check_model({**model, "weights_bf16_sha256": "other"}, setting={"model_dtype": "bfloat16"})
+        new.check_model(replace(model, model_weights={"sha256": "b16", "bf16_sha256": "other"}))
 
 
 def test_recertify_restack_refits_the_map_on_the_new_records(exported, stores):

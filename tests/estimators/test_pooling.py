@@ -11,6 +11,7 @@ from acute.errors import InputError, UnknownEstimatorError
 from acute.estimators import make_estimator
 from acute.estimators.registry import estimator_group, estimator_pooling, is_estimator
 from acute.estimators.features import cosine_to_last
+from acute.store import ModelIdentity
 from acute.store.pooling import Concatenated, generation_states, parse_pooling, store_states
 from acute.estimators.probe_file import load_probe
 from acute.estimators import ActivationProbe
@@ -122,7 +123,7 @@ def test_a_joint_pooling_probe_exports_and_scores_equal_in_numpy(tmp_path, view)
     probe = ActivationProbe(view=view, layer=2 if view == "mean" else None, n_estimators=15,
                             calibration="stacked", cv=3, pooling="mean+last-answer").fit(
                                 Inputs.of(X, conf, pooling="mean+last-answer"), y)
-    out = probe.save(tmp_path / "p", model_fingerprint={"num_layers": N_OUT - 1, "hidden_size": D})
+    out = probe.save(tmp_path / "p", ModelIdentity(model_fingerprint={"num_layers": N_OUT - 1, "hidden_size": D}))
     loaded = load_probe(out)
     assert loaded.pooling == "mean+last-answer" and loaded.manifest["format_version"] == 3
     assert loaded.manifest["input"] == {"n_layer_outputs": N_OUT, "hidden_size": D, "pooling": "mean+last-answer"}

@@ -15,6 +15,7 @@ from acute.estimators.inputs import Inputs
 from acute.errors import ModelMismatchError, ProbeFormatError
 from acute.estimators import ActivationProbe, ExportedProbe, load_probe
 from acute.estimators.probe_file import forest_arrays, forest_proba
+from acute.store import ModelIdentity
 
 N_OUT, D = 10, 12  # 9 decoder layers (thirds 1-3, 4-6, 7-9), hidden size 12
 FINGERPRINT = {"architecture": "LlamaForCausalLM", "num_layers": 9, "hidden_size": 12, "vocab_size": 320}
@@ -270,7 +271,7 @@ def test_leaf_values_are_normalised_class1_probabilities(fitted):
 
 
 def test_save_load_round_trips_metadata(fitted, tmp_path, monkeypatch):
-    out = fitted.save(tmp_path / "p", model_name="tiny-llama", model_fingerprint=FINGERPRINT,
+    out = fitted.save(tmp_path / "p", ModelIdentity(model="tiny-llama", model_fingerprint=FINGERPRINT),
                       training_summary={"task": "sciq"},
                       metrics={"smece": np.float64(0.05), "auroc": float("nan"), "n": np.int64(100)})
     assert sorted(x.name for x in out.iterdir()) == ["probe.json", "probe.safetensors"]
@@ -303,26 +304,30 @@ def test_save_load_round_trips_metadata(fitted, tmp_path, monkeypatch):
     np.testing.assert_array_equal(arrays["pca.components"], fitted.featurizer_.components_)
 
 
+def _model(**fingerprint) -> ModelIdentity:
+    return ModelIdentity(model_fingerprint=fingerprint)
+
+
 def test_check_model(fitted, tmp_path):
-    probe = load_probe(fitted.save(tmp_path / "p", model_fingerprint=FINGERPRINT))
-    probe.check_model(dict(FINGERPRINT, extra="ignored"))
-    probe.check_model({k: v for k, v in FINGERPRINT.items() if k != "vocab_size"})
+    probe = load_probe(fitted.save(tmp_path / "p", ModelIdentity(model_fingerprint=FINGERPRINT)))
+    probe.check_model(_model(**FINGERPRINT, extra="ignored"))
+    probe.check_model(_model(**{k: v for k, v in FINGERPRINT.items() if k != "vocab_size"}))
     for key, val in [("architecture", "Qwen2ForCausalLM"), ("num_layers", 30), ("hidden_size", 576)]:
         with pytest.raises(ModelMismatchError, match=key):
-            probe.check_model(dict(FINGERPRINT, **{key: val}))
+            probe.check_model(_model(**dict(FINGERPRINT, **{key: val})))
     with pytest.raises(ModelMismatchError, match="architecture"):
-        probe.check_model({"num_layers": 9, "hidden_size": 12})
+        probe.check_model(_model(num_layers=9, hidden_size=12))
     # a fingerprint that disagrees with the fitted shape cannot be saved with the probe
     with pytest.raises(ModelMismatchError, match="'num_layers': the probe's input 9, model_fingerprint 30"):
-        fitted.save(tmp_path / "q", model_fingerprint=dict(FINGERPRINT, num_layers=30))
+        fitted.save(tmp_path / "q", _model(**dict(FINGERPRINT, num_layers=30)))
     with pytest.raises(ModelMismatchError, match="'hidden_size': the probe's input 12, model_fingerprint 576"):
-        fitted.save(tmp_path / "q", model_fingerprint=dict(FINGERPRINT, hidden_size=576))
+        fitted.save(tmp_path / "q", _model(**dict(FINGERPRINT, hidden_size=576)))
     assert not (tmp_path / "q").exists()
     # without a saved fingerprint the input shape is still checked
     bare = load_probe(fitted.save(tmp_path / "bare"))
-    bare.check_model(FINGERPRINT)
+    bare.check_model(_model(**FINGERPRINT))
     with pytest.raises(ModelMismatchError):
-        bare.check_model(dict(FINGERPRINT, num_layers=30))
+        bare.check_model(_model(**dict(FINGERPRINT, num_layers=30)))
 
 
 # ---------------------------------------------------------------- damaged probe dirs
@@ -521,7 +526,7 @@ def test_saved_probe_is_readable_by_others_not_private(fitted, tmp_path):
 
     mask = os.umask(0o022)
     try:
-        out = fitted.save(tmp_path / "p", model_fingerprint=FINGERPRINT)
+        out = fitted.save(tmp_path / "p", ModelIdentity(model_fingerprint=FINGERPRINT))
     finally:
         os.umask(mask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o755

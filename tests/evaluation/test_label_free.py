@@ -47,7 +47,7 @@ def sampled(tiny_model_dir, tmp_path_factory):
             f.write(json.dumps({"id": f"q{i:03d}", "question": f"What is {i} plus {i + 1}?",
                                 "answers": [str(2 * i + 1)]}) + "\n")
     task = get_task(path, shots=0)
-    collect(model, tok, task, task.load(), root / "raw", model_name=str(tiny_model_dir), batch_size=8,
+    collect(model, tok, task, task.load(), root / "raw", batch_size=8,
             max_new_tokens=3, dtype="float32", progress=False, samples=SamplingSettings(4, temperature=0.25))
     raw = open_store(root / "raw")
     # a random tiny model's answers are noise: give each record an answer and samples that agree

@@ -43,7 +43,7 @@ def store(tiny_model_dir, tmp_path_factory):
                                 "answers": [str(2 * i + 1)]}) + "\n")
     task = get_task(path, shots=0)
     task.stop_strings = ()
-    collect(model, tok, task, task.load(), root / "raw", model_name="tiny", batch_size=8, max_new_tokens=12,
+    collect(model, tok, task, task.load(), root / "raw", batch_size=8, max_new_tokens=12,
             dtype="float32", progress=False)
     raw = open_store(root / "raw")
     records = [dict(r, correct=hash_label(r["id"])) for r in raw.records]

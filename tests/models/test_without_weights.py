@@ -13,10 +13,11 @@ from safetensors.torch import load_file, save_file
 
 from acute.errors import InputError, ModelLoadError
 from acute.extraction.layers import context_window
-from acute.models import load_model, model_fingerprint, model_identity, model_setting, weights_digest
+from acute.models import load_model, model_fingerprint, model_setting, weights_digest
 from acute.models.identity import files_weights_digest
 from acute.models.loading import holds_no_weights
 from acute.models.prompts import eos_token_ids
+from acute.store import ModelIdentity
 from acute.testing import make_tiny_model, save_tiny_model
 
 
@@ -28,7 +29,7 @@ def test_the_identity_read_from_the_files_is_the_loaded_model_s(arch, tied, tmp_
         loaded, tok = load_model(folder, dtype=dtype)
         bare, bare_tok = load_model(folder, dtype=dtype, weights=False)
         assert holds_no_weights(bare) and not holds_no_weights(loaded)
-        assert model_identity(bare) == model_identity(loaded)
+        assert ModelIdentity.from_model(bare) == ModelIdentity.from_model(loaded)
         assert model_setting(bare) == model_setting(loaded)
         assert context_window(bare) == context_window(loaded)
         assert eos_token_ids(bare, bare_tok) == eos_token_ids(loaded, tok)
@@ -42,7 +43,7 @@ def test_other_weights_give_another_identity(tmp_path):
     a, _ = load_model(one, weights=False)
     b, _ = load_model(two, weights=False)
     assert model_fingerprint(a) == model_fingerprint(b)
-    assert model_identity(a)["weights_sha256"] != model_identity(b)["weights_sha256"]
+    assert ModelIdentity.from_model(a).model_weights != ModelIdentity.from_model(b).model_weights
 
 
 def test_a_folder_missing_a_tensor_or_with_another_shape_is_named(tmp_path):
@@ -74,11 +75,12 @@ def test_what_a_model_without_weights_refuses(tmp_path):
     with pytest.raises(InputError, match="holds no weights"):
         weights_digest(bare)
     assert files_weights_digest(bare, folder)["sha256"] == weights_digest(load_model(folder)[0])["sha256"]
-    assert weights_digest(bare)["sha256"] == model_identity(load_model(folder)[0])["weights_sha256"]
+    assert weights_digest(bare)["sha256"] == ModelIdentity.from_model(load_model(folder)[0]).model_weights["sha256"]
 
 
 @pytest.mark.slow
 def test_a_card_without_weights_is_smollm2(smollm2):
     """The converted card folder (tied embeddings, a GGUF's sha256 remembered): the same identity."""
     bare, _ = load_model("smollm2-135m-instruct", weights=False)
-    assert model_identity(bare) == model_identity(smollm2[0]) and "gguf_sha256" in model_identity(bare)
+    identity = ModelIdentity.from_model(bare)
+    assert identity == ModelIdentity.from_model(smollm2[0]) and "gguf_sha256" in identity.model_weights

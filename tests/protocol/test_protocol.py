@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from acute import metrics
+from acute.models import name_model
 from acute.protocol import load_protocol, run_protocol, write_protocol_report
 from acute.protocol.analysis import cell_data, checklist, gap_cells, provenance_table, readout, shift_table
 from acute.protocol.render import render_report
@@ -343,11 +344,11 @@ def na_run(tiny_task, tmp_path_factory):
     task, examples = tiny_task
     tok = make_tiny_tokenizer()
     newline = tok("\n", add_special_tokens=False)["input_ids"]
-    model = _biased_model(tok, forbid_digits=True, forbid=[tok.eos_token_id, *newline])
+    model = name_model(_biased_model(tok, forbid_digits=True, forbid=[tok.eos_token_id, *newline]), "tiny-no-digits")
     out = tmp_path_factory.mktemp("na-run")
     with pytest.warns(UserWarning, match="exceed the context window"):
         result = run_protocol(model, tok, task, examples + [_long_example(examples[0])], out,
-                              model_name="tiny-no-digits", batch_size=4, max_new_tokens=4,
+                              batch_size=4, max_new_tokens=4,
                               n_bootstrap=5, progress=False)
     return model, tok, result
 
@@ -423,9 +424,9 @@ def zero_run(tiny_task, tmp_path_factory):
     task, examples = tiny_task
     tok = make_tiny_tokenizer(chat_template=False)
     zero = tok.convert_tokens_to_ids("0")
-    model = _biased_model(tok, boost=[zero], boost_value=6.0)  # greedy "0", others keep some mass
+    model = name_model(_biased_model(tok, boost=[zero], boost_value=6.0), "tiny-zero")  # greedy "0", others keep some mass
     out = tmp_path_factory.mktemp("zero-run")
-    result = run_protocol(model, tok, task, examples, out, model_name="tiny-zero", batch_size=3,
+    result = run_protocol(model, tok, task, examples, out, batch_size=3,
                           max_new_tokens=3, n_bootstrap=8, seed=1, progress=False, variant="percent")
     return model, tok, result
 

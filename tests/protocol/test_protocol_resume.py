@@ -42,7 +42,7 @@ def setup(task_path):
     task = get_task(task_path)
     return model, tok, task, task.load()
 
-KW = dict(model_name="tiny", batch_size=2, max_new_tokens=3, n_bootstrap=20, seed=0, progress=False,
+KW = dict(batch_size=2, max_new_tokens=3, n_bootstrap=20, seed=0, progress=False,
           shard_size=2)
 """
 

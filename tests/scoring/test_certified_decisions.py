@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -63,7 +64,7 @@ def setup(loaded, tmp_path_factory):
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
     fitted = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, raw), y)
     root = tmp_path_factory.mktemp("certified")
-    kw = dict(model_name=NAME, model_fingerprint=acute.model_identity(model),
+    kw = dict(identity=replace(acute.ModelIdentity.from_model(model), model=NAME),
               training_summary={"generation": GENERATION, "task": None})
     fitted.save(root / "plain", **kw)
     conf = np.array([Scorer(model, tok, load_probe(root / "plain")).generate(q, risk=0.5).confidence

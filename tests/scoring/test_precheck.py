@@ -56,7 +56,7 @@ def collected(loaded, tmp_path_factory):
     task = get_task(str(root / "q.jsonl"), shots=0)
     task.is_correct = lambda ex, generation: int(ex.id[1:]) % 3 == 0
     examples = task.load()
-    collect(model, tok, task, examples, root / "store", model_name="tiny", batch_size=8,
+    collect(model, tok, task, examples, root / "store", batch_size=8,
             max_new_tokens=MAX_NEW, dtype="float32", progress=False)
     return root, examples, open_store(root / "store")
 

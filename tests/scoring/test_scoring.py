@@ -11,6 +11,7 @@ from acute.estimators.inputs import Inputs
 from acute.extraction import generate_and_record
 from acute.models import format_prompt, model_fingerprint
 from acute.errors import ModelMismatchError
+from acute.store import ModelIdentity
 from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import ScoredGeneration, Scorer
 from acute.scoring.gate import parse_gate, risk_rule
@@ -36,7 +37,7 @@ def probe_dir(tiny_model, tiny_tokenizer, tmp_path_factory):
     assert 0 < y.sum() < len(y)
     probe = ActivationProbe(view="pca10", n_estimators=10).fit(Inputs.of(X, raw), y)
     path = tmp_path_factory.mktemp("probe") / "probe"
-    probe.save(path, model_name="tiny-llama", model_fingerprint=model_fingerprint(tiny_model),
+    probe.save(path, identity=ModelIdentity(model="tiny-llama", model_fingerprint=model_fingerprint(tiny_model)),
                training_summary={"generation": GENERATION, "task": None})
     return path
 

@@ -52,7 +52,7 @@ def collected(loaded, tmp_path_factory):
     task = get_task(str(root / "q.jsonl"), shots=0)
     task.is_correct = lambda ex, generation: hash_label(ex.id)
     task.stop_strings = ()  # answers of up to MAX_NEW tokens (the tiny model rarely ends one)
-    collect(model, tok, task, task.load(), root / "store", model_name="tiny", batch_size=8,
+    collect(model, tok, task, task.load(), root / "store", batch_size=8,
             max_new_tokens=MAX_NEW, dtype="float32", progress=False)
     return root, open_store(root / "store")
 

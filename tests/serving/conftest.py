@@ -4,6 +4,8 @@ probe and a question-only probe fitted on its activations with hash labels
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from service import GENERATION, NAME
@@ -33,7 +35,7 @@ def hash_probes(loaded):
         Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
     question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
         Inputs.of(np.stack([g.last_prompt for g in gens]), pooling="last-prompt"), y)
-    return answer, question, {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
+    return answer, question, {"identity": replace(acute.ModelIdentity.from_model(model), model=NAME)}
 
 
 @pytest.fixture(scope="module")

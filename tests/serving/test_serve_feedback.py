@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ def _probe(loaded, path: Path, seed: int) -> Path:
     gens = generate_and_record(model, tok, prompts, max_new_tokens=GENERATION["max_new_tokens"])
     y = np.array([hashlib.sha256(p.encode()).digest()[0] % 2 for p in prompts])
     probe = ActivationProbe(view="cosine", n_estimators=5, random_state=seed).fit(Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
-    probe.save(path, model_name=NAME, model_fingerprint=acute.model_identity(model),
+    probe.save(path, identity=replace(acute.ModelIdentity.from_model(model), model=NAME),
                training_summary={"generation": GENERATION, "task": None})
     return path
 

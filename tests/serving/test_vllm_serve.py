@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +102,7 @@ def probe_dir(smollm2, tmp_path_factory):
         Inputs.of(np.stack([g.layer_means for g in gens]), np.array([g.raw_confidence for g in gens])), y)
     question = make_estimator("question-only", probe_params={"n_estimators": 5}).fit(
         Inputs.of(np.stack([g.last_prompt for g in gens]), pooling="last-prompt"), y)
-    meta = {"model_name": NAME, "model_fingerprint": acute.model_identity(model)}
+    meta = {"identity": replace(acute.ModelIdentity.from_model(model), model=NAME)}
     exported = answer.export(training_summary={"generation": GENERATION, "task": None}, **meta)
     exported.precheck = question.export(training_summary={"generation": GENERATION}, **meta)
     return exported.save(tmp_path_factory.mktemp("vllm-serve") / "probe")

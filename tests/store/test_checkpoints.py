@@ -104,7 +104,7 @@ def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_p
     task = _questions(tmp_path / "q.jsonl", 10)
     task.stop_strings = ()  # long answers: several checkpoints per record
     examples = task.load()
-    kw = dict(model_name="tiny", batch_size=4, max_new_tokens=40, dtype="float32", progress=False, shard_size=4)
+    kw = dict(batch_size=4, max_new_tokens=40, dtype="float32", progress=False, shard_size=4)
     collect(model, tok, task, examples[:6], tmp_path / "store", **kw)
     collect(model, tok, task, examples, tmp_path / "store", **kw)  # resumed: 4 more
     store = open_store(tmp_path / "store")

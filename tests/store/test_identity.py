@@ -15,14 +15,13 @@ import torch
 
 from acute.estimators.inputs import Inputs
 from acute.collect import collect
-from acute.collect.records import store_identity
 from acute.errors import IncompatibleStoreError
-from acute.models import load_model, model_fingerprint, model_identity, weights_digest
+from acute.models import load_model, model_fingerprint, weights_digest
 from acute.models.cache import CACHE_MARKER
 from acute.errors import ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import Scorer
-from acute.store import open_store
+from acute.store import ModelIdentity, open_store
 from acute.tasks import get_task
 
 
@@ -49,7 +48,7 @@ def test_digest_tells_checkpoints_apart_and_ignores_how_they_were_loaded(models,
     again, _ = load_model(tiny_model_dir)
     assert weights_digest(again) == weights_digest(a)  # a second load of the same files
     assert set(weights_digest(a)) == {"sha256", "bf16_sha256"}  # not converted from a GGUF
-    assert model_identity(a)["weights_sha256"] == weights_digest(a)["sha256"]
+    assert ModelIdentity.from_model(a).model_weights == weights_digest(a)
 
 
 def test_a_gguf_conversion_records_the_gguf_hash(tiny_model_dir, tmp_path):
@@ -72,7 +71,7 @@ def test_resuming_a_store_with_other_weights_is_refused_unless_allowed(models, t
     (a, tok), (b, _) = models
     task = _questions(tmp_path / "q.jsonl")
     examples = task.load()
-    kw = dict(model_name="tiny", batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
+    kw = dict(batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
     collect(a, tok, task, examples[:8], tmp_path / "store", **kw)
     manifest = open_store(tmp_path / "store").manifest
     assert manifest["model_weights"] == weights_digest(a)
@@ -91,7 +90,7 @@ def test_a_store_from_before_weights_were_recorded_adopts_them(models, tmp_path,
     (a, tok), _ = models
     task = _questions(tmp_path / "q.jsonl")
     examples = task.load()
-    kw = dict(model_name="tiny", batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
+    kw = dict(batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
     collect(a, tok, task, examples[:4], tmp_path / "store", **kw)
     mpath = tmp_path / "store" / "manifest.json"
     old = json.loads(mpath.read_text(encoding="utf-8"))
@@ -110,7 +109,7 @@ def test_scoring_with_a_probe_of_other_weights_is_refused_unless_allowed(models,
     X = rng.normal(size=(30, L + 1, d)).astype(np.float32)
     y = np.arange(30) % 2
     probe = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, rng.uniform(size=30)), y)
-    probe.save(tmp_path / "probe", model_name="tiny", model_fingerprint=model_identity(a))
+    probe.save(tmp_path / "probe", ModelIdentity.from_model(a))
     exported = load_probe(tmp_path / "probe")
     Scorer(a, tok, exported)  # the training model passes
     with pytest.raises(ModelMismatchError, match="weights.*allow_other_weights"):
@@ -118,10 +117,12 @@ def test_scoring_with_a_probe_of_other_weights_is_refused_unless_allowed(models,
     Scorer(b, tok, exported, allow_other_weights=True)
 
 
-def test_store_identity_carries_the_weights_into_an_exported_probe():
-    manifest = {"model_fingerprint": {"architecture": "X", "num_layers": 2, "hidden_size": 4},
+def test_a_store_identity_carries_the_weights_into_an_exported_probe():
+    manifest = {"model": "x", "model_fingerprint": {"architecture": "X", "num_layers": 2, "hidden_size": 4},
                 "model_weights": {"sha256": "aa", "gguf_sha256": "bb"}}
-    assert store_identity(manifest) == {"architecture": "X", "num_layers": 2, "hidden_size": 4,
-                                        "weights_sha256": "aa", "gguf_sha256": "bb"}
-    assert store_identity({"model_fingerprint": {"num_layers": 2}}) == {"num_layers": 2}
-    assert store_identity({}) is None
+    assert ModelIdentity.from_manifest(manifest).to_probe_json() == {
+        "name": "x", "fingerprint": {"architecture": "X", "num_layers": 2, "hidden_size": 4,
+                                     "weights_sha256": "aa", "gguf_sha256": "bb"}}
+    assert ModelIdentity.from_manifest({"model_fingerprint": {"num_layers": 2}}).to_probe_json()["fingerprint"] == {
+        "num_layers": 2}
+    assert ModelIdentity.from_manifest({}).to_probe_json() == {"name": None, "fingerprint": None}

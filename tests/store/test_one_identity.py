@@ -5,6 +5,7 @@ every differing field with both values; and one default per setting (item 3)."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from acute.estimators.inputs import Inputs
 from acute.errors import IncompatibleStoreError, InputError, ModelMismatchError
 from acute.store import DEFAULT_STORE_DTYPE, STORAGE_DTYPES, StoreWriter
 from acute.store.compat import check_compatible
-from acute.store.identity import DEFAULT_ENGINE, diff, model_record, of_model, of_probe, of_store
+from acute.store.identity import DEFAULT_ENGINE, ModelIdentity, diff
 
 L, D = 3, 8
 MANIFEST = {"model": "tiny", "model_fingerprint": {"architecture": "LlamaForCausalLM", "model_type": "llama",
@@ -52,14 +53,15 @@ def test_the_options_of_the_one_diff():
 
 def test_old_manifests_read_as_transformers_and_compare_as_before():
     old = {k: v for k, v in MANIFEST.items()}  # no engine: written before the field
-    assert of_store(old)["engine"] == DEFAULT_ENGINE
+    assert ModelIdentity.from_manifest(old).engine == DEFAULT_ENGINE
     check_compatible(Path("m.json"), old, {**old, "engine": "transformers"})
     check_compatible(Path("m.json"), {k: v for k, v in old.items() if k not in ("generation", "task_settings")},
                      {**old, "generation": {"other": 1}})  # a store from before RUN_KEYS has none
     with pytest.raises(IncompatibleStoreError, match=r"m.json: cannot resume the store: 'engine' differs "
                                                      r"\('engine': stored 'transformers', new 'vllm'\)"):
         check_compatible(Path("m.json"), old, {**old, "engine": "vllm"})
-    assert model_record(of_store(old)) == {**MANIFEST["model_fingerprint"], "weights_sha256": "aa"}
+    assert ModelIdentity.from_manifest(old).to_probe_json() == {
+        "name": "tiny", "fingerprint": {**MANIFEST["model_fingerprint"], "weights_sha256": "aa"}}
 
 
 # ------------------------------------------------------------------------- each former check
@@ -107,27 +109,29 @@ def _probe(summary=None):
 def test_a_probe_against_a_model_goes_through_the_diff(tmp_path):
     from acute.estimators import load_probe
 
-    fp = {**MANIFEST["model_fingerprint"], "weights_sha256": "aa"}
-    probe = load_probe(_probe({"engine": "vllm"}).save(tmp_path / "p", model_name="tiny", model_fingerprint=fp))
-    assert of_probe(probe)["engine"] == "vllm" and of_probe(probe)["num_layers"] == L
+    fp = ModelIdentity(model="tiny", model_fingerprint=MANIFEST["model_fingerprint"], model_weights={"sha256": "aa"})
+    probe = load_probe(_probe({"engine": "vllm"}).save(tmp_path / "p", fp))
+    assert ModelIdentity.from_probe(probe).engine == "vllm" and ModelIdentity.from_probe(probe).num_layers == L
+    other = replace(fp, model_fingerprint={**fp.model_fingerprint, "architecture": "Qwen2"},
+                    model_weights={"sha256": "bb"})
     with pytest.raises(ModelMismatchError, match=r"different model \(tiny\): 'model_fingerprint', 'model_weights' "
                                                  r"differ \('model_fingerprint'\['architecture'\]: probe "
                                                  r"'LlamaForCausalLM', model 'Qwen2'; 'model_weights'\['sha256'\]: "
                                                  r"probe 'aa', model 'bb'\).*allow_other_weights"):
-        probe.check_model({**fp, "architecture": "Qwen2", "weights_sha256": "bb"})
+        probe.check_model(other)
     probe.check_model(fp)  # the engine is the probe's validity domain, not the model (issue 45 item 2)
-    old = load_probe(_probe().save(tmp_path / "old", model_fingerprint=fp))  # no engine recorded
+    old = load_probe(_probe().save(tmp_path / "old", fp))  # no engine recorded
     old.check_model(fp)
-    old.check_model({**fp, "weights_sha256": "bb"}, allow_other_weights=True)
+    old.check_model(replace(fp, model_weights={"sha256": "bb"}), allow_other_weights=True)
 
 
 def test_the_scorers_checks_go_through_the_diff():
     from acute.scoring.scorer import _check_probe_model
 
     probe = _probe()
-    _check_probe_model(probe, {"num_layers": L, "hidden_size": D})
+    _check_probe_model(probe, ModelIdentity(num_layers=L, hidden_size=D))
     with pytest.raises(ModelMismatchError, match=r"'num_layers' differs \('num_layers': probe 3, model 5\)"):
-        _check_probe_model(probe, {"num_layers": 5, "hidden_size": D})
+        _check_probe_model(probe, ModelIdentity(num_layers=5, hidden_size=D))
 
 
 def test_re_recording_checks_the_model_through_the_diff(tiny_model):
@@ -139,7 +143,7 @@ def test_re_recording_checks_the_model_through_the_diff(tiny_model):
     with pytest.raises(ModelMismatchError, match=r"'model_weights' differs \('model_weights'\['sha256'\]: \S+ 'aa', "
                                                  r"this model '[0-9a-f]{64}'\).*allow_other_weights"):
         _check_same_model(manifest, tiny_model, Path("store"), False)
-    assert _check_same_model(manifest, tiny_model, Path("store"), True)["model_weights"] == weights_digest(tiny_model)
+    assert _check_same_model(manifest, tiny_model, Path("store"), True).model_weights == weights_digest(tiny_model)
     with pytest.raises(ModelMismatchError, match=r"'model_fingerprint'\['hidden_size'\]: store \d+, this model"):
         _check_same_model({**manifest, "model_fingerprint": {**manifest["model_fingerprint"], "hidden_size": 7}},
                           tiny_model, Path("store"), True)
