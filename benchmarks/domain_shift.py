@@ -47,6 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
+from acute.store.generation import GenerationSettings
 
 MODEL = "smollm2-135m-instruct"
 DTYPES = {"float32-train": "float32", "float32-test": "float32", "bfloat16-test": "bfloat16",
@@ -78,8 +79,8 @@ def collect_stores(out: Path, n_train: int, n_test: int, n_recert: int, batch_si
             if DTYPES[name] != dtype:
                 continue
             start = time.perf_counter()
-            summary = collect(model, tok, task, examples[part], out / name,
-                              batch_size=batch_size, progress=False)
+            summary = collect(model, tok, task, examples[part], out / name, GenerationSettings(batch_size=batch_size),
+                              progress=False)
             print(f"{name}: {summary.records} records, accuracy {summary.accuracy:.3f}, "
                   f"{time.perf_counter() - start:.0f} s", flush=True)
         del model
@@ -98,7 +99,7 @@ def collect_vllm_store(out: Path, n_train: int, n_test: int, batch_size: int) ->
     model, tok = load_model(MODEL, dtype="float32")
     start = time.perf_counter()
     summary = collect(model, tok, task, examples[n_train:n_train + n_test], out / "vllm-test",
-                      batch_size=batch_size, progress=False, engine="vllm")
+                      GenerationSettings(batch_size=batch_size, engine="vllm"), progress=False)
     print(f"vllm-test: {summary.records} records, accuracy {summary.accuracy:.3f}, "
           f"{time.perf_counter() - start:.0f} s", flush=True)
 

@@ -44,6 +44,7 @@ import acute.protocol.runner as runner  # noqa: E402
 from acute.collect import collect  # noqa: E402
 from acute.models import load_model  # noqa: E402
 from acute.tasks import get_task  # noqa: E402
+from acute.store.generation import GenerationSettings
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "protocol_speed.md"
 
@@ -86,11 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         collect(model, tokenizer, task, examples, Path(tmp) / "collect",
-                batch_size=args.batch_size, progress=False)
+                GenerationSettings(batch_size=args.batch_size), progress=False)
         t_collect = time.perf_counter() - start
         start = time.perf_counter()
         result = runner.run_protocol(model, tokenizer, task, examples, Path(tmp) / "protocol",
-                                     batch_size=args.batch_size,
+                                     GenerationSettings(batch_size=args.batch_size),
                                      n_bootstrap=args.n_bootstrap, progress=False)
         t_protocol = time.perf_counter() - start
     n = len(examples)

@@ -35,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from acute.estimators.inputs import Inputs  # noqa: E402 (after the path: this checkout's acute)
+from acute.store.generation import GenerationSettings
 
 MODEL = "smollm2-135m-instruct"
 BAR = 0.77  # the issue's bar on split 0's check records
@@ -97,7 +98,7 @@ def collect_store(path: Path, n: int, batch_size: int) -> None:
     examples = [examples[i] for i in np.random.default_rng(0).permutation(len(examples))[:n]]
     model, tok = load_model(MODEL)
     start = time.perf_counter()
-    summary = collect(model, tok, task, examples, path, batch_size=batch_size, progress=True)
+    summary = collect(model, tok, task, examples, path, GenerationSettings(batch_size=batch_size), progress=True)
     print(f"{summary.records} records, accuracy {summary.accuracy:.3f}, {time.perf_counter() - start:.0f} s; "
           f"store {path}", flush=True)
 

@@ -38,6 +38,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from acute.collect import collect
+    from acute.store.generation import GenerationSettings
     from acute.models import load_model
     from acute.store import open_store
     from acute.tasks import get_task
@@ -52,8 +53,7 @@ def main() -> None:
         task = get_task(name)
         data = None if rel is None else str(Path(args.data_root) / rel)
         examples = task.load(data, split=split, limit=n_rows)
-        s = collect(model, tok, task, examples, out / name,
-                    batch_size=args.batch_size)
+        s = collect(model, tok, task, examples, out / name, GenerationSettings(batch_size=args.batch_size))
         store = open_store(out / name)
         rows.append((name, s.records, s.accuracy, s.seconds_per_record, int(store.correct.sum()),
                      int((~store.correct).sum()), s.unparseable, s.mean_raw_confidence))

@@ -53,18 +53,19 @@ def run_transformers(model, tok, prompts, stop, max_new_tokens, batch_size, repe
 def run_vllm(mode, model, tok, prompts, stop, max_new_tokens, repeats, python, reference=None):
     from acute.engines.vllm import VllmEngine, model_folder
     from acute.extraction.batching import resolve_eos, tokenize
+    from acute.store.generation import GenerationSettings
 
     ids = tokenize(tok, prompts)
     eos = resolve_eos(model, tok)
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, stop_strings=stop)
     with VllmEngine(model_folder(model), mode=mode, python=python, max_model_len=2048,
                     max_num_seqs=64) as engine:
         load = engine.info.get("load_seconds")
 
         def once():
             if mode == "acute":
-                return engine.generate(tok, prompts, max_new_tokens=max_new_tokens, stop_strings=stop,
-                                       eos_token_ids=eos, model=model)
-            return engine.generate_ids(ids, max_new_tokens=max_new_tokens, stop_strings=stop, eos_token_ids=eos)
+                return engine.generate(tok, prompts, settings, eos_token_ids=eos, model=model)
+            return engine.generate_ids(ids, settings, eos_token_ids=eos)
 
         once()  # warm-up (and the prefix cache: every row below reads the prompts from it)
         before = engine.stats()

@@ -118,8 +118,7 @@ def main(argv=None) -> int:
         ids = [tok(scorer.format(b["messages"]), add_special_tokens=False)["input_ids"] for b in bodies]
 
         def direct(prompt_ids):
-            raw = engine.generate_ids([prompt_ids], max_new_tokens=scorer.max_new_tokens,
-                                      stop_strings=scorer.stop_strings, eos_token_ids=eos)
+            raw = engine.generate_ids([prompt_ids], scorer.generation, eos_token_ids=eos)
             engine.discard([r["path"] for r in raw])
             return raw
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 
 from ..errors import InputError
-from ..extraction.batching import BATCH_SIZE
+from ..store.generation import BATCH_SIZE
 from ..store.format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
+from ..store.generation import GenerationSettings
 from ..store.sampling import SamplingSettings, parse_sampling
 from ..models.cards import DEFAULT_MODEL
 from .common import chat_flag, default_store_dir, load_task, task_options
@@ -49,7 +50,7 @@ def _relaunch_with_accelerate(args, argv: list[str]) -> int:
     return subprocess.call(cmd)
 
 
-def _collect_responses(args) -> int:
+def _collect_responses(args, generation: GenerationSettings) -> int:
     """``acute collect --responses FILE``: record given responses by teacher forcing."""
     from ..collect import collect_responses
     from ..models import load_model
@@ -68,8 +69,7 @@ def _collect_responses(args) -> int:
     task = get_task(args.task, **task_options(args.task_option)) if args.task else None
     out = Path(args.out) if args.out else default_store_dir(args.model, Path(args.responses).stem)
     model, tok = load_model(args.model, **load_options_from_args(args))
-    summary = collect_responses(model, tok, args.responses, out, task=task, batch_size=args.batch_size, dtype=args.dtype,
-                                pool=args.pool, chat=chat_flag(args),
+    summary = collect_responses(model, tok, args.responses, out, generation, task=task,
                                 on_bad_response="error" if args.fail_on_too_long else "skip",
                                 shard_size=args.shard_size, progress=not args.quiet,
                                 allow_other_weights=args.allow_other_weights)
@@ -84,11 +84,11 @@ def cmd_collect(args) -> int:
     if args.engine != "transformers" and (args.responses or args.num_processes > 1 or args.pool != "decoding"):
         raise InputError(f"--engine {args.engine} generates answers in one process with --pool decoding; "
                          "drop --responses, --num-processes and --pool generated, or use --engine transformers")
-    samples = sampling_from_args(args)
+    generation = generation_from_args(args)
     if args.responses:
-        if samples is not None:
+        if generation.samples is not None:
             raise InputError("--samples draws answers from the model; given responses (--responses) have none to draw")
-        return _collect_responses(args)
+        return _collect_responses(args, generation)
     if args.num_processes < 1:
         raise InputError(f"--num-processes must be >= 1, got {args.num_processes}")
     world = _launched_processes()
@@ -109,15 +109,21 @@ def cmd_collect(args) -> int:
                                 **task_options(args.task_option))
     out = Path(args.out) if args.out else default_store_dir(args.model, task.name)
     model, tok = load_model(args.model, **load_options_from_args(args, device=device))
-    summary = collect(model, tok, task, examples, out, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
-                      dtype=args.dtype, pool=args.pool,
-                      on_too_long="error" if args.fail_on_too_long else "skip",
-                      chat=chat_flag(args), shard_size=args.shard_size,
-                      progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights,
-                      engine=args.engine, samples=samples)
+    summary = collect(model, tok, task, examples, out, generation,
+                      on_too_long="error" if args.fail_on_too_long else "skip", shard_size=args.shard_size,
+                      progress=not args.quiet, state=state, allow_other_weights=args.allow_other_weights)
     if state is None or state.is_main_process:
         print("\n".join(summary.lines()))
     return 0
+
+
+def generation_from_args(args) -> GenerationSettings:
+    """The collection's :class:`GenerationSettings` from its flags (``--max-new-tokens``,
+    ``--pool``, ``--prompt-format``, ``--batch-size``, ``--dtype``, ``--engine`` and the
+    sampling options, :func:`sampling_from_args`), checked before anything is loaded."""
+    return GenerationSettings(max_new_tokens=args.max_new_tokens, pool=args.pool, chat=chat_flag(args),
+                              batch_size=args.batch_size, dtype=args.dtype, engine=args.engine,
+                              samples=sampling_from_args(args))
 
 
 def sampling_from_args(args) -> SamplingSettings | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 from ..errors import InputError
-from ..extraction.batching import BATCH_SIZE
+from ..store.generation import BATCH_SIZE, GenerationSettings
 from ..metrics.certify import check_max_error
 from ..scoring.precheck import check_precheck
 from ..scoring.stop_early import check_stop_early
@@ -128,6 +128,7 @@ def cmd_score(args) -> int:
     if args.response is not None and (args.jsonl or not args.response.strip()):
         raise InputError("--response needs a question and a non-empty answer; in --jsonl rows give "
                          "each its 'response' field")
+    generation = GenerationSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     for option, given in (("--precheck", args.precheck), ("--stop-early", args.stop_early)):
         if given is not None and args.response is not None:
             raise InputError(f"{option} {_ACTS[option]}, and --response scores an answer given; leave out one of them")
@@ -152,8 +153,7 @@ def cmd_score(args) -> int:
             raise InputError(f"{option} {_ACTS[option]}, and {args.jsonl} row {line!r} gives a "
                              f"'response' to score as given; leave out {option} or the responses")
     model, tok = load_model(_model_source(args, probe), **load_options_from_args(args))
-    scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens,
-                    batch_size=args.batch_size, task=_score_task(args.task),
+    scorer = Scorer(model, tok, probe, generation, task=_score_task(args.task),
                     allow_other_weights=args.allow_other_weights)
     scored = _score_all(scorer, prompts, responses, gate)
     if args.jsonl:
@@ -178,6 +178,7 @@ def cmd_serve(args) -> int:
     api_key = resolve_api_key(args.api_key)
     check_bind(args.host, api_key, args.allow_remote)
     vllm = _check_engine_args(args)
+    generation = GenerationSettings(max_new_tokens=args.max_new_tokens, batch_size=args.max_batch)
     if vllm and args.stop_early is not None:
         raise InputError("--stop-early is not supported with vLLM (--engine vllm or --upstream URL) yet: it "
                          "stops generations inside acute's transformers recorder; serve without vLLM to use it")
@@ -206,8 +207,7 @@ def cmd_serve(args) -> int:
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
         try:  # with the engine: the setting the probe is checked against names it
-            scorer = Scorer(model, tok, probe, max_new_tokens=args.max_new_tokens, batch_size=args.max_batch,
-                            allow_other_weights=args.allow_other_weights, engine=engine)
+            scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine)
         except (TypeError, ValueError) as e:
             if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
                 raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..models.cards import DEFAULT_MODEL
+from ..store.generation import GenerationSettings
 from .common import DEFAULT_RUNS, add_store_arguments, load_task, task_options
 from ..console import load_options_from_args
 
@@ -36,8 +37,9 @@ def cmd_protocol(args) -> int:
                                 **task_options(args.task_option))
     out = Path(args.out) if args.out else (
         DEFAULT_RUNS / f"protocol-{Path(args.model).stem}-{Path(task.name).stem}")
+    generation = GenerationSettings(batch_size=args.batch_size)  # checked before the model loads
     model, tok = load_model(args.model, **load_options_from_args(args))
-    result = run_protocol(model, tok, task, examples, out, store=args.store, batch_size=args.batch_size,
+    result = run_protocol(model, tok, task, examples, out, generation, store=args.store,
                           n_bootstrap=args.n_bootstrap, seed=args.seed, variant=args.variant,
                           shard_size=args.shard_size,
                           progress=not args.quiet)

@@ -4,17 +4,16 @@ writes a store, resumably."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 
 from ..errors import InputError
-from ..extraction.batching import BATCH_SIZE
 from ..fileio import progress_bar
 from ..store import POOLINGS, StoreWriter, finalize_store, prepare_store
 from ..store.checkpoints import DEFAULT_CHECKPOINTS
-from ..store.format import DEFAULT_STORE_DTYPE
-from ..store.sampling import SamplingSettings, parse_sampling
+from ..store.generation import GenerationSettings
 from ..validation import check_count
 from .loop import _chunk_size, _fill, _summarize, length_windows
 from .records import CollectSummary, _task_label, build_manifest, example_record
@@ -24,19 +23,19 @@ __all__ = ["collect"]
 
 # Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
 # work itself is generate_and_record and StoreWriter.
-def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
-            batch_size: int = BATCH_SIZE, max_new_tokens: int | None = None, dtype: str = DEFAULT_STORE_DTYPE,
-            pool: str = "decoding", chat: bool | None = None, on_too_long: str = "skip",
-            shard_size: int = 256, progress: bool = True, state=None,
-            allow_other_weights: bool = False, engine: str = "transformers",
-            engine_options: dict | None = None, samples: SamplingSettings | None = None) -> CollectSummary:
+def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: GenerationSettings | None = None, *,
+            on_too_long: str = "skip", shard_size: int = 256, progress: bool = True, state=None,
+            allow_other_weights: bool = False, engine_options: dict | None = None) -> CollectSummary:
     """Generate an answer for every example, label it with ``task`` and write a store.
 
-    ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt`` (chat
-    template when ``chat`` is None and the tokenizer has one), generated greedily with the
-    hidden-state recorder (``max_new_tokens`` and stop strings default to the task's), labelled
-    with ``task.label_details`` and written to the store ``out_dir`` in shards of
-    ``shard_size`` records (``dtype`` is the storage dtype of ``layer_means``). The manifest
+    ``generation`` (:class:`~acute.store.generation.GenerationSettings`, default: the defaults)
+    says how: ``examples`` come from ``task.load(...)``; each is prompted with ``task.prompt``
+    (chat template when ``chat`` is None and the tokenizer has one), generated greedily with the
+    hidden-state recorder in batches of ``batch_size`` (``max_new_tokens`` and ``stop_strings``
+    default to the task's), pooled over the ``pool`` positions, labelled with
+    ``task.label_details`` and written to the store ``out_dir`` in shards of ``shard_size``
+    records (``dtype`` is the storage dtype of ``layer_means``); the manifest's ``generation``
+    block is the settings' JSON. The manifest
     records the model's identity (:meth:`acute.store.identity.ModelIdentity.from_model`), its
     name the one :func:`acute.models.load_model` gave it (:func:`acute.models.name_model`).
 
@@ -58,12 +57,12 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
     a rerun, with any number of processes, generates only the missing records. The summary's
     ``new_records`` and speed are this process's; ``records`` and accuracy the whole store's.
 
-    ``engine="vllm"`` generates with vLLM instead (:mod:`acute.engines.vllm`: greedy, ``pool=
-    "decoding"``, the same records up to float rounding); ``model`` is then what the manifest's
-    identity and the context window are read from, and the folder vLLM loads;
+    ``generation.engine="vllm"`` generates with vLLM instead (:mod:`acute.engines.vllm`: greedy,
+    ``pool="decoding"``, the same records up to float rounding); ``model`` is then what the
+    manifest's identity and the context window are read from, and the folder vLLM loads;
     ``engine_options`` go to :class:`acute.engines.vllm.VllmEngine`.
 
-    ``samples`` (:class:`acute.store.sampling.SamplingSettings`, transformers only) also draws
+    ``generation.samples`` (:class:`acute.store.sampling.SamplingSettings`, transformers only) also draws
     answers beside the greedy one (:func:`acute.extraction.sampling.sample_answers`), labelled
     and stored in each record's ``samples``; ``generation["samples"]`` records the settings (a
     resume with others is refused). A record's ``cost``: ``greedy_seconds``, ``sample_seconds``
@@ -78,25 +77,24 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
         raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
     if on_too_long not in ("skip", "error"):
         raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    if generation is not None and not isinstance(generation, GenerationSettings):
+        raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
+                         f"{type(generation).__name__}")
+    generation = (generation or GenerationSettings()).for_task(task)
+    engine, chat, batch_size, dtype = generation.engine, generation.chat, generation.batch_size, generation.dtype
     check_engine(engine)
     rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
     parallel = world > 1
     out_dir = Path(out_dir)
     # every setting is checked before anything is written (a bad one must not leave a manifest
     # that then refuses the corrected command)
-    max_new_tokens = check_count(max_new_tokens, "max_new_tokens", default=task.max_new_tokens)
-    batch_size = check_count(batch_size, "batch_size")
+    check_count(generation.max_new_tokens, "max_new_tokens")
     shard_size = check_count(shard_size, "shard_size")
     task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
-    stop_strings = tuple(getattr(task, "stop_strings", ()) or ())
-    manifest = build_manifest(model, tokenizer, task, max_new_tokens=max_new_tokens, stop_strings=stop_strings,
-                              pool=pool, chat=chat)
+    if generation.samples is not None and engine != "transformers":
+        raise InputError(f"samples are drawn by the transformers engine only, not {engine!r}")
+    manifest = build_manifest(model, tokenizer, task, generation)
     manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
-    if samples is not None:
-        samples = parse_sampling(samples, "samples")
-        if engine != "transformers":
-            raise InputError(f"samples are drawn by the transformers engine only, not {engine!r}")
-        manifest["generation"]["samples"] = samples.to_json()
     if parallel:
         if rank == 0:
             # part writers cannot agree on the poolings among themselves: a new store keeps them
@@ -135,16 +133,11 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
             with warnings.catch_warnings():
                 # skipped prompts are counted in the summary instead of one warning each
                 warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
-                gens = generate(
-                    prompts, max_new_tokens=max_new_tokens,
-                    batch_size=batch_size, stop_strings=stop_strings, pool=pool,
-                    on_too_long=on_too_long, on_batch=bar.update, **recorded,
-                )
+                gens = generate(prompts, generation, on_too_long=on_too_long, on_batch=bar.update, **recorded)
             bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
             greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
-            drawn = [None] * len(part) if samples is None else _draw_samples(
-                model, tokenizer, task, part, prompts, gens, samples, max_new_tokens=max_new_tokens,
-                stop_strings=stop_strings, batch_size=batch_size)
+            drawn = [None] * len(part) if generation.samples is None else _draw_samples(
+                model, tokenizer, task, part, prompts, gens, generation)
             records, kept = [], []
             for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
                 if gen is None:
@@ -169,16 +162,16 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, *,
     return _summarize(summary, out_dir, time.perf_counter() - start)
 
 
-def _draw_samples(model, tokenizer, task, part, prompts, gens, settings: SamplingSettings, *,
-                  max_new_tokens: int, stop_strings, batch_size: int) -> list:
-    """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples and cost."""
+def _draw_samples(model, tokenizer, task, part, prompts, gens, generation: GenerationSettings) -> list:
+    """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples
+    (``generation.samples``, in batches of half the greedy pass's: each row decodes k samples)
+    and cost."""
     from ..extraction.sampling import sample_answers
 
     todo = [i for i, g in enumerate(gens) if g is not None]
     began = time.perf_counter()
-    drawn = sample_answers(model, tokenizer, [prompts[i] for i in todo], [part[i].id for i in todo], settings,
-                           max_new_tokens=max_new_tokens, stop_strings=stop_strings,
-                           batch_size=max(1, batch_size // 2))
+    drawn = sample_answers(model, tokenizer, [prompts[i] for i in todo], [part[i].id for i in todo],
+                           dataclasses.replace(generation, batch_size=max(1, generation.batch_size // 2)))
     seconds = round((time.perf_counter() - began) / max(1, len(todo)), 4)
     out: list = [None] * len(part)
     for i, samples in zip(todo, drawn):

@@ -3,11 +3,13 @@ collection says it did (:class:`CollectSummary`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from .. import __version__
+from ..store.generation import GenerationSettings
 from ..store.identity import DEFAULT_ENGINE, ModelIdentity
 
 __all__ = ["CollectSummary", "build_manifest", "collection_settings", "example_record"]
@@ -49,16 +51,16 @@ class CollectSummary:
             ("skipped (empty)", self.skipped_empty), ("re-tokenized", self.retokenized)) if value]
 
 
-def build_manifest(model, tokenizer, task, *, max_new_tokens: int | None,
-                   stop_strings: Sequence[str], pool: str, chat: bool | None,
-                   engine: str = DEFAULT_ENGINE, engine_version: str | None = None) -> dict:
+def build_manifest(model, tokenizer, task, generation: GenerationSettings, *, engine: str = DEFAULT_ENGINE,
+                   engine_version: str | None = None) -> dict:
     """The store manifest: the model's identity (:meth:`ModelIdentity.from_model`: its name,
     fingerprint and weights digest, dtype and quantisation, the tokenizer, the engine that ran it
     and its version, default for transformers :func:`acute.engines.transformers_version`; with
     the pooling and the prompt format the validity domain of a probe trained on the store,
-    :mod:`acute.store.identity`), task and generation settings, acute version.
+    :mod:`acute.store.identity`), task, the ``generation`` block (``generation``'s JSON,
+    :meth:`GenerationSettings.to_json`) and the acute version.
 
-    ``chat`` is resolved (``None`` -> whether the tokenizer has a chat template) so that the
+    The chat flag is resolved (``None`` -> whether the tokenizer has a chat template) so that the
     manifest says how the prompts were actually built; a scorer reads it back from the probe.
     ``task`` is None (``task`` and ``task_settings`` None) for responses labelled by their
     ``label`` field, and ``max_new_tokens`` None for responses that were not generated here.
@@ -73,13 +75,7 @@ def build_manifest(model, tokenizer, task, *, max_new_tokens: int | None,
         **identity.to_json(),
         "task": None if task is None else task.name,
         "task_settings": None if task is None else task.settings(),
-        "generation": {
-            "do_sample": False,
-            "max_new_tokens": None if max_new_tokens is None else int(max_new_tokens),
-            "stop_strings": list(stop_strings),
-            "pool": pool,
-            "chat": use_chat(tokenizer, chat),
-        },
+        "generation": dataclasses.replace(generation, chat=use_chat(tokenizer, generation.chat)).to_json(),
         "acute_version": __version__,
     }
 

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError
-from ..extraction.batching import BATCH_SIZE
+from ..store.generation import BATCH_SIZE
 from ..fileio import progress_bar
 from ..store import POOLINGS, StoreWriter, open_store
 from ..store.format import DEFAULT_STORE_DTYPE

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import InputError, TaskDataError
-from ..extraction.batching import BATCH_SIZE
+from ..store.generation import GenerationSettings
 from ..fileio import iter_jsonl, progress_bar
 from ..store import StoreWriter
-from ..store.format import DEFAULT_STORE_DTYPE
 from ..validation import check_count
 from .loop import _fill, _summarize
 from .records import CollectSummary, _record, _task_label, build_manifest
@@ -191,12 +190,13 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
 
 # Long because of its docstring; reading, checking and labelling are the helpers above and the
 # commit loop is _fill, shared with collect.
-def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *,
-                      task=None, batch_size: int = BATCH_SIZE, dtype: str = DEFAULT_STORE_DTYPE, pool: str = "decoding",
-                      chat: bool | None = None, on_bad_response: str = "skip", shard_size: int = 256,
-                      progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
+def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path,
+                      generation: GenerationSettings | None = None, *, task=None, on_bad_response: str = "skip",
+                      shard_size: int = 256, progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
     """Record the responses of a JSONL file (:func:`read_responses`) by teacher forcing and
-    write an ordinary store.
+    write an ordinary store, as ``generation`` says (:class:`GenerationSettings`: its pool,
+    batch size, storage dtype and chat flag; a response is given, so it sets no answer length,
+    stop strings or samples).
 
     Each row's prompt is its ``prompt`` string as is, or its ``messages`` formatted like
     :func:`acute.models.format_prompt` (``chat``); its response is recorded with
@@ -217,7 +217,14 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
     from ..extraction import record_responses
 
     path = Path(path)
-    batch_size = check_count(batch_size, "batch_size")
+    generation = generation or GenerationSettings()
+    if not isinstance(generation, GenerationSettings):
+        raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
+                         f"{type(generation).__name__}")
+    if generation.max_new_tokens is not None or generation.stop_strings or generation.samples is not None:
+        raise InputError("given responses are recorded as they are: their generation settings take no "
+                         "max_new_tokens, stop_strings or samples")
+    pool, batch_size, chat = generation.pool, generation.batch_size, generation.chat
     shard_size = check_count(shard_size, "shard_size")
     if on_bad_response not in ("skip", "error"):
         raise InputError(f"on_bad_response must be 'skip' or 'error', got {on_bad_response!r}")
@@ -227,8 +234,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
     if bad and on_bad_response == "error":
         raise InputError(next(iter(bad.values()))[1])
     labels = [_row_label(task, row, f"{path}:{row.line}") for row in rows]
-    manifest = build_manifest(model, tokenizer, task, max_new_tokens=None,
-                              stop_strings=(), pool=pool, chat=chat)
+    manifest = build_manifest(model, tokenizer, task, generation)
     manifest["generation"]["teacher_forced"] = True
     manifest["responses"] = {"file": str(path.resolve()),
                              "labels": "label field" if task is None else f"task {task.name}",
@@ -237,7 +243,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path, *
     summary.skipped_empty = sum(kind == "empty" for kind, _ in bad.values())
     summary.skipped_too_long = sum(kind == "too_long" for kind, _ in bad.values())
     start = time.perf_counter()
-    with StoreWriter(out_dir, manifest, dtype=dtype, shard_size=shard_size,
+    with StoreWriter(out_dir, manifest, dtype=generation.dtype, shard_size=shard_size,
                      allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         todo = [i for i, row in enumerate(rows) if row.id not in done and i not in bad]

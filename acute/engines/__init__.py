@@ -2,8 +2,9 @@
 :mod:`acute.extraction`) or vLLM (:mod:`acute.engines.vllm`, its pooling connector running
 inside vLLM's processes, :mod:`acute.engines.vllm_connector`).
 
-:func:`open_engine` gives one ``generate(prompts, **settings)`` for either, returning
-:func:`acute.extraction.generate_and_record`'s list of :class:`~acute.extraction.Generation`.
+:func:`open_engine` gives one ``generate(prompts, settings, **options)`` for either
+(``settings``: :class:`~acute.store.generation.GenerationSettings`), returning
+:func:`acute.extraction.generate_with`'s list of :class:`~acute.extraction.Generation`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def engine_record(engine: Any = None) -> dict:
 
 @dataclass(frozen=True)
 class Generator:
-    """A started engine's ``generate(prompts, **settings)`` (call it), with what runs it:
+    """A started engine's ``generate(prompts, settings, **options)`` (call it), with what runs it:
     ``engine`` (``"transformers"``, ``"vllm"``) and ``version`` (None when unknown); ``record``
     is how a store manifest names them."""
 
@@ -59,8 +60,8 @@ class Generator:
     engine: str
     version: str | None
 
-    def __call__(self, prompts, **settings) -> list:
-        return self.generate(prompts, **settings)
+    def __call__(self, prompts, settings, **options) -> list:
+        return self.generate(prompts, settings, **options)
 
     @property
     def record(self) -> dict:
@@ -71,26 +72,26 @@ class Generator:
 @contextlib.contextmanager
 def open_engine(engine: Any, model: Any, tokenizer: Any,
                 options: dict | None = None) -> Iterator[Generator]:
-    """A :class:`Generator` (``generate(prompts, **settings)``) on ``engine`` for ``model`` (a
+    """A :class:`Generator` (``generate(prompts, settings, **options)``) on ``engine`` for ``model`` (a
     loaded transformers model: what transformers runs, and for vLLM where its saved folder is
     and its context window); ``options`` go to :class:`acute.engines.vllm.VllmEngine`. The vLLM
     worker process lives as long as the context; a started engine (``engine`` a ``VllmEngine``)
     is used as it is and left running."""
     check_engine(engine)
     if not isinstance(engine, str):
-        yield Generator(lambda prompts, **settings: engine.generate(tokenizer, prompts, model=model, **settings),
+        yield Generator(lambda prompts, settings, **kw: engine.generate(tokenizer, prompts, settings, model=model, **kw),
                         *engine_record(engine).values())
         return
     if engine == "transformers":
-        from ..extraction import generate_and_record
+        from ..extraction import generate_with
 
-        yield Generator(lambda prompts, **settings: generate_and_record(model, tokenizer, prompts, **settings),
+        yield Generator(lambda prompts, settings, **kw: generate_with(model, tokenizer, prompts, settings, **kw),
                         *engine_record().values())
         return
     from .vllm import VllmEngine, model_folder
 
     dtype = str(getattr(model, "dtype", "float32")).replace("torch.", "")
     with VllmEngine(model_folder(model), dtype=dtype, **(options or {})) as vllm_engine:
-        yield Generator(lambda prompts, **settings: vllm_engine.generate(tokenizer, prompts, model=model,
-                                                                         **settings),
+        yield Generator(lambda prompts, settings, **kw: vllm_engine.generate(tokenizer, prompts, settings,
+                                                                             model=model, **kw),
                         "vllm", vllm_engine.info.get("vllm_version"))

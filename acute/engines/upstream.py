@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError, InputError
+from ..store.generation import GenerationSettings
 from .pooled import POOLED_WAIT_S, PooledEngine, read_pooled
 
 logger = logging.getLogger(__name__)
@@ -186,10 +187,9 @@ class UpstreamEngine(PooledEngine):
             raise EngineError(f"{where}: cannot reach the vLLM server ({type(e).__name__})") from None
         return _json(answer, where)
 
-    def _body(self, ids: Sequence[int], max_new_tokens: int, stop_strings: Sequence[str],
-              eos_token_ids: Sequence[int]) -> dict:
-        return {"model": self.model, "prompt": [int(t) for t in ids], "max_tokens": int(max_new_tokens),
-                **GREEDY, "logprobs": 0, "stop": list(stop_strings) or None,
+    def _body(self, ids: Sequence[int], settings: GenerationSettings, eos_token_ids: Sequence[int]) -> dict:
+        return {"model": self.model, "prompt": [int(t) for t in ids], "max_tokens": int(settings.max_new_tokens or 64),
+                **GREEDY, "logprobs": 0, "stop": list(settings.stop_strings or ()) or None,
                 "stop_token_ids": [int(t) for t in eos_token_ids], "include_stop_str_in_output": True,
                 "skip_special_tokens": True, "return_token_ids": True}
 
@@ -209,10 +209,9 @@ class UpstreamEngine(PooledEngine):
                 "finish_reason": choice.get("finish_reason"), "stop_reason": choice.get("stop_reason"),
                 "path": path}
 
-    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
-                     stop_strings: Sequence[str] = (), eos_token_ids: Sequence[int] = (),
-                     checkpoints: dict | None = None) -> list[dict]:
-        """One concurrent request per prompt; the results in order, or :class:`EngineError`
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], settings: GenerationSettings, *,
+                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None) -> list[dict]:
+        """One concurrent request per prompt (greedy, as ``settings`` say); the results in order, or :class:`EngineError`
         naming the first prompt that failed (the files of the others are removed). The caller's
         stop check (:meth:`stopping`) cancels them all. ``checkpoints``: a schedule's JSON, asked
         of the connector."""
@@ -220,7 +219,7 @@ class UpstreamEngine(PooledEngine):
         names = [_new_name() for _ in prompt_ids]
         paths = [os.path.join(self.pooled_dir, n + ".safetensors") for n in names]
         ask = {} if checkpoints is None else {CHECKPOINTS_KEY: checkpoints}
-        futures = [self._run(self._one({**self._body(ids, max_new_tokens, stop_strings, eos_token_ids),
+        futures = [self._run(self._one({**self._body(ids, settings, eos_token_ids),
                                         "kv_transfer_params": {NAME_KEY: name, **ask}}, path, f"prompts[{i}]"))
                    for i, (ids, name, path) in enumerate(zip(prompt_ids, names, paths))]
         try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import EngineError
+from ..store.generation import GenerationSettings
 from .pooled import PooledEngine
 from .vllm_worker import KNOWN_VERSIONS
 
@@ -187,14 +188,14 @@ class VllmEngine(PooledEngine):
 
     # -- generation --------------------------------------------------------------------------
 
-    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int,
-                     stop_strings: Sequence[str] = (), eos_token_ids: Sequence[int] = (),
-                     checkpoints: dict | None = None) -> list[dict]:
-        """vLLM's raw results for token-id prompts (greedy): per prompt ``token_ids``,
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]], settings: GenerationSettings, *,
+                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None) -> list[dict]:
+        """vLLM's raw results for token-id prompts (greedy, as ``settings`` say): per prompt ``token_ids``,
         ``logprobs``, ``finish_reason``, ``stop_reason``, ``cached_tokens``, ``path``;
         ``checkpoints`` (a schedule's JSON) asks the connector for prefix checkpoints."""
         answer = self._call({"op": "generate", "prompts": [list(map(int, p)) for p in prompt_ids],
-                             "max_new_tokens": int(max_new_tokens), "stop": list(stop_strings),
+                             "max_new_tokens": int(settings.max_new_tokens or 64),
+                             "stop": list(settings.stop_strings or ()),
                              "stop_token_ids": [int(t) for t in eos_token_ids], "checkpoints": checkpoints},
                             what=f"generating for {len(prompt_ids)} prompts with {self.model.name}")
         return answer["results"]

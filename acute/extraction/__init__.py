@@ -69,7 +69,7 @@ log-probs and raw confidence as the recorder does while generating those tokens.
 """
 
 from .continuations import continuation_logprobs, token_continuation_logprobs
-from .generate import Generation, generate_after_prompt_pass, generate_and_record
+from .generate import Generation, generate_after_prompt_pass, generate_and_record, generate_with
 from .layers import context_window
 from .prompt_states import PromptState, record_prompt_states
 from .recorder import HiddenStateRecorder
@@ -83,6 +83,7 @@ __all__ = [
     "continuation_logprobs",
     "generate_after_prompt_pass",
     "generate_and_record",
+    "generate_with",
     "record_prompt_states",
     "record_responses",
     "token_continuation_logprobs",

@@ -24,10 +24,6 @@ logger = logging.getLogger(__name__)
 
 
 
-#: Default rows per batch of generation and teacher-forced recording (collect, rerecord, score):
-#: faster than 8 on short and long answers, where 32 loses on long unique prompts
-#: (SmolLM2, one CPU thread; benchmarks/batch_default.md).
-BATCH_SIZE = 16
 
 def batch_order(lengths: Sequence[int], batch_size: int, sort_by_length: bool = True
                 ) -> list[list[int]]:

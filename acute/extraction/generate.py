@@ -17,9 +17,10 @@ from ..fileio import progress as _progress
 from ..errors import InputError
 
 from ..store.checkpoints import Schedule
-from ..store.pooling import POOLS, PoolMode
+from ..store.generation import GenerationSettings
+from ..store.pooling import PoolMode
+from ..store.generation import BATCH_SIZE
 from .batching import (
-    BATCH_SIZE,
     MIN_SHARED_PREFIX,
     cache_keyword,
     check_strings,
@@ -77,21 +78,35 @@ class Generation:
         return float(math.exp(float(np.sum(self.token_logprobs, dtype=np.float64))))
 
 
-# Long because of its docstring and argument checks; the batching, decoding and recording it
-# drives live in acute.extraction.batching and acute.extraction.recorder.
 def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str], *,
                         max_new_tokens: int = 64, batch_size: int = BATCH_SIZE,
                         stop_strings: Sequence[str] = (), pool: PoolMode = "decoding",
-                        do_sample: bool = False, progress: bool = False,
-                        on_too_long: Literal["skip", "error"] = "skip",
-                        eos_token_ids: Sequence[int] | None = None,
-                        sort_by_length: bool = True, reuse_prefix: bool = True,
-                        drop_finished: bool = True,
-                        on_batch: Callable[[int], None] | None = None,
-                        checkpoints: Schedule | None = None,
-                        on_checkpoint: CheckpointCallback | None = None,
-                        **generate_kwargs: Any) -> list[Generation | None]:
-    """Generate an answer for each fully formatted prompt and pool its hidden states.
+                        **options: Any) -> list[Generation | None]:
+    """Generate an answer for each fully formatted prompt and pool its hidden states: the
+    settings given as keywords (made into one
+    :class:`~acute.store.generation.GenerationSettings` here), ``options`` as
+    :func:`generate_with` takes them (which says what happens)."""
+    settings = GenerationSettings(max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                  stop_strings=_string_list(stop_strings, "stop_strings"), pool=pool)
+    return generate_with(model, tokenizer, prompts, settings, **options)
+
+
+def _string_list(values: Any, name: str) -> tuple[str, ...]:
+    return tuple(check_strings(values, name))
+
+
+# Long because of its docstring and argument checks; the batching, decoding and recording it
+# drives live in acute.extraction.batching and acute.extraction.recorder.
+def generate_with(model: nn.Module, tokenizer: Any, prompts: Sequence[str], settings: GenerationSettings, *,
+                  do_sample: bool = False, progress: bool = False, on_too_long: Literal["skip", "error"] = "skip",
+                  eos_token_ids: Sequence[int] | None = None, sort_by_length: bool = True,
+                  reuse_prefix: bool = True, drop_finished: bool = True,
+                  on_batch: Callable[[int], None] | None = None, checkpoints: Schedule | None = None,
+                  on_checkpoint: CheckpointCallback | None = None,
+                  **generate_kwargs: Any) -> list[Generation | None]:
+    """Generate an answer for each fully formatted prompt and pool its hidden states, as
+    ``settings`` (:class:`~acute.store.generation.GenerationSettings`: ``max_new_tokens``,
+    default 64, ``stop_strings``, ``pool``, ``batch_size``) say.
 
     Prompts are tokenized with ``add_special_tokens=False``, ordered (see ``reuse_prefix``;
     with ``reuse_prefix=False`` by length, longest first; ``sort_by_length=False`` keeps the input
@@ -123,9 +138,11 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     prompts). Raises ``ValueError`` for an empty prompt, a bad argument, or a prompt that is not
     a string.
     """
-    prompts, stop_strings, eos_ids, pad_id, encoded, keep = _prepare(
-        model, tokenizer, prompts, stop_strings, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        pool=pool, on_too_long=on_too_long, eos_token_ids=eos_token_ids)
+    settings = _resolved(settings)
+    max_new_tokens, stop_strings, pool = settings.max_new_tokens, settings.stop_strings, settings.pool
+    batch_size = settings.batch_size
+    prompts, eos_ids, pad_id, encoded, keep = _prepare(model, tokenizer, prompts, settings, on_too_long,
+                                                       eos_token_ids)
     if reuse_prefix and sort_by_length:
         planned = prefix_batches(encoded, keep, batch_size)
     else:
@@ -157,23 +174,23 @@ def generate_and_record(model: nn.Module, tokenizer: Any, prompts: Sequence[str]
     return results
 
 
-def _prepare(model: nn.Module, tokenizer: Any, prompts: Sequence[str], stop_strings: Sequence[str], *,
-             max_new_tokens: int, batch_size: int, pool: PoolMode, on_too_long: str,
-             eos_token_ids: Sequence[int] | None):
-    """The checked arguments and encoded prompts of one generation call:
-    ``(prompts, stop_strings, eos_ids, pad_id, encoded, keep)``."""
+def _resolved(settings: GenerationSettings) -> GenerationSettings:
+    """``settings`` (checked) with the defaults of a generation call: 64 new tokens, no stop string."""
+    if not isinstance(settings, GenerationSettings):
+        raise InputError(f"settings must be an acute.store.generation.GenerationSettings, got {type(settings).__name__}")
+    return dataclasses.replace(settings, max_new_tokens=settings.max_new_tokens or 64,
+                               stop_strings=settings.stop_strings or ())
+
+
+def _prepare(model: nn.Module, tokenizer: Any, prompts: Sequence[str], settings: GenerationSettings,
+             on_too_long: str, eos_token_ids: Sequence[int] | None):
+    """The checked prompts, EOS ids, pad id and encoded prompts of one generation call:
+    ``(prompts, eos_ids, pad_id, encoded, keep)``."""
     prompts = check_strings(prompts, "prompts")
-    stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
-    if batch_size < 1:
-        raise InputError(f"batch_size must be >= 1, got {batch_size}")
-    if max_new_tokens < 1:
-        raise InputError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if pool not in POOLS:
-        raise InputError(f"pool must be one of {POOLS}, got {pool!r}")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
-    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, on_too_long)
-    return prompts, stop_strings, eos_ids, pad_id, encoded, keep
+    encoded, keep = encode_prompts(model, tokenizer, prompts, settings.max_new_tokens, on_too_long)
+    return prompts, eos_ids, pad_id, encoded, keep
 
 
 class _BatchInputs:
@@ -223,9 +240,8 @@ def _greedy_defaults(do_sample: bool, generate_kwargs: dict) -> None:
 
 
 def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequence[str],
-                               decide: Callable[[np.ndarray, np.ndarray], Any], *, max_new_tokens: int = 64,
-                               batch_size: int = BATCH_SIZE, stop_strings: Sequence[str] = (),
-                               pool: PoolMode = "decoding", do_sample: bool = False,
+                               decide: Callable[[np.ndarray, np.ndarray], Any], settings: GenerationSettings, *,
+                               do_sample: bool = False,
                                on_too_long: Literal["skip", "error"] = "error",
                                eos_token_ids: Sequence[int] | None = None,
                                checkpoints: Schedule | None = None,
@@ -234,7 +250,8 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     """Decide from each prompt's last-token states, then generate only where the decision says
     so, from the same forward pass: a two-stage gate whose first stage costs no extra prompt pass.
 
-    Prompts are tokenized, checked and batched as :func:`generate_and_record` does (a prompt
+    ``settings`` as :func:`generate_with` reads them. Prompts are tokenized, checked and
+    batched as :func:`generate_with` does (a prompt
     whose tokens plus ``max_new_tokens`` exceed the context window: ``on_too_long``; prompts
     sharing a prefix batched together, that prefix run once). Per batch one forward pass over the
     prompts (after their shared prefix) gives their last-token states (those of
@@ -260,15 +277,16 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     from .pooler import LayerPooler
     from .prompt_states import prompt_pass
 
-    prompts, stop_strings, eos_ids, pad_id, encoded, keep = _prepare(
-        model, tokenizer, prompts, stop_strings, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        pool=pool, on_too_long=on_too_long, eos_token_ids=eos_token_ids)
+    settings = _resolved(settings)
+    max_new_tokens, stop_strings, pool = settings.max_new_tokens, settings.stop_strings, settings.pool
+    prompts, eos_ids, pad_id, encoded, keep = _prepare(model, tokenizer, prompts, settings, on_too_long,
+                                                       eos_token_ids)
     _greedy_defaults(do_sample, generate_kwargs)
     lengths = [len(ids) for ids in encoded]
     inputs = _BatchInputs(model, pad_id, max_new_tokens)
     passes: list[PromptState | None] = [None] * len(prompts)
     results: list[Generation | None] = [None] * len(prompts)
-    for batch, shared in prefix_batches(encoded, keep, batch_size):
+    for batch, shared in prefix_batches(encoded, keep, settings.batch_size):
         ids, mask, cache = inputs([encoded[i] for i in batch], shared)
         reuse = window_allows_prefix_cache(model, max(lengths[i] for i in batch) + max_new_tokens)
         with LayerPooler(model) as pooler:

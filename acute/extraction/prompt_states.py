@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .batching import (BATCH_SIZE, cache_keyword, check_strings, encode_prompts, left_pad, padding_id, resolve_eos,
+from ..store.generation import BATCH_SIZE
+from .batching import (cache_keyword, check_strings, encode_prompts, left_pad, padding_id, resolve_eos,
                        split_batches)
 from .layers import forward_accepts, model_device
 from .pooler import LayerPooler, check_dtype

@@ -44,7 +44,8 @@ from torch import nn
 
 from ..fileio import progress as _progress
 from ..errors import InputError
-from .batching import (BATCH_SIZE, 
+from ..store.generation import BATCH_SIZE
+from .batching import (
     MIN_SHARED_PREFIX,
     cache_keyword,
     check_strings,

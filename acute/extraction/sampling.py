@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..store.generation import GenerationSettings
 from ..store.sampling import SamplingSettings, row_seed
 from .batching import (cache_keyword, check_strings, cut_at_stop, encode_prompts, left_pad, padding_id,
                        resolve_eos)
@@ -138,30 +139,32 @@ def _sample_batch(model: nn.Module, tokenizer: Any, seqs: Sequence[Sequence[int]
 
 
 def sample_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], keys: Sequence[Any],
-                   settings: SamplingSettings, *, max_new_tokens: int, stop_strings: Sequence[str] = (),
-                   eos_token_ids: Sequence[int] | None = None, batch_size: int = 4,
+                   settings: GenerationSettings, *, eos_token_ids: Sequence[int] | None = None,
                    on_batch: Callable[[int], None] | None = None) -> list[list[Sample] | None]:
-    """``settings.k`` sampled answers for each fully formatted prompt (in input order), ``keys``
-    naming each prompt's random streams (the record ids). Prompts go in batches of
-    ``batch_size`` (each then ``batch_size * k`` rows while decoding), longest first; a row ends
-    at an EOS id (default: the model's), a stop string or ``max_new_tokens``. A prompt that does
-    not fit the context window with ``max_new_tokens`` gets None (as the greedy pass skips it).
-    ``on_batch(n)`` is called after each batch of ``n`` prompts."""
+    """``settings.samples.k`` sampled answers for each fully formatted prompt (in input order),
+    ``keys`` naming each prompt's random streams (the record ids), drawn as ``settings.samples``
+    says (:class:`~acute.store.sampling.SamplingSettings`). Prompts go in batches of
+    ``settings.batch_size`` (each then ``batch_size * k`` rows while decoding), longest first; a
+    row ends at an EOS id (default: the model's), one of ``settings.stop_strings`` or
+    ``settings.max_new_tokens``. A prompt that does not fit the context window with
+    ``max_new_tokens`` gets None (as the greedy pass skips it). ``on_batch(n)`` is called after
+    each batch of ``n`` prompts."""
     prompts = check_strings(prompts, "prompts")
-    stop_strings = tuple(check_strings(stop_strings, "stop_strings"))
+    if not isinstance(settings, GenerationSettings) or settings.samples is None or settings.max_new_tokens is None:
+        raise InputError("settings must be a GenerationSettings with samples and max_new_tokens, got "
+                         f"{settings!r}")
+    sampling, max_new_tokens, stop_strings = settings.samples, settings.max_new_tokens, settings.stop_strings or ()
     if len(keys) != len(prompts):
         raise InputError(f"keys has {len(keys)} entries for {len(prompts)} prompts")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch_size must be an int >= 1, got {batch_size!r}")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
     encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, "skip")
     order = sorted(keep, key=lambda i: -len(encoded[i]))
     results: list[list[Sample] | None] = [None] * len(prompts)
-    for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
+    for start in range(0, len(order), settings.batch_size):
+        batch = order[start:start + settings.batch_size]
         drawn = _sample_batch(model, tokenizer, [encoded[i] for i in batch], [keys[i] for i in batch],
-                              settings, max_new_tokens, eos_ids, stop_strings, pad_id)
+                              sampling, max_new_tokens, eos_ids, stop_strings, pad_id)
         for i, samples in zip(batch, drawn):
             results[i] = samples
         if on_batch is not None:

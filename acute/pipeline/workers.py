@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..store.generation import GenerationSettings
 from ..store.identity import ModelIdentity
 
 from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
 from .processes import LOAD_OPTIONS_ENV, load_timings, own_peak_rss_mb, write_json_atomic
 
-__all__ = ["job_identity", "load_task_examples", "store_difference", "worker_main"]
+__all__ = ["job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
 
 
 def load_task_examples(spec: dict) -> tuple[Any, list]:
@@ -54,19 +55,23 @@ def _load_model(source: str, name: str):
     return name_model(model, name), tok, time.perf_counter() - t0
 
 
+def job_generation(p: dict, task) -> GenerationSettings:
+    """How a collect job generates: its task's answer length (the run's, else the task's), stop
+    strings, chat flag and samples, the run's batch size and storage dtype."""
+    return GenerationSettings(max_new_tokens=p["task"].get("max_new_tokens"), chat=p["task"].get("chat"),
+                              batch_size=p["batch_size"], dtype=p["store_dtype"],
+                              samples=p["task"].get("samples")).for_task(task)
+
+
 def job_identity(p: dict, task) -> tuple[ModelIdentity, tuple[str, ...]]:
     """What a collect job would record as its store's identity without loading the model (the
     model's from its files: :meth:`ModelIdentity.from_files`, named as the run names it), and
     the fields it cannot know without it (compared only where both sides know them): the chat
     flag when the task leaves it to the tokenizer, and the model's weights (a model card gives
     its GGUF's sha256 and shape, a model folder its fingerprint from ``config.json``)."""
-    gen = {"do_sample": False, "max_new_tokens": p["task"].get("max_new_tokens") or task.max_new_tokens,
-           "stop_strings": list(getattr(task, "stop_strings", ()) or ()), "pool": "decoding",
-           "chat": p["task"].get("chat")}
-    if p["task"].get("samples") is not None:
-        gen["samples"] = p["task"]["samples"]
+    gen = job_generation(p, task)
     ident = dataclasses.replace(ModelIdentity.from_files(p["model_source"]), model=p["model"], task=task.name,
-                                task_settings=task.settings(), generation=gen, dtype=p["store_dtype"])
+                                task_settings=task.settings(), generation=gen.to_json(), dtype=gen.dtype)
     return ident, ("generation.chat", "model_fingerprint", "model_weights")
 
 
@@ -108,10 +113,7 @@ def _worker_collect(p: dict) -> dict:
                     "selected_ids": [str(ex.id) for ex in chosen]}
     model, tok, load_s = _load_model(p["model_source"], p["model"])
     t0 = time.perf_counter()
-    summary = collect(model, tok, task, chosen, p["store_dir"],
-                      batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
-                      dtype=p["store_dtype"], chat=p["task"].get("chat"), progress=True,
-                      samples=p["task"].get("samples"),
+    summary = collect(model, tok, task, chosen, p["store_dir"], job_generation(p, task), progress=True,
                       **({"shard_size": p["task"]["shard_size"]} if p["task"].get("shard_size") else {}))
     for line in summary.lines():
         print(f"  {line}", flush=True)
@@ -227,11 +229,11 @@ def _worker_protocol(p: dict) -> dict:
     chosen = select_examples(examples, p["rows"], p["seed"])
     model, tok, load_s = _load_model(p["model_source"], p["model"])
     t0 = time.perf_counter()
-    res = run_protocol(model, tok, task, chosen, p["protocol_dir"],
+    generation = GenerationSettings(max_new_tokens=p["task"].get("max_new_tokens"), chat=p["task"].get("chat"),
+                                    batch_size=p["batch_size"])
+    res = run_protocol(model, tok, task, chosen, p["protocol_dir"], generation,
                        store=_answers_store(Path(p["pair_dir"]) / "store", chosen),
-                       batch_size=p["batch_size"], max_new_tokens=p["task"].get("max_new_tokens"),
-                       n_bootstrap=p["n_bootstrap"], seed=p["seed"], variant=p["variant"],
-                       chat=p["task"].get("chat"), progress=True)
+                       n_bootstrap=p["n_bootstrap"], seed=p["seed"], variant=p["variant"], progress=True)
     return {"load_s": round(load_s, 2), "work_s": round(time.perf_counter() - t0, 2),
             "rows": len(chosen), "shifts": res.shifts, "counts": res.counts}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import logging
@@ -17,6 +18,7 @@ import numpy as np
 from ..fileio import json_ready, progress_bar, write_text_atomic
 from ..errors import IncompatibleStoreError, InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..store.generation import GenerationSettings
 from ..validation import check_count
 from ..tasks.base import use_chat as resolve_chat
 from .verbalize import TEMPLATES, build_verbal_prompt, parse_confidence, question_text, split_answer
@@ -35,6 +37,10 @@ from .settings import (
 from .analysis import analyze_records
 from .records import KEY, RecordShards, protocol_key
 from .render import render_report
+
+#: How a protocol study generates its answers unless told: the task's length and stop strings, 8
+#: prompts per batch.
+PROTOCOL_GENERATION = GenerationSettings(batch_size=8)
 
 logger = logging.getLogger(__name__)
 
@@ -93,9 +99,9 @@ def _count(statuses) -> dict[str, int]:
 
 # Long because of its docstring; the passes live in the functions below.
 def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path | None = None,
-                 batch_size: int = 8, max_new_tokens: int | None = None,
+                 generation: GenerationSettings = PROTOCOL_GENERATION,
                  n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0, variant: str = "unit", progress: bool = True,
-                 chat: bool | None = None, verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
+                 verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
                  shard_size: int = 32) -> ProtocolResult:
     """Run the protocol grid on ``examples`` and write ``protocol.json`` and ``protocol.md``.
 
@@ -103,7 +109,10 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
        a collection (:func:`acute.collect.collect`) into ``store`` (default ``out_dir/store``):
        an existing store of the same model, task and generation settings is reused and only the
        missing examples are generated; a store whose model or settings differ is refused, naming
-       the key (``IncompatibleStoreError``). ``max_new_tokens`` defaults to the task's.
+       the key (``IncompatibleStoreError``). ``generation``
+       (:class:`~acute.store.generation.GenerationSettings`) says how: its ``max_new_tokens``
+       and ``stop_strings`` default to the task's (32 tokens for a task without a length), its
+       ``batch_size`` (default 8) is every pass's.
     2. **Verbalizations and teacher-forced log-probs**, ``shard_size`` examples at a time,
        committed per chunk to ``out_dir/records`` (:class:`RecordShards`): a killed run resumes
        with the examples no shard holds; a rerun with other settings is refused, naming the key.
@@ -120,7 +129,7 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
        ``n_bootstrap`` paired resamples and ``seed``), a pure function of the records, written
        atomically to ``out_dir``; :func:`analyze_protocol` reruns it alone.
 
-    ``chat=None`` uses the chat template when the tokenizer has one (instruct models), plain
+    ``generation.chat=None`` uses the chat template when the tokenizer has one (instruct models), plain
     prompts otherwise (base models). Bad input is counted, reported and excluded, never filled
     in: a query beyond the context window (the example is skipped), an empty generated answer, a
     verbalization without a parseable number, a verbalization prompt or scored pair beyond the
@@ -134,17 +143,21 @@ def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path
 
     start = time.perf_counter()
     examples = list(examples)
-    _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens,
-                     shard_size)
-    use_chat = resolve_chat(tokenizer, chat)
+    if not isinstance(generation, GenerationSettings):
+        raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
+                         f"{type(generation).__name__}")
+    batch_size = generation.batch_size
+    _check_arguments(examples, variant, n_bootstrap, verbal_max_new_tokens, shard_size)
+    use_chat = resolve_chat(tokenizer, generation.chat)
+    generation = dataclasses.replace(generation.for_task(task), chat=use_chat)
+    generation = dataclasses.replace(generation, max_new_tokens=generation.max_new_tokens or 32)
+    gen_tokens = generation.max_new_tokens
     template = TEMPLATES[variant]
     out = Path(out_dir)
-    gen_tokens = check_count(max_new_tokens, "max_new_tokens", default=getattr(task, "max_new_tokens", 32))
     store_dir = Path(store) if store is not None else out / "store"
     name = model_name(model)
 
-    collect(model, tokenizer, task, examples, store_dir, batch_size=batch_size,
-            max_new_tokens=gen_tokens, chat=use_chat, progress=progress)
+    collect(model, tokenizer, task, examples, store_dir, generation, progress=progress)
     answers = open_store(store_dir)
     stored = {r["id"]: (r, lp) for r, lp in zip(answers.records, answers.token_logprobs)}
     settings = {
@@ -238,18 +251,15 @@ def _write_results(out: Path, manifest: dict, records: list[dict], *, n_bootstra
                           wall_time_s=wall, store_dir=store_dir)
 
 
-def _check_arguments(examples, variant, batch_size, n_bootstrap, verbal_max_new_tokens, max_new_tokens,
-                     shard_size) -> None:
+def _check_arguments(examples, variant, n_bootstrap, verbal_max_new_tokens, shard_size) -> None:
     if not examples:
         raise InputError("examples is empty: nothing to run the protocol on")
     if variant not in TEMPLATES:
         raise InputError(f"variant must be one of {sorted(TEMPLATES)}, got {variant!r}")
-    for name, value in (("batch_size", batch_size), ("n_bootstrap", n_bootstrap),
+    for name, value in (("n_bootstrap", n_bootstrap),
                         ("verbal_max_new_tokens", verbal_max_new_tokens), ("shard_size", shard_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InputError(f"{name} must be a positive integer, got {value!r}")
-    if max_new_tokens is not None and (not isinstance(max_new_tokens, int) or max_new_tokens < 1):
-        raise InputError(f"max_new_tokens must be a positive integer or None, got {max_new_tokens!r}")
 
 
 def _empty_record(ex, query: str, status: str) -> dict[str, Any]:
@@ -353,7 +363,7 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
     the log-probs of its answer under the verbalization prefix (when the prefix and the answer,
     tokenized separately as :func:`continuation_logprobs` does, are the start of the prompt's own
     tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
-    from ..extraction import context_window, generate_and_record
+    from ..extraction import context_window, generate_with
     from ..extraction.batching import padding_id, resolve_eos, tokenize
     from ..extraction.span_generate import generate_with_span_scores, supports_span_generation
 
@@ -365,8 +375,8 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
     if not supports_span_generation(model, max(len(p) for p in ids) + max_new_tokens):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            gens = generate_and_record(model, tokenizer, vprompts, max_new_tokens=max_new_tokens,
-                                       batch_size=batch_size)
+            gens = generate_with(model, tokenizer, vprompts,
+                                 GenerationSettings(max_new_tokens=max_new_tokens, batch_size=batch_size))
         for (i, prov), g in zip(vjobs, gens):
             _set_verbal(records[i]["verbal"][prov], None if g is None else g.text, template)
         return sjobs

@@ -34,12 +34,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..extraction.batching import BATCH_SIZE
+from ..store.generation import GenerationSettings
 from ..errors import InputError
 from ..estimators.inputs import CONFIDENCE, Inputs
 from ..models.loading import holds_no_weights
 from ..store.identity import ModelIdentity, domain_change
-from ..validation import check_count
 from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .risk import DEFAULT_RISK
@@ -173,9 +172,11 @@ class Scorer:
     against the input shape a fitted probe was trained on, so a probe is never applied to the
     wrong model.
 
-    Generation settings default to the ones the probe's training store was collected with,
-    when the probe records them (``training_summary["generation"]``, written by ``acute
-    train/export`` and the demo): max new tokens, stop strings, pooling and chat formatting.
+    ``generation`` (:class:`~acute.store.generation.GenerationSettings`) sets the answer length,
+    stop strings, chat formatting and batch size; what it leaves unset (None) is what the probe's
+    training store was collected with, when the probe records it (``training_summary
+    ["generation"]``, written by ``acute train/export`` and the demo; else 64 new tokens and the
+    task's stop strings), and the pooling is always the probe's. :attr:`generation` is the result.
     ``task`` wraps a plain-string question in a task's prompt (instruction, demonstrations),
     as during collection, so the probe sees answers like those it was trained on: ``"auto"``
     (default) rebuilds the probe's training task from ``training_summary["task_settings"]``
@@ -209,10 +210,8 @@ class Scorer:
     unknown).
     """
 
-    def __init__(self, model, tokenizer, probe, *, max_new_tokens: int | None = None,
-                 chat: bool | None = None, batch_size: int = BATCH_SIZE,
-                 stop_strings: Sequence[str] | None = None, task="auto", allow_other_weights: bool = False,
-                 precheck_probe=None, engine=None):
+    def __init__(self, model, tokenizer, probe, generation: GenerationSettings | None = None, *, task="auto",
+                 allow_other_weights: bool = False, precheck_probe=None, engine=None):
         from ..estimators.probe_file import check_precheck_probe
 
         if engine is not None and not (callable(getattr(engine, "generate", None))
@@ -238,20 +237,16 @@ class Scorer:
                 raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
             task = probe_task(probe)
         self.task = task
-        generation = _probe_generation(probe)
-        self.max_new_tokens = check_count(max_new_tokens, "max_new_tokens",
-                                          default=generation.get("max_new_tokens") or 64)
-        self.pool = generation.get("pool") or "decoding"
-        self.chat = chat if chat is not None else generation.get("chat")
-        if stop_strings is None:
-            stop_strings = generation.get("stop_strings")
-            if stop_strings is None and task is not None:
-                stop_strings = task.stop_strings
-        self.stop_strings = tuple(stop_strings or ())
-        if batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size = batch_size
-        self._trained_chat = generation.get("chat")
+        if generation is not None and not isinstance(generation, GenerationSettings):
+            raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
+                             f"{type(generation).__name__}")
+        trained = _probe_generation(probe)
+        settings = (generation or GenerationSettings()).over(trained)
+        self.generation = replace(
+            settings, max_new_tokens=settings.max_new_tokens or 64, samples=None,
+            stop_strings=settings.stop_strings if settings.stop_strings is not None
+            else tuple(getattr(task, "stop_strings", ()) or ()))
+        self._trained_chat = trained.chat
         responses = _probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None
         self.domain_change = self._check_domain(identity)
@@ -266,11 +261,11 @@ class Scorer:
 
         here = replace(
             identity, **engine_record(self.engine),
-            pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.pool},
-            prompt_format={"chat": self.chat, "prompts": None})
+            pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.generation.pool},
+            prompt_format={"chat": self.generation.chat, "prompts": None})
         if self.precheck_probe is not None:  # no certificates to refuse: its threshold is the caller's
             pre_here = replace(here, pooling={
-                "states": getattr(self.precheck_probe, "pooling", "last-prompt"), "positions": self.pool})
+                "states": getattr(self.precheck_probe, "pooling", "last-prompt"), "positions": self.generation.pool})
             pre = domain_change(ModelIdentity.from_probe(self.precheck_probe), pre_here,
                                 ("the precheck probe's domain", "this scorer"))
             if pre:
@@ -296,8 +291,8 @@ class Scorer:
             from ..tasks import Example
 
             ex = Example(id="live", question=item.strip(), answers=[])
-            return self.task.prompt(self.tokenizer, ex, chat=self.chat)
-        return format_prompt(self.tokenizer, item, chat=self.chat)
+            return self.task.prompt(self.tokenizer, ex, chat=self.generation.chat)
+        return format_prompt(self.tokenizer, item, chat=self.generation.chat)
 
     def gates(self, n: int, risk=None, max_error=None, precheck=None, gate=None, stop_early=None) -> list[Gate]:
         """The gate of each of ``n`` prompts: ``gate`` as given (one :class:`Gate` or one per
@@ -392,10 +387,8 @@ class Scorer:
 
         start = time.perf_counter()
         stops = self._stop_decisions([gates[i] for i in gated])
-        passes, gens = generate_after_prompt_pass(
-            self.model, self.tokenizer, sub_texts, decide, max_new_tokens=self.max_new_tokens,
-            batch_size=self.batch_size, stop_strings=self.stop_strings, pool=self.pool, on_too_long="error",
-            **self._stop_settings(stops))
+        passes, gens = generate_after_prompt_pass(self.model, self.tokenizer, sub_texts, decide, self.generation,
+                                                  on_too_long="error", **self._stop_settings(stops))
         let = [k for k, g in enumerate(gens) if g is not None]
         scored = [] if not let else self._scored([sub_items[k] for k in let], [sub_texts[k] for k in let], [gens[k] for k in let],
                               [gens[k].text for k in let], [gates[gated[k]] for k in let], time.perf_counter() - start,
@@ -407,19 +400,17 @@ class Scorer:
 
     def _generated(self, items, texts, gates) -> list[ScoredGeneration]:
         """Generate and score ``texts`` (formatted ``items``), decided by ``gates``."""
-        from ..extraction import generate_and_record
+        from ..extraction import generate_with
 
         if not items:
             return []
         start = time.perf_counter()
-        settings = dict(max_new_tokens=self.max_new_tokens, stop_strings=self.stop_strings, pool=self.pool,
-                        on_too_long="error")
         stops = self._stop_decisions(gates)
         if self.engine is not None:
-            gens = self.engine.generate(self.tokenizer, texts, model=self.model, **settings)
+            gens = self.engine.generate(self.tokenizer, texts, self.generation, model=self.model, on_too_long="error")
         else:
-            gens = generate_and_record(self.model, self.tokenizer, texts, batch_size=self.batch_size, **settings,
-                                       **self._stop_settings(stops))
+            gens = generate_with(self.model, self.tokenizer, texts, self.generation, on_too_long="error",
+                                 **self._stop_settings(stops))
         return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start,
                             stops=stops)
 
@@ -436,7 +427,8 @@ class Scorer:
 
         if stops is None:
             return {}
-        return {"checkpoints": Schedule(stops.model.checkpoints, self.max_new_tokens + 1), "on_checkpoint": stops}
+        return {"checkpoints": Schedule(stops.model.checkpoints, self.generation.max_new_tokens + 1),
+                "on_checkpoint": stops}
 
     def _check_fits(self, texts: Sequence[str]) -> None:
         """:class:`InputError` for the first prompt that does not fit the context window with
@@ -444,9 +436,10 @@ class Scorer:
         from ..extraction.batching import tokenize, within_context_window
 
         lengths = [len(ids) for ids in tokenize(self.tokenizer, list(texts))]
-        within_context_window(self.model, [n + self.max_new_tokens for n in lengths], "error",
+        n_new = self.generation.max_new_tokens
+        within_context_window(self.model, [n + n_new for n in lengths], "error",
                               lambda i, limit: (f"prompts[{i}] has {lengths[i]} tokens; with max_new_tokens="
-                                                f"{self.max_new_tokens} it exceeds the context window of "
+                                                f"{n_new} it exceeds the context window of "
                                                 f"{limit} positions"))
 
     def precheck(self, prompts, threshold: float | Sequence[float] | None = None):
@@ -486,7 +479,7 @@ class Scorer:
 
         if self.engine is not None:
             return self.engine.prompt_states(self.tokenizer, texts, model=self.model)
-        passes = record_prompt_states(self.model, self.tokenizer, texts, batch_size=self.batch_size)
+        passes = record_prompt_states(self.model, self.tokenizer, texts, batch_size=self.generation.batch_size)
         if not passes:
             return np.zeros((0, 0, 0), dtype=np.float32), []
         return (np.stack([p.last_prompt for p in passes]).astype(np.float32, copy=False),
@@ -551,8 +544,8 @@ class Scorer:
                              "acute serve: --load-weights)")
         texts = [self.response_prompt(item, f"prompts[{i}]") for i, item in enumerate(items)]
         start = time.perf_counter()
-        gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.pool,
-                                batch_size=self.batch_size, stop_strings=self.stop_strings,
+        gens = record_responses(self.model, self.tokenizer, texts, responses, pool=self.generation.pool,
+                                batch_size=self.generation.batch_size, stop_strings=self.generation.stop_strings,
                                 on_too_long="error")
         return self._scored(items, texts, gens, responses, gates, time.perf_counter() - start)
 
@@ -578,7 +571,7 @@ class Scorer:
             if isinstance(item, str):
                 return item  # a formatted prompt, sent as is (as in training)
         found = ModelIdentity.from_probe(self.probe).diff(
-            ModelIdentity(prompt_format={"chat": self.chat}), ("this probe", "this scorer"),
+            ModelIdentity(prompt_format={"chat": self.generation.chat}), ("this probe", "this scorer"),
             fields=("prompt_format",), optional=("prompt_format",))
         if found:
             raise InputError(f"{where}: this probe's prompts were formatted otherwise ({source}): {found}; "
@@ -683,10 +676,15 @@ def _probe_summary(probe) -> dict:
     return summary if isinstance(summary, dict) else {}
 
 
-def _probe_generation(probe) -> dict:
-    """The generation settings recorded with a probe (empty dict when none)."""
+def _probe_generation(probe) -> GenerationSettings:
+    """The generation settings recorded with a probe (its training store's ``generation`` block;
+    the defaults when it records none); :class:`InputError` naming the block when it is malformed."""
     gen = _probe_summary(probe).get("generation")
-    return dict(gen) if isinstance(gen, dict) else {}
+    try:
+        return GenerationSettings.from_json(gen if isinstance(gen, dict) else None)
+    except InputError as e:
+        raise InputError(f"the probe's recorded generation settings (training_summary.generation) are "
+                         f"malformed: {e}") from None
 
 
 def _check_probe_model(probe, identity: ModelIdentity, allow_other_weights: bool = False) -> None:

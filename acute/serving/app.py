@@ -176,7 +176,7 @@ def create_app(scorer, settings: ServeSettings | None = None, **options):
 
     if settings is not None and options:
         raise InputError("give settings or its fields as keyword arguments, not both")
-    settings = resolve_settings(settings or ServeSettings(**options), scorer.probe, scorer.max_new_tokens)
+    settings = resolve_settings(settings or ServeSettings(**options), scorer.probe, scorer.generation.max_new_tokens)
     estimator = estimator_name(scorer.probe)
     precheck_probe = getattr(scorer, "precheck_probe", None)
     log = _FailureLog()

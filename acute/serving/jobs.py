@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from ..errors import InputError
 from ..models.loading import holds_no_weights
 from ..scoring.gate import Gate
+from ..store.generation import GenerationSettings
 from .errors import RequestError, param_name
 from .user_text import UserTextGuard, check_text
 
@@ -88,11 +89,13 @@ def settle(job: Job, outcome: Any) -> None:
             job.future.set_result(outcome)
 
 
-def _generation_key(scorer, job: Job) -> tuple[int, tuple[str, ...]]:
-    """(max new tokens, stop strings) a job is generated with: its own, else the scorer's; its
-    stop strings are added to the scorer's (those the probe was trained with)."""
-    n = job.max_new_tokens or scorer.max_new_tokens
-    return n, tuple(dict.fromkeys((*scorer.stop_strings, *job.stop)))
+def _generation_key(scorer, job: Job) -> GenerationSettings:
+    """The generation settings a job is generated with: the scorer's, with the job's own max new
+    tokens when it asks for them and its stop strings added to the scorer's (those the probe was
+    trained with)."""
+    ours = scorer.generation
+    return dataclasses.replace(ours, max_new_tokens=job.max_new_tokens or ours.max_new_tokens,
+                               stop_strings=tuple(dict.fromkeys((*ours.stop_strings, *job.stop))))
 
 
 def group_key(scorer, job: Job) -> tuple:
@@ -101,13 +104,14 @@ def group_key(scorer, job: Job) -> tuple:
     return _generation_key(scorer, job), job.response is not None
 
 
-def _scorer_for(scorer, key: tuple[int, tuple[str, ...]], batch_size: int):
-    """A shallow copy of ``scorer`` (same model, tokenizer and probe) with other generation settings."""
-    if (scorer.max_new_tokens, scorer.stop_strings) == key and scorer.batch_size >= batch_size:
+def _scorer_for(scorer, key: GenerationSettings, batch_size: int):
+    """A shallow copy of ``scorer`` (same model, tokenizer and probe) generating with ``key``
+    in batches of at least ``batch_size``."""
+    settings = dataclasses.replace(key, batch_size=max(batch_size, key.batch_size))
+    if settings == scorer.generation:
         return scorer
     variant = copy.copy(scorer)
-    variant.max_new_tokens, variant.stop_strings = key
-    variant.batch_size = max(batch_size, scorer.batch_size)
+    variant.generation = settings
     return variant
 
 
@@ -276,7 +280,7 @@ def _score_group(scorer, jobs: Sequence[Job], key, batch_size: int, protect_text
     ready = []
     for i, job in enumerate(jobs):
         try:
-            ready.append((i, _prepare(variant, guard, job, key[0])))
+            ready.append((i, _prepare(variant, guard, job, key.max_new_tokens)))
         except Exception as e:  # noqa: BLE001 - that job's answer
             out[i] = _refused(e, job)
     live = [(i, n) for i, n in ready if not jobs[i].abandoned.is_set()]
@@ -306,7 +310,7 @@ def score_jobs(scorer, jobs: Sequence[Job], batch_size: int = 16, *, protect_tex
         groups[group_key(scorer, job)].append(i)
     out: list = [None] * len(jobs)
     # the group most jobs share first, then the one with the fewest new tokens
-    order = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0][0]))
+    order = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0].max_new_tokens))
     for (key, _), idx in order:
         group = [jobs[i] for i in idx]
         try:

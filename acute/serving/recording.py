@@ -87,9 +87,7 @@ def _manifest(scorer) -> dict:
     from ..store import POOLINGS
     from .openai_bodies import estimator_name
 
-    manifest = build_manifest(scorer.model, scorer.tokenizer, scorer.task,
-                              max_new_tokens=scorer.max_new_tokens, stop_strings=scorer.stop_strings,
-                              pool=scorer.pool, chat=scorer.chat)
+    manifest = build_manifest(scorer.model, scorer.tokenizer, scorer.task, scorer.generation)
     manifest["served"] = {"estimator": estimator_name(scorer.probe), "probe_sha256": probe_digest(scorer.probe)}
     manifest["poolings"] = list(POOLINGS)
     return manifest

@@ -108,7 +108,8 @@ and settings?" check uses), :mod:`~acute.store.locks`,
 (:func:`verify_store`) and :mod:`~acute.store.labels` (labels added later, merged by the
 reader). The names below are the package's public API (docs/api.md): reading, writing
 (one writer or part writers), verifying and labelling a store, and the identity of the model
-behind it (:class:`ModelIdentity`); the format's constants and
+behind it (:class:`ModelIdentity`) and how its answers were generated (:class:`GenerationSettings`,
+the manifest's ``generation`` block); the format's constants and
 the commit protocol are imported from their modules. Its errors live in :mod:`acute.errors`
 (:class:`~acute.errors.StoreError`, :class:`~acute.errors.CorruptStoreError`,
 :class:`~acute.errors.IncompatibleStoreError`).
@@ -117,6 +118,7 @@ the commit protocol are imported from their modules. Its errors live in :mod:`ac
 from __future__ import annotations
 
 from .format import DEFAULT_STORE_DTYPE, STORAGE_DTYPES
+from .generation import GenerationSettings
 from .identity import ModelIdentity
 from .labels import LabelFile, read_labels
 from .pooling import POOLINGS
@@ -128,6 +130,7 @@ __all__ = [
     "DEFAULT_STORE_DTYPE",
     "POOLINGS",
     "STORAGE_DTYPES",
+    "GenerationSettings",
     "LabelFile",
     "ModelIdentity",
     "Store",

@@ -16,6 +16,7 @@ from acute.extraction import generate_and_record
 from acute.models import load_model, model_fingerprint, model_name
 from acute.store import open_store
 from acute.tasks import get_task
+from acute.store.generation import GenerationSettings
 
 MAX_NEW = 4
 
@@ -52,7 +53,8 @@ def test_store_matches_direct_recorder_run(loaded, tiny_model_dir, tmp_path, mon
     monkeypatch.setattr(task, "is_correct", hash_rule)
     examples = task.load()
     summary = collect(model, tok, task, examples, tmp_path / "store",
-                      batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+                      GenerationSettings(batch_size=4, max_new_tokens=MAX_NEW, dtype="float32"),
+                      progress=False)
     store = open_store(tmp_path / "store")
 
     prompts = [task.prompt(tok, ex) for ex in examples]
@@ -91,7 +93,8 @@ def test_store_matches_direct_recorder_run(loaded, tiny_model_dir, tmp_path, mon
     assert m["task"] == task.name and m["dtype"] == "float32" and m["status"] == "complete"
 
     again = collect(model, tok, task, examples, tmp_path / "store",
-                    batch_size=4, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+                    GenerationSettings(batch_size=4, max_new_tokens=MAX_NEW, dtype="float32"),
+                    progress=False)
     assert (again.records, again.new_records, again.resumed) == (12, 0, 12)
     assert math.isnan(again.seconds_per_record)
 
@@ -103,7 +106,7 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", N_RESUME))
     examples = task.load()
-    kw = dict(batch_size=1, max_new_tokens=MAX_NEW, dtype="float32",
+    kw = dict(generation=GenerationSettings(batch_size=1, max_new_tokens=MAX_NEW, dtype="float32"),
               shard_size=5, progress=False)
     reference = collect(model, tok, task, examples, tmp_path / "ref", **kw)
     assert reference.records == N_RESUME
@@ -155,8 +158,9 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
 
     monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_fourth_chunk)
     with pytest.raises(RuntimeError, match="simulated kill"):
-        collect(model, tok, task, task.load(), tmp_path / "store", batch_size=2,
-                max_new_tokens=MAX_NEW, dtype="float32", shard_size=8, progress=False)
+        collect(model, tok, task, task.load(), tmp_path / "store",
+                GenerationSettings(batch_size=2, max_new_tokens=MAX_NEW, dtype="float32"), shard_size=8,
+                progress=False)
     assert calls == [8, 8, 8, 8]  # each chunk fills exactly one shard (not 64 records at once)
     assert len(open_store(tmp_path / "store")) == 24
 
@@ -184,7 +188,7 @@ def test_small_shards_are_filled_in_length_order_across_shards(loaded, tmp_path,
             f.write(json.dumps({"id": f"q{i}", "question": "Count: " + "one " * n, "answers": ["x"]}) + "\n")
     task = qa_task(path)
     monkeypatch.setattr(task, "is_correct", hash_rule)
-    kw = dict(batch_size=2, max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    kw = dict(generation=GenerationSettings(batch_size=2, max_new_tokens=MAX_NEW, dtype="float32"), progress=False)
     collect(model, tok, task, task.load(), tmp_path / "small", shard_size=2, **kw)
     collect(model, tok, task, task.load(), tmp_path / "one", shard_size=256, **kw)
     small, one = open_store(tmp_path / "small"), open_store(tmp_path / "one")
@@ -198,11 +202,11 @@ def test_small_shards_are_filled_in_length_order_across_shards(loaded, tmp_path,
 def test_resume_refuses_other_generation_settings(loaded, tmp_path):
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 3))
-    collect(model, tok, task, task.load(), tmp_path / "s",
-            max_new_tokens=MAX_NEW, progress=False)
+    collect(model, tok, task, task.load(), tmp_path / "s", GenerationSettings(max_new_tokens=MAX_NEW),
+            progress=False)
     with pytest.raises(ValueError, match="generation"):
-        collect(model, tok, task, task.load(), tmp_path / "s",
-                max_new_tokens=MAX_NEW + 1, progress=False)
+        collect(model, tok, task, task.load(), tmp_path / "s", GenerationSettings(max_new_tokens=MAX_NEW + 1),
+                progress=False)
 
 
 def test_empty_dataset_errors(loaded, tmp_path):
@@ -228,10 +232,10 @@ def test_too_long_prompt_is_skipped_and_counted(loaded, tmp_path):
     task = qa_task(write_questions(tmp_path / "q.jsonl", 5, long_ids={2}))
     examples = task.load()
     assert len(tok(task.prompt(tok, examples[2]), add_special_tokens=False)["input_ids"]) > 256
-    summary = collect(model, tok, task, examples, tmp_path / "s",
-                      max_new_tokens=MAX_NEW, progress=False)
+    summary = collect(model, tok, task, examples, tmp_path / "s", GenerationSettings(max_new_tokens=MAX_NEW),
+                      progress=False)
     assert summary.skipped_too_long == 1 and summary.records == 4
     assert open_store(tmp_path / "s").ids == ["q000", "q001", "q003", "q004"]
     with pytest.raises(ValueError, match="context window"):
-        collect(model, tok, task, examples, tmp_path / "s2",
-                max_new_tokens=MAX_NEW, on_too_long="error", progress=False)
+        collect(model, tok, task, examples, tmp_path / "s2", GenerationSettings(max_new_tokens=MAX_NEW),
+                on_too_long="error", progress=False)

@@ -24,6 +24,7 @@ from acute.scoring import Scorer
 from acute.store import open_store
 from acute.tasks import get_task
 from acute.testing import hash_label, make_tiny_model, make_tiny_tokenizer
+from acute.store.generation import GenerationSettings
 
 ARCHS = ["llama", "qwen2", "gemma3", "gpt2"]
 SHARED = "Question: How many legs does a spider have? Answer: 8. "  # > 8 shared tokens
@@ -249,7 +250,8 @@ def test_collect_responses_writes_the_forced_records(loaded, tmp_path):
     rows = response_rows(tok)
     path = write_rows(tmp_path / "logs.jsonl", rows)
     summary = collect_responses(model, tok, path, tmp_path / "store",
-                                batch_size=4, dtype="float32", shard_size=5, progress=False)
+                                GenerationSettings(batch_size=4, dtype="float32"), shard_size=5,
+                                progress=False)
     store = open_store(tmp_path / "store")
     prompts = [r["prompt"] if "prompt" in r else format_prompt(tok, r["messages"]) for r in rows]
     direct = record_responses(model, tok, prompts, [r["response"] for r in rows], batch_size=3)
@@ -270,8 +272,8 @@ def test_collect_responses_writes_the_forced_records(loaded, tmp_path):
     assert m["model_fingerprint"] == model_fingerprint(model) and m["task"] is None
     assert (summary.records, summary.new_records, summary.resumed) == (12, 12, 0)
     assert summary.accuracy == pytest.approx(np.mean([hash_label(i) for i in range(12)]))
-    again = collect_responses(model, tok, path, tmp_path / "store",
-                              dtype="float32", shard_size=5, progress=False)
+    again = collect_responses(model, tok, path, tmp_path / "store", GenerationSettings(dtype="float32"),
+                              shard_size=5, progress=False)
     assert (again.records, again.new_records, again.resumed) == (12, 0, 12)
 
 
@@ -282,8 +284,8 @@ def test_labels_from_a_task(loaded, tmp_path):
         del r["label"]
     path = write_rows(tmp_path / "logs.jsonl", rows)
     task = get_task("triviaqa")
-    collect_responses(model, tok, path, tmp_path / "store", task=task,
-                      dtype="float32", progress=False)
+    collect_responses(model, tok, path, tmp_path / "store", GenerationSettings(dtype="float32"), task=task,
+                      progress=False)
     store = open_store(tmp_path / "store")
     assert store.manifest["responses"]["labels"] == "task triviaqa"
     want = [task.is_correct(_example(r), r["response"]) for r in rows]
@@ -358,8 +360,8 @@ def test_rerecord_gives_another_pooling_of_the_same_generations(loaded, tmp_path
     model, tok = loaded
     task = qa_task(tmp_path, 10)
     examples = task.load()
-    collect(model, tok, task, examples, tmp_path / "store", batch_size=4,
-            max_new_tokens=5, dtype="float32", progress=False)
+    collect(model, tok, task, examples, tmp_path / "store",
+            GenerationSettings(batch_size=4, max_new_tokens=5, dtype="float32"), progress=False)
     source = open_store(tmp_path / "store")
     summary = rerecord_store(model, tok, tmp_path / "store", tmp_path / "gen", pool="generated",
                              batch_size=3, progress=False)
@@ -395,8 +397,8 @@ def test_rerecord_without_token_ids_counts_retokenized_records(tok, tmp_path, mo
 
     monkeypatch.setattr(acute.collect.records, "_record", without_ids)
     task = qa_task(tmp_path, 10)
-    collect(model, tok, task, task.load(), tmp_path / "old", max_new_tokens=5,
-            dtype="float32", progress=False)
+    collect(model, tok, task, task.load(), tmp_path / "old",
+            GenerationSettings(max_new_tokens=5, dtype="float32"), progress=False)
     monkeypatch.undo()
     prompts = [task.prompt(tok, ex) for ex in task.load()]
     direct = generate_and_record(model, tok, prompts, max_new_tokens=5, stop_strings=task.stop_strings)
@@ -423,7 +425,7 @@ def responses_probe(loaded, tmp_path_factory):
     rows = [{"id": i, "prompt": format_prompt(tok, f"Name {i} things."), "response": f"{i} things",
              "label": hash_label(i)} for i in range(30)]
     collect_responses(model, tok, write_rows(root / "logs.jsonl", rows), root / "store",
-                      dtype="float32", progress=False)
+                      GenerationSettings(dtype="float32"), progress=False)
     store = open_store(root / "store")
     probe = ActivationProbe(view="pca10", n_estimators=10).fit(Inputs.of(np.asarray(store.layer_means), store.raw_confidence), store.correct)
     probe.save(root / "probe", identity=ModelIdentity(model="tiny", model_fingerprint=model_fingerprint(model)),
@@ -468,7 +470,7 @@ def test_score_responses_refuses_another_prompt_format(loaded, tiny_model, tiny_
                                          r"logs.jsonl.*got a prompt string"):
         scorer.score_response("What?", "That.")
     assert scorer.score_response([{"role": "user", "content": "What?"}], "That.").n_tokens >= 2
-    plain = Scorer(model, tok, probe, chat=False)
+    plain = Scorer(model, tok, probe, GenerationSettings(chat=False))
     with pytest.raises(InputError, match=r"formatted otherwise .*'prompt_format'\['chat'\]: this probe True, "
                                          r"this scorer False\); score with chat=True"):
         plain.score_response([{"role": "user", "content": "What?"}], "That.")

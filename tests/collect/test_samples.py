@@ -6,6 +6,7 @@ resumes after a kill and refuses other sampling settings."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from acute.extraction import generate_and_record
 from acute.extraction.sampling import next_token_distribution, sample_answers
 from acute.models import load_model
 from acute.store import open_store
+from acute.store.generation import GenerationSettings
 from acute.store.sampling import SamplingSettings, parse_sampling
 from acute.tasks import get_task
 
@@ -50,8 +52,9 @@ def test_bad_settings_are_refused_saying_why(bad, match):
 def test_near_zero_temperature_is_greedy_decoding(loaded):
     model, tok = loaded
     greedy = generate_and_record(model, tok, PROMPTS, max_new_tokens=10)
-    drawn = sample_answers(model, tok, PROMPTS, ["a", "b", "c"], SamplingSettings(3, temperature=1e-6),
-                           max_new_tokens=10, batch_size=2)
+    drawn = sample_answers(model, tok, PROMPTS, ["a", "b", "c"],
+                           GenerationSettings(max_new_tokens=10, batch_size=2,
+                                              samples=SamplingSettings(3, temperature=1e-6)))
     for g, samples in zip(greedy, drawn):
         for s in samples:
             assert s.token_ids.tolist() == g.token_ids.tolist()
@@ -62,19 +65,21 @@ def test_near_zero_temperature_is_greedy_decoding(loaded):
 def test_a_sample_depends_on_its_key_not_its_batch(loaded):
     model, tok = loaded
     settings = SamplingSettings(4, temperature=1.5, top_p=0.9, seed=3)
-    together = sample_answers(model, tok, PROMPTS, ["a", "b", "c"], settings, max_new_tokens=12, batch_size=3)
-    alone = sample_answers(model, tok, PROMPTS[1:2], ["b"], settings, max_new_tokens=12, batch_size=1)
+    together = sample_answers(model, tok, PROMPTS, ["a", "b", "c"],
+                              GenerationSettings(max_new_tokens=12, batch_size=3, samples=settings))
+    alone = sample_answers(model, tok, PROMPTS[1:2], ["b"],
+                           GenerationSettings(max_new_tokens=12, batch_size=1, samples=settings))
     assert [s.token_ids.tolist() for s in together[1]] == [s.token_ids.tolist() for s in alone[0]]
     texts = {tuple(s.token_ids.tolist()) for s in together[1]}
     assert len(texts) > 1, "hot samples of a random model should differ"
-    other = sample_answers(model, tok, PROMPTS[1:2], ["other"], settings, max_new_tokens=12)
+    other = sample_answers(model, tok, PROMPTS[1:2], ["other"], GenerationSettings(max_new_tokens=12, samples=settings))
     assert [s.token_ids.tolist() for s in other[0]] != [s.token_ids.tolist() for s in alone[0]]
 
 
 def test_sample_logprobs_are_the_raw_distributions(loaded):
     model, tok = loaded
-    (samples,) = sample_answers(model, tok, PROMPTS[:1], ["a"], SamplingSettings(2, temperature=2.0),
-                                max_new_tokens=8)
+    (samples,) = sample_answers(model, tok, PROMPTS[:1], ["a"],
+                                GenerationSettings(max_new_tokens=8, samples=SamplingSettings(2, temperature=2.0)))
     prompt = tok(PROMPTS[0], add_special_tokens=False)["input_ids"]
     for s in samples:
         full = torch.tensor([prompt + s.token_ids.tolist()])
@@ -97,7 +102,8 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
     task = _task(tmp_path / "q.jsonl", 8)
     examples = task.load()
     settings = SamplingSettings(3, temperature=1.2)
-    kw = dict(batch_size=2, max_new_tokens=6, dtype="float32", progress=False, shard_size=2)
+    plain = GenerationSettings(batch_size=2, max_new_tokens=6, dtype="float32")
+    kw = dict(progress=False, shard_size=2)
     calls = {"n": 0}
     real = acute.collect.generated._draw_samples
 
@@ -109,16 +115,16 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
 
     monkeypatch.setattr(acute.collect.generated, "_draw_samples", dies_on_the_third_chunk)
     with pytest.raises(KeyboardInterrupt):
-        collect(model, tok, task, examples, tmp_path / "store", samples=settings, **kw)
+        collect(model, tok, task, examples, tmp_path / "store", replace(plain, samples=settings), **kw)
     assert len(open_store(tmp_path / "store")) == 4  # two shards of two committed
     monkeypatch.setattr(acute.collect.generated, "_draw_samples", real)
-    summary = collect(model, tok, task, examples, tmp_path / "store", samples=settings, **kw)
+    summary = collect(model, tok, task, examples, tmp_path / "store", replace(plain, samples=settings), **kw)
     assert (summary.new_records, summary.resumed) == (4, 4)
     store = open_store(tmp_path / "store")
     assert store.manifest["generation"]["samples"] == settings.to_json()
     prompts = {ex.id: task.prompt(tok, ex) for ex in examples}
-    fresh = sample_answers(model, tok, list(prompts.values()), list(prompts), settings, max_new_tokens=6,
-                           stop_strings=task.stop_strings)
+    fresh = sample_answers(model, tok, list(prompts.values()), list(prompts),
+                           GenerationSettings(max_new_tokens=6, stop_strings=task.stop_strings, samples=settings))
     by_id = dict(zip(prompts, fresh))
     for rec in store.records:
         assert len(rec["samples"]) == 3
@@ -130,6 +136,7 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
         assert rec["cost"]["sample_tokens"] == sum(len(s["token_ids"]) for s in rec["samples"])
         assert rec["cost"]["greedy_seconds"] > 0 and rec["cost"]["sample_seconds"] > 0
     with pytest.raises(IncompatibleStoreError, match="samples"):
-        collect(model, tok, task, examples, tmp_path / "store", samples=SamplingSettings(3, temperature=0.7), **kw)
+        collect(model, tok, task, examples, tmp_path / "store",
+                replace(plain, samples=SamplingSettings(3, temperature=0.7)), **kw)
     with pytest.raises(IncompatibleStoreError, match="samples"):
-        collect(model, tok, task, examples, tmp_path / "store", **kw)
+        collect(model, tok, task, examples, tmp_path / "store", plain, **kw)

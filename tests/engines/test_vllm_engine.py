@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from acute.engines.vllm import VllmEngine, model_folder
 from acute.errors import EngineError
+from acute.store.generation import GenerationSettings
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +104,8 @@ def test_pooled_records_equal_the_recorder(engine, smollm2, prompts, references,
     assert len(lengths) > 2 and (reasons == {"stop"} if stop else reasons == {"eos", "length"})
     before = engine.stats()
     for _ in range(2):
-        gens = engine.generate(tok, prompts, max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop, model=model)
+        gens = engine.generate(tok, prompts, GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop),
+                               model=model)
         _check_equal(gens, ref)
     after = engine.stats()
     # O(L x d) per request: sum, last prompt and a tail of one position (up to 4 for a request a
@@ -125,8 +128,8 @@ def test_prefix_checkpoints_equal_the_recorders(engine, smollm2, prompts, stop):
     model, tok = smollm2
     ref = generate_and_record(model, tok, prompts, max_new_tokens=MAX_NEW_TOKENS, batch_size=5,
                               stop_strings=stop, checkpoints=schedule)
-    gens = engine.generate(tok, prompts, max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop, model=model,
-                           checkpoints=schedule)
+    gens = engine.generate(tok, prompts, GenerationSettings(max_new_tokens=MAX_NEW_TOKENS, stop_strings=stop),
+                           model=model, checkpoints=schedule)
     for i, (g, r) in enumerate(zip(gens, ref)):
         assert g.checkpoint_tokens.tolist() == r.checkpoint_tokens.tolist(), i
         np.testing.assert_array_equal(g.checkpoint_means[-1], g.layer_means)
@@ -145,11 +148,12 @@ def test_collect_with_vllm_writes_the_recorders_store(engine, smollm2, tmp_path)
     model, tok = smollm2
     task = get_task("default")
     examples = task.load()[:6]
-    kw = dict(batch_size=6, progress=False, dtype="float32")
-    collect(model, tok, task, examples[:4], tmp_path / "vllm", engine=engine, **kw)
-    summary = collect(model, tok, task, examples, tmp_path / "vllm", engine=engine, **kw)
+    hf = GenerationSettings(batch_size=6, dtype="float32")
+    vllm = replace(hf, engine=engine)
+    collect(model, tok, task, examples[:4], tmp_path / "vllm", vllm, progress=False)
+    summary = collect(model, tok, task, examples, tmp_path / "vllm", vllm, progress=False)
     assert (summary.resumed, summary.new_records) == (4, 2)
-    collect(model, tok, task, examples, tmp_path / "hf", **kw)
+    collect(model, tok, task, examples, tmp_path / "hf", hf, progress=False)
     got, want = open_store(tmp_path / "vllm"), open_store(tmp_path / "hf")
     order = [list(got.ids).index(i) for i in want.ids]
     assert [got.records[j]["generation"] for j in order] == [r["generation"] for r in want.records]

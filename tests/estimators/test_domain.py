@@ -28,6 +28,7 @@ from acute.metrics.certify import certify_threshold
 from acute.metrics.drift import confidence_reference
 from acute.store import StoreWriter, open_store
 from acute.store.identity import DOMAIN_FIELDS, ModelIdentity, diff, domain_change
+from acute.store.generation import GenerationSettings
 
 L, D, N = 3, 8, 240
 FP = {"architecture": "LlamaForCausalLM", "model_type": "llama", "num_layers": L, "hidden_size": D,
@@ -86,10 +87,10 @@ class _FakeVllm:
 
     info = {"vllm_version": "0.0-test"}
 
-    def generate(self, tokenizer, prompts, model=None, **settings):
-        from acute.extraction import generate_and_record
+    def generate(self, tokenizer, prompts, settings, model=None, **options):
+        from acute.extraction import generate_with
 
-        return generate_and_record(model, tokenizer, prompts, **settings)
+        return generate_with(model, tokenizer, prompts, settings, **options)
 
 
 def test_a_collection_records_its_engine_version_dtype_and_quantisation(tiny_model, tiny_tokenizer, tmp_path):
@@ -99,9 +100,10 @@ def test_a_collection_records_its_engine_version_dtype_and_quantisation(tiny_mod
 
     task = get_task("default")
     examples = task.load()[:2]
-    kw = dict(batch_size=2, progress=False, max_new_tokens=2, chat=False)
-    collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "hf", **kw)
-    collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "vllm", engine=_FakeVllm(), **kw)
+    hf = GenerationSettings(batch_size=2, max_new_tokens=2, chat=False)
+    collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "hf", hf, progress=False)
+    collect(tiny_model, tiny_tokenizer, task, examples, tmp_path / "vllm", replace(hf, engine=_FakeVllm()),
+            progress=False)
     hf, vllm = open_store(tmp_path / "hf").manifest, open_store(tmp_path / "vllm").manifest
     assert (hf["engine"], hf["engine_version"]) == ("transformers", transformers_version())
     assert (hf["model_dtype"], hf["quantization"]) == ("float32", "none")
@@ -302,7 +304,7 @@ def test_the_service_refuses_a_default_certificate_outside_the_domain(tiny_probe
 
     model, tok, path = tiny_probe
     probe = load_probe(path)
-    scorer = acute.Scorer(model, tok, probe, chat=True)  # another prompt format
+    scorer = acute.Scorer(model, tok, probe, GenerationSettings(chat=True))  # another prompt format
     assert scorer.domain_change.fields == ("prompt_format",)
     with pytest.raises(InputError, match=r"no certified decision here: .*'prompt_format'\['chat'\]: "
                                          r"the probe's domain False, this scorer True"):

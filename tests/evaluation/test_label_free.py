@@ -20,6 +20,7 @@ from acute.store import StoreWriter, open_store
 from acute.store.sampling import SamplingSettings
 from acute.tasks import get_task
 from acute.testing import hash_label
+from acute.store.generation import GenerationSettings
 from cli_run import run
 
 
@@ -47,8 +48,10 @@ def sampled(tiny_model_dir, tmp_path_factory):
             f.write(json.dumps({"id": f"q{i:03d}", "question": f"What is {i} plus {i + 1}?",
                                 "answers": [str(2 * i + 1)]}) + "\n")
     task = get_task(path, shots=0)
-    collect(model, tok, task, task.load(), root / "raw", batch_size=8,
-            max_new_tokens=3, dtype="float32", progress=False, samples=SamplingSettings(4, temperature=0.25))
+    collect(model, tok, task, task.load(), root / "raw",
+            GenerationSettings(batch_size=8, max_new_tokens=3, dtype="float32",
+                               samples=SamplingSettings(4, temperature=0.25)),
+            progress=False)
     raw = open_store(root / "raw")
     # a random tiny model's answers are noise: give each record an answer and samples that agree
     # with it as often as a hash of the id says (the forest has something of both classes to learn)

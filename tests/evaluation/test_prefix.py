@@ -20,6 +20,7 @@ from acute.models import load_model
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 from acute.testing import hash_label
+from acute.store.generation import GenerationSettings
 
 
 def test_logprob_stats_by_hand():
@@ -43,8 +44,8 @@ def store(tiny_model_dir, tmp_path_factory):
                                 "answers": [str(2 * i + 1)]}) + "\n")
     task = get_task(path, shots=0)
     task.stop_strings = ()
-    collect(model, tok, task, task.load(), root / "raw", batch_size=8, max_new_tokens=12,
-            dtype="float32", progress=False)
+    collect(model, tok, task, task.load(), root / "raw",
+            GenerationSettings(batch_size=8, max_new_tokens=12, dtype="float32"), progress=False)
     raw = open_store(root / "raw")
     records = [dict(r, correct=hash_label(r["id"])) for r in raw.records]
     with StoreWriter(root / "mixed", dict(raw.manifest), dtype="float32") as w:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from acute.extraction import generate_after_prompt_pass, generate_and_record, record_prompt_states, record_responses
+from acute.store.generation import GenerationSettings
 from acute.testing import make_tiny_model, make_tiny_tokenizer
 from test_extraction import SHARED, assert_close_scaled, assert_matches_reference, first_stop
 
@@ -64,8 +65,9 @@ def test_generating_after_the_prompt_pass_equals_the_recorder(arch, pool, tok):
             assert_close_scaled(states, reference[index])
             return [keep[i] for i in index]
 
-        passes, gens = generate_after_prompt_pass(model, tok, PROMPTS, decide, max_new_tokens=N, batch_size=4,
-                                                  eos_token_ids=eos, pool=pool)
+        passes, gens = generate_after_prompt_pass(model, tok, PROMPTS, decide,
+                                                  GenerationSettings(max_new_tokens=N, batch_size=4, pool=pool),
+                                                  eos_token_ids=eos)
         assert_close_scaled(np.stack([p.last_prompt for p in passes]), reference)
         assert [g is not None for g in gens] == keep
         kept = [i for i in range(len(PROMPTS)) if keep[i]]
@@ -75,12 +77,14 @@ def test_generating_after_the_prompt_pass_equals_the_recorder(arch, pool, tok):
 
 def test_generating_after_the_prompt_pass_refuses_a_wrong_number_of_decisions(tok):
     with pytest.raises(ValueError, match="decide returned 1 decisions for a batch of 4 prompts"):
-        generate_after_prompt_pass(tiny("llama"), tok, PROMPTS, lambda states, index: [True], max_new_tokens=2)
+        generate_after_prompt_pass(tiny("llama"), tok, PROMPTS, lambda states, index: [True],
+                                   GenerationSettings(max_new_tokens=2))
 
 
 @pytest.mark.parametrize("generate", [
     lambda model, tok, **kw: generate_and_record(model, tok, PROMPTS, **kw),
-    lambda model, tok, **kw: generate_after_prompt_pass(model, tok, PROMPTS, lambda s, i: [True] * len(i), **kw)])
+    lambda model, tok, **kw: generate_after_prompt_pass(model, tok, PROMPTS, lambda s, i: [True] * len(i),
+                                                        GenerationSettings(**kw))])
 @pytest.mark.parametrize("stops, message", [("\n", "stop_strings must be a list of strings"),
                                             (["\n", 7], r"stop_strings\[1\] must be a str, got int")])
 def test_both_generation_paths_check_their_stop_strings(generate, stops, message, tok):

@@ -18,6 +18,7 @@ from acute.protocol import load_protocol, run_protocol, write_protocol_report
 from acute.protocol.analysis import cell_data, checklist, gap_cells, provenance_table, readout, shift_table
 from acute.protocol.render import render_report
 from acute.protocol.settings import CONTEXTS, ESTIMATORS, PROVENANCES, READOUTS, ROBUSTNESS, SCORED
+from acute.store.generation import GenerationSettings
 
 LOG = math.log
 
@@ -348,8 +349,8 @@ def na_run(tiny_task, tmp_path_factory):
     out = tmp_path_factory.mktemp("na-run")
     with pytest.warns(UserWarning, match="exceed the context window"):
         result = run_protocol(model, tok, task, examples + [_long_example(examples[0])], out,
-                              batch_size=4, max_new_tokens=4,
-                              n_bootstrap=5, progress=False)
+                              GenerationSettings(batch_size=4, max_new_tokens=4), n_bootstrap=5,
+                              progress=False)
     return model, tok, result
 
 
@@ -426,8 +427,8 @@ def zero_run(tiny_task, tmp_path_factory):
     zero = tok.convert_tokens_to_ids("0")
     model = name_model(_biased_model(tok, boost=[zero], boost_value=6.0), "tiny-zero")  # greedy "0", others keep some mass
     out = tmp_path_factory.mktemp("zero-run")
-    result = run_protocol(model, tok, task, examples, out, batch_size=3,
-                          max_new_tokens=3, n_bootstrap=8, seed=1, progress=False, variant="percent")
+    result = run_protocol(model, tok, task, examples, out, GenerationSettings(batch_size=3, max_new_tokens=3),
+                          n_bootstrap=8, seed=1, progress=False, variant="percent")
     return model, tok, result
 
 
@@ -501,7 +502,7 @@ def test_run_protocol_argument_errors(tiny_task, tmp_path):
     with pytest.raises(ValueError, match="variant"):
         run_protocol(model, tok, task, examples, tmp_path, variant="logit")
     with pytest.raises(ValueError, match="batch_size"):
-        run_protocol(model, tok, task, examples, tmp_path, batch_size=0)
+        run_protocol(model, tok, task, examples, tmp_path, GenerationSettings(batch_size=0))
 
 
 def test_verbal_candidates_differences_by_hand():

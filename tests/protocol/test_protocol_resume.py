@@ -13,6 +13,7 @@ import pytest
 
 from acute.errors import IncompatibleStoreError
 from acute.protocol import analyze_protocol, run_protocol
+from acute.store.generation import GenerationSettings
 
 ROWS = [
     {"id": f"q{i}", "question": q, "answers": [a], "plausible_wrong": [w]}
@@ -27,6 +28,7 @@ ROWS = [
 SETUP = """
 import torch
 from acute.testing import make_tiny_model, make_tiny_tokenizer
+from acute.store.generation import GenerationSettings
 from acute.tasks import get_task
 
 def setup(task_path):
@@ -42,7 +44,7 @@ def setup(task_path):
     task = get_task(task_path)
     return model, tok, task, task.load()
 
-KW = dict(batch_size=2, max_new_tokens=3, n_bootstrap=20, seed=0, progress=False,
+KW = dict(generation=GenerationSettings(batch_size=2, max_new_tokens=3), n_bootstrap=20, seed=0, progress=False,
           shard_size=2)
 """
 
@@ -115,7 +117,7 @@ def test_other_settings_are_refused_naming_the_key(setup_module_dir, tmp_path):
     # a store of answers generated with other settings is refused by the store, naming the key
     with pytest.raises(IncompatibleStoreError, match="'generation' differs"):
         run_protocol(model, tok, task, examples[:2], tmp_path / "other", store=out / "store",
-                     **{**ps.KW, "max_new_tokens": 5})
+                     **{**ps.KW, "generation": GenerationSettings(batch_size=2, max_new_tokens=5)})
     assert not (tmp_path / "other" / "records").exists()
 
 

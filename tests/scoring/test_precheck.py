@@ -25,6 +25,7 @@ from acute.models import load_model
 from acute.scoring import PrecheckResult, ScoredGeneration, Scorer
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
+from acute.store.generation import GenerationSettings
 
 MAX_NEW = 4
 N = 40
@@ -56,8 +57,8 @@ def collected(loaded, tmp_path_factory):
     task = get_task(str(root / "q.jsonl"), shots=0)
     task.is_correct = lambda ex, generation: int(ex.id[1:]) % 3 == 0
     examples = task.load()
-    collect(model, tok, task, examples, root / "store", batch_size=8,
-            max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    collect(model, tok, task, examples, root / "store",
+            GenerationSettings(batch_size=8, max_new_tokens=MAX_NEW, dtype="float32"), progress=False)
     return root, examples, open_store(root / "store")
 
 
@@ -76,7 +77,7 @@ def probe_dir(collected, trained):
 @pytest.fixture(scope="module")
 def scorer(loaded, probe_dir):
     model, tok = loaded
-    return Scorer(model, tok, load_probe(probe_dir), batch_size=8)
+    return Scorer(model, tok, load_probe(probe_dir), GenerationSettings(batch_size=8))
 
 
 # ------------------------------------------------------------------ 1. the exported probe

@@ -17,6 +17,7 @@ from acute.scoring import ScoredGeneration, Scorer
 from acute.scoring.gate import parse_gate, risk_rule
 from acute.tasks import Example, get_task
 from acute.testing import hash_label, make_tiny_model
+from acute.store.generation import GenerationSettings
 
 GENERATION = {"max_new_tokens": 5, "stop_strings": [], "pool": "decoding", "chat": False}
 LIVE = ["What is the capital of France?", "Who wrote Hamlet? Answer:", "2+2=", "Name a planet."]
@@ -71,8 +72,9 @@ def test_scored_generation_dict():
 
 # ------------------------------------------------------------------ the scorer
 def test_settings_come_from_the_probe(scorer):
-    assert scorer.max_new_tokens == GENERATION["max_new_tokens"]
-    assert scorer.chat is False and scorer.pool == "decoding" and scorer.stop_strings == ()
+    g = scorer.generation
+    assert g.max_new_tokens == GENERATION["max_new_tokens"]
+    assert g.chat is False and g.pool == "decoding" and g.stop_strings == ()
 
 
 def test_confidence_equals_probe_on_separately_recorded_activations(scorer, tiny_model,
@@ -163,7 +165,7 @@ def test_fitted_probe_shape_check(tiny_model, tiny_tokenizer):
     X = rng.normal(size=(30, 5, 64)).astype(np.float32)  # tiny Llama: 4 layers + embeddings, d=64
     y = np.arange(30) % 2
     probe = ActivationProbe(view="cosine", n_estimators=5).fit(Inputs.of(X, rng.uniform(size=30)), y)
-    s = Scorer(tiny_model, tiny_tokenizer, probe, max_new_tokens=3)
+    s = Scorer(tiny_model, tiny_tokenizer, probe, GenerationSettings(max_new_tokens=3))
     out = s.generate(["Name a planet."], risk=0.5)
     assert len(out) == 1 and 0.0 <= out[0].confidence <= 1.0 and out[0].n_tokens <= 3
     wide = make_tiny_model("llama", hidden_size=32, intermediate_size=64)

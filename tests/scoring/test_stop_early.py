@@ -30,6 +30,7 @@ from acute.scoring import Scorer
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 from acute.testing import hash_label
+from acute.store.generation import GenerationSettings
 
 MAX_NEW = 12
 N = 48
@@ -52,8 +53,8 @@ def collected(loaded, tmp_path_factory):
     task = get_task(str(root / "q.jsonl"), shots=0)
     task.is_correct = lambda ex, generation: hash_label(ex.id)
     task.stop_strings = ()  # answers of up to MAX_NEW tokens (the tiny model rarely ends one)
-    collect(model, tok, task, task.load(), root / "store", batch_size=8,
-            max_new_tokens=MAX_NEW, dtype="float32", progress=False)
+    collect(model, tok, task, task.load(), root / "store",
+            GenerationSettings(batch_size=8, max_new_tokens=MAX_NEW, dtype="float32"), progress=False)
     return root, open_store(root / "store")
 
 
@@ -77,7 +78,7 @@ def probe(probe_dir):
 @pytest.fixture(scope="module")
 def scorer(loaded, probe):
     model, tok = loaded
-    return Scorer(model, tok, probe, batch_size=8)
+    return Scorer(model, tok, probe, GenerationSettings(batch_size=8))
 
 
 # ------------------------------------------------------------------ export
@@ -191,8 +192,9 @@ def plain(loaded, scorer):
     from acute.store.checkpoints import DEFAULT_CHECKPOINTS, parse_schedule
 
     model, tok = loaded
-    return generate_and_record(model, tok, [scorer.format(q) for q in QUESTIONS], max_new_tokens=scorer.max_new_tokens,
-                               stop_strings=scorer.stop_strings, checkpoints=parse_schedule(DEFAULT_CHECKPOINTS))
+    g = scorer.generation
+    return generate_and_record(model, tok, [scorer.format(q) for q in QUESTIONS], max_new_tokens=g.max_new_tokens,
+                               stop_strings=g.stop_strings, checkpoints=parse_schedule(DEFAULT_CHECKPOINTS))
 
 
 def _prefix_scores(model, gens) -> np.ndarray:
@@ -212,7 +214,7 @@ def test_a_threshold_forced_high_stops_every_row_at_the_first_checkpoint(loaded,
     model, tok = loaded
     forced = _forced(probe)
     assert forced.stop_early.rule(0.1).threshold == 0.99
-    out = Scorer(model, tok, forced, batch_size=8).generate(QUESTIONS, stop_early=0.1)
+    out = Scorer(model, tok, forced, GenerationSettings(batch_size=8)).generate(QUESTIONS, stop_early=0.1)
     for s, g in zip(out, plain):
         assert s.stopped_at == 4 and s.n_tokens == 4 and s.finish_reason == "stopped"
         assert s.decision == "abstain" and s.confidence is None and s.stop["checkpoint"] == 4
@@ -332,6 +334,7 @@ def test_a_precheck_and_a_stop_rule_act_together(loaded, collected, tmp_path):
     _, store = collected
     both = train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only", stop_early=True)
     forced = _forced(load_probe(both.save(tmp_path / "both")))
-    out = Scorer(model, tok, forced, batch_size=8).generate(QUESTIONS[:4], precheck=1e-6, stop_early=0.1)
+    out = Scorer(model, tok, forced, GenerationSettings(batch_size=8)).generate(QUESTIONS[:4], precheck=1e-6,
+                                                                               stop_early=0.1)
     assert all(s.generated and s.precheck["decision"] == "trust" for s in out)
     assert [s.stopped_at for s in out] == [4] * 4 and all(s.decision == "abstain" for s in out)

@@ -454,7 +454,7 @@ def test_score_jobs_groups_settings_and_isolates_a_bad_prompt(loaded, probe):
         assert_same({"answer": res.scored.answer, "confidence": res.scored.confidence,
                      "raw_confidence": res.scored.raw_confidence, "decision": res.scored.decision,
                      "risk": res.scored.risk}, truth)
-    assert scorer.max_new_tokens == GENERATION["max_new_tokens"] and scorer.stop_strings == ()
+    assert scorer.generation.max_new_tokens == GENERATION["max_new_tokens"] and scorer.generation.stop_strings == ()
 
 
 # ------------------------------------------------------------------ the command line

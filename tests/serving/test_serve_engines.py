@@ -26,6 +26,7 @@ from acute.serving import ServeSettings  # noqa: E402
 from acute.serving.batcher import Batcher  # noqa: E402
 from acute.serving.jobs import Job  # noqa: E402
 from acute.serving.threads import LockedTokenizer, concurrent_scorer  # noqa: E402
+from acute.store.generation import GenerationSettings  # noqa: E402
 
 TIMEOUT = 30.0
 L1, D = 3, 4  # layer outputs and width of the stand-in's states
@@ -154,7 +155,8 @@ def test_the_upstream_engine_names_each_request_s_file_and_reads_it(tmp_path):
     with running(app) as url, UpstreamEngine(url + "/v1", api_key="k") as engine:
         assert engine.info["states_shape"] == (L1, D) and engine.info["vllm_version"] == "0.32.0"
         assert engine.pooled_dir == str(tmp_path) and engine.model == "m" and engine.max_model_len == 64
-        raw = engine.generate_ids([[1, 2], [3]], max_new_tokens=3, stop_strings=["\n"], eos_token_ids=[2])
+        raw = engine.generate_ids([[1, 2], [3]], GenerationSettings(max_new_tokens=3, stop_strings=["\n"]),
+                                  eos_token_ids=[2])
         assert [r["token_ids"] for r in raw] == [[10, 11, 12]] * 2
         assert all(os.path.exists(r["path"]) for r in raw)
         engine.discard([r["path"] for r in raw])  # files nobody will read
@@ -173,7 +175,7 @@ def test_the_upstream_engine_names_each_request_s_file_and_reads_it(tmp_path):
             def decode(self, ids, skip_special_tokens=True):
                 return "ab"
 
-        gens = engine.generate(Tok(), ["hey", "you"], max_new_tokens=3)
+        gens = engine.generate(Tok(), ["hey", "you"], GenerationSettings(max_new_tokens=3))
         g = gens[0]
         assert g.text == "ab" and g.finish_reason == "length" and g.prompt_tokens == 3
         np.testing.assert_allclose(g.layer_means, 1.0)  # sum 3 over 3 tokens
@@ -183,9 +185,9 @@ def test_the_upstream_engine_names_each_request_s_file_and_reads_it(tmp_path):
         states, lengths = engine.prompt_states(Tok(), ["hey"])
         assert states.shape == (1, L1, D) and lengths == [3] and seen[-1]["max_tokens"] == 1
         with pytest.raises(InputError, match=r"prompts\[0\] has 70 tokens.*vLLM's context of 64"):
-            engine.generate(Tok(), ["x" * 70], max_new_tokens=3, on_too_long="error")
+            engine.generate(Tok(), ["x" * 70], GenerationSettings(max_new_tokens=3), on_too_long="error")
         with pytest.raises(RefusedByEngine, match="answered 400: This model's maximum context length"):
-            engine.generate_ids([[99]], max_new_tokens=2)
+            engine.generate_ids([[99]], GenerationSettings(max_new_tokens=2))
         assert not list(tmp_path.glob("*.safetensors"))  # every file read was removed
 
 
@@ -227,7 +229,7 @@ def test_a_request_whose_caller_gives_up_is_cancelled(tmp_path):
 
         started = time.monotonic()
         with engine.stopping(check), pytest.raises(TimeoutError, match="client left"):
-            engine.generate_ids([[1]], max_new_tokens=2)
+            engine.generate_ids([[1]], GenerationSettings(max_new_tokens=2))
         assert time.monotonic() - started < 2.0
         gate.set()
 
@@ -296,7 +298,8 @@ def test_a_gate_without_weights_scores_as_one_with_them(tmp_path):
     app, _ = _fake_vllm(pooled)
     loaded, bare = load_model(folder), load_model(folder, weights=False)
     with running(app) as url, UpstreamEngine(url, api_key="k") as engine:
-        want, got = (Scorer(*m, probe, max_new_tokens=3, task=None, engine=engine).generate(["Hi", "Yo"], risk=0.5)
+        three = GenerationSettings(max_new_tokens=3)
+        want, got = (Scorer(*m, probe, three, task=None, engine=engine).generate(["Hi", "Yo"], risk=0.5)
                      for m in (loaded, bare))
         assert [g.to_dict() | {"latency_s": 0} for g in got] == [w.to_dict() | {"latency_s": 0} for w in want]
         gate = Scorer(*bare, probe, task=None, engine=engine)

@@ -47,6 +47,7 @@ from acute.metrics.certify import METHODS, Certificate  # noqa: E402
 from acute.models import format_prompt  # noqa: E402
 from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
+from acute.store.generation import GenerationSettings  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -255,10 +256,10 @@ class _FailingFor:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def generate(self, tokenizer, prompts, **settings):
+    def generate(self, tokenizer, prompts, settings, **options):
         if any(self.word in p for p in prompts):
             raise EngineError("prompts[0]: vLLM's pooled states never arrived (made up by the test)")
-        return self.engine.generate(tokenizer, prompts, **settings)
+        return self.engine.generate(tokenizer, prompts, settings, **options)
 
 
 def test_a_request_the_engine_fails_fails_alone(smollm2, probe_dir, engine):
@@ -297,7 +298,7 @@ def test_an_abandoned_request_is_aborted_and_its_file_removed(smollm2, engine):
 
     started = time.monotonic()
     with engine.stopping(check), pytest.raises(TimeoutError):
-        engine.generate_ids([ids], max_new_tokens=900)
+        engine.generate_ids([ids], GenerationSettings(max_new_tokens=900))
     assert time.monotonic() - started < 5.0  # 900 tokens take minutes here
     wait = time.monotonic() + 30
     while not (new := [p for p in set(folder.iterdir()) - before if p.suffix == ".safetensors"]):

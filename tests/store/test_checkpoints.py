@@ -17,6 +17,7 @@ from acute.extraction import generate_and_record
 from acute.models import load_model
 from acute.store import StoreWriter, open_store
 from acute.store.checkpoints import DEFAULT_CHECKPOINTS, checkpoint_counts, parse_schedule, prefix_rows
+from acute.store.generation import GenerationSettings
 from acute.tasks import get_task
 
 SCHEDULE = parse_schedule({"first": [2, 4, 8], "every": 5})
@@ -104,7 +105,8 @@ def test_a_collected_store_keeps_them_for_every_record_and_resumes(loaded, tmp_p
     task = _questions(tmp_path / "q.jsonl", 10)
     task.stop_strings = ()  # long answers: several checkpoints per record
     examples = task.load()
-    kw = dict(batch_size=4, max_new_tokens=40, dtype="float32", progress=False, shard_size=4)
+    kw = dict(generation=GenerationSettings(batch_size=4, max_new_tokens=40, dtype="float32"), progress=False,
+              shard_size=4)
     collect(model, tok, task, examples[:6], tmp_path / "store", **kw)
     collect(model, tok, task, examples, tmp_path / "store", **kw)  # resumed: 4 more
     store = open_store(tmp_path / "store")

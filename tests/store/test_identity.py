@@ -22,6 +22,7 @@ from acute.errors import ModelMismatchError
 from acute.estimators import ActivationProbe, load_probe
 from acute.scoring import Scorer
 from acute.store import ModelIdentity, open_store
+from acute.store.generation import GenerationSettings
 from acute.tasks import get_task
 
 
@@ -71,7 +72,7 @@ def test_resuming_a_store_with_other_weights_is_refused_unless_allowed(models, t
     (a, tok), (b, _) = models
     task = _questions(tmp_path / "q.jsonl")
     examples = task.load()
-    kw = dict(batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
+    kw = dict(generation=GenerationSettings(batch_size=4, max_new_tokens=3), shard_size=4, progress=False)
     collect(a, tok, task, examples[:8], tmp_path / "store", **kw)
     manifest = open_store(tmp_path / "store").manifest
     assert manifest["model_weights"] == weights_digest(a)
@@ -90,7 +91,7 @@ def test_a_store_from_before_weights_were_recorded_adopts_them(models, tmp_path,
     (a, tok), _ = models
     task = _questions(tmp_path / "q.jsonl")
     examples = task.load()
-    kw = dict(batch_size=4, max_new_tokens=3, shard_size=4, progress=False)
+    kw = dict(generation=GenerationSettings(batch_size=4, max_new_tokens=3), shard_size=4, progress=False)
     collect(a, tok, task, examples[:4], tmp_path / "store", **kw)
     mpath = tmp_path / "store" / "manifest.json"
     old = json.loads(mpath.read_text(encoding="utf-8"))

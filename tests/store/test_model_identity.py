@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from acute.errors import InputError, ModelMismatchError
-from acute.store import ModelIdentity
+from acute.store import GenerationSettings, ModelIdentity
 
 FINGERPRINT = {"architecture": "LlamaForCausalLM", "model_type": "llama", "num_layers": 3, "hidden_size": 8,
                "vocab_size": 320}
@@ -80,8 +80,7 @@ def test_a_store_written_now_records_the_model_as_before(tiny_model, tiny_tokeni
     from acute.collect.records import build_manifest
     from acute.models import model_fingerprint, model_setting, weights_digest
 
-    manifest = build_manifest(tiny_model, tiny_tokenizer, None, max_new_tokens=4, stop_strings=(), pool="decoding",
-                              chat=False)
+    manifest = build_manifest(tiny_model, tiny_tokenizer, None, GenerationSettings(max_new_tokens=4, chat=False))
     assert manifest["model_fingerprint"] == model_fingerprint(tiny_model)
     assert manifest["model_weights"] == weights_digest(tiny_model)
     assert {k: manifest[k] for k in ("model_dtype", "quantization")} == model_setting(tiny_model)

@@ -160,7 +160,8 @@ class _Task:
 
 
 def _job(source="tiny-folder", **task):
-    return {"model": "tiny", "model_source": source, "store_dtype": "float16", "task": {"chat": True, **task}}
+    return {"model": "tiny", "model_source": source, "store_dtype": "float16", "batch_size": 4,
+            "task": {"chat": True, **task}}
 
 
 @pytest.mark.parametrize("change", [
