@@ -143,7 +143,7 @@ class UpstreamEngine(PooledEngine):
         except EngineError:
             version = None
         name = _new_name()
-        body = {**self._body([0], 1, (), ()), "kv_transfer_params": {NAME_KEY: name}}
+        body = {**self._body([0], GenerationSettings(max_new_tokens=1), ()), "kv_transfer_params": {NAME_KEY: name}}
         answer = self._run(self._post(body, "checking the server")).result(self.timeout_s)
         path = (answer.get("kv_transfer_params") or {}).get(PATH_KEY)
         if not path:

@@ -98,8 +98,8 @@ def _count(statuses) -> dict[str, int]:
 
 
 # Long because of its docstring; the passes live in the functions below.
-def run_protocol(model, tokenizer, task, examples, out_dir, *, store: str | Path | None = None,
-                 generation: GenerationSettings = PROTOCOL_GENERATION,
+def run_protocol(model, tokenizer, task, examples, out_dir, generation: GenerationSettings = PROTOCOL_GENERATION, *,
+                 store: str | Path | None = None,
                  n_bootstrap: int = DEFAULT_N_BOOTSTRAP, seed: int = 0, variant: str = "unit", progress: bool = True,
                  verbal_max_new_tokens: int = VERBAL_MAX_NEW_TOKENS,
                  shard_size: int = 32) -> ProtocolResult:

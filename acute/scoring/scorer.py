@@ -683,8 +683,8 @@ def _probe_generation(probe) -> GenerationSettings:
     try:
         return GenerationSettings.from_json(gen if isinstance(gen, dict) else None)
     except InputError as e:
-        raise InputError(f"the probe's recorded generation settings (training_summary.generation) are "
-                         f"malformed: {e}") from None
+        raise InputError(f"the probe's recorded generation settings (probe.json's training_summary.generation) "
+                         f"are malformed: {e}") from None
 
 
 def _check_probe_model(probe, identity: ModelIdentity, allow_other_weights: bool = False) -> None:

@@ -115,8 +115,7 @@ class GenerationSettings:
         store's; None or empty: unknown, the defaults), with ``fields`` set beside it. A block
         from before a key was recorded reads it as unset (``pool``: ``"decoding"``)."""
         gen = block if isinstance(block, Mapping) else {}
-        stops = gen.get("stop_strings")
-        return cls(max_new_tokens=gen.get("max_new_tokens"), stop_strings=None if stops is None else tuple(stops),
+        return cls(max_new_tokens=gen.get("max_new_tokens"), stop_strings=gen.get("stop_strings"),
                    pool=gen.get("pool") or "decoding", chat=gen.get("chat"), samples=gen.get("samples"), **fields)
 
     @classmethod

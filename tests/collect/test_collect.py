@@ -111,7 +111,7 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
     reference = collect(model, tok, task, examples, tmp_path / "ref", **kw)
     assert reference.records == N_RESUME
 
-    real = acute.extraction.generate_and_record
+    real = acute.extraction.generate_with
     calls = []
 
     def fail_on_second_chunk(*args, **kwargs):
@@ -120,10 +120,10 @@ def test_resume_after_interruption_loses_and_duplicates_nothing(loaded, tmp_path
             raise RuntimeError("simulated crash")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_second_chunk)
+    monkeypatch.setattr(acute.extraction, "generate_with", fail_on_second_chunk)
     with pytest.raises(RuntimeError, match="simulated crash"):
         collect(model, tok, task, examples, tmp_path / "store", **kw)
-    monkeypatch.setattr(acute.extraction, "generate_and_record", real)
+    monkeypatch.setattr(acute.extraction, "generate_with", real)
 
     partial = open_store(tmp_path / "store")
     first_chunk = calls[0]
@@ -147,7 +147,7 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
     exist, so a crash after 3 shards' worth of generations leaves those 24 records on disk."""
     model, tok = loaded
     task = qa_task(write_questions(tmp_path / "q.jsonl", 40))
-    real = acute.extraction.generate_and_record
+    real = acute.extraction.generate_with
     calls = []
 
     def fail_on_fourth_chunk(*args, **kwargs):
@@ -156,7 +156,7 @@ def test_a_kill_loses_at_most_the_shard_being_filled(loaded, tmp_path, monkeypat
             raise RuntimeError("simulated kill")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(acute.extraction, "generate_and_record", fail_on_fourth_chunk)
+    monkeypatch.setattr(acute.extraction, "generate_with", fail_on_fourth_chunk)
     with pytest.raises(RuntimeError, match="simulated kill"):
         collect(model, tok, task, task.load(), tmp_path / "store",
                 GenerationSettings(batch_size=2, max_new_tokens=MAX_NEW, dtype="float32"), shard_size=8,

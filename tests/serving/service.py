@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 
 from acute.scoring import Scorer
+from acute.store.generation import GenerationSettings
 
 GENERATION = {"max_new_tokens": 6, "stop_strings": [], "pool": "decoding", "chat": False}
 NAME = "tiny-llama"
@@ -23,7 +24,7 @@ TIMEOUT = 60.0  # seconds: every wait in this file is bounded
 def alone(loaded, probe, item, risk, **settings):
     """The independent truth: a fresh Scorer scoring this one prompt by itself."""
     model, tok = loaded
-    return Scorer(model, tok, probe, **settings).generate(item, risk=risk)
+    return Scorer(model, tok, probe, GenerationSettings(**settings)).generate(item, risk=risk)
 
 
 def assert_same(got: dict, truth, answer_key="answer"):

@@ -35,6 +35,7 @@ from acute.serving.batcher import Batcher  # noqa: E402
 from acute.serving.errors import RequestError  # noqa: E402
 from acute.serving.jobs import Job, score_jobs  # noqa: E402
 from acute.serving.server import MAX_HEADER_BYTES  # noqa: E402
+from acute.store.generation import GenerationSettings  # noqa: E402
 from service import (  # noqa: E402  (tests/serving/service.py; the fixtures are in its conftest.py)
     GENERATION, NAME, QUESTIONS, TIMEOUT, GatedScorer, alone, assert_same, post, wait_until,
 )
@@ -165,7 +166,7 @@ def chat_scorer(loaded, probe, template: str = ALTERNATING, cls=Scorer):
     model, tok = loaded
     tok = copy.deepcopy(tok)
     tok.chat_template = template
-    return cls(model, tok, probe, chat=True)
+    return cls(model, tok, probe, GenerationSettings(chat=True))
 
 
 # ------------------------------------------------------------------ 1. one bad request fails only itself
