@@ -192,7 +192,8 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
 # commit loop is _fill, shared with collect.
 def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path,
                       generation: GenerationSettings | None = None, *, task=None, on_bad_response: str = "skip",
-                      shard_size: int = 256, progress: bool = True, allow_other_weights: bool = False) -> CollectSummary:
+                      shard_size: int = 256, progress: bool = True,
+                      allow_other_weights: bool = False) -> CollectSummary:
     """Record the responses of a JSONL file (:func:`read_responses`) by teacher forcing and
     write an ordinary store, as ``generation`` says (:class:`GenerationSettings`: its pool,
     batch size, storage dtype and chat flag; a response is given, so it sets no answer length,

@@ -79,7 +79,8 @@ def open_engine(engine: Any, model: Any, tokenizer: Any,
     is used as it is and left running."""
     check_engine(engine)
     if not isinstance(engine, str):
-        yield Generator(lambda prompts, settings, **kw: engine.generate(tokenizer, prompts, settings, model=model, **kw),
+        yield Generator(lambda prompts, settings, **kw: engine.generate(tokenizer, prompts, settings, model=model,
+                                                                        **kw),
                         *engine_record(engine).values())
         return
     if engine == "transformers":

@@ -211,10 +211,10 @@ class UpstreamEngine(PooledEngine):
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], settings: GenerationSettings, *,
                      eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None) -> list[dict]:
-        """One concurrent request per prompt (greedy, as ``settings`` say); the results in order, or :class:`EngineError`
-        naming the first prompt that failed (the files of the others are removed). The caller's
-        stop check (:meth:`stopping`) cancels them all. ``checkpoints``: a schedule's JSON, asked
-        of the connector."""
+        """One concurrent request per prompt (greedy, as ``settings`` say); the results in order, or
+        :class:`EngineError` naming the first prompt that failed (the files of the others are
+        removed). The caller's stop check (:meth:`stopping`) cancels them all. ``checkpoints``:
+        a schedule's JSON, asked of the connector."""
         self._sweep()
         names = [_new_name() for _ in prompt_ids]
         paths = [os.path.join(self.pooled_dir, n + ".safetensors") for n in names]

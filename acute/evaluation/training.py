@@ -94,7 +94,8 @@ class TrainedProbe:
                                      confidence_reference=self.confidence_reference)
         if self.precheck is not None:
             summary = {**self.training_summary, "estimator": self.precheck_estimator or PRECHECK_ESTIMATOR}
-            exported.precheck = self.precheck.export(self.identity, training_summary=summary, metrics=self.precheck_held_out)
+            exported.precheck = self.precheck.export(self.identity, training_summary=summary,
+                                                     metrics=self.precheck_held_out)
             if self.domain is not None:
                 states = {**(self.domain.get("pooling") or {}), "states": self.precheck.pooling}
                 exported.precheck.with_domain({**self.domain, "pooling": states})

@@ -177,7 +177,8 @@ def generate_with(model: nn.Module, tokenizer: Any, prompts: Sequence[str], sett
 def _resolved(settings: GenerationSettings) -> GenerationSettings:
     """``settings`` (checked) with the defaults of a generation call: 64 new tokens, no stop string."""
     if not isinstance(settings, GenerationSettings):
-        raise InputError(f"settings must be an acute.store.generation.GenerationSettings, got {type(settings).__name__}")
+        raise InputError(f"settings must be an acute.store.generation.GenerationSettings, got "
+                         f"{type(settings).__name__}")
     return dataclasses.replace(settings, max_new_tokens=settings.max_new_tokens or 64,
                                stop_strings=settings.stop_strings or ())
 

@@ -158,7 +158,8 @@ class ModelIdentity:
         if (Path(source) / "config.json").is_file():  # its config, not its weights
             from transformers import AutoConfig  # heavy: imported only for a model folder
 
-            return cls(model=recorded_name(source), model_fingerprint=model_fingerprint(AutoConfig.from_pretrained(source)))
+            fp = model_fingerprint(AutoConfig.from_pretrained(source))
+            return cls(model=recorded_name(source), model_fingerprint=fp)
         return cls(model=recorded_name(source))
 
     @classmethod
