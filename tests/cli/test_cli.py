@@ -26,8 +26,17 @@ from acute.store.pooling import generation_states
 from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 from acute.testing import hash_label
+from smaller import small_searches  # tests/smaller.py
 
 N = 48
+
+
+@pytest.fixture(autouse=True)
+def smaller_searches():
+    """The commands' evaluations run the default controls with smaller searches: these tests check
+    the commands, not which strength a logistic control's search picks (tests/smaller.py)."""
+    with small_searches():
+        yield
 
 
 
