@@ -3,12 +3,14 @@
 An evaluation's logistic controls (``platt+meta``, ``tfidf+platt``, ``answer-text``,
 ``answer-surface``: :func:`acute.estimators.controls.logistic_cv`) each choose their L2 strength
 by an inner 5-fold search over 8 strengths, 40 logistic fits per fit; the stacks ``acute-all`` and
-``visible-all`` fit each of them once per inner fold, so in a test that evaluates a store with
-the default controls these searches take most of the time (the README's example: three quarters).
-A test that checks what the rows are, what they read, that two computations of the same thing
-agree or that files are written, and not which strength a search picks, runs them over
-:data:`STRENGTHS` and :data:`FOLDS` instead: the same code, a smaller grid. The searches
-themselves are tested at full size (tests/evaluation/test_controls.py, test_visible_control.py).
+``visible-all`` fit each of their first-level estimators once per inner fold (5), so in a test
+that evaluates a store with the default controls these fits take most of the time (the README's
+example: three quarters). A test that checks what the rows are, what they read, that two
+computations of the same thing agree or that files are written, and not which strength a search
+picks or how a stack's inner folds are drawn, runs them over :data:`STRENGTHS` and :data:`FOLDS`
+and the stacks over :data:`STACK_FOLDS` inner folds instead: the same code, a smaller grid. The
+searches and the stacks are tested at full size too (tests/evaluation/test_controls.py,
+test_visible_control.py, test_stack_rows.py, tests/estimators/test_stacks.py).
 """
 
 from __future__ import annotations
@@ -21,15 +23,27 @@ import pytest
 #: the strengths searched (two of the eight of ``acute.estimators.controls._CS``) and the inner folds
 STRENGTHS = np.logspace(-3, 2, 8)[[3, 5]]
 FOLDS = 2
+#: the inner folds of a stack built by name (``acute.estimators.stacks.INNER_SPLITS``: 5)
+STACK_FOLDS = 2
 
 
 @contextlib.contextmanager
-def small_searches():
-    """The logistic controls search :data:`STRENGTHS` over :data:`FOLDS` inner folds while inside."""
+def small_searches(stacks: bool = True):
+    """The logistic controls search :data:`STRENGTHS` over :data:`FOLDS` inner folds while inside,
+    and (``stacks``) a stack made without naming its inner folds draws :data:`STACK_FOLDS`."""
+    import inspect
+
     from acute.estimators import controls
+    from acute.estimators.stacks import INNER_SPLITS, StackEstimator
 
     assert len(controls._CS) == 8 and controls._INNER_CV == 5, "the searches changed: update tests/smaller.py"
+    init = StackEstimator.__init__
+    defaults = tuple(STACK_FOLDS if name == "n_splits" else p.default
+                     for name, p in inspect.signature(init).parameters.items() if p.default is not p.empty)
+    assert INNER_SPLITS in init.__defaults__ and len(defaults) == len(init.__defaults__)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(controls, "_CS", STRENGTHS)
         mp.setattr(controls, "_INNER_CV", FOLDS)
+        if stacks:
+            mp.setattr(init, "__defaults__", defaults)
         yield

@@ -314,7 +314,7 @@ def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
 
     monkeypatch.setattr(acute.evaluation.plots, "euro_curves", boom)
     with pytest.raises(RuntimeError, match="disk full"), small_searches():  # the default controls, smaller
-        evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"],
+        evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"], cv=2, repeats=1,
                        n_bootstrap=0, progress=False)
     assert list(tmp_path.iterdir()) == []
 

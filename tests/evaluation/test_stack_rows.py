@@ -60,7 +60,7 @@ def evaluated(tmp_path_factory):
         folds_seen.append((X.get(GROUPS), folds))
         return folds
 
-    with pytest.MonkeyPatch.context() as mp, small_searches():
+    with pytest.MonkeyPatch.context() as mp, small_searches(stacks=False):  # the stacks' 5 inner folds kept
         mp.setattr(StackEstimator, "inner_folds", spy)
         res = evaluate_store(store, out_dir=base / "eval", estimators=["raw", "platt"], cv=3, repeats=2,
                              n_bootstrap=200, probe_params=SMALL, progress=False, reliability=["raw"],
