@@ -9,8 +9,9 @@ example: three quarters). A test that checks what the rows are, what they read, 
 computations of the same thing agree or that files are written, and not which strength a search
 picks or how a stack's inner folds are drawn, runs them over :data:`STRENGTHS` and :data:`FOLDS`
 and the stacks over :data:`STACK_FOLDS` inner folds instead: the same code, a smaller grid. The
-searches and the stacks are tested at full size too (tests/evaluation/test_controls.py,
-test_visible_control.py, test_stack_rows.py, tests/estimators/test_stacks.py).
+full searches stay tested by the controls' own tests (tests/evaluation/test_controls.py,
+test_visible_control.py), the stacks' 5 inner folds by tests/estimators/test_stacks.py and
+tests/evaluation/test_stack_rows.py (``small_searches(stacks=False)``).
 """
 
 from __future__ import annotations
