@@ -1,3 +1,6 @@
+import fcntl
+import os
+
 import pytest
 import torch
 
@@ -39,10 +42,37 @@ def smollm2():
         pytest.skip(f"SmolLM2 weights cannot be fetched here: {exc}")
 
 
+@pytest.fixture(scope="session")
+def vllm_python(tmp_path_factory):
+    """The Python of the vLLM environment: ``$ACUTE_VLLM_PYTHON`` when set, else
+    ``$ACUTE_HOME/vllm-venv``, built once when missing (``acute.engines.venv``). The build holds a
+    lock shared by the pytest-xdist workers of one run, so that two of them never build it at once."""
+    from acute.engines.venv import ensure_vllm_env
+
+    given = os.environ.get("ACUTE_VLLM_PYTHON")
+    if given:
+        return given
+    with open(shared_tmp(tmp_path_factory) / "vllm-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return str(ensure_vllm_env())
+
+
+def shared_tmp(tmp_path_factory):
+    """A folder every pytest-xdist worker of this run sees (each worker's own temporary root is
+    below it); the run's temporary root when the tests run in one process."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session", autouse=True)
-def one_torch_thread():
-    """Tiny models run many times faster on one thread when the 2 cores are shared."""
+def one_thread():
+    """One torch thread and one BLAS/OpenMP thread per test process: tiny models and small
+    matrices run many times faster on one thread when the 2 cores are shared, and the
+    ``python -m pytest -n auto`` workers (one per core) then do not oversubscribe the cores."""
+    from threadpoolctl import threadpool_limits
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
+    with threadpool_limits(1):
+        yield
     torch.set_num_threads(before)

@@ -16,6 +16,7 @@ from acute.estimators import load_probe
 from acute.store import open_store
 from acute.tasks import OpenQATask
 from acute.testing import hash_label
+from smaller import small_searches  # tests/smaller.py
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -40,7 +41,7 @@ def run_example(name: str, *argv, monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def trained(long_context_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("train") / "run"
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, small_searches():  # the controls' rows, not their searches
         mp.setattr(OpenQATask, "is_correct", hashed_is_correct)
         run_example("train_probe.py", "--model", long_context_dir, "--limit", 40, "--trees", 10,
                     "--out", out, monkeypatch=mp)
@@ -90,7 +91,7 @@ def test_export_and_load(long_context_dir, tmp_path, monkeypatch, mixed_labels, 
 @pytest.fixture(scope="module")
 def from_logs(long_context_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("logs") / "run"
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, small_searches():  # the controls' rows, not their searches
         run_example("train_from_logs.py", "--model", long_context_dir, "--limit", 40, "--trees", 10,
                     "--out", out, monkeypatch=mp)
     return out

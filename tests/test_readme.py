@@ -3,8 +3,8 @@
 The block is taken from README.md and executed unchanged in a temporary folder; only what
 would need the network or hours is swapped underneath it: ``acute.load_model`` returns the tiny
 Llama, the built-in task loads its first 80 questions and labels each by a hash of its id (a
-random model answers every question wrong; the folds need both classes), and the probes grow
-20 trees."""
+random model answers every question wrong; the folds need both classes), the probes grow
+20 trees and the logistic controls search a smaller grid (tests/smaller.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 import acute
 from acute.testing import hash_label
+from smaller import small_searches  # tests/smaller.py
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -51,10 +52,19 @@ def test_readme_python_example_runs(tmp_path, monkeypatch, long_context_dir, cap
                         tuple(fewer.get(n, d) for n, d in zip(names[first:], defaults)))
     monkeypatch.chdir(tmp_path)
     (block,) = readme_python_blocks()
-    exec(compile(block, str(README), "exec"), {"__name__": "readme"})
+    with small_searches():
+        exec(compile(block, str(README), "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
     assert "| raw" in out or "raw" in out  # the results table was printed
     last = out.strip().splitlines()[-1].split()
     assert last[-1] in ("trust", "abstain") and 0.0 <= float(last[-2]) <= 1.0
     assert (tmp_path / "runs" / "probe" / "probe.json").is_file()
     assert (tmp_path / "runs" / "demo" / "evaluation" / "results.md").is_file()
+
+
+def test_ci_runs_the_readme_test_command():
+    """.ci/run runs exactly the README's second set-up command (the whole suite, in parallel)."""
+    setup = re.search(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL).group(1)
+    second = setup.strip().splitlines()[1]
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert ci == second and second.startswith("pip install -e '.[test]' && python -m pytest")

@@ -29,14 +29,6 @@ MAX_NEW_TOKENS = 24
 RTOL = 2e-5
 
 
-@pytest.fixture(scope="session")
-def vllm_python():
-    from acute.engines.venv import ensure_vllm_env
-
-    given = os.environ.get("ACUTE_VLLM_PYTHON")
-    return given if given else str(ensure_vllm_env())
-
-
 @pytest.fixture(scope="module")
 def prompts(smollm2):
     from acute.models import format_prompt

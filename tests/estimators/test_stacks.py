@@ -15,6 +15,7 @@ from acute.estimators import make_estimator
 from acute.estimators.inputs import GROUPS, METADATA, is_states_source
 from acute.estimators.stacks import STACK_MEMBERS
 
+from smaller import small_searches  # tests/smaller.py
 from test_shared_fits import SMALL, planted
 
 
@@ -37,7 +38,15 @@ def hand_stack(X, y, members, inner):
     return LogisticRegression(C=1.0).fit(logit(np.clip(oof, 1e-4, 1 - 1e-4)), y), oof
 
 
-def test_the_second_level_is_a_logistic_regression_on_hand_built_out_of_fold_logits():
+@pytest.fixture
+def small_grid():
+    """The members' logistic searches over a smaller grid (the stacks keep their 5 inner folds):
+    these tests compare a stack with the same fits made by hand, or check its folds."""
+    with small_searches(stacks=False):
+        yield
+
+
+def test_the_second_level_is_a_logistic_regression_on_hand_built_out_of_fold_logits(small_grid):
     _, y, _, X = planted(n=80)
     stack = make_estimator("visible-all", probe_params=SMALL, random_state=0).fit(X, y)
     inner = list(StratifiedKFold(5, shuffle=True, random_state=0).split(np.zeros(y.size), y))
@@ -55,7 +64,7 @@ def test_the_second_level_is_a_logistic_regression_on_hand_built_out_of_fold_log
                                want.predict_proba(logit(np.clip(refits, 1e-4, 1 - 1e-4)))[:, 1], atol=1e-8)
 
 
-def test_grouped_inner_folds_never_split_a_group():
+def test_grouped_inner_folds_never_split_a_group(small_grid):
     _, y, _, X = planted(n=90)
     groups = np.array([f"g{i % 17}" for i in range(y.size)])
     stack = make_estimator("acute-all", probe_params=SMALL).fit(X.with_source(GROUPS, groups), y)
@@ -67,7 +76,7 @@ def test_grouped_inner_folds_never_split_a_group():
     assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(want, stack.folds_))
 
 
-def test_a_member_whose_source_is_missing_is_dropped_in_both_stacks():
+def test_a_member_whose_source_is_missing_is_dropped_in_both_stacks(small_grid):
     _, y, _, X = planted(n=80)
     without = X.select([s for s in X.sources if s != METADATA])
     for name in STACK_MEMBERS:
@@ -76,7 +85,7 @@ def test_a_member_whose_source_is_missing_is_dropped_in_both_stacks():
         assert stack.predict_proba(without).shape == (y.size, 2)
 
 
-def test_two_stacks_share_their_members_inner_fits_and_refits(monkeypatch):
+def test_two_stacks_share_their_members_inner_fits_and_refits(monkeypatch, small_grid):
     from acute.estimators.controls import TextPlatt
 
     _, y, _, X = planted(n=80)

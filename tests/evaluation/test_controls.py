@@ -17,6 +17,7 @@ from acute.estimators.controls import (ConstantEstimator, MetadataPlatt, TextPla
 from acute.evaluation.crossval import cv_folds
 from acute.errors import InputError
 from acute.evaluation import evaluate_predictions, evaluate_store
+from smaller import small_searches  # tests/smaller.py
 from acute.metrics.intervals import (bias_shifted_interval, bootstrap_p_value, corrected_t_test, fold_differences,
                              holm)
 
@@ -187,8 +188,9 @@ SMALL = {"n_estimators": 10, "search_n_estimators": 10}
 def with_controls(tmp_path_factory):
     store = StoreWithRecords()
     out = tmp_path_factory.mktemp("controls")
-    res = evaluate_store(store, out_dir=out, estimators=["raw", "platt", "acute-pca10-stacked"], cv=3, repeats=2,
-                         n_bootstrap=30, probe_params=SMALL, progress=False, reliability=["raw"])
+    with small_searches():  # the searches at full size: the unit tests above
+        res = evaluate_store(store, out_dir=out, estimators=["raw", "platt", "acute-pca10-stacked"], cv=3,
+                             repeats=2, n_bootstrap=30, probe_params=SMALL, progress=False, reliability=["raw"])
     return store, out, res
 
 
@@ -216,8 +218,9 @@ def test_every_control_row_with_what_it_uses(with_controls):
 
 def test_controls_the_store_cannot_feed_are_left_out_with_the_reason(tmp_path):
     store = StoreWithRecords(n=120, with_meta=False, poolings=("mean",))
-    res = evaluate_store(store, out_dir=tmp_path, estimators=["raw", "platt"], cv=3, repeats=1,
-                         n_bootstrap=0, progress=False)
+    with small_searches():  # which rows are left out and why
+        res = evaluate_store(store, out_dir=tmp_path, estimators=["raw", "platt"], cv=3, repeats=1,
+                             n_bootstrap=0, progress=False)
     assert [r["estimator"] for r in res.rows] == ["raw", "platt", "constant", "tfidf+platt", "acute-all", "visible-all"]
     assert res.row("visible-all")["estimators_used"] == ["tfidf+platt", "raw"]  # what the store feeds
     assert set(res.params["stack_left_out"]) == {"question-only", "platt+meta", "visible", "answer-surface",

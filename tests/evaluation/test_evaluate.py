@@ -17,6 +17,8 @@ from acute.estimators.registry import ACUTE_VARIANTS
 from acute.evaluation import evaluate_predictions, evaluate_store, split_ids
 from acute.evaluation.markdown import results_markdown
 
+from smaller import small_searches  # tests/smaller.py
+
 PAPER_ROWS = list(BASELINES + ACUTE_VARIANTS)  # the paper's twelve rows
 # the controls a store without metadata, prompts or last-prompt states feeds: the constant and the two stacks
 # (acute-all over acute-pca10 and the raw confidence, visible-all over the raw confidence)
@@ -311,8 +313,8 @@ def test_crash_leaves_no_results_json(tmp_path, monkeypatch):
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(acute.evaluation.plots, "euro_curves", boom)
-    with pytest.raises(RuntimeError, match="disk full"):
-        evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"],
+    with pytest.raises(RuntimeError, match="disk full"), small_searches():  # the default controls, smaller
+        evaluate_store(planted_store(n=80), out_dir=tmp_path, estimators=["raw", "hre"], cv=2, repeats=1,
                        n_bootstrap=0, progress=False)
     assert list(tmp_path.iterdir()) == []
 

@@ -17,6 +17,7 @@ from acute.report.runs import EvalRun
 from acute.report.summary import SUMMARY_COLUMNS, summary_csv, summary_rows
 from acute.store import StoreWriter, open_store
 
+from smaller import small_searches  # tests/smaller.py: rows and what they read, not which strength a search picks
 from test_visible_control import SMALL, structure
 
 STACKS = ["acute-all", "visible-all"]
@@ -59,7 +60,7 @@ def evaluated(tmp_path_factory):
         folds_seen.append((X.get(GROUPS), folds))
         return folds
 
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, small_searches(stacks=False):  # the stacks' 5 inner folds kept
         mp.setattr(StackEstimator, "inner_folds", spy)
         res = evaluate_store(store, out_dir=base / "eval", estimators=["raw", "platt"], cv=3, repeats=2,
                              n_bootstrap=200, probe_params=SMALL, progress=False, reliability=["raw"],
@@ -109,8 +110,9 @@ def test_the_other_rows_are_unchanged(evaluated):
 
 def test_a_store_without_metadata_fields_drops_platt_meta_from_both(tmp_path):
     store = write_store(tmp_path / "store", n=120)
-    res = evaluate_store(store, estimators=["raw"], cv=3, repeats=1, n_bootstrap=0, probe_params=SMALL,
-                         progress=False, reliability=["raw"], controls=STACKS, metadata_fields=[])
+    with small_searches():
+        res = evaluate_store(store, estimators=["raw"], cv=3, repeats=1, n_bootstrap=0, probe_params=SMALL,
+                             progress=False, reliability=["raw"], controls=STACKS, metadata_fields=[])
     for name in STACKS:
         assert "platt+meta" not in res.row(name)["estimators_used"]
     assert set(res.params["stack_left_out"]) == {"platt+meta"}

@@ -23,6 +23,8 @@ from acute.evaluation.crossval import cross_val_predictions, cv_folds, fit_predi
 from acute.store import StoreWriter, open_store
 from acute.tasks.tool_calls import REPLY_FIELDS
 
+from smaller import small_searches  # tests/smaller.py
+
 SMALL = {"n_estimators": 40}
 NEW = ("answer-surface", "answer-text", "visible", "question+confidence")
 
@@ -287,8 +289,9 @@ def write_store(path, n=120, seed=0, prompts=True):
 def evaluated(tmp_path_factory):
     base = tmp_path_factory.mktemp("visible")
     store = write_store(base / "store")
-    res = evaluate_store(store, out_dir=base / "eval", estimators=["raw", "platt"], cv=3, repeats=1, n_bootstrap=0,
-                         probe_params=SMALL, progress=False, reliability=["raw"])
+    with small_searches():  # which rows, what they read: not which strength a search picks
+        res = evaluate_store(store, out_dir=base / "eval", estimators=["raw", "platt"], cv=3, repeats=1,
+                             n_bootstrap=0, probe_params=SMALL, progress=False, reliability=["raw"])
     return base, res
 
 
@@ -330,8 +333,9 @@ def test_a_store_without_log_probs_or_prompts_leaves_the_rows_out_with_the_reaso
             return len(self.ids)
 
     store = NoLogprobs(write_store(tmp_path / "s"))
-    res = evaluate_store(store, out_dir=tmp_path / "b", estimators=["raw", "platt"], cv=3, repeats=1,
-                         n_bootstrap=0, progress=False, reliability=["raw"])
+    with small_searches():  # which rows are left out and why
+        res = evaluate_store(store, out_dir=tmp_path / "b", estimators=["raw", "platt"], cv=3, repeats=1,
+                             n_bootstrap=0, progress=False, reliability=["raw"])
     names = [r["estimator"] for r in res.rows]
     assert "answer-text" in names and "visible" not in names and "answer-surface" not in names
     skipped = json.loads((tmp_path / "b" / "results.json").read_text())["skipped"]

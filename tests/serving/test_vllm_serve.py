@@ -65,14 +65,6 @@ MAX_MODEL_LEN = 1024
 
 
 @pytest.fixture(scope="module")
-def vllm_python():
-    from acute.engines.venv import ensure_vllm_env
-
-    given = os.environ.get("ACUTE_VLLM_PYTHON")
-    return given if given else str(ensure_vllm_env())
-
-
-@pytest.fixture(scope="module")
 def vllm_server(smollm2, vllm_python):
     """vLLM's OpenAI server with acute's connector, as ``acute serve --engine vllm`` starts it."""
     for k, v in {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
