@@ -44,7 +44,7 @@ def test_every_level_refuses_booleans_strings_nan_and_out_of_range(check, name, 
     with pytest.raises(InputError) as e:
         check(value)
     assert str(e.value) == _message(name, span, meaning, value)
-    with pytest.raises(InputError, match=f"^--opt must be a number in "):  # the name given is the name shown
+    with pytest.raises(InputError, match="^--opt must be a number in "):  # the name given is the name shown
         check(value, "--opt")
 
 

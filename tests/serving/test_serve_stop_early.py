@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
