@@ -30,6 +30,7 @@ from acute.estimators.agreement import AgreementPlatt, agreement_matrix, samplin
 from acute.estimators.calibration import calibration_scores, probe_calibrator
 from acute.estimators.inputs import AGREEMENT, Inputs, states_source
 from acute.estimators.probes import ActivationProbe
+from acute.errors import InputError
 from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
 from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.evaluate import store_groups
@@ -52,7 +53,10 @@ def fold_predictions(data, tr, te, n_labels, order, seed, n_jobs, n_estimators):
     def fit(est, rows):
         if rows.size < 10 or np.unique(y[rows]).size < 2:
             return None
-        return est.fit(X.take(rows), y[rows]).predict_proba(X.take(te))[:, 1]
+        try:  # e.g. the default's inner folds need 5 labels of each class
+            return est.fit(X.take(rows), y[rows]).predict_proba(X.take(te))[:, 1]
+        except InputError:
+            return None
 
     out["raw"] = data["confidence"][te]
     out["platt"] = fit(make_estimator("platt"), cal)
@@ -148,12 +152,19 @@ def within_pair(data, args):
              "| row | N gold labels | auc-euro | AUROC | smECE |", "|---|---:|---:|---:|---:|",
              f"| supervised default, every training label | all | {mean_metric(full, y, auc_euro):.4f} | "
              f"{mean_metric(full, y, auroc):.3f} | {mean_metric(full, y, smece):.4f} |"]
+    unfitted = []
     for (name, n), p in sorted(preds.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        if np.isnan(p).all() or (name == "raw" and n):  # nothing fitted on no labels; raw needs none
+        if name == "raw" and n:  # raw needs no labels
+            continue
+        if not any(np.all(np.isfinite(row)) for row in p):
+            if n:  # nothing is fitted on no labels
+                unfitted.append(f"{name} at N = {n}")
             continue
         ranking_only = name == "label-free" and n == 0
         lines.append(f"| {name} | {n} | {'' if ranking_only else f'{mean_metric(p, y, auc_euro):.4f}'} | "
                      f"{mean_metric(p, y, auroc):.3f} | {'' if ranking_only else f'{mean_metric(p, y, smece):.4f}'} |")
+    if unfitted:
+        lines += ["", "Not fitted in every fold (too few labels of a class drawn): " + ", ".join(unfitted) + "."]
     lf = preds.get(("label-free", 100))
     diffs = {}
     for key, ref in (("every label", full), ("same 100 labels", preds.get(("supervised", 100))),
