@@ -19,10 +19,8 @@ held-out task.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +37,8 @@ from acute.metrics import auc_euro, auroc, smece
 from acute.metrics.intervals import holm
 from acute.metrics.resampling import bootstrap_indices
 from acute.store import open_store
+
+from _study import command_line, publish, study_parser
 
 SIZES = (0, 50, 100, 200, 500)
 
@@ -246,27 +246,15 @@ def reading(per_pair):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("stores", nargs="+", help="stores collected with --samples (one per pair)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--cv", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-jobs", type=int, default=1)
-    ap.add_argument("--n-estimators", type=int, default=None)
-    ap.add_argument("--n-bootstrap", type=int, default=1000)
-    ap.add_argument("--group-by", default=None, help="default: each task's own grouping")
+    ap = study_parser(__doc__.split("\n\n")[0], "stores collected with --samples (one per pair)")
     ap.add_argument("--transfer", action="store_true",
                     help="also leave one task out across the stores (same model: one states space)")
-    ap.add_argument("--out", default=None, help="markdown file for the tables (printed either way)")
     args = ap.parse_args(argv)
 
     datas = [load(path, args.group_by) for path in args.stores]
     if args.transfer and len({d["model"] for d in datas}) != 1:
         ap.error("--transfer needs stores of one model")
-    command = "python benchmarks/label_free.py " + " ".join(args.stores) + (
-        f" --repeats {args.repeats} --cv {args.cv} --seed {args.seed}" + (" --transfer" if args.transfer else "")
-        + (f" --n-estimators {args.n_estimators}" if args.n_estimators else ""))
-    lines, per_pair = [f"`{command}`", ""], []
+    lines, per_pair = [command_line("label_free.py", args, *(["--transfer"] if args.transfer else [])), ""], []
     for data in datas:
         table, diffs = within_pair(data, args)
         lines += table + [""]
@@ -274,11 +262,7 @@ def main(argv=None) -> int:
     lines += reading(per_pair) + [""]
     if args.transfer:
         lines += leave_one_task_out(datas, args) + [""]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"written to {args.out}", file=sys.stderr)
+    publish("\n".join(lines), args.out)
     return 0
 
 

@@ -19,10 +19,8 @@ paired cluster-bootstrap interval; with several stores, the rule's reading (Holm
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -39,6 +37,8 @@ from acute.metrics.intervals import holm
 from acute.metrics.resampling import bootstrap_indices
 from acute.metrics.stopping import certify_stopping, first_stop
 from acute.store import open_store
+
+from _study import command_line, publish, study_parser
 
 EPSILONS = (0.02, 0.05, 0.10)
 DELTA = 0.1
@@ -194,20 +194,9 @@ def reading(per_pair) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("stores", nargs="+", help="stores with prefix checkpoints and last-prompt states (one per pair)")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--cv", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-jobs", type=int, default=1)
-    ap.add_argument("--n-estimators", type=int, default=None)
-    ap.add_argument("--n-bootstrap", type=int, default=1000)
-    ap.add_argument("--group-by", default=None, help="default: each task's own grouping")
-    ap.add_argument("--out", default=None, help="markdown file for the tables (printed either way)")
+    ap = study_parser(__doc__.split("\n\n")[0], "stores with prefix checkpoints and last-prompt states (one per pair)")
     args = ap.parse_args(argv)
-    lines = [f"`python benchmarks/stop_early.py {' '.join(args.stores)} --repeats {args.repeats} --cv {args.cv} "
-             f"--seed {args.seed}" + (f" --n-estimators {args.n_estimators}" if args.n_estimators else "") + "`", ""]
-    per_pair = []
+    lines, per_pair = [command_line("stop_early.py", args), ""], []
     for path in args.stores:
         store, data, group_of, stops, trusted, thresholds, repeats = evaluate(
             path, args.repeats, args.cv, args.seed, args.n_jobs, args.n_estimators, args.group_by)
@@ -217,11 +206,7 @@ def main(argv=None) -> int:
         lines += [f"## {name} ({len(store)} records, accuracy {np.mean(data['y']):.3f})", ""] + table + [""]
         per_pair.append((name, comparison))
     lines += reading(per_pair)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
-        print(f"written to {args.out}", file=sys.stderr)
+    publish("\n".join(lines) + "\n", args.out)
     return 0
 
 
