@@ -62,8 +62,9 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     manifest's identity and the context window are read from, and the folder vLLM loads;
     ``engine_options`` go to :class:`acute.engines.vllm.VllmEngine`.
 
-    ``generation.samples`` (:class:`acute.store.sampling.SamplingSettings`, transformers only) also draws
-    answers beside the greedy one (:func:`acute.extraction.sampling.sample_answers`), labelled
+    ``generation.samples`` (:class:`acute.store.sampling.SamplingSettings`) also draws answers
+    beside the greedy one (:func:`acute.extraction.sampling.sample_answers`, or on vLLM
+    :func:`acute.engines.vllm_sampling.sample_answers`; the settings record the engine), labelled
     and stored in each record's ``samples``; ``generation["samples"]`` records the settings (a
     resume with others is refused). A record's ``cost``: ``greedy_seconds``, ``sample_seconds``
     (its share of its chunk's time), ``sample_tokens``.
@@ -91,8 +92,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     check_count(generation.max_new_tokens, "max_new_tokens")
     shard_size = check_count(shard_size, "shard_size")
     task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
-    if generation.samples is not None and engine != "transformers":
-        raise InputError(f"samples are drawn by the transformers engine only, not {engine!r}")
+    generation = _sampling_engine(generation, engine)
     manifest = build_manifest(model, tokenizer, task, generation)
     manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
     if parallel:
@@ -137,7 +137,7 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
             bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
             greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
             drawn = [None] * len(part) if generation.samples is None else _draw_samples(
-                model, tokenizer, task, part, prompts, gens, generation)
+                model, tokenizer, task, part, prompts, gens, generation, sample=generate.sample)
             records, kept = [], []
             for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
                 if gen is None:
@@ -162,16 +162,27 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     return _summarize(summary, out_dir, time.perf_counter() - start)
 
 
-def _draw_samples(model, tokenizer, task, part, prompts, gens, generation: GenerationSettings) -> list:
+def _sampling_engine(generation: GenerationSettings, engine) -> GenerationSettings:
+    """``generation`` with its samples' ``engine`` set to what draws them (the manifest records it);
+    InputError for an engine that cannot draw samples (a vLLM server)."""
+    from ..engines import can_sample, engine_record
+
+    if generation.samples is None:
+        return generation
+    if not can_sample(engine):
+        raise InputError(f"samples are drawn by the transformers engine or a VllmEngine, not {engine!r}")
+    name = engine_record(engine)["engine"]
+    return dataclasses.replace(generation, samples=dataclasses.replace(generation.samples, engine=name))
+
+
+def _draw_samples(model, tokenizer, task, part, prompts, gens, generation: GenerationSettings, *, sample) -> list:
     """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples
     (``generation.samples``, in batches of half the greedy pass's: each row decodes k samples)
-    and cost."""
-    from ..extraction.sampling import sample_answers
-
+    and cost, drawn by ``sample`` (the engine's, :attr:`acute.engines.Generator.sample`)."""
     todo = [i for i, g in enumerate(gens) if g is not None]
     began = time.perf_counter()
-    drawn = sample_answers(model, tokenizer, [prompts[i] for i in todo], [part[i].id for i in todo],
-                           dataclasses.replace(generation, batch_size=max(1, generation.batch_size // 2)))
+    drawn = sample([prompts[i] for i in todo], [part[i].id for i in todo],
+                   dataclasses.replace(generation, batch_size=max(1, generation.batch_size // 2)))
     seconds = round((time.perf_counter() - began) / max(1, len(todo)), 4)
     out: list = [None] * len(part)
     for i, samples in zip(todo, drawn):

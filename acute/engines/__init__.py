@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 from ..errors import InputError
 from ..store.identity import DEFAULT_ENGINE  # the one default: a store or probe without an engine ran on it
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "open_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "can_sample", "open_engine"]
 
 #: The engines a collection can run on.
 ENGINES: tuple[str, ...] = ("transformers", "vllm")
@@ -54,11 +54,13 @@ def engine_record(engine: Any = None) -> dict:
 class Generator:
     """A started engine's ``generate(prompts, settings, **options)`` (call it), with what runs it:
     ``engine`` (``"transformers"``, ``"vllm"``) and ``version`` (None when unknown); ``record``
-    is how a store manifest names them."""
+    is how a store manifest names them. ``sample(prompts, keys, settings, **options)``, when the
+    engine draws samples (:func:`acute.extraction.sampling.sample_answers`' result), else None."""
 
     generate: Callable[..., list]
     engine: str
     version: str | None
+    sample: Callable[..., list] | None = None
 
     def __call__(self, prompts, settings, **options) -> list:
         return self.generate(prompts, settings, **options)
@@ -81,13 +83,16 @@ def open_engine(engine: Any, model: Any, tokenizer: Any,
     if not isinstance(engine, str):
         yield Generator(lambda prompts, settings, **kw: engine.generate(tokenizer, prompts, settings, model=model,
                                                                         **kw),
-                        *engine_record(engine).values())
+                        *engine_record(engine).values(), sample=_vllm_sampler(engine, model, tokenizer))
         return
     if engine == "transformers":
         from ..extraction import generate_with
+        from ..extraction.sampling import sample_answers
 
         yield Generator(lambda prompts, settings, **kw: generate_with(model, tokenizer, prompts, settings, **kw),
-                        *engine_record().values())
+                        *engine_record().values(),
+                        sample=lambda prompts, keys, settings, **kw: sample_answers(model, tokenizer, prompts, keys,
+                                                                                    settings, **kw))
         return
     from .vllm import VllmEngine, model_folder
 
@@ -95,4 +100,21 @@ def open_engine(engine: Any, model: Any, tokenizer: Any,
     with VllmEngine(model_folder(model), dtype=dtype, **(options or {})) as vllm_engine:
         yield Generator(lambda prompts, settings, **kw: vllm_engine.generate(tokenizer, prompts, settings,
                                                                              model=model, **kw),
-                        "vllm", vllm_engine.info.get("vllm_version"))
+                        "vllm", vllm_engine.info.get("vllm_version"),
+                        sample=_vllm_sampler(vllm_engine, model, tokenizer))
+
+
+def can_sample(engine: Any) -> bool:
+    """Whether ``engine`` (a name or a started engine) draws samples: transformers, and a vLLM
+    engine with a worker that samples (:class:`~acute.engines.vllm.VllmEngine`, not a server)."""
+    return engine in ENGINES if isinstance(engine, str) else callable(getattr(engine, "sample_ids", None))
+
+
+def _vllm_sampler(engine: Any, model: Any, tokenizer: Any) -> Callable[..., list] | None:
+    """``sample(prompts, keys, settings, **options)`` on a started vLLM engine (None when it cannot)."""
+    if not can_sample(engine):
+        return None
+    from .vllm_sampling import sample_answers  # lazy: imports torch
+
+    return lambda prompts, keys, settings, **kw: sample_answers(engine, tokenizer, prompts, keys, settings,
+                                                                model=model, **kw)

