@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import EngineError
 from ..store.generation import GenerationSettings
@@ -160,19 +160,31 @@ class VllmEngine(PooledEngine):
             return ""
         return "\n".join(text[-lines:])
 
-    def _call(self, cmd: dict, *, what: str) -> dict:
+    def _call(self, cmd: dict, *, what: str, on_event: Callable[[dict], dict] | None = None) -> dict:
+        """The worker's answer to ``cmd``; ``on_event(event) -> reply`` answers the events it
+        sends first (live checkpoints). An error raised by ``on_event`` is raised once the worker
+        is told to stop every row (so the worker stays in step)."""
         if self._proc is None:
             raise EngineError("the vLLM engine is not started (use it as a context manager)")
-        try:
-            self._proc.stdin.write(json.dumps(cmd) + "\n")
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
-        line = self._reply.readline()
-        if not line:
-            raise EngineError(f"vLLM's worker exited while {what} (status {self._proc.poll()}); "
-                              f"its last lines:\n{self._log_tail()}")
-        answer = json.loads(line)
+        self._send(cmd)
+        failed: BaseException | None = None
+        while True:
+            line = self._reply.readline()
+            if not line:
+                raise EngineError(f"vLLM's worker exited while {what} (status {self._proc.poll()}); "
+                                  f"its last lines:\n{self._log_tail()}")
+            answer = json.loads(line)
+            if "event" not in answer:
+                break
+            reply = {"stop": list(answer.get("rows", []))}
+            if failed is None and on_event is not None:
+                try:
+                    reply = on_event(answer)
+                except BaseException as e:  # every row stops; raised once the worker answered
+                    failed = e
+            self._send(reply)
+        if failed is not None:
+            raise failed
         if not answer.pop("ok"):
             error = answer.get("error", "")
             if "No module named 'vllm'" in error:
@@ -182,6 +194,13 @@ class VllmEngine(PooledEngine):
             raise EngineError(f"vLLM failed {what}: {error}")
         return answer
 
+    def _send(self, message: dict) -> None:
+        try:
+            self._proc.stdin.write(json.dumps(message) + "\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
     def stats(self) -> dict:
         """The connector's bytes and requests written so far."""
         return self._call({"op": "stats"}, what="reading its statistics")
@@ -189,16 +208,27 @@ class VllmEngine(PooledEngine):
     # -- generation --------------------------------------------------------------------------
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], settings: GenerationSettings, *,
-                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None) -> list[dict]:
+                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None,
+                     live: dict | None = None, on_live: Callable | None = None) -> list[dict]:
         """vLLM's raw results for token-id prompts (greedy, as ``settings`` say): per prompt ``token_ids``,
         ``logprobs``, ``finish_reason``, ``stop_reason``, ``cached_tokens``, ``path``;
-        ``checkpoints`` (a schedule's JSON) asks the connector for prefix checkpoints."""
-        answer = self._call({"op": "generate", "prompts": [list(map(int, p)) for p in prompt_ids],
-                             "max_new_tokens": int(settings.max_new_tokens or 64),
-                             "stop": list(settings.stop_strings or ()),
-                             "stop_token_ids": [int(t) for t in eos_token_ids], "checkpoints": checkpoints},
-                            what=f"generating for {len(prompt_ids)} prompts with {self.model.name}")
-        return answer["results"]
+        ``checkpoints`` (a schedule's JSON) asks the connector for prefix checkpoints. ``live``
+        (a schedule's JSON) and ``on_live(k, rows, paths, logprobs) -> rows to stop`` stop rows
+        early (:meth:`PooledEngine.generate`); a stopped row's result has its first ``k`` tokens,
+        the finish reason ``"stopped"`` and ``stopped_at``."""
+        cmd = {"op": "generate", "prompts": [list(map(int, p)) for p in prompt_ids],
+               "max_new_tokens": int(settings.max_new_tokens or 64), "stop": list(settings.stop_strings or ()),
+               "stop_token_ids": [int(t) for t in eos_token_ids], "checkpoints": checkpoints}
+        what = f"generating for {len(prompt_ids)} prompts with {self.model.name}"
+        if live is None:
+            return self._call(cmd, what=what)["results"]
+        return self._call({**cmd, "live": live}, what=what, on_event=lambda e: {
+            "stop": [int(j) for j in on_live(int(e["k"]), e["rows"], e["paths"], e["logprobs"])]})["results"]
+
+    @property
+    def live_checkpoints(self) -> bool:
+        """Whether the connector writes live checkpoints (early stopping needs them)."""
+        return bool(self.pooling and self.info.get("live_checkpoints"))
 
     # -- samples (acute.engines.vllm_sampling) -----------------------------------------------
 

@@ -24,6 +24,17 @@ cache, the positions acute pools and writes one small file per request, O(L x d)
   step or two past the token that completed the string; the reader knows how many tokens it
   kept and takes the positions past them off the sum with ``tail``.
 
+Live checkpoints (early stopping): a request that names its file and asks for them
+(``kv_transfer_params["acute_live_checkpoints"]``: a schedule, :data:`LIVE_CHECKPOINTS_KEY`) also
+gets, while it runs, one file per checkpoint ``k`` of the schedule, ``<name>.k<k>.safetensors``,
+in the format above (``sum`` and ``count`` over its first ``k`` pooled positions, ``last_prompt``,
+``tail``: position ``k``), written in the engine step after the one that computed those positions
+(the scheduler knows them computed by then, also when a speculative token was accepted), and, for
+the checkpoints it had passed when it finished, with its final file. So its file for ``k``
+exists exactly when its ``k``-th token was not its last: when acute's recorder would ask the stop
+rule at ``k``. A request aborted mid-way gets no further ones. :data:`LIVE_CHECKPOINTS` says a
+connector writes them (:meth:`AcuteWorkerExtension.acute_connector_stats`).
+
 Layer ids: vLLM's aux id ``i < L`` is transformers' ``hidden_states[i]``, id ``L`` the last
 decoder layer's output *before* the final norm. acute's index ``L`` is the final norm's output,
 so the connector applies the model's own norm module to each position's id-``L`` state before
@@ -41,7 +52,7 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -65,6 +76,23 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: The kv_transfer_params key of a request's prefix-checkpoint schedule
 #: (``{"first": [4, 8, ...], "every": 32}``, as :mod:`acute.store.checkpoints` has it).
 CHECKPOINTS_KEY = "acute_checkpoints"
+#: The kv_transfer_params key of a request's live-checkpoint schedule (same form as
+#: :data:`CHECKPOINTS_KEY`): files written while it runs, for early stopping (see the module).
+LIVE_CHECKPOINTS_KEY = "acute_live_checkpoints"
+#: This connector writes live checkpoints (what a client checks before asking for them).
+LIVE_CHECKPOINTS = True
+
+
+def live_checkpoint_path(filename: str, k: int) -> str:
+    """The live checkpoint ``k``'s file beside a request's pooled file ``filename``
+    (``<dir>/<name>.safetensors`` -> ``<dir>/<name>.k<k>.safetensors``)."""
+    stem = filename[:-len(".safetensors")] if filename.endswith(".safetensors") else filename
+    return f"{stem}.k{int(k)}.safetensors"
+
+
+def schedule_up_to(schedule: dict | None, top: int) -> list[int]:
+    """The schedule's token counts up to and including ``top`` (none for a malformed schedule)."""
+    return schedule_counts(schedule, top + 1)
 
 
 def schedule_counts(schedule: dict | None, count: int) -> list[int]:
@@ -90,6 +118,25 @@ class PendingPool:
     num_positions: int  #: N - 1: the positions whose states are cached (the final token's is not)
     tail: int = 1  #: how many of the last pooled positions to write one by one
     checkpoints: dict | None = None  #: the request's prefix-checkpoint schedule, if it asked for one
+    live: bool = False  #: a live checkpoint (its own file, not the request's final one)
+
+
+@dataclass
+class LiveRequest:
+    """Scheduler-side state of a running request that asked for live checkpoints."""
+
+    filename: str
+    prompt_len: int
+    block_ids: list[int]
+    schedule: dict
+    written: set = field(default_factory=set)  #: the counts already handed to the worker
+
+
+@dataclass
+class AcuteConnectorMetadata(ExampleHiddenStatesConnectorMetadata):
+    """The stock metadata and this step's live checkpoints (:class:`PendingPool` with ``live``)."""
+
+    live_checkpoints: list = field(default_factory=list)
 
 
 class AcutePoolingConnector(ExampleHiddenStatesConnector):
@@ -112,6 +159,9 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
         self.final_norm: Any = None  # set by AcuteWorkerExtension.acute_attach_norm
         self.bytes_written = 0
         self.requests_written = 0
+        self.checkpoints_written = 0
+        self._live: dict[str, LiveRequest] = {}  # scheduler side: requests with live checkpoints
+        self._live_left: list[PendingPool] = []  # live checkpoints of finished requests, for the next step
 
     # -- scheduler side ----------------------------------------------------------------------
 
@@ -127,7 +177,48 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
             return None
         return os.path.join(self._storage_path, name + ".safetensors")
 
+    def build_connector_meta(self, scheduler_output) -> AcuteConnectorMetadata:
+        """The stock metadata and the live checkpoints whose positions are computed by now."""
+        stock = super().build_connector_meta(scheduler_output)
+        meta = AcuteConnectorMetadata(pending_saves=stock.pending_saves, new_req_filenames=stock.new_req_filenames)
+        meta.live_checkpoints, self._live_left = self._live_left, []
+        group = self._cache_kv_group_id
+        for new in scheduler_output.scheduled_new_reqs:
+            params = (new.sampling_params.extra_args or {}).get("kv_transfer_params") if new.sampling_params else None
+            schedule = (params or {}).get(LIVE_CHECKPOINTS_KEY)
+            name = (params or {}).get(POOLED_NAME_KEY)
+            if not schedule_counts(schedule, 1 << 30) or not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+                continue
+            self._live[new.req_id] = LiveRequest(os.path.join(self._storage_path, name + ".safetensors"),
+                                                 len(new.prompt_token_ids or ()), list(new.block_ids[group]), schedule)
+            self._due(new.req_id, new.num_computed_tokens, meta.live_checkpoints)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            live = self._live.get(req_id)
+            if live is None:
+                continue
+            ids = cached.new_block_ids[i]
+            if ids is not None:
+                live.block_ids = list(ids[group]) if req_id in cached.resumed_req_ids \
+                    else live.block_ids + list(ids[group])
+            self._due(req_id, cached.num_computed_tokens[i], meta.live_checkpoints)
+        return meta
+
+    def _due(self, req_id: str, num_computed: int, out: list, below: int | None = None) -> None:
+        """Append to ``out`` the live checkpoints of ``req_id`` whose positions are computed
+        (``num_computed`` of its tokens; with ``below``, only counts below it) not yet written."""
+        live = self._live[req_id]
+        pooled = num_computed - (live.prompt_len - 1)
+        top = pooled if below is None else min(pooled, below - 1)
+        for k in schedule_up_to(live.schedule, top):
+            if k in live.written:
+                continue
+            live.written.add(k)
+            out.append(PendingPool(req_id, live_checkpoint_path(live.filename, k), list(live.block_ids),
+                                   live.prompt_len, live.prompt_len - 1 + k, live=True))
+
     def request_finished(self, request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        self._finish_live(request, block_ids)
         req_id = request.request_id
         filename = self._request_filenames.pop(req_id, None)
         if filename is None or request.prompt_token_ids is None:
@@ -147,6 +238,20 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
                                                   num_positions, self.tail_positions if aborted else 1,
                                                   (request.kv_transfer_params or {}).get(CHECKPOINTS_KEY))
         return True, {POOLED_PATH_KEY: filename}
+
+    def _finish_live(self, request, block_ids: list[int]) -> None:
+        """A finished request's live checkpoints below its last token, written with its final
+        file (none for an aborted one: nobody waits for them)."""
+        from vllm.v1.request import RequestStatus
+
+        live = self._live.pop(request.request_id, None)
+        if live is None or request.status == RequestStatus.FINISHED_ABORTED:
+            return
+        live.block_ids = list(block_ids)
+        self._live[request.request_id] = live
+        count = min(len(request.all_token_ids) - 1, request.num_computed_tokens) - (live.prompt_len - 1)
+        self._due(request.request_id, request.num_computed_tokens, self._live_left, below=count)
+        del self._live[request.request_id]
 
     # -- worker side -------------------------------------------------------------------------
 
@@ -215,13 +320,23 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
         save_file(tensors, tmp)
         os.replace(tmp, pending.filename)
         self.bytes_written += os.path.getsize(pending.filename)
-        self.requests_written += 1
+        if pending.live:
+            self.checkpoints_written += 1
+        else:
+            self.requests_written += 1
 
     def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
         done: set[str] = set()
         if self.has_connector_metadata():
             metadata = self._get_connector_metadata()
             if isinstance(metadata, ExampleHiddenStatesConnectorMetadata):
+                # live checkpoints first: a finished request's are written before its blocks go
+                for pending in getattr(metadata, "live_checkpoints", ()):
+                    if self._is_tp_rank_zero:
+                        try:
+                            self._write(pending)
+                        except Exception:  # one request's failure must not stop the engine
+                            logger.exception("acute: live checkpoint of request %s failed", pending.req_id)
                 for pending in metadata.pending_saves:
                     if self._is_tp_rank_zero:
                         try:
@@ -252,7 +367,8 @@ class AcuteWorkerExtension:
 
         connector = get_kv_transfer_group()
         return {"bytes_written": connector.bytes_written,
-                "requests_written": connector.requests_written}
+                "requests_written": connector.requests_written,
+                "checkpoints_written": connector.checkpoints_written, "live_checkpoints": LIVE_CHECKPOINTS}
 
 
 def _final_norm(model):

