@@ -14,6 +14,7 @@ from ..errors import InputError
 from ..store.generation import BATCH_SIZE, GenerationSettings
 from ..metrics.certify import check_max_error
 from ..scoring.precheck import check_precheck
+from ..engines.live import stop_early_refusal
 from ..scoring.stop_early import check_stop_early
 from ..scoring.risk import DEFAULT_RISK, check_risk
 from ..models.cards import DEFAULT_MODEL
@@ -179,9 +180,6 @@ def cmd_serve(args) -> int:
     check_bind(args.host, api_key, args.allow_remote)
     vllm = _check_engine_args(args)
     generation = GenerationSettings(max_new_tokens=args.max_new_tokens, batch_size=args.max_batch)
-    if vllm and args.stop_early is not None:
-        raise InputError("--stop-early is not supported with vLLM (--engine vllm or --upstream URL) yet: it "
-                         "stops generations inside acute's transformers recorder; serve without vLLM to use it")
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
@@ -206,6 +204,8 @@ def cmd_serve(args) -> int:
     model, tok = load_model(source, **_gate_load_options(args, vllm))
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
+        if args.stop_early is not None and stop_early_refusal(engine):  # a connector without live checkpoints
+            raise InputError(f"--stop-early: {stop_early_refusal(engine)}")
         try:  # with the engine: the setting the probe is checked against names it
             scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine)
         except (TypeError, ValueError) as e:

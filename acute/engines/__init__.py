@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 from ..errors import InputError
 from ..store.identity import DEFAULT_ENGINE  # the one default: a store or probe without an engine ran on it
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "can_sample", "open_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "open_engine"]
 
 #: The engines a collection can run on.
 ENGINES: tuple[str, ...] = ("transformers", "vllm")

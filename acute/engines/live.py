@@ -19,15 +19,18 @@ from before live checkpoints writes none, and is refused rather than waited for.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import json
 import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..errors import EngineError
 from ..store.checkpoints import Schedule, checkpoint_counts
 
-__all__ = ["LiveStops", "live_checkpoint_path", "stop_early_refusal"]
+__all__ = ["LIVE_CHECKPOINTS_KEY", "LiveStops", "live_checkpoint_path", "live_counts", "stop_early_refusal",
+           "stream_live"]
 
 
 def live_checkpoint_path(path: str, k: int) -> str:
@@ -95,13 +98,76 @@ class LiveStops:
             out.update(checkpoint_tokens=want, checkpoint_means=np.stack([seen[int(c)]["layer_means"] for c in want]))
         return out
 
-    def leftovers(self, paths: Sequence[str]) -> list[str]:
-        """Live files that may still appear for rows past their stop (removed where they exist)."""
-        gone = []
-        for path in paths:
-            for k in self.schedule.first:
-                candidate = live_checkpoint_path(path, k)
-                with contextlib.suppress(OSError):
-                    os.remove(candidate)
-                    gone.append(candidate)
-        return gone
+    def after(self, path: str, k: int) -> list[str]:
+        """The live files of the request with pooled file ``path`` past its stop at ``k`` (vLLM may
+        write one before the abort arrives): for the engine to discard."""
+        return [live_checkpoint_path(path, c) for c in self.schedule.first if c > k]
+
+
+#: The kv_transfer_params key of a request's live-checkpoint schedule
+#: (:data:`acute.engines.vllm_connector.LIVE_CHECKPOINTS_KEY`, which imports vLLM).
+LIVE_CHECKPOINTS_KEY = "acute_live_checkpoints"
+#: Seconds to wait for a finished request's live checkpoints (written with its final file).
+LIVE_WAIT_S = 60.0
+
+
+def live_counts(schedule: Schedule, max_new_tokens: int) -> list[int]:
+    """The schedule's counts below ``max_new_tokens``: where a request may be asked."""
+    return [int(k) for k in checkpoint_counts(max_new_tokens, schedule)[:-1]]
+
+
+async def stream_live(client: Any, body: dict, path: str, where: str, ask: Callable[[int, list], bool],
+                      schedule: Schedule, check: Callable[[Any, str], dict]) -> dict:
+    """One completion streamed from a vLLM server (``client``: an ``httpx.AsyncClient``; ``body``
+    asks for live checkpoints at ``schedule``, its pooled file is ``path``), asking
+    ``ask(k, first k log-probs) -> stop`` at each live checkpoint once its file is written and
+    its ``k`` tokens have arrived. A stop closes the stream (vLLM aborts the request). Returns
+    the raw result :meth:`acute.engines.pooled.PooledEngine.generate_ids` gives, with
+    ``stopped_at`` for a stopped one. ``check(response, where)``: the JSON of an error answer,
+    raising (:func:`acute.engines.upstream._json`)."""
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    finish = stop_reason = None
+    pending = live_counts(schedule, int(body["max_tokens"]))
+    stopped = None
+
+    def due(limit: int) -> int | None:
+        """Ask at every pending checkpoint whose file is there (and ``< limit`` tokens); the stop, if any."""
+        while pending and pending[0] <= limit and os.path.exists(live_checkpoint_path(path, pending[0])):
+            k = pending.pop(0)
+            if ask(k, logprobs[:k]):
+                return k
+        return None
+
+    async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as answer:
+        if answer.status_code != 200:
+            await answer.aread()
+            check(answer, where)
+        async for line in answer.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line[6:].strip() == "[DONE]":
+                break
+            choice = (json.loads(line[6:]).get("choices") or [{}])[0]
+            tokens += [int(t) for t in choice.get("token_ids") or []]
+            logprobs += [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []]
+            if choice.get("finish_reason"):
+                finish, stop_reason = choice["finish_reason"], choice.get("stop_reason")
+            stopped = due(len(tokens))
+            if stopped is not None:
+                break  # leaving the stream closes it: vLLM aborts the request
+    if len(logprobs) != len(tokens):
+        raise EngineError(f"{where}: vLLM's streamed answer has no token ids or log-probs per token (is it "
+                          "vLLM >= 0.10?)")
+    deadline = asyncio.get_running_loop().time() + LIVE_WAIT_S
+    while stopped is None and pending and pending[0] < len(tokens):  # written with the request's final file
+        stopped = due(len(tokens) - 1)
+        if stopped is None and pending and pending[0] < len(tokens):
+            if asyncio.get_running_loop().time() > deadline:
+                raise EngineError(f"{where}: vLLM's live checkpoint at {pending[0]} tokens never arrived")
+            await asyncio.sleep(0.005)
+    if stopped is not None:
+        return {"token_ids": tokens[:stopped], "logprobs": logprobs[:stopped], "finish_reason": "stopped",
+                "stop_reason": None, "path": path, "stopped_at": stopped}
+    return {"token_ids": tokens, "logprobs": logprobs, "finish_reason": finish, "stop_reason": stop_reason,
+            "path": path}

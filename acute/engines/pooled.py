@@ -168,8 +168,8 @@ class PooledEngine:
         for k, (i, result) in enumerate(zip(keep, raw)):
             tokens = np.asarray(result["token_ids"], dtype=np.int64)
             if result.get("stopped_at") is not None:
-                self.discard([result["path"]])  # the request's own file, written (if ever) after the stop
-                live.leftovers([result["path"]])
+                # the request's own file and live ones past the stop, written (if ever) after it
+                self.discard([result["path"], *live.after(result["path"], result["stopped_at"])])
                 text = tokenizer.decode(tokens.tolist(), skip_special_tokens=True)
                 out[i] = Generation(text=text, token_ids=tokens,
                                     token_logprobs=np.asarray(result["logprobs"], dtype=np.float32),

@@ -34,6 +34,8 @@ from typing import Any
 
 from ..errors import EngineError, InputError
 from ..store.generation import GenerationSettings
+from ..store.checkpoints import parse_schedule
+from .live import LIVE_CHECKPOINTS_KEY, live_checkpoint_path, stream_live
 from .pooled import POOLED_WAIT_S, PooledEngine, read_pooled
 
 logger = logging.getLogger(__name__)
@@ -160,6 +162,7 @@ class UpstreamEngine(PooledEngine):
             raise EngineError(f"the vLLM server at {self.base} wrote its pooled states to {path}, which does "
                               "not appear here: run acute where it can read vLLM's pooled folder") from None
         self.max_model_len = entry.get("max_model_len") if isinstance(entry.get("max_model_len"), int) else None
+        self.live_checkpoints = self._check_live()
         self.info = {"vllm_version": version, "model": self.model, "root": entry.get("root"),
                      "max_model_len": self.max_model_len,
                      "pooled_dir": folder, "states_shape": tuple(mean.shape)}
@@ -210,17 +213,22 @@ class UpstreamEngine(PooledEngine):
                 "path": path}
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]], settings: GenerationSettings, *,
-                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None) -> list[dict]:
+                     eos_token_ids: Sequence[int] = (), checkpoints: dict | None = None,
+                     live: dict | None = None, on_live: Callable | None = None) -> list[dict]:
         """One concurrent request per prompt (greedy, as ``settings`` say); the results in order, or
         :class:`EngineError` naming the first prompt that failed (the files of the others are
         removed). The caller's stop check (:meth:`stopping`) cancels them all. ``checkpoints``:
-        a schedule's JSON, asked of the connector."""
+        a schedule's JSON, asked of the connector. ``live`` and ``on_live``: stop rows early
+        (:class:`acute.engines.live.LiveStops`): each request is streamed and closed at its stop."""
         self._sweep()
         names = [_new_name() for _ in prompt_ids]
         paths = [os.path.join(self.pooled_dir, n + ".safetensors") for n in names]
         ask = {} if checkpoints is None else {CHECKPOINTS_KEY: checkpoints}
-        futures = [self._run(self._one({**self._body(ids, settings, eos_token_ids),
-                                        "kv_transfer_params": {NAME_KEY: name, **ask}}, path, f"prompts[{i}]"))
+        if live is not None:
+            ask[LIVE_CHECKPOINTS_KEY] = live
+        futures = [self._run(self._request({**self._body(ids, settings, eos_token_ids),
+                                            "kv_transfer_params": {NAME_KEY: name, **ask}}, path, f"prompts[{i}]",
+                                           None if live is None else (i, live, on_live)))
                    for i, (ids, name, path) in enumerate(zip(prompt_ids, names, paths))]
         try:
             self._wait(futures)
@@ -230,6 +238,40 @@ class UpstreamEngine(PooledEngine):
                 f.cancel()
             self.discard(paths)
             raise
+
+    async def _request(self, body: dict, path: str, where: str, live: tuple | None) -> dict:
+        """:meth:`_one`, or with ``live`` (``(row, schedule JSON, on_live)``) the request streamed
+        and asked at its live checkpoints (:func:`acute.engines.live.stream_live`)."""
+        if live is None:
+            return await self._one(body, path, where)
+        row, schedule, on_live = live
+
+        def ask(k: int, logprobs: list) -> bool:
+            return bool(on_live(k, [row], [live_checkpoint_path(path, k)], [logprobs]))
+
+        import httpx  # optional: acute's serve extra
+
+        try:
+            return await stream_live(self._client, body, path, where, ask, parse_schedule(schedule), _json)
+        except httpx.HTTPError as e:
+            logger.warning("%s: cannot reach the vLLM server at %s: %s: %s", where, self.base, type(e).__name__, e)
+            raise EngineError(f"{where}: cannot reach the vLLM server ({type(e).__name__})") from None
+
+    def _check_live(self) -> bool:
+        """Whether the server's connector writes live checkpoints: one two-token request asking
+        for one at the first token (its file, written with the request's, is removed)."""
+        name = _new_name()
+        body = {**self._body([0], GenerationSettings(max_new_tokens=2), ()), "ignore_eos": True,
+                "kv_transfer_params": {NAME_KEY: name, LIVE_CHECKPOINTS_KEY: {"first": [1], "every": 1 << 20}}}
+        answer = self._run(self._post(body, "checking the server's live checkpoints")).result(self.timeout_s)
+        path = os.path.join(self.pooled_dir, name + ".safetensors")
+        n = len(((answer.get("choices") or [{}])[0]).get("token_ids") or [])
+        with contextlib.suppress(EngineError):
+            read_pooled(path, "checking the server's live checkpoints", n)
+        found = os.path.exists(live_checkpoint_path(path, 1))
+        with contextlib.suppress(OSError):
+            os.remove(live_checkpoint_path(path, 1))
+        return found and n == 2
 
     def _wait(self, futures: list[concurrent.futures.Future]) -> None:
         """Wait for ``futures``, calling this thread's stop check between waits; the first

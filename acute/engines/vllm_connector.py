@@ -95,14 +95,20 @@ def schedule_up_to(schedule: dict | None, top: int) -> list[int]:
     return schedule_counts(schedule, top + 1)
 
 
+def valid_schedule(schedule: Any) -> bool:
+    """Whether ``schedule`` is a checkpoint schedule (``{"first": [positive ints], "every": positive int}``)."""
+    if not isinstance(schedule, dict):
+        return False
+    first, every = schedule.get("first"), schedule.get("every")
+    return isinstance(first, list) and all(isinstance(k, int) and k > 0 for k in first) \
+        and isinstance(every, int) and every >= 1
+
+
 def schedule_counts(schedule: dict | None, count: int) -> list[int]:
     """The schedule's token counts below ``count`` (none for no schedule or a malformed one)."""
-    if not isinstance(schedule, dict):
+    if not valid_schedule(schedule):
         return []
-    first, every = schedule.get("first"), schedule.get("every")
-    if not isinstance(first, list) or not all(isinstance(k, int) and k > 0 for k in first) \
-            or not isinstance(every, int) or every < 1:
-        return []
+    first, every = schedule["first"], schedule["every"]
     top = max(first, default=0)
     return sorted({k for k in first if k < count} | set(range(top + every, count, every)))
 
@@ -187,7 +193,7 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
             params = (new.sampling_params.extra_args or {}).get("kv_transfer_params") if new.sampling_params else None
             schedule = (params or {}).get(LIVE_CHECKPOINTS_KEY)
             name = (params or {}).get(POOLED_NAME_KEY)
-            if not schedule_counts(schedule, 1 << 30) or not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            if not valid_schedule(schedule) or not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
                 continue
             self._live[new.req_id] = LiveRequest(os.path.join(self._storage_path, name + ".safetensors"),
                                                  len(new.prompt_token_ids or ()), list(new.block_ids[group]), schedule)

@@ -182,9 +182,14 @@ def test_a_probe_without_a_checkpoint_model_is_refused_at_start(hash_probes, tmp
         parse_gate(load_probe(plain), stop_early=1.0)
 
 
-def test_acute_serve_refuses_stop_early_with_vllm_in_one_line(capsys):
-    from acute.cli import main
+def test_stop_early_on_a_vllm_connector_without_live_checkpoints_is_refused_saying_why():
+    """A vLLM engine whose connector writes no live checkpoints (an older acute beside vLLM) is
+    refused by name, pointing at ``acute vllm-args``; transformers and a connector with them are not."""
+    from acute.engines.live import stop_early_refusal
+    from acute.engines.pooled import PooledEngine
 
-    assert main(["serve", "--engine", "vllm", "--stop-early", "0.1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--stop-early is not supported with vLLM" in err[0]
+    old = PooledEngine()
+    assert "writes none" in stop_early_refusal(old) and "acute vllm-args" in stop_early_refusal(old)
+    new = PooledEngine()
+    new.live_checkpoints = True
+    assert stop_early_refusal(new) is None and stop_early_refusal(None) is None

@@ -301,6 +301,34 @@ def test_an_abandoned_request_is_aborted_and_its_file_removed(smollm2, engine):
     assert not [p for p in set(folder.iterdir()) - before if p.suffix == ".safetensors"]
 
 
+def test_stop_early_through_vllms_server_decides_as_the_transformers_scorer(smollm2, engine, tmp_path_factory):
+    """``acute serve --upstream --stop-early``'s path: each completion streamed, read at the
+    connector's live checkpoints and closed at a stop; the same stops, prefixes and decisions as
+    the transformers scorer (tests/engines/test_vllm_sampling_and_stopping.py has the offline engine)."""
+    from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
+
+    from acute.store.checkpoints import parse_schedule
+
+    model, tok = smollm2
+    assert engine.live_checkpoints
+    probe = load_probe(stop_probe(model, tok, tmp_path_factory.mktemp("stop-probe") / "probe"))
+    hf = Scorer(model, tok, probe)
+    plain = generate_and_record(model, tok, [hf.format(q) for q in QUESTIONS], max_new_tokens=hf.generation.max_new_tokens,
+                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
+    gate = stop_gate(prefix_scores(probe.stop_early, plain))
+    want = hf.generate(QUESTIONS, gate=gate)
+    got = Scorer(model, tok, probe, engine=engine).generate(QUESTIONS, gate=gate)
+    assert {w.stopped_at is None for w in want} == {True, False}
+    for g, w in zip(got, want):
+        assert (g.stopped_at, g.finish_reason, g.decision, g.answer) == (w.stopped_at, w.finish_reason, w.decision,
+                                                                         w.answer)
+        if w.stopped_at is not None:
+            assert g.stop["confidence"] == pytest.approx(w.stop["confidence"], abs=1e-4)
+    time.sleep(1.0)
+    engine.discard([])  # sweeps the files of stopped requests written after their stop
+    assert not [p for p in os.listdir(engine.pooled_dir) if ".k" in p]
+
+
 def test_the_connector_writes_only_inside_its_folder(vllm_server):
     """A request naming its file with a path (``../``) gets the connector's default name, in its
     folder: no client of vLLM can make it write elsewhere."""
