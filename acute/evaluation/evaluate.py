@@ -52,7 +52,7 @@ from .writer import write_evaluation
 
 # Scripts and tests import DEFAULT_FOLDS, DEFAULT_REPEATS, RECORD_IDS, EvaluationResult,
 # estimator_names, resolve_group_by, store_arrays, store_groups and usable_controls from this
-# module, where they were defined: they stay importable here, defined in their own modules.
+# module: they stay importable here; each is defined (and public) in its own module.
 __all__ = ["evaluate_store"]
 
 logger = logging.getLogger(__name__)

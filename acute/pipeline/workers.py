@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..store.generation import GenerationSettings
@@ -18,6 +18,9 @@ from ..store.identity import ModelIdentity
 from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
 from .processes import LOAD_OPTIONS_ENV, load_timings, own_peak_rss_mb, write_json_atomic
+
+if TYPE_CHECKING:
+    from ..evaluation.settings import EvaluationSettings
 
 __all__ = ["job_evaluation", "job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
 

@@ -25,7 +25,6 @@ Public functions are small and pure except :func:`load_eval_run` (reads files) a
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +46,6 @@ from .tables import (ACUTE_VIEWS, INTERPRETATION_END, INTERPRETATION_START, PAPE
 
 __all__ = ["EVALUATIONS_DIR", "KEPT_SUMMARY", "ReportInputs", "copy_evaluation_tables", "render_report",
            "write_report"]
-
-logger = logging.getLogger(__name__)
 
 #: the rows of earlier reports this report has no evaluation for (beside summary.csv)
 KEPT_SUMMARY = "summary-kept.csv"
