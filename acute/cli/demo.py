@@ -147,7 +147,7 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = DEFAUL
     from ..collect import collect
     from ..estimators.probe_file import load_probe
     from ..estimators.registry import DEFAULT_ESTIMATOR
-    from ..evaluation import evaluate_store, write_evaluation
+    from ..evaluation import EvaluationSettings, evaluate_store, write_evaluation
     from ..evaluation.training import train_probe
     from ..models import load_model
     from ..scoring.scorer import Scorer
@@ -181,9 +181,10 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = DEFAUL
     _say(f"[3/5] evaluating {len(DEMO_ESTIMATORS)} estimators by {DEMO_FOLDS}-fold cross-validation")
     store = open_store(out / "store")
     probe_params = {"n_estimators": n_estimators} if n_estimators is not None else None
-    result = evaluate_store(store, n_bootstrap=n_bootstrap, cv=DEMO_FOLDS, repeats=DEMO_REPEATS,
-                            estimators=DEMO_ESTIMATORS, controls=DEMO_CONTROLS, probe_params=probe_params,
-                            reliability="best")
+    settings = EvaluationSettings(estimators=DEMO_ESTIMATORS, cv=DEMO_FOLDS, repeats=DEMO_REPEATS,
+                                  n_bootstrap=n_bootstrap, probe_params=probe_params, reliability="best",
+                                  controls=DEMO_CONTROLS)
+    result = evaluate_store(store, settings=settings)
     write_evaluation(result, out / "evaluation")
     print()
     print(replace(result, rows=[result.row(n) for n in demo_rows(result.rows)]).markdown())

@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..estimators.controls import CONTROLS
 from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
 from ..evaluation.crossval import DEFAULT_TEST_FRACTION
-from ..evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
+from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
 from ..evaluation.training import PRECHECK_ESTIMATOR
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
@@ -191,16 +191,15 @@ def cmd_evaluate(args) -> int:
     store = open_labelled_store(args.store, args.allow_partial)
     test_store = open_labelled_store(args.test_store, args.allow_partial) if args.test_store else None
     out = Path(args.out) if args.out else Path(args.store) / "evaluation"
-    result = evaluate_store(store, test_store=test_store, cv=args.cv, repeats=args.repeats,
-                            test_fraction=args.test_fraction, seed=args.seed,
-                            n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
-                            probe_params={"n_estimators": args.n_estimators,
-                                          "search_n_estimators": args.search_n_estimators},
-                            progress=not args.quiet,
-                            estimators=estimator_list(args.estimators), reliability=args.reliability,
-                            allow_overlap=args.allow_overlap,
-                            controls=False if args.no_controls else True, group_by=args.group_by,
-                            metadata_fields=estimator_list(args.meta_fields))
+    settings = EvaluationSettings(estimators=estimator_list(args.estimators), cv=args.cv, repeats=args.repeats,
+                                  test_fraction=args.test_fraction, seed=args.seed, n_bootstrap=args.n_bootstrap,
+                                  n_jobs=args.n_jobs,
+                                  probe_params={"n_estimators": args.n_estimators,
+                                                "search_n_estimators": args.search_n_estimators},
+                                  reliability=args.reliability, allow_overlap=args.allow_overlap,
+                                  controls=not args.no_controls, group_by=args.group_by,
+                                  metadata_fields=estimator_list(args.meta_fields))
+    result = evaluate_store(store, test_store=test_store, settings=settings, progress=not args.quiet)
     write_evaluation(result, out)
     print(result.markdown())
     print(f"evaluation written to {out.resolve()}")
@@ -223,7 +222,7 @@ def cmd_learning_curve(args) -> int:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
     from ..estimators.baselines import BASELINES
     from ..evaluation.crossval import inputs_for
-    from ..evaluation.evaluate import store_groups
+    from ..evaluation.grouping import store_groups
 
     group_by, groups = store_groups(store, args.group_by)
     lc = learning_curve(inputs_for(store, list(BASELINES) + list(estimators)), store.correct,
@@ -243,7 +242,7 @@ def cmd_learning_curve(args) -> int:
 
 def cmd_prefix(args) -> int:
     from ..evaluation.crossval import cv_folds
-    from ..evaluation.evaluate import store_groups
+    from ..evaluation.grouping import store_groups
     from ..estimators.prefix_controls import PREFIX_CONTROLS
     from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
 
@@ -416,7 +415,7 @@ def add_evaluate(sub, model_opts) -> None:
 def add_group_by(parser, certification: bool = False) -> None:
     """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or what the
     held-out split, ``auto``'s comparison and a certificate's out-of-fold folds keep whole (train, export)."""
-    from ..evaluation.evaluate import RECORD_IDS
+    from ..evaluation.grouping import RECORD_IDS
 
     what = ("keep each value of this record metadata field on one side of the held-out split (acute train), "
             "of auto's cross-validated comparison and of a certificate's out-of-fold folds" if certification else

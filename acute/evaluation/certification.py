@@ -12,7 +12,7 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
   ``--view`` probe the same folds are fitted here (:func:`acute.estimators.folds.out_of_fold`).
   When the store's task groups its records (``default_group_by``: APIGen and BFCL keep a tool
   set together) or ``group_by`` names a metadata field, the folds are grouped as the
-  evaluation's are (:func:`acute.evaluation.evaluate.store_groups`,
+  evaluation's are (:func:`acute.evaluation.grouping.store_groups`,
   ``StratifiedGroupKFold``): no group is on both sides of a split; ``auto``'s comparison ran on
   the same grouped folds (:func:`acute.evaluation.training.train_probe`), so its predictions
   are still the ones reused, and a named probe is cross-fitted on them. Each record's
@@ -172,9 +172,9 @@ def _train_index(trained, store) -> np.ndarray:
 
 def _groups(store, idx: np.ndarray, group_by: str | None) -> tuple[str | None, list[str] | None]:
     """``(field, values)`` of the training records ``idx`` that the out-of-fold calibration keeps
-    apart (:func:`acute.evaluation.evaluate.store_groups`: ``group_by``, else the store's task's
+    apart (:func:`acute.evaluation.grouping.store_groups`: ``group_by``, else the store's task's
     grouping; ``(None, None)``: records one by one)."""
-    from .evaluate import store_groups
+    from .grouping import store_groups
 
     return store_groups(store, group_by, [store.ids[i] for i in idx])
 

@@ -208,7 +208,7 @@ def learning_curve(X: Inputs, correct: Any, ids: Sequence[Any], *,
     unknown estimator (listing the known names), a size larger than a training fold, too few
     records of a class for the folds, or ``n_bootstrap < 1``.
 
-    ``evaluation``: the :class:`acute.evaluation.evaluate.EvaluationResult` of these same records
+    ``evaluation``: the :class:`acute.evaluation.result.EvaluationResult` of these same records
     (and states) that this curve extends. Its folds are this curve's first repeats' (both are
     :func:`acute.evaluation.crossval.cv_folds` of the same ids, labels and seed), so where a
     training subset is a whole training fold of the evaluation (the largest size, on the folds

@@ -147,7 +147,7 @@ def _restacked(probe: ExportedProbe, p: np.ndarray, raw: np.ndarray, y: np.ndarr
     """``(out-of-fold confidences, the map's arrays fitted on all records, folds)`` of the probe's
     calibration map refitted on the forest probabilities ``p`` of the store's records."""
     from ..estimators.folds import out_of_fold, stratified_folds
-    from .evaluate import store_groups
+    from .grouping import store_groups
 
     method = probe.calibration
     if method is None:

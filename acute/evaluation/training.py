@@ -254,7 +254,7 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     checkpoint and the out-of-fold calibration arrays, on the certificate's folds); a store
     without prefix checkpoints is refused first."""
     from ..estimators.folds import stratified_folds
-    from .evaluate import store_groups
+    from .grouping import store_groups
 
     precheck_name = check_precheck_estimator(precheck_estimator)
     if precheck_name:
@@ -314,7 +314,7 @@ def _checkpoint_model(trained: TrainedProbe, store, idx: np.ndarray, seed: int, 
     answer probe's certificate (grouped the same way) and its out-of-fold P(correct)."""
     from ..estimators.folds import stratified_folds
     from ..scoring.risk import DEFAULT_RISK
-    from .evaluate import store_groups
+    from .grouping import store_groups
 
     conf, _, details = calibration_confidence(trained, store, group_by=group_by)
     field, groups = store_groups(store, group_by, [store.ids[i] for i in idx])

@@ -37,7 +37,7 @@ REFERENCE = "platt"
 
 
 def _arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    from .evaluate import store_arrays
+    from .predictions import store_arrays
 
     ids, y, conf = store_arrays(store, label)  # checks labels, confidences and their lengths
     lm = np.asarray(store.layer_means, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""Writing an evaluation (:class:`acute.evaluation.evaluate.EvaluationResult`) into a folder:
+"""Writing an evaluation (:class:`acute.evaluation.result.EvaluationResult`) into a folder:
 ``results.md``, ``results.csv``, ``results.json`` (last, with ``"complete": true``),
 ``predictions.csv`` (and one per further repeat), ``folds.json`` or ``split.json``, the euro curves,
 the risk-coverage curves (the best activation estimator, the best baseline, raw confidence) and the
@@ -148,7 +148,7 @@ def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[
 
 
 def write_evaluation(res, out_dir) -> dict[str, Path]:
-    """Write the evaluation ``res`` (an :class:`acute.evaluation.evaluate.EvaluationResult`) into
+    """Write the evaluation ``res`` (an :class:`acute.evaluation.result.EvaluationResult`) into
     ``out_dir`` and return name -> path (also set as ``res.files``, and ``res.out_dir``).
 
     Every output goes into a staging folder inside ``out_dir``, is fsync'ed, then moved into place

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
 from ..store.generation import GenerationSettings
@@ -19,7 +19,10 @@ from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
 from .processes import LOAD_OPTIONS_ENV, load_timings, own_peak_rss_mb, write_json_atomic
 
-__all__ = ["job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
+if TYPE_CHECKING:
+    from ..evaluation.settings import EvaluationSettings
+
+__all__ = ["job_evaluation", "job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
 
 
 def load_task_examples(spec: dict) -> tuple[Any, list]:
@@ -126,17 +129,28 @@ def _worker_collect(p: dict) -> dict:
             "selected_ids": [str(ex.id) for ex in chosen]}
 
 
+def job_evaluation(p: dict) -> EvaluationSettings:
+    """How an evaluate job scores its store: the run's folds and repeats (a single split by its
+    test fraction when ``cv`` is 0), seed, estimators, bootstrap, probe parameters and the task's
+    grouping; reliability diagrams of the best rows only."""
+    from ..evaluation.settings import EvaluationSettings  # start-up: a collect worker needs none of it
+
+    cv = p.get("cv") or None
+    return EvaluationSettings(estimators=p.get("estimators"), cv=cv, repeats=p.get("repeats") or 1,
+                              test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
+                              n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
+                              probe_params=p.get("probe_params") or None, reliability="best",
+                              group_by=p.get("group_by"))
+
+
 def _worker_evaluate(p: dict) -> dict:
     from acute.evaluation.evaluate import evaluate_store
 
     sub = _selected_store(p)
     t0 = time.perf_counter()
     cv = p.get("cv") or None
-    res = evaluate_store(sub, out_dir=p["eval_dir"], cv=cv, repeats=p.get("repeats") or 1,
-                         test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
-                         estimators=p.get("estimators"), n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
-                         probe_params=p.get("probe_params") or None, progress=True, reliability="best",
-                         group_by=p.get("group_by"), fold_cache=Path(p["pair_dir"]) / "eval-fold-cache")
+    res = evaluate_store(sub, out_dir=p["eval_dir"], settings=job_evaluation(p), progress=True,
+                         fold_cache=Path(p["pair_dir"]) / "eval-fold-cache")
     best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
     lc = p.get("learning_curve") or {}
     if lc:
@@ -147,7 +161,7 @@ def _worker_evaluate(p: dict) -> dict:
         from acute.evaluation.crossval import inputs_for
         from acute.evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
 
-        from acute.evaluation.evaluate import store_groups
+        from acute.evaluation.grouping import store_groups
 
         group_by, groups = store_groups(sub, p.get("group_by"))
         names = list(lc.get("estimators") or (DEFAULT_ESTIMATOR,))
@@ -271,11 +285,11 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
     evaluated estimators, bootstrap draws, probe params): :func:`_worker_evaluate`'s call of
     :func:`acute.evaluation.evaluate.evaluate_store`, for
     :func:`acute.report.runs.settings_differences`."""
-    from acute.evaluation.evaluate import estimator_names
+    from acute.evaluation.settings import estimator_names
 
     names = estimator_names(cfg.estimators)  # as evaluate_store reads the config's list
     split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
-    from acute.evaluation.evaluate import RECORD_IDS
+    from acute.evaluation.grouping import RECORD_IDS
 
     group_by = None if t.group_by == RECORD_IDS else t.group_by  # as the evaluation records it
     if cfg.cv:

@@ -62,7 +62,7 @@ def kept_task_figures(task: str, fig_dir: Path, captions: Mapping[str, str] | No
 def task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]]:
     """Draw the figures of one task from ``run``'s test predictions: euro curves of raw
     confidence, the best baseline and the default estimator (when evaluated; else the best ACUTE
-    variant, highest auc-euro all, see :func:`acute.evaluation.evaluate.best_estimators`), and the
+    variant, highest auc-euro all, see :func:`acute.evaluation.table.best_estimators`), and the
     reliability diagram of that estimator against the best baseline (on the data's support), and the
     euro difference of the two over the risk level with its paired bootstrap band. Returns ``(caption, path
     relative to the report)`` pairs."""
