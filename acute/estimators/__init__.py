@@ -16,7 +16,9 @@
 * :mod:`~acute.estimators.plan`: the planner (each source of a store computed once; each estimator
   declares the pieces it needs and :class:`FitPlan` fits each piece once for every estimator of a fold);
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
-* :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
+* :mod:`~acute.estimators.probe_format`: the probe folder on disk (safetensors + JSON) and its rules;
+* :mod:`~acute.estimators.exported_probe`: :class:`ExportedProbe`, a probe scored in numpy;
+* :mod:`~acute.estimators.probe_file`: :func:`load_probe`, a probe folder read and validated;
 * :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``.
 
 Training a probe for export (:func:`acute.evaluation.train_probe`) belongs to
@@ -28,7 +30,8 @@ from __future__ import annotations
 
 from .baselines import ConfidenceEstimator
 from .inputs import Inputs
-from .probe_file import ExportedProbe, load_probe
+from .exported_probe import ExportedProbe
+from .probe_file import load_probe
 from .probes import ActivationProbe
 from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
                        make_estimator)

@@ -212,7 +212,7 @@ class Scorer:
 
     def __init__(self, model, tokenizer, probe, generation: GenerationSettings | None = None, *, task="auto",
                  allow_other_weights: bool = False, precheck_probe=None, engine=None):
-        from ..estimators.probe_file import check_precheck_probe
+        from ..estimators.probe_format import check_precheck_probe
 
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
