@@ -19,7 +19,9 @@
 * :mod:`~acute.estimators.probe_format`: the probe folder on disk (safetensors + JSON) and its rules;
 * :mod:`~acute.estimators.exported_probe`: :class:`ExportedProbe`, a probe scored in numpy;
 * :mod:`~acute.estimators.probe_file`: :func:`load_probe`, a probe folder read and validated;
-* :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``.
+* :mod:`~acute.estimators.probe_names`: the probe names and the probe each makes;
+* :mod:`~acute.estimators.auto`: :class:`AutoEstimator`, ``auto``;
+* :mod:`~acute.estimators.registry`: every estimator by name and the default.
 
 Training a probe for export (:func:`acute.evaluation.train_probe`) belongs to
 :mod:`acute.evaluation`, which compares and certifies it. The names below are the package's
@@ -33,8 +35,9 @@ from .inputs import Inputs
 from .exported_probe import ExportedProbe
 from .probe_file import load_probe
 from .probes import ActivationProbe
-from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
-                       make_estimator)
+from .auto import AutoEstimator
+from .probe_names import AUTO_CANDIDATES
+from .registry import AUTO, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, make_estimator
 
 __all__ = [
     "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",
