@@ -185,7 +185,7 @@ def test_pyproject_installs_every_package():
     assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"
 
 
-@pytest.mark.parametrize("module", ["acute.store", "acute.estimators.probe_file", "acute.metrics"])
+@pytest.mark.parametrize("module", ["acute.store", "acute.estimators.probe_file", "acute.estimators.probe_format", "acute.metrics"])
 def test_numpy_layers_do_not_import_torch_at_module_level(module):
     """Reading a store, loading a probe and computing metrics stay numpy-only."""
     seen, todo = set(), [module]

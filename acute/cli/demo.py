@@ -60,7 +60,8 @@ def demo_rows(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     the paper's best view (the plain ``acute-*`` row with the highest auc-euro (all), ties by
     smECE), the default estimator, then the controls ``platt+meta`` and ``question-only`` when
     they were evaluated. Names not among ``rows`` are left out."""
-    from ..estimators.registry import ACUTE_VARIANTS, DEFAULT_ESTIMATOR
+    from ..estimators.probe_names import ACUTE_VARIANTS
+    from ..estimators.registry import DEFAULT_ESTIMATOR
     from ..metrics.specs import best_of
 
     by_name = {r["estimator"]: r for r in rows}

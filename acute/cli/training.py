@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
-from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
+from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
 from ..evaluation.crossval import DEFAULT_TEST_FRACTION
 from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
 from ..evaluation.training import PRECHECK_ESTIMATOR

@@ -41,13 +41,8 @@ from .calibration import CALIBRATIONS, calibration_scores, calibrator_arrays, pr
 from .folds import Folds, folds_digest, out_of_fold, stratified_folds
 from .inputs import CONFIDENCE, Inputs, check_inputs, states_source
 from .plan import Piece, shared_pieces
-from .probe_file import (
-    FORMAT,
-    ExportedProbe,
-    model_block,
-    view_kind,
-    forest_arrays,
-)
+from .exported_probe import ExportedProbe, forest_arrays, model_block
+from .probe_format import FORMAT, view_kind
 
 __all__ = ["ActivationProbe", "OOF_SOURCES"]
 

@@ -41,7 +41,7 @@ from ..errors import InputError, ModelMismatchError
 from ..estimators.calibration import calibration_scores, calibrator_arrays, probe_calibrator
 from ..estimators.certificates import certificate_entry
 from ..estimators.inputs import Inputs
-from ..estimators.probe_file import ExportedProbe, forest_proba
+from ..estimators.exported_probe import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_errors
 from ..metrics.drift import confidence_reference

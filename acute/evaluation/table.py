@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
-from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
+from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
+from ..estimators.registry import estimator_pooling, is_estimator
 from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, resample_indices
 from ..metrics.resampling import percentile_interval
 from ..metrics.certify import DEFAULT_DELTA, cross_certified

@@ -21,7 +21,9 @@ from ..errors import InputError
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import Inputs
 from ..estimators.probes import ActivationProbe
-from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
+from ..estimators.auto import AutoEstimator
+from ..estimators.probe_names import PROBE_ESTIMATORS, split_pooling
+from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, make_estimator
 from ..estimators.stop_early import StopEarlyModel
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
@@ -180,7 +182,7 @@ def check_precheck_estimator(name: Any, option: str = "precheck_estimator") -> s
     """``name`` if it is a question-only estimator
     (:data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`), None for None; anything else
     (booleans, other estimators) is an :class:`InputError` naming ``option`` and the choices."""
-    from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
+    from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
 
     if name is None:
         return None
