@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, ModelLoadError
 
 __all__ = ["files_weights_digest", "model_fingerprint", "model_name", "model_setting", "name_model", "recorded_name",
            "weights_digest"]
@@ -119,11 +119,7 @@ def files_weights_digest(model, folder) -> dict:
     Raises ``ModelLoadError`` naming the folder when it has no safetensors file or lacks an entry
     of the model, or holds one of another shape.
     """
-    from pathlib import Path
-
     from safetensors import safe_open
-
-    from ..errors import ModelLoadError
 
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))
