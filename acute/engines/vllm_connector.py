@@ -51,6 +51,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
     ExampleHiddenStatesConnectorMetadata,
 )
 
+__all__ = ["AcutePoolingConnector", "AcuteWorkerExtension", "CHECKPOINTS_KEY", "POOLED_NAME_KEY",
+           "POOLED_PATH_KEY"]
+
 logger = logging.getLogger(__name__)
 
 #: The kv_transfer_params key under which a finished request names its pooled file.

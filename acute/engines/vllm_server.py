@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .vllm_worker import kv_transfer_config, speculative_config
+from .vllm import find_vllm_python
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +136,6 @@ class VllmServer:
         self._log = None
 
     def __enter__(self) -> VllmServer:
-        from .vllm import find_vllm_python
-
         python = self.python or find_vllm_python()
         layers = model_layers(self.model)
         self._tmp = tempfile.mkdtemp(prefix="acute-vllm-server-", dir=self.workdir)

@@ -27,6 +27,8 @@ import time
 import traceback
 from typing import Any
 
+__all__ = ["KNOWN_VERSIONS", "kv_transfer_config", "speculative_config"]
+
 #: vLLM versions this worker and the pooling connector were checked against.
 KNOWN_VERSIONS = ("0.32.0",)
 
