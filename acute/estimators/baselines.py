@@ -53,7 +53,7 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         if not hasattr(self, "calibrator_"):
-            from sklearn.exceptions import NotFittedError
+            from sklearn.exceptions import NotFittedError  # heavy: sklearn
 
             raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
         return self.calibrator_.predict_proba(check_inputs(X, self)[CONFIDENCE])

@@ -48,6 +48,7 @@ from .probe_file import (
     view_kind,
     forest_arrays,
 )
+from .. import __version__
 
 __all__ = ["ActivationProbe", "OOF_SOURCES"]
 
@@ -178,7 +179,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         )
 
     def _forest(self, n_features: int, oob: bool = False):
-        from sklearn.ensemble import RandomForestClassifier
+        from sklearn.ensemble import RandomForestClassifier  # heavy: sklearn
 
         max_features = self.max_features
         if isinstance(max_features, Integral) and not isinstance(max_features, bool):
@@ -342,7 +343,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
-            from sklearn.exceptions import NotFittedError
+            from sklearn.exceptions import NotFittedError  # heavy: sklearn
 
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
@@ -391,7 +392,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             arrays["pca.means"] = np.ascontiguousarray(self.featurizer_.means_)
             arrays["pca.components"] = np.ascontiguousarray(self.featurizer_.components_)
         arrays.update(calibrator_arrays(self.calibration, self.calibrator_))
-        from acute import __version__
 
         summary = dict(self.training_summary_)
         summary.update(training_summary or {})
