@@ -69,7 +69,7 @@ def template_prompt_with_tools(tokenizer, messages: list[dict], tools: list[dict
     """The chat prompt of ``messages`` with ``tools`` offered by the chat template, or ``None``
     when the template does not show them (it ignores ``tools``: the text is the same without them,
     or it refuses them)."""
-    from jinja2 import TemplateError
+    from jinja2 import TemplateError  # optional: jinja2
 
     try:
         text = format_prompt(tokenizer, messages, chat=True, tools=tools)
