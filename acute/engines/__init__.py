@@ -36,8 +36,8 @@ def check_engine(engine: Any) -> Any:
 def transformers_version() -> str:
     """The version of the transformers engine as a validity domain records it: transformers' and
     torch's (``"4.57.1 (torch 2.8.0)"``): the kernels that compute the states are torch's."""
-    import torch
-    import transformers
+    import torch  # heavy: torch
+    import transformers  # heavy: transformers
 
     return f"{transformers.__version__} (torch {torch.__version__})"
 

@@ -51,7 +51,7 @@ def read_pooled(path: str, where: str, n_tokens: int, wait_s: float = POOLED_WAI
     kept token: those positions come off the sum, and checkpoints past it are dropped.
     :class:`EngineError` naming ``where`` and the file's name (not its folder) when it never
     arrives, does not hold ``n_tokens`` positions or lacks the checkpoints asked for."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file  # lazy: import time
 
     name = os.path.basename(path)
     deadline = time.monotonic() + wait_s

@@ -103,7 +103,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     """Linux: the server gets SIGTERM when the process that started it dies (even by SIGKILL)."""
     os.setsid()
     if sys.platform.startswith("linux"):
-        import ctypes
+        import ctypes  # optional: Linux
 
         with_libc = ctypes.CDLL("libc.so.6", use_errno=True)
         with_libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -160,7 +160,7 @@ class VllmServer:
         return self
 
     def _wait_ready(self) -> None:
-        import httpx
+        import httpx  # optional: httpx
 
         started = time.monotonic()
         while True:

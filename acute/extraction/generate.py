@@ -276,7 +276,7 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
     where ``decide`` said yes (None elsewhere, and in both lists for a skipped prompt).
     """
-    import torch
+    import torch  # heavy: torch
 
     settings = _resolved(settings)
     max_new_tokens, stop_strings, pool = settings.max_new_tokens, settings.stop_strings, settings.pool

@@ -439,7 +439,7 @@ class StoreWriter:
 
     def _flush(self, count: int) -> None:
         """Commit the first ``count`` buffered records as the next shard."""
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save_file  # lazy: import time
 
         batch = self._buffer[:count]
         if not batch:
