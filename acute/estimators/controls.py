@@ -58,6 +58,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import logit
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
@@ -113,8 +114,6 @@ def logit_confidence(confidence: Any, n: int) -> np.ndarray:
 
 def _unfitted(obj: Any, attr: str) -> None:
     if not hasattr(obj, attr):
-        from sklearn.exceptions import NotFittedError  # heavy: sklearn
-
         raise NotFittedError(f"{type(obj).__name__} is not fitted yet; call fit first")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
+from sklearn.exceptions import NotFittedError
 from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
@@ -204,8 +205,6 @@ class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
 
     def _check_transform_input(self, X: Any) -> np.ndarray:
         if not hasattr(self, "n_layer_outputs_"):
-            from sklearn.exceptions import NotFittedError  # heavy: sklearn
-
             raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
         X = self._states(X)
         if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):

@@ -22,6 +22,7 @@ from typing import Any, Hashable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import NotFittedError
 
 from ..fileio import json_ready
 from ..errors import InputError
@@ -343,8 +344,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
-            from sklearn.exceptions import NotFittedError  # heavy: sklearn
-
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
     def predict_proba(self, X: Any, *, calibrated: bool = True) -> np.ndarray:

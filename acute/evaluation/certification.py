@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
@@ -184,8 +185,6 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
     :data:`CV_FOLDS` stratified folds (grouped by ``groups``): ``auto``'s (``reused``), when its
     comparison ran on exactly these folds (:func:`acute.evaluation.training.train_probe` gives it
     the grouped ones), else a clone of the probe fitted on each fold."""
-    from sklearn.base import clone  # heavy: sklearn
-
     y = np.asarray(store.correct)[idx].astype(np.int64)
     folds = stratified_folds(y, CV_FOLDS, seed, groups=groups)
     auto = trained.auto

@@ -9,6 +9,7 @@ import math
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 
@@ -276,8 +277,6 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
     where ``decide`` said yes (None elsewhere, and in both lists for a skipped prompt).
     """
-    import torch  # heavy: torch
-
     settings = _resolved(settings)
     max_new_tokens, stop_strings, pool = settings.max_new_tokens, settings.stop_strings, settings.pool
     prompts, eos_ids, pad_id, encoded, keep = _prepare(model, tokenizer, prompts, settings, on_too_long,
