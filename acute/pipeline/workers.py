@@ -1,5 +1,7 @@
 """The stage workers of ``acute run`` (collect, evaluate, transfer, protocol, report), each run in
-its own process by :func:`worker_main`: they call the library and return a summary."""
+its own process by :func:`worker_main`: they call the library and return a summary. Each stage
+imports what it needs inside its function, so a worker process loads (and its peak memory counts)
+its own stage's modules only."""
 
 from __future__ import annotations
 
@@ -12,19 +14,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
 from ..collect import collect
-from ..estimators.baselines import BASELINES
-from ..estimators.registry import DEFAULT_ESTIMATOR
-from ..evaluation.crossval import inputs_for
-from ..evaluation.evaluate import RECORD_IDS, estimator_names, evaluate_store, store_groups
-from ..evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
-from ..evaluation.transfer import leave_subjects_out, transfer_table
+from ..errors import InputError
 from ..fileio import json_ready
 from ..models import load_model, name_model
-from ..protocol import run_protocol
-from ..report.render import EVALUATIONS_DIR, ReportInputs, write_report
-from ..report.runs import committed_eval_run
 from ..store import open_store
 from ..store.format import COMPAT_KEYS, RUN_KEYS, WEIGHTS_KEY
 from ..store.generation import GenerationSettings
@@ -132,6 +125,8 @@ def _worker_collect(p: dict) -> dict:
 
 
 def _worker_evaluate(p: dict) -> dict:
+    from acute.evaluation.evaluate import evaluate_store  # lazy: worker memory
+
     sub = _selected_store(p)
     t0 = time.perf_counter()
     cv = p.get("cv") or None
@@ -144,6 +139,14 @@ def _worker_evaluate(p: dict) -> dict:
     lc = p.get("learning_curve") or {}
     if lc:
         from tqdm.auto import tqdm  # lazy: import time
+
+        from acute.estimators.baselines import BASELINES  # lazy: worker memory
+        from acute.estimators.registry import DEFAULT_ESTIMATOR  # lazy: worker memory
+        from acute.evaluation.crossval import inputs_for  # lazy: worker memory
+        from acute.evaluation.learning_curve import (DEFAULT_REPEATS as LC_REPEATS, learning_curve,
+                                                     write_learning_curve)  # lazy: worker memory
+
+        from acute.evaluation.evaluate import store_groups  # lazy: worker memory
 
         group_by, groups = store_groups(sub, p.get("group_by"))
         names = list(lc.get("estimators") or (DEFAULT_ESTIMATOR,))
@@ -174,6 +177,9 @@ def _selected_store(p: dict):
 
 def _worker_transfer(p: dict) -> dict:
     from tqdm.auto import tqdm  # lazy: import time
+
+    from acute.estimators.registry import DEFAULT_ESTIMATOR  # lazy: worker memory
+    from acute.evaluation.transfer import leave_subjects_out, transfer_table  # lazy: worker memory
 
     t0 = time.perf_counter()
     tr = p.get("transfer") or {}
@@ -211,6 +217,8 @@ def _answers_store(store_dir: Path, examples) -> Path | None:
 
 
 def _worker_protocol(p: dict) -> dict:
+    from acute.protocol import run_protocol  # lazy: worker memory
+
     task, examples = load_task_examples(p["task"])
     chosen = select_examples(examples, p["rows"], p["seed"])
     model, tok, load_s = _load_model(p["model_source"], p["model"])
@@ -256,8 +264,11 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
     evaluated estimators, bootstrap draws, probe params): :func:`_worker_evaluate`'s call of
     :func:`acute.evaluation.evaluate.evaluate_store`, for
     :func:`acute.report.runs.settings_differences`."""
+    from acute.evaluation.evaluate import estimator_names  # lazy: worker memory
+
     names = estimator_names(cfg.estimators)  # as evaluate_store reads the config's list
     split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
+    from acute.evaluation.evaluate import RECORD_IDS  # lazy: worker memory
 
     group_by = None if t.group_by == RECORD_IDS else t.group_by  # as the evaluation records it
     if cfg.cv:
@@ -269,6 +280,9 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
 
 
 def _worker_report(p: dict) -> dict:
+    from acute.report.render import EVALUATIONS_DIR, ReportInputs, write_report  # lazy: worker memory
+    from acute.report.runs import committed_eval_run  # lazy: worker memory
+
     cfg = load_config(p["config"], data_root=p["data_root"])
     work, out = Path(p["work"]), Path(p["out"])
     timings = load_timings(work / "timings.json")
