@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 import sys
 from pathlib import Path
@@ -11,12 +12,21 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
 from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
-from ..evaluation.crossval import DEFAULT_TEST_FRACTION
+from ..evaluation.crossval import DEFAULT_TEST_FRACTION, inputs_for, cv_folds
+from ..evaluation.grouping import RECORD_IDS, store_groups
 from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
-from ..evaluation.training import PRECHECK_ESTIMATOR
+from ..evaluation.training import PRECHECK_ESTIMATOR, check_precheck_store, train_probe
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
+from ..evaluation.label_free import train_label_free
+from ..estimators.probe_file import load_probe
+from ..evaluation.recertify import recertify
+from ..evaluation import evaluate_store, write_evaluation
+from ..evaluation.learning_curve import learning_curve, write_learning_curve
+from ..estimators.baselines import BASELINES
+from ..estimators.prefix_controls import PREFIX_CONTROLS
+from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
 
 __all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_prefix', 'add_recertify', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_prefix', 'cmd_recertify', 'cmd_train']
 
@@ -25,8 +35,6 @@ logger = logging.getLogger(__name__)
 
 def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
-    from ..evaluation.training import check_precheck_store, train_probe
-
     if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
@@ -67,8 +75,6 @@ def _train(args, test_fraction: float):
 def _train_label_free(args, test_fraction: float, with_precheck):
     """``--target consistency|semantic-entropy``: a probe fitted on the samples' agreement,
     calibrated on ``--calibration-labels`` gold labels."""
-    from ..evaluation.label_free import train_label_free
-
     given = [flag for flag, value in (("--estimator", args.estimator), ("--view", args.view),
                                       ("--max-error", args.max_error), ("--with-precheck", with_precheck),
                                       ("--with-stop-early", args.with_stop_early or None)) if value]
@@ -156,9 +162,6 @@ def cmd_export(args) -> int:
 
 def cmd_recertify(args) -> int:
     """Re-certify an exported probe on a store collected under another setting; write a new probe."""
-    from ..estimators.probe_file import load_probe
-    from ..evaluation.recertify import recertify
-
     if Path(args.out).resolve() == Path(args.probe).resolve():
         raise InputError(f"--out {args.out} is the probe being re-certified; write the new probe to another "
                          "folder (the original stays as it is)")
@@ -186,8 +189,6 @@ def cmd_recertify(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from ..evaluation import evaluate_store, write_evaluation
-
     store = open_labelled_store(args.store, args.allow_partial)
     test_store = open_labelled_store(args.test_store, args.allow_partial) if args.test_store else None
     out = Path(args.out) if args.out else Path(args.store) / "evaluation"
@@ -207,9 +208,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_learning_curve(args) -> int:
-    from tqdm.auto import tqdm
-
-    from ..evaluation.learning_curve import learning_curve, write_learning_curve
+    from tqdm.auto import tqdm  # lazy: import time
 
     store = open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
@@ -220,9 +219,6 @@ def cmd_learning_curve(args) -> int:
             sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
-    from ..estimators.baselines import BASELINES
-    from ..evaluation.crossval import inputs_for
-    from ..evaluation.grouping import store_groups
 
     group_by, groups = store_groups(store, args.group_by)
     lc = learning_curve(inputs_for(store, list(BASELINES) + list(estimators)), store.correct,
@@ -241,11 +237,6 @@ def cmd_learning_curve(args) -> int:
 
 
 def cmd_prefix(args) -> int:
-    from ..evaluation.crossval import cv_folds
-    from ..evaluation.grouping import store_groups
-    from ..estimators.prefix_controls import PREFIX_CONTROLS
-    from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
-
     store = open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "prefix"
     group_by, groups = store_groups(store, args.group_by)
@@ -267,9 +258,7 @@ def cmd_prefix(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    import csv
-
-    from ..evaluation.plots import euro_curves, reliability_diagram
+    from ..evaluation.plots import euro_curves, reliability_diagram  # heavy: matplotlib
 
     path = Path(args.predictions)
     if not path.is_file():
@@ -415,8 +404,6 @@ def add_evaluate(sub, model_opts) -> None:
 def add_group_by(parser, certification: bool = False) -> None:
     """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or what the
     held-out split, ``auto``'s comparison and a certificate's out-of-fold folds keep whole (train, export)."""
-    from ..evaluation.grouping import RECORD_IDS
-
     what = ("keep each value of this record metadata field on one side of the held-out split (acute train), "
             "of auto's cross-validated comparison and of a certificate's out-of-fold folds" if certification else
             "folds that keep each value of this record metadata field on one side, and intervals that "

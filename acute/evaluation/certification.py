@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
@@ -56,6 +57,8 @@ from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, cer
 from ..metrics.drift import confidence_reference
 from ..store.identity import ModelIdentity, domain_change
 from ..store.pooling import store_states
+from .grouping import store_groups
+from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
            "check_certification"]
@@ -174,8 +177,6 @@ def _groups(store, idx: np.ndarray, group_by: str | None) -> tuple[str | None, l
     """``(field, values)`` of the training records ``idx`` that the out-of-fold calibration keeps
     apart (:func:`acute.evaluation.grouping.store_groups`: ``group_by``, else the store's task's
     grouping; ``(None, None)``: records one by one)."""
-    from .grouping import store_groups
-
     return store_groups(store, group_by, [store.ids[i] for i in idx])
 
 
@@ -184,10 +185,6 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
     :data:`CV_FOLDS` stratified folds (grouped by ``groups``): ``auto``'s (``reused``), when its
     comparison ran on exactly these folds (:func:`acute.evaluation.training.train_probe` gives it
     the grouped ones), else a clone of the probe fitted on each fold."""
-    from sklearn.base import clone
-
-    from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
-
     y = np.asarray(store.correct)[idx].astype(np.int64)
     folds = stratified_folds(y, CV_FOLDS, seed, groups=groups)
     auto = trained.auto
