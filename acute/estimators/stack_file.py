@@ -44,7 +44,7 @@ from .scoring_setting import Parser, setting_record
 from .stacks import StackEstimator
 
 __all__ = ["STACK_FILE", "STACK_FORMAT_VERSION", "TRUSTED_TYPES", "ExportedStack", "check_stack_options",
-           "export_stack", "is_stack_folder", "load_stack"]
+           "export_stack", "is_stack_folder", "load_stack", "refuse_recertify"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +150,11 @@ class ExportedStack:
         if recorded and set(recorded) != set(self.sources):
             raise ProbeFormatError(f"{Path(source).with_name(MANIFEST_FILE)}: records the sources {list(recorded)} "
                                    f"but {source} reads {list(self.sources)}")
+
+    @property
+    def estimator_name(self) -> str:
+        """The stack's name (``acute-all``, ``visible-all``), what the service reports."""
+        return self.name
 
     def __repr__(self) -> str:
         return (f"ExportedStack(name={self.name!r}, used={self.estimator.estimators_used_}, "
@@ -317,3 +322,13 @@ def load_stack(path: str | os.PathLike) -> ExportedStack:
                                f"{', '.join(sorted(untrusted))}")
     estimator = sio.load(blob, trusted=list(TRUSTED_TYPES))
     return ExportedStack(manifest, estimator, source=str(blob))
+
+
+def refuse_recertify(probe: Any, where: str) -> None:
+    """:class:`InputError` naming ``where`` when ``probe`` is a stack: ``acute recertify`` re-certifies
+    a probe's threshold and calibration, which a stack does not carry yet."""
+    if isinstance(probe, ExportedStack):
+        raise InputError(f"{where} holds a stack ({probe.name}); acute recertify re-certifies a probe's "
+                         "threshold and calibration map, which a stack does not carry yet: export the stack "
+                         "again from a store of the new setting (acute export --estimator "
+                         f"{probe.name} --store STORE), or recertify a probe (e.g. acute-pca10-stacked)")
