@@ -54,7 +54,7 @@ from .crossval import cv_folds, cross_val_predictions, cv_metric, cv_metric_draw
 from .sources import metadata_fields, usable_controls
 
 __all__ = ["AUTO_FOLDS", "AUTO_REPEATS", "CANDIDATES", "MARGIN", "SINGLE_CONTROLS", "Choice", "TrainedStack",
-           "choose_estimator", "setting_sources", "store_parser", "train_gate", "train_stack"]
+           "choose_estimator", "setting_sources", "stack_inputs", "store_parser", "train_gate", "train_stack"]
 
 logger = logging.getLogger(__name__)
 
@@ -238,6 +238,14 @@ def _shape(store: Any) -> tuple[int, int]:
     return int(shape[1]), int(shape[2])
 
 
+def stack_inputs(store: Any, name: str, setting: str) -> tuple[Inputs, Parser, dict[str, str]]:
+    """``(inputs, parser, {first level: why left out})``: the :class:`Inputs` of every record of
+    ``store`` that the stack ``name`` fitted for ``setting`` reads (:func:`setting_sources`)."""
+    parser, fields = store_parser(store), _metadata_fields(store)
+    leave_out, why = setting_sources(store, [name], setting, parser, fields)
+    return inputs_for(store, [name], fields, leave_out), parser, why
+
+
 def train_stack(store: Any, name: str, idx: np.ndarray, test: np.ndarray, *, setting: str, seed: int = 0,
                 n_jobs: int | None = None, n_estimators: int | None = None, groups: Sequence[Any] | None = None,
                 summary: dict | None = None, choice: Choice | None = None) -> TrainedStack:
@@ -249,11 +257,10 @@ def train_stack(store: Any, name: str, idx: np.ndarray, test: np.ndarray, *, set
     if name not in STACKS:
         raise InputError(f"{name!r} is not a stack; the stacks are {', '.join(STACKS)}")
     setting = check_setting(setting, "--for")
-    parser, fields = store_parser(store), _metadata_fields(store)
-    leave_out, why = setting_sources(store, [name], setting, parser, fields)
+    X, parser, why = stack_inputs(store, name, setting)
+    fields = _metadata_fields(store)
     for member, reason in why.items():
         logger.info("%s: %s left out (%s)", name, member, reason)
-    X = inputs_for(store, [name], fields, leave_out)
     if groups is not None:
         X = X.with_source(GROUPS, list(groups))
     idx = np.asarray(idx)
