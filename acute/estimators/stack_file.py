@@ -31,12 +31,13 @@ import shutil
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
 from ..fileio import default_mode, json_ready
+from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING
 from .inputs import GROUPS, check_inputs
@@ -143,7 +144,8 @@ class ExportedStack:
         self.selection = manifest.get("selection")
         self.certificates: list = []
         self.certificates_refused: str | None = None
-        self.confidence_reference = manifest.get("confidence_reference")
+        self.confidence_reference = check_reference(manifest.get("confidence_reference"),
+                                                    str(Path(source).with_name(MANIFEST_FILE)))
         self.domain = manifest.get("domain")
         self.sources = tuple(dict.fromkeys(s for est in estimator.estimators_ for s in est.sources if s != GROUPS))
         recorded = tuple(scoring.get("sources") or ())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -156,7 +157,7 @@ def choose_estimator(store: Any, idx: np.ndarray, *, setting: str, groups: Seque
     leave_out, why = setting_sources(store, list(CANDIDATES) + singles, setting, parser, fields)
     singles = [n for n in singles if n not in why]
     names = list(CANDIDATES) + singles
-    X = inputs_for(store, names, fields, leave_out).take(idx)
+    X = _store_inputs(store, names, fields, leave_out).take(idx)
     g = None if groups is None else [groups[i] for i in idx]
     if g is not None:
         X = X.with_source(GROUPS, g)
@@ -243,7 +244,18 @@ def stack_inputs(store: Any, name: str, setting: str) -> tuple[Inputs, Parser, d
     ``store`` that the stack ``name`` fitted for ``setting`` reads (:func:`setting_sources`)."""
     parser, fields = store_parser(store), _metadata_fields(store)
     leave_out, why = setting_sources(store, [name], setting, parser, fields)
-    return inputs_for(store, [name], fields, leave_out), parser, why
+    return _store_inputs(store, [name], fields, leave_out), parser, why
+
+
+def _store_inputs(store: Any, names: Sequence[str], fields: Sequence[str], leave_out: Sequence[str]) -> Inputs:
+    """:func:`acute.evaluation.crossval.inputs_for`, a non-finite value named by its record's id."""
+    try:
+        return inputs_for(store, names, fields, leave_out)
+    except InputError as e:
+        row = re.search(r"\brow (\d+)", str(e))
+        if row is None or int(row.group(1)) >= len(store.ids):
+            raise
+        raise InputError(f"{getattr(store, 'path', 'the store')}: record {store.ids[int(row.group(1))]!r}: {e}") from None
 
 
 def train_stack(store: Any, name: str, idx: np.ndarray, test: np.ndarray, *, setting: str, seed: int = 0,
