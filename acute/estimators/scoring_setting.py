@@ -91,9 +91,11 @@ def _why_not(source: str, setting: str, parser: Parser) -> str | None:
         return f"{where} generates one answer, not the sampled answers the agreement compares"
     if source == VISIBLE:
         if not parser.live:
-            task = f"task {parser.task!r}" if parser.task else "the probe's training task (none recorded or not rebuildable here)"
-            return (f"the reply's parse status needs a parser that reads the reply alone, and {task} has none "
-                    f"(only open-QA tasks parse a reply without the benchmark's example)")
+            if parser.task is None:
+                return ("the reply's parse status needs the task's parser, and there is no task here (none "
+                        "recorded, not rebuildable here, or scoring without one: --task none)")
+            return (f"the reply's parse status needs a parser that reads the reply alone, and task "
+                    f"{parser.task!r} has none (only open-QA tasks parse a reply without the benchmark's example)")
         if parser.reply_fields:
             return (f"the reply's structure ({', '.join(parser.reply_fields)}) is counted against the tools the "
                     f"benchmark offered, which {where} does not carry")

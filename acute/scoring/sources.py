@@ -60,7 +60,7 @@ def live_parser(probe: Any, task: Any = None) -> Parser:
     when there is a task to parse with; else that of ``task`` with no reply fields."""
     recorded = getattr(probe, "parser", None)
     if isinstance(recorded, Parser):
-        return Parser(recorded.task, recorded.live and task is not None, recorded.reply_fields)
+        return recorded if task is not None else Parser(None, False, recorded.reply_fields)
     return parser_for(task)
 
 
@@ -71,10 +71,11 @@ def check_live(probe: Any, setting: str, parser: Parser | None = None) -> None:
     missing = missing_sources(probe_sources(probe), check_setting(setting), parser or live_parser(probe))
     if missing:
         fitted = getattr(probe, "scoring", None)
-        how = (f"; it was fitted for {fitted!r}" if fitted else "")
         lines = "; ".join(f"the {s!r} source: {why}" for s, why in missing.items())
-        raise InputError(f"this probe reads what {setting!r} scoring cannot provide ({lines}){how}: export it "
-                         f"again for this setting (acute export --for {setting}), which leaves out what reads them")
+        fix = (f"it was fitted for {fitted!r}: score it with the task it was fitted with"
+               if fitted == setting else
+               f"export it again for this setting (acute export --for {setting}), which leaves out what reads them")
+        raise InputError(f"this probe reads what {setting!r} scoring cannot provide ({lines}); {fix}")
 
 
 def _question(item: Any) -> str:

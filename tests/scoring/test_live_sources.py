@@ -84,7 +84,7 @@ def test_a_setting_that_cannot_provide_a_source_refuses_the_probe_naming_it(work
     with pytest.raises(InputError, match="'visible' source: the reply's parse status needs a parser"):
         check_live(stack, "score", Parser("qa", live=False))
     model, tok = load_model(tiny_model_dir)
-    with pytest.raises(InputError, match="'visible' source"):
+    with pytest.raises(InputError, match="'visible' source: .*there is no task here.*score it with the task"):
         Scorer(model, tok, stack, task=None)  # asked as is: no parser for the reply
     why = missing_sources([METADATA, "states@mean", "confidence"], "serve")
     assert list(why) == [METADATA] and "no benchmark metadata" in why[METADATA]
