@@ -185,7 +185,8 @@ def cmd_serve(args) -> int:
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
-    from ..scoring.scorer import Scorer, probe_task
+    from ..scoring.probe_checks import probe_task
+    from ..scoring.scorer import Scorer
     from ..scoring.sources import check_live, live_parser
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()

@@ -40,7 +40,7 @@ from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import GROUPS, Inputs
-from ..estimators.probe_file import model_block
+from ..estimators.exported_probe import model_block
 from ..estimators.registry import DEFAULT_ESTIMATOR, estimator_sources, make_estimator
 from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
 from ..estimators.stack_file import ExportedStack, check_stack_options, export_stack
@@ -49,7 +49,7 @@ from ..estimators.visible import reply_fields
 from ..metrics import METRICS
 from ..metrics.drift import confidence_reference
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, percentile_interval, resample_indices
-from ..scoring.scorer import task_from_settings
+from ..scoring.probe_checks import task_from_settings
 from ..store.identity import ModelIdentity, domain_record
 from .crossval import cv_folds, cross_val_predictions, cv_metric, cv_metric_draws, inputs_for
 from .sources import metadata_fields, usable_controls
