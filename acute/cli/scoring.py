@@ -185,10 +185,13 @@ def cmd_serve(args) -> int:
     from ..errors import AcuteError
     from ..models import load_model
     from ..estimators import load_probe
+    from ..scoring.probe_checks import probe_task
     from ..scoring.scorer import Scorer
+    from ..scoring.sources import check_live, live_parser
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()
     probe = load_probe(probe_dir)
+    check_live(probe, "serve", live_parser(probe, probe_task(probe)))  # before the model loads: names the source
     source = _model_source(args, probe)
     served = Path(source).name if Path(source).exists() else source  # the id clients see, not a path
     # the levels were checked by argparse (level_arg); the server's gate is resolved once, before the
@@ -207,7 +210,8 @@ def cmd_serve(args) -> int:
     sock = serve.bind_socket(args.host, args.port)  # a taken port fails before vLLM starts
     with contextlib.closing(sock), _serving_engine(args, model, settings) as engine:
         try:  # with the engine: the setting the probe is checked against names it
-            scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine)
+            scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine,
+                            scoring_setting="serve")
         except (TypeError, ValueError) as e:
             if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
                 raise

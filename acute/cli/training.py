@@ -15,7 +15,10 @@ from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
 from ..evaluation.crossval import DEFAULT_TEST_FRACTION, inputs_for, cv_folds
 from ..evaluation.grouping import RECORD_IDS, store_groups
 from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
+from ..evaluation.choice import AUTO_FOLDS, AUTO_REPEATS
 from ..evaluation.training import PRECHECK_ESTIMATOR, check_precheck_store, train_probe
+from ..estimators.scoring_setting import DEFAULT_SCORING_SETTING, SCORING_SETTINGS
+from ..estimators.stack_file import refuse_recertify
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
@@ -58,7 +61,10 @@ def _train(args, test_fraction: float):
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
                           certify_fwer=args.certify_procedure,
                           precheck_estimator=with_precheck, group_by=args.group_by,
-                          stop_early=args.with_stop_early)
+                          stop_early=args.with_stop_early, scoring_setting=args.scoring_setting,
+                          auto_folds=args.auto_folds, auto_repeats=args.auto_repeats)
+    if trained.choice_line:  # auto by the committed rule (acute.evaluation.choice): one line
+        print(f"auto: {trained.choice_line}")
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -166,6 +172,7 @@ def cmd_recertify(args) -> int:
         raise InputError(f"--out {args.out} is the probe being re-certified; write the new probe to another "
                          "folder (the original stays as it is)")
     probe = load_probe(args.probe)
+    refuse_recertify(probe, args.probe)  # a stack carries no certificate yet
     store = open_labelled_store(args.store, args.allow_partial)
     done = recertify(probe, store, max_error=args.max_error, delta=args.delta, restack=args.restack,
                      backend=args.certify_backend, seed=args.seed, store_path=args.store)
@@ -292,9 +299,20 @@ def add_train_export(sub, model_opts) -> None:
         t = sub.add_parser(name, help=hlp)
         add_store_arguments(t, out_required=True, out_help="probe folder (probe.json + safetensors)")
         t.add_argument("--estimator", default=None,
-                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
-                            "by 5-fold cross-validation on the training records); default: "
-                            "acute-pca10-stacked, with the cross-validated comparison recorded in probe.json")
+                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked), a stack (acute-all, "
+                            "visible-all: exported as a stack folder) or auto (acute-all, visible-all or "
+                            "acute-pca10-stacked, chosen by benchmarks/every_signal.md's rule in grouped "
+                            "cross-validation on the training records); default: acute-pca10-stacked, with the "
+                            "cross-validated comparison of the probes recorded in probe.json")
+        t.add_argument("--for", dest="scoring_setting", choices=SCORING_SETTINGS, default=DEFAULT_SCORING_SETTING,
+                       help="where the gate will score: serve (chat requests: no benchmark metadata, a reply "
+                            "parser only for open-QA tasks), score (acute score with the task) or store (every "
+                            "source the store has); a stack and auto read only what it provides "
+                            "(default %(default)s)")
+        t.add_argument("--auto-folds", type=int, default=AUTO_FOLDS, metavar="K",
+                       help="with --estimator auto: folds of the grouped cross-validation (default %(default)s)")
+        t.add_argument("--auto-repeats", type=int, default=AUTO_REPEATS, metavar="R",
+                       help="with --estimator auto: repeats of it (default %(default)s)")
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")

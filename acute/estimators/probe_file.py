@@ -19,6 +19,7 @@ from ..errors import ProbeFormatError
 from .exported_probe import ExportedProbe, forest_arrays, forest_proba, model_block  # noqa: F401 (importable here)
 from .probe_format import (ARRAYS_FILE, FORMAT, FORMAT_VERSION, MANIFEST_FILE, PRECHECK_DIR,  # noqa: F401
                            PRECHECK_POOLING, check_precheck_probe, file_sha256, read_probe_folder, view_kind)
+from .stack_file import ExportedStack, is_stack_folder, load_stack
 from .stop_early_folder import read_stop_early
 
 __all__ = ["load_probe"]
@@ -26,8 +27,9 @@ __all__ = ["load_probe"]
 logger = logging.getLogger(__name__)
 
 
-def load_probe(path: str | os.PathLike) -> ExportedProbe:
-    """Load a probe directory written by :meth:`ActivationProbe.save` (no unpickling).
+def load_probe(path: str | os.PathLike) -> ExportedProbe | ExportedStack:
+    """Load a probe directory written by :meth:`ActivationProbe.save` (no unpickling), or a stack
+    folder (``acute export --estimator acute-all``: :func:`acute.estimators.stack_file.load_stack`).
 
     Raises ``FileNotFoundError`` naming a missing directory/file, and :class:`ProbeFormatError`
     (a ``ValueError``) naming the file when ``probe.json`` is not a valid manifest, when
@@ -39,6 +41,8 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe:
     ``.stop_early``. A probe without a validity domain (``domain``) loads with one warning saying
     its domain is unknown.
     """
+    if is_stack_folder(path):  # a stack: its own format (acute.estimators.stack_file)
+        return load_stack(path)
     probe = _load_one(Path(path))
     entry = probe.manifest.get("precheck")
     if entry is not None:

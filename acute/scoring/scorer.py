@@ -34,20 +34,20 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..estimators.inputs import CONFIDENCE, Inputs
+from ..estimators.inputs import Inputs
 from ..estimators.probe_format import check_precheck_probe
 from ..models import format_prompt
 from ..models.loading import holds_no_weights
 from ..store.generation import GenerationSettings
 from ..store.identity import ModelIdentity
-from ..store.pooling import DEFAULT_POOLING, generation_states
 from ..tasks import Example
 from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .probe_checks import (check_domain, check_probe_model, probe_generation, probe_summary, probe_task,
-                           scoring_setting, task_from_settings)  # noqa: F401 (task_from_settings: importable here)
+                           scoring_setting as setting_identity, task_from_settings)  # noqa: F401 (task_from_settings: importable here)
 from .results import ScoredGeneration, question_of
 from .risk import DEFAULT_RISK
+from .sources import check_live, live_inputs, live_parser
 from .stop_early import StopDecisions, mark_stop, recorder_stop_settings, stop_decisions
 
 __all__ = ["Scorer"]
@@ -112,10 +112,16 @@ class Scorer:
     until the probe is re-certified for this setting (``acute recertify``);
     :attr:`domain_change` is what differs (empty when nothing does or the probe's domain is
     unknown).
+
+    ``scoring_setting`` (``"score"``, ``"serve"`` or ``"store"``, :mod:`acute.estimators.scoring_setting`)
+    is where it scores: a probe reading a source that setting cannot provide (a stack fitted on
+    the store's metadata, a reply's parse status without a parser) is refused here, naming the
+    source (:func:`acute.scoring.sources.check_live`); the sources are computed from each answer as
+    a store's are (:func:`acute.scoring.sources.live_inputs`).
     """
 
     def __init__(self, model, tokenizer, probe, generation: GenerationSettings | None = None, *, task="auto",
-                 allow_other_weights: bool = False, precheck_probe=None, engine=None):
+                 allow_other_weights: bool = False, precheck_probe=None, engine=None, scoring_setting: str = "score"):
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
             raise InputError(f"engine must be a started vLLM engine (acute.engines), got {type(engine).__name__}")
@@ -139,6 +145,8 @@ class Scorer:
                 raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
             task = probe_task(probe)
         self.task = task
+        check_live(probe, scoring_setting, live_parser(probe, task))  # a source it cannot compute: refused here
+        self.scoring_setting = scoring_setting
         if generation is not None and not isinstance(generation, GenerationSettings):
             raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
                              f"{type(generation).__name__}")
@@ -151,7 +159,7 @@ class Scorer:
         self._trained_chat = trained.chat
         responses = probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None
-        here = scoring_setting(identity, engine, probe, self.generation)
+        here = setting_identity(identity, engine, probe, self.generation)
         self.probe, self.domain_change = check_domain(probe, precheck_probe, here)
 
     def format(self, item) -> str:
@@ -445,11 +453,10 @@ class Scorer:
     def _decided(self, items, texts, gens, answers, gates: list[Gate],
                  generation_s: float = 0.0) -> list[ScoredGeneration]:
         start = time.perf_counter()
-        pooling = getattr(self.probe, "pooling", DEFAULT_POOLING)
-        states = generation_states(gens, pooling)
+        # the sources the probe reads, computed as a store's are (acute.scoring.sources)
+        X = live_inputs(self.probe, gens, texts, answers, items, task=self.task)
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
-        reads = CONFIDENCE in self.probe.sources  # a probe without the confidence never checks it
-        conf = self.probe.predict_proba(Inputs.of(states, raw if reads else None, pooling=pooling))[:, 1]
+        conf = self.probe.predict_proba(X)[:, 1]
         out = []
         trusted = [bool(gate.decide(c)) for gate, c in zip(gates, conf)]
         seconds = {"generation": generation_s, "scoring": time.perf_counter() - start}

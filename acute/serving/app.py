@@ -11,6 +11,7 @@ import uuid
 from contextlib import asynccontextmanager
 
 from ..errors import EngineError, InputError
+from ..scoring.sources import SourceError
 from .batcher import Batcher
 from .errors import RequestError, ServerBusyError, require_serve_extra
 from .jobs import Job, JobCancelled, JobResult, group_key, score_jobs
@@ -57,6 +58,8 @@ def _request_error(error: BaseException, retry_after_s: int, log: _FailureLog, r
     request, else a 500, whose message gives the id."""
     if isinstance(error, RequestError):
         return error
+    if isinstance(error, SourceError):  # the request's answer lacks a source the probe reads: that request's 400
+        return RequestError(str(error))
     if isinstance(error, ServerBusyError):
         return RequestError(str(error), status=503, type="server_error", code="server_overloaded",
                             headers={"Retry-After": str(retry_after_s)})

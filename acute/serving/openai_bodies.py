@@ -16,6 +16,8 @@ __all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models
 def estimator_name(probe) -> str:
     """The probe's estimator name (e.g. ``acute-cosine-stacked``): as its selection recorded it,
     else built from its view and calibration."""
+    if isinstance(getattr(probe, "estimator_name", None), str):  # a stack names itself
+        return probe.estimator_name
     selection = getattr(probe, "selection", None) or getattr(probe, "selection_", None)
     if isinstance(selection, dict) and selection.get("chosen"):
         return str(selection["chosen"])
