@@ -5,6 +5,7 @@ model."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 __all__ = ["load_options_from_args", "model_options_parser", "show_logs"]
@@ -13,8 +14,6 @@ __all__ = ["load_options_from_args", "model_options_parser", "show_logs"]
 def show_logs(level: int = 20) -> None:
     """Show acute's log records (progress of slow steps, where outputs went) on stderr as
     ``[acute] message``; library code logs, only the command line decides to show it."""
-    import logging
-
     class Stderr(logging.StreamHandler):
         """Writes to ``sys.stderr`` as it is when a record comes, not as it was when the
         handler was made (a later redirection or capture, e.g. pytest's, is followed)."""

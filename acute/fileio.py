@@ -20,6 +20,9 @@ import numpy as np
 
 from .errors import DataError, InputError
 
+__all__ = ["TMP_SUFFIX", "atomic_path", "default_mode", "fsync_dir", "iter_jsonl", "json_ready", "progress",
+           "progress_bar", "read_json", "tmp_path", "write_text_atomic"]
+
 NONFINITE_POLICIES = ("null", "clip", "error")
 CLIP_INFINITY = 1e30  # what ``nonfinite="clip"`` writes for +/-inf (keeps the sign)
 
@@ -178,7 +181,7 @@ def progress(iterable: Iterable, total: int, enabled: bool, desc: str):
     """``iterable`` wrapped in a tqdm bar on stderr when ``enabled``, else unchanged."""
     if not enabled:
         return iterable
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: import time
 
     return tqdm(iterable, total=total, desc=desc, file=sys.stderr)
 
@@ -186,6 +189,6 @@ def progress(iterable: Iterable, total: int, enabled: bool, desc: str):
 def progress_bar(total: int, desc: str, enabled: bool, unit: str = "rec", position: int = 0):
     """A tqdm bar on stderr counting ``total`` items of ``unit`` (``update(n)`` as they are
     done); a disabled one when not ``enabled``."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: import time
 
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, position=position)

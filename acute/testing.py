@@ -10,6 +10,8 @@ from pathlib import Path
 
 from .errors import InputError
 
+__all__ = ["CHATML_TEMPLATE", "hash_label", "make_tiny_model", "make_tiny_tokenizer", "save_tiny_model"]
+
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -38,8 +40,8 @@ _CORPUS = [
 
 def make_tiny_tokenizer(chat_template: bool = True):
     """A byte-level BPE tokenizer (~300 tokens) with ChatML special tokens, trained offline."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # heavy: tokenizers
+    from transformers import PreTrainedTokenizerFast  # heavy: transformers
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tok = Tokenizer(models.BPE())
@@ -67,8 +69,8 @@ def make_tiny_tokenizer(chat_template: bool = True):
 
 def make_tiny_model(arch: str = "llama", vocab_size: int = 320, seed: int = 0, **overrides):
     """A randomly initialised causal LM (4 layers, hidden 64) of the given architecture."""
-    import torch
-    import transformers
+    import torch  # heavy: torch
+    import transformers  # heavy: transformers
 
     torch.manual_seed(seed)
     common = dict(

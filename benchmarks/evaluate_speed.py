@@ -56,7 +56,7 @@ class Report:
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    from acute.evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
+    from acute.evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS
     from acute.evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -63,7 +63,7 @@ def grouped_stacked(X, y, raw, groups, folds, seed: int, probe_params: dict, n_j
 def pair_rows(pair: Path, args) -> list[str]:
     from acute.evaluation import read_predictions
     from acute.evaluation.crossval import inputs_for
-    from acute.evaluation.evaluate import store_groups
+    from acute.evaluation.grouping import store_groups
     from acute.evaluation.table import evaluate_predictions
     from acute.store import open_store
 

@@ -31,7 +31,7 @@ from acute.estimators.probes import ActivationProbe
 from acute.errors import InputError
 from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
 from acute.evaluation.crossval import cv_folds, inputs_for
-from acute.evaluation.evaluate import store_groups
+from acute.evaluation.grouping import store_groups
 from acute.evaluation.label_free import agreement_target
 from acute.metrics import auc_euro, auroc, smece
 from acute.metrics.intervals import holm

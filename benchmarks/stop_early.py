@@ -31,7 +31,7 @@ from sklearn.preprocessing import StandardScaler
 from acute.estimators.prefix_controls import logprob_stats
 from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
 from acute.evaluation.crossval import cv_folds, inputs_for
-from acute.evaluation.evaluate import store_groups
+from acute.evaluation.grouping import store_groups
 from acute.evaluation.prefix import PREFIX_CHECKPOINTS, prefix_inputs
 from acute.metrics.intervals import holm
 from acute.metrics.resampling import bootstrap_indices

@@ -1,8 +1,9 @@
 """The floor plan, checked from the code's own imports (parsed with ast, never imported):
 acute's packages stack one way (docs/architecture.md gives the order and this file holds the
 same list), no module imports in a cycle, none reaches into another package's underscore
-names, no module grows past 800 lines, few modules sit directly in acute/, and every package is
-named in docs/architecture.md and installed by pyproject.toml."""
+names, no module grows past 600 lines nor a function past 100, few imports of acute sit inside
+functions, every module lists what it exports (``__all__``), few modules sit directly in
+acute/, and every package is named in docs/architecture.md and installed by pyproject.toml."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("acute.pipeline",),
     ("acute.cli", "acute.__main__"),
 )
-MAX_LINES = 800
+MAX_LINES = 600
+MAX_FUNCTION_LINES = 100
+MAX_FUNCTION_LEVEL_IMPORTS = 60
 MAX_TOP_LEVEL_MODULES = 8
 
 
@@ -147,10 +150,51 @@ def test_no_module_imports_another_packages_underscore_names():
     assert not bad, "imports of another package's private names:\n" + "\n".join(bad)
 
 
-def test_no_module_is_longer_than_800_lines():
+def test_no_module_is_longer_than_600_lines():
     long = {name: n for name, path in MODULES.items()
             if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node
+
+
+def test_no_function_is_longer_than_100_lines():
+    long = [f"{path.relative_to(ROOT)}:{fn.lineno} {fn.name} ({fn.end_lineno - fn.lineno + 1} lines)"
+            for path in MODULES.values() for fn in _functions(path) if fn.end_lineno - fn.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"split these into named steps: {long}"
+
+
+def _function_level_imports(path: Path) -> list[int]:
+    """Lines of imports of acute modules inside function bodies (nested functions counted once)."""
+    lines = set()
+    for fn in _functions(path):
+        for node in ast.walk(fn):
+            if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == "acute"):
+                lines.add(node.lineno)
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "acute" for a in node.names):
+                lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_few_imports_of_acute_sit_inside_functions():
+    found = {str(path.relative_to(ROOT)): lines for path in MODULES.values() if (lines := _function_level_imports(path))}
+    total = sum(len(v) for v in found.values())
+    assert total < MAX_FUNCTION_LEVEL_IMPORTS, (
+        f"{total} imports of acute modules inside functions (at most {MAX_FUNCTION_LEVEL_IMPORTS - 1}): move them to "
+        f"the module's top unless a cycle or an optional dependency needs them there: {found}")
+
+
+def test_every_module_says_what_it_exports():
+    missing = [str(path.relative_to(ROOT)) for name, path in MODULES.items()
+               if path.name not in ("__init__.py", "__main__.py")
+               and not any(isinstance(n, (ast.Assign, ast.AnnAssign)) and any(
+                   getattr(t, "id", None) == "__all__" for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+                   for n in ast.parse(path.read_text(encoding="utf-8")).body)]
+    assert not missing, f"these modules have no __all__: {missing}"
 
 
 def test_few_modules_sit_directly_in_acute():
@@ -185,7 +229,7 @@ def test_pyproject_installs_every_package():
     assert not missing, f"packages missing from pyproject.toml [tool.setuptools] packages: {missing}"
 
 
-@pytest.mark.parametrize("module", ["acute.store", "acute.estimators.probe_file", "acute.metrics"])
+@pytest.mark.parametrize("module", ["acute.store", "acute.estimators.probe_file", "acute.estimators.probe_format", "acute.metrics"])
 def test_numpy_layers_do_not_import_torch_at_module_level(module):
     """Reading a store, loading a probe and computing metrics stay numpy-only."""
     seen, todo = set(), [module]

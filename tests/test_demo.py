@@ -82,7 +82,7 @@ def relabelled_collect(monkeypatch, tmp_path):
                   checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
         return summary
 
-    monkeypatch.setattr(acute.collect, "collect", collect)
+    monkeypatch.setattr(demo, "collect", collect)
 
 
 def test_run_demo_end_to_end_on_a_tiny_model(long_context_dir, relabelled_collect, tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The public API is written down and has one home per name (issue 43 item 5).
+"""The public API is written down and has one home per name.
 
 docs/api.md lists, per package (and per top-level module with an ``__all__``), the names of its
 ``__all__``. These tests hold the two together and keep the rules the page states: every name of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from ..store.sampling import SamplingSettings, parse_sampling
 from ..models.cards import DEFAULT_MODEL
 from .common import chat_flag, default_store_dir, load_task, task_options
 from ..console import load_options_from_args
+from ..collect import collect_responses, collect, rerecord_store
+from ..models import load_model, list_cards
+from ..tasks import get_task, list_tasks
+from ..store import verify_store, open_store
 
 __all__ = ['add_collect', 'add_listings', 'add_rerecord', 'cmd_collect', 'cmd_models', 'cmd_rerecord', 'cmd_tasks', 'cmd_verify']
 
@@ -33,8 +38,6 @@ def _launched_processes() -> int:
 def _relaunch_with_accelerate(args, argv: list[str]) -> int:
     """``acute collect --num-processes N ...``: run the same command under
     ``accelerate launch --num_processes N -m acute collect ...`` and return its exit status."""
-    import subprocess
-
     rest, skip = [], False
     for a in argv:  # drop --num-processes N / --num-processes=N
         if skip:
@@ -52,10 +55,6 @@ def _relaunch_with_accelerate(args, argv: list[str]) -> int:
 
 def _collect_responses(args, generation: GenerationSettings) -> int:
     """``acute collect --responses FILE``: record given responses by teacher forcing."""
-    from ..collect import collect_responses
-    from ..models import load_model
-    from ..tasks import get_task
-
     unused = [flag for flag, value in (("--data", args.data), ("--split", args.split),
                                        ("--limit", args.limit), ("--max-new-tokens", args.max_new_tokens))
               if value is not None]
@@ -78,9 +77,6 @@ def _collect_responses(args, generation: GenerationSettings) -> int:
 
 
 def cmd_collect(args) -> int:
-    from ..collect import collect
-    from ..models import load_model
-
     if args.engine != "transformers" and (args.responses or args.num_processes > 1 or args.pool != "decoding"):
         raise InputError(f"--engine {args.engine} generates answers in one process with --pool decoding; "
                          "drop --responses, --num-processes and --pool generated, or use --engine transformers")
@@ -100,7 +96,7 @@ def cmd_collect(args) -> int:
     state = None
     device = args.device
     if world > 1:
-        from accelerate import PartialState
+        from accelerate import PartialState  # heavy: accelerate
 
         state = PartialState(cpu=device == "cpu")
         if device != "cpu":
@@ -140,8 +136,6 @@ def sampling_from_args(args) -> SamplingSettings | None:
 
 
 def cmd_tasks(args) -> int:
-    from ..tasks import list_tasks
-
     for t in list_tasks():
         print(f"{t.name:<16} {t.description}")
         print(f"{'':<16} data: {t.data_hint}")
@@ -149,8 +143,6 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from ..models import list_cards
-
     for c in list_cards():
         print(f"{c.name:<30} {c.architecture} / {c.num_layers} layers / hidden {c.hidden_size}"
               f"{' / instruct' if c.instruct else ' / base'}")
@@ -158,8 +150,6 @@ def cmd_models(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from ..store import verify_store
-
     report = verify_store(args.store)  # corrupt or foreign shards raise: exit 2 with the message
     checked = sum(s["checksummed"] for s in report["shards"])
     print(f"store:    {Path(args.store).resolve()}")
@@ -183,10 +173,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_rerecord(args) -> int:
-    from ..collect import rerecord_store
-    from ..models import load_model
-    from ..store import open_store
-
     manifest = open_store(args.store, verify=False).manifest
     source = args.model or manifest.get("model")
     if not source:

@@ -3,12 +3,16 @@ loads by default."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 from pathlib import Path
 
 
 from ..errors import InputError
+from ..tasks import get_task
+from ..store import open_store
+from ..models import DEFAULT_MODEL, get_card
 
 __all__ = ["DEFAULT_RUNS", "add_store_arguments", "chat_flag", "default_probe_dir", "default_store_dir",
            "estimator_list", "level_arg", "load_task", "open_labelled_store", "task_options"]
@@ -25,8 +29,6 @@ def level_arg(check, option: str):
     :func:`acute.scoring.risk.check_risk`) under the option's name, so that a bad value is
     argparse's error in the library's words: ``argument --risk: must be a number in [0, 1] (the
     risk level u: trust iff confidence > u), got 1.5`` (exit 2)."""
-    import argparse
-
     def parse(text: str) -> float:
         try:
             value: object = float(text)
@@ -57,8 +59,6 @@ def task_options(pairs: list[str] | None) -> dict:
 
 
 def load_task(name: str, data: str | None, split: str | None, limit: int | None, **options):
-    from ..tasks import get_task
-
     task = get_task(name, **options)
     examples = task.load(data, split=split, limit=limit)
     if not examples:
@@ -81,8 +81,6 @@ def open_labelled_store(path: str, allow_partial: bool = False):
     other than "complete") or whose manifest disagrees with its shards is refused unless
     ``allow_partial``. Records without a label (answers ``acute serve --record-to`` recorded and
     feedback did not label) are left out, their number logged; a store without any is refused."""
-    from ..store import open_store
-
     store = open_store(path)
     if len(store) == 0:
         raise InputError(f"store {path} has no records")
@@ -130,6 +128,4 @@ def estimator_list(text: str | None) -> list[str] | None:
 
 
 def default_probe_dir() -> Path:
-    from ..models import DEFAULT_MODEL, get_card
-
     return get_card(DEFAULT_MODEL).path.parent / "probe"

@@ -15,7 +15,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from ..models.cards import DEFAULT_MODEL
+from ..estimators.probe_names import ACUTE_VARIANTS
+from ..estimators.registry import DEFAULT_ESTIMATOR
+from ..metrics.specs import best_of
+from ..tasks import Example, get_task
+from ..collect import collect
+from ..estimators.probe_file import load_probe
+from ..evaluation import EvaluationSettings, evaluate_store, write_evaluation
+from ..evaluation.training import train_probe
+from ..models import load_model
+from ..scoring.scorer import Scorer
+from ..store import open_store
 
 __all__ = ["DEMO_CONTROLS", "DEMO_ESTIMATORS", "DEMO_GOLD", "DEMO_QUESTIONS", "DEMO_RISK", "demo_rows",
            "grade_live", "live_table", "run_demo"]
@@ -60,9 +73,6 @@ def demo_rows(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     the paper's best view (the plain ``acute-*`` row with the highest auc-euro (all), ties by
     smECE), the default estimator, then the controls ``platt+meta`` and ``question-only`` when
     they were evaluated. Names not among ``rows`` are left out."""
-    from ..estimators.registry import ACUTE_VARIANTS, DEFAULT_ESTIMATOR
-    from ..metrics.specs import best_of
-
     by_name = {r["estimator"]: r for r in rows}
     views = [n for n in ACUTE_VARIANTS if n in by_name and math.isfinite(by_name[n].get("auc_euro_all", math.nan))]
     best_view = best_of(views, by_name.__getitem__) if views else None
@@ -74,8 +84,6 @@ def control_note(rows: Sequence[Mapping[str, Any]]) -> str | None:
     """One sentence putting the default beside ``platt+meta``, the control that explains its gain
     on the built-in questions, so a newcomer does not read category lookup as a probe's win;
     None when either row is missing."""
-    from ..estimators.registry import DEFAULT_ESTIMATOR
-
     by_name = {r["estimator"]: r for r in rows}
     d, m = by_name.get(DEFAULT_ESTIMATOR), by_name.get("platt+meta")
     if d is None or m is None:
@@ -97,8 +105,6 @@ def grade_live(task, questions: Sequence[str], answers: Sequence[str],
                golds: Sequence[Sequence[str] | None]) -> list[bool | None]:
     """Whether each answer is right, graded by ``task`` as a collection grades it
     (``task.is_correct``); None where the gold answer is unknown."""
-    from ..tasks import Example
-
     return [None if gold is None else bool(task.is_correct(Example(id=f"live-{i}", question=q, answers=list(gold)), a))
             for i, (q, a, gold) in enumerate(zip(questions, answers, golds))]
 
@@ -142,18 +148,6 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = DEFAUL
     tests). ``timings``, when given, gets the seconds of each step (``load``, ``collect``,
     ``evaluate``, ``export``, ``live``).
     """
-    import numpy as np
-
-    from ..collect import collect
-    from ..estimators.probe_file import load_probe
-    from ..estimators.registry import DEFAULT_ESTIMATOR
-    from ..evaluation import evaluate_store, write_evaluation
-    from ..evaluation.training import train_probe
-    from ..models import load_model
-    from ..scoring.scorer import Scorer
-    from ..store import open_store
-    from ..tasks import get_task
-
     out = Path(out)
     steps = timings if timings is not None else {}
     t0 = clock = time.perf_counter()
@@ -181,9 +175,10 @@ def run_demo(out: Path, limit: int | None = DEMO_LIMIT, model_name: str = DEFAUL
     _say(f"[3/5] evaluating {len(DEMO_ESTIMATORS)} estimators by {DEMO_FOLDS}-fold cross-validation")
     store = open_store(out / "store")
     probe_params = {"n_estimators": n_estimators} if n_estimators is not None else None
-    result = evaluate_store(store, n_bootstrap=n_bootstrap, cv=DEMO_FOLDS, repeats=DEMO_REPEATS,
-                            estimators=DEMO_ESTIMATORS, controls=DEMO_CONTROLS, probe_params=probe_params,
-                            reliability="best")
+    settings = EvaluationSettings(estimators=DEMO_ESTIMATORS, cv=DEMO_FOLDS, repeats=DEMO_REPEATS,
+                                  n_bootstrap=n_bootstrap, probe_params=probe_params, reliability="best",
+                                  controls=DEMO_CONTROLS)
+    result = evaluate_store(store, settings=settings)
     write_evaluation(result, out / "evaluation")
     print()
     print(replace(result, rows=[result.row(n) for n in demo_rows(result.rows)]).markdown())

@@ -12,6 +12,8 @@ import sys
 import threading
 
 from ..console import model_options_parser, show_logs
+from ..errors import AcuteError
+from .. import __version__
 from . import collecting, scoring, studies, training
 
 __all__ = ["build_parser", "main"]
@@ -23,8 +25,6 @@ def _err(msg: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command (``acute run`` parses its own arguments)."""
-    from .. import __version__
-
     p = argparse.ArgumentParser(prog="acute", description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--version", action="version", version=f"acute {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         if argv[:1] == ["run"]:  # the pipeline parses its own arguments (`acute run --help`)
-            from ..pipeline.driver import main as run_main
+            from ..pipeline.driver import main as run_main  # lazy: CLI start-up
 
             return _guarded(run_main, argv[1:])
         args = build_parser().parse_args(argv)
@@ -79,8 +79,6 @@ def main(argv=None) -> int:
 def _guarded(func, arg) -> int:
     """Run a command; domain errors become one line and exit status 2, anything else is a bug
     and shows its traceback."""
-    from ..errors import AcuteError
-
     try:
         return func(arg)
     except (AcuteError, FileNotFoundError) as e:

@@ -9,17 +9,30 @@ import os
 import sys
 from pathlib import Path
 
-
-from ..errors import InputError
-from ..store.generation import BATCH_SIZE, GenerationSettings
-from ..metrics.certify import check_max_error
-from ..scoring.precheck import check_precheck
+from .. import serving as serve
 from ..engines.live import stop_early_refusal
-from ..scoring.stop_early import check_stop_early
-from ..scoring.risk import DEFAULT_RISK, check_risk
-from ..models.cards import DEFAULT_MODEL
-from .common import default_probe_dir, level_arg
 from ..console import load_options_from_args
+from ..engines.upstream import UpstreamEngine
+from ..engines.vllm import find_vllm_python, model_folder
+from ..engines.vllm_server import VllmServer, server_args, server_command
+from ..errors import AcuteError, EngineError, InputError
+from ..estimators import load_probe
+from ..fileio import iter_jsonl
+from ..metrics.certify import check_max_error
+from ..models import acute_home, card_names, get_card, load_model, model_fingerprint
+from ..models.cache import ensure_card_cached
+from ..models.cards import DEFAULT_MODEL
+from ..scoring.gate import resolve_gate
+from ..scoring.precheck import check_precheck, require_precheck
+from ..scoring.probe_checks import probe_task
+from ..scoring.risk import DEFAULT_RISK, check_risk
+from ..scoring.scorer import Scorer
+from ..scoring.sources import check_live, live_parser
+from ..scoring.stop_early import check_stop_early
+from ..serving.settings import ServeSettings, check_bind, resolve_api_key
+from ..store.generation import BATCH_SIZE, GenerationSettings
+from ..tasks import get_task
+from .common import default_probe_dir, level_arg
 
 __all__ = ['add_score', 'add_serve', 'add_vllm_args', 'cmd_score', 'cmd_serve', 'cmd_vllm_args']
 
@@ -33,8 +46,6 @@ _OPTIONS = {"risk": "--risk", "max_error": "--max-error", "precheck": "--prechec
 
 def _score_task(name: str | None):
     """``--task``: None -> "auto" (the probe's open-QA task), "none" -> None, else that task."""
-    from ..tasks import get_task
-
     if name is None:
         return "auto"
     return None if name == "none" else get_task(name)
@@ -52,8 +63,6 @@ def _read_score_rows(source: str):
     or 'question' (a string) or 'messages' (chat messages), and an optional 'response' (a
     non-empty string: scored as given; None: generated), or bare JSON strings; errors name the
     file and line."""
-    from ..fileio import iter_jsonl
-
     name = "<stdin>" if source == "-" else source
     if source != "-" and not Path(source).is_file():
         raise FileNotFoundError(f"prompts file {source} does not exist")
@@ -118,12 +127,6 @@ def _print_scored(s, rule) -> None:
 
 
 def cmd_score(args) -> int:
-    from ..models import load_model
-    from ..estimators import load_probe
-    from ..scoring.gate import resolve_gate
-    from ..scoring.precheck import require_precheck
-    from ..scoring.scorer import Scorer
-
     if not args.jsonl and not args.question:
         raise InputError("give a question, or --jsonl FILE (or - for stdin)")
     if args.response is not None and (args.jsonl or not args.response.strip()):
@@ -171,22 +174,15 @@ def _model_source(args, probe) -> str:
 
 
 def cmd_serve(args) -> int:
-    from .. import serving as serve
-    from ..scoring.gate import resolve_gate
-    from ..serving.settings import check_bind, resolve_api_key
-
     serve.require_serve_extra()
     api_key = resolve_api_key(args.api_key)
     check_bind(args.host, api_key, args.allow_remote)
     vllm = _check_engine_args(args)
     generation = GenerationSettings(max_new_tokens=args.max_new_tokens, batch_size=args.max_batch)
-    from ..errors import AcuteError
-    from ..models import load_model
-    from ..estimators import load_probe
-    from ..scoring.scorer import Scorer
 
     probe_dir = Path(args.probe) if args.probe else default_probe_dir()
     probe = load_probe(probe_dir)
+    check_live(probe, "serve", live_parser(probe, probe_task(probe)))  # before the model loads: names the source
     source = _model_source(args, probe)
     served = Path(source).name if Path(source).exists() else source  # the id clients see, not a path
     # the levels were checked by argparse (level_arg); the server's gate is resolved once, before the
@@ -207,7 +203,8 @@ def cmd_serve(args) -> int:
         if args.stop_early is not None and stop_early_refusal(engine):  # a connector without live checkpoints
             raise InputError(f"--stop-early: {stop_early_refusal(engine)}")
         try:  # with the engine: the setting the probe is checked against names it
-            scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine)
+            scorer = Scorer(model, tok, probe, generation, allow_other_weights=args.allow_other_weights, engine=engine,
+                            scoring_setting="serve")
         except (TypeError, ValueError) as e:
             if isinstance(e, AcuteError):  # already says what is wrong (e.g. another model's probe)
                 raise
@@ -287,18 +284,12 @@ def _serving_engine(args, model, settings):
     if args.upstream is None and args.engine != "vllm":
         yield None
         return
-    from ..engines.upstream import UpstreamEngine
-    from ..errors import EngineError
-    from ..extraction.layers import context_window
-    from ..models import model_fingerprint
+    from ..extraction.layers import context_window  # heavy: torch
 
     with contextlib.ExitStack() as stack:
         if args.upstream is not None:
             url, key, pooled = args.upstream, args.upstream_api_key or os.environ.get("VLLM_API_KEY"), args.pooled_dir
         else:
-            from ..engines.vllm import model_folder
-            from ..engines.vllm_server import VllmServer
-
             print("starting vLLM's server with acute's pooling connector (a minute or more) ...", flush=True)
             server = stack.enter_context(VllmServer(
                 model_folder(model), dtype=str(model.dtype).replace("torch.", ""),
@@ -321,8 +312,6 @@ def _model_folder(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         return path
-    from ..models import card_names, get_card
-    from ..models.cache import ensure_card_cached
 
     if name in card_names():
         return ensure_card_cached(get_card(name))
@@ -331,11 +320,6 @@ def _model_folder(name: str) -> Path:
 
 
 def cmd_vllm_args(args) -> int:
-    from ..engines.vllm import find_vllm_python
-    from ..errors import EngineError
-    from ..engines.vllm_server import server_args, server_command
-    from ..models import acute_home
-
     folder = _model_folder(args.model or DEFAULT_MODEL)
     pooled = Path(args.pooled_dir) if args.pooled_dir else acute_home() / "vllm-pooled"
     try:
@@ -403,8 +387,6 @@ def add_vllm_args(sub, model_opts) -> None:
 
 def add_serve(sub, model_opts) -> None:
     """``acute serve``; its service settings default to :class:`acute.serving.settings.ServeSettings`'s."""
-    from ..serving.settings import ServeSettings
-
     default = ServeSettings()
     sv = sub.add_parser("serve", help="the trust-gate HTTP service: /v1/score and OpenAI-compatible "
                         "/v1/chat/completions with dynamic batching", parents=[model_opts])

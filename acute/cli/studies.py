@@ -12,6 +12,8 @@ from ..models.cards import DEFAULT_MODEL
 from ..store.generation import GenerationSettings
 from .common import DEFAULT_RUNS, add_store_arguments, load_task, task_options
 from ..console import load_options_from_args
+from ..models import load_model
+from .demo import run_demo
 
 __all__ = ['add_demo', 'add_protocol', 'add_protocol_report', 'cmd_demo', 'cmd_protocol', 'cmd_protocol_report']
 
@@ -19,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 def cmd_protocol(args) -> int:
-    from ..protocol import analyze_protocol, run_protocol
+    from ..protocol import analyze_protocol, run_protocol  # lazy: CLI start-up
 
     if args.analysis_only:
         if not args.out:
@@ -31,8 +33,6 @@ def cmd_protocol(args) -> int:
         return 0
     if not args.task:
         raise InputError("--task is required (unless --analysis-only)")
-    from ..models import load_model
-
     task, examples = load_task(args.task, args.data, args.split, args.limit,
                                 **task_options(args.task_option))
     out = Path(args.out) if args.out else (
@@ -49,7 +49,7 @@ def cmd_protocol(args) -> int:
 
 
 def cmd_protocol_report(args) -> int:
-    from ..protocol import write_protocol_report
+    from ..protocol import write_protocol_report  # lazy: CLI start-up
 
     out = write_protocol_report(args.runs, args.out)
     print(f"combined protocol report written to {out}")
@@ -57,8 +57,6 @@ def cmd_protocol_report(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
-
     run_demo(out=Path(args.out), limit=args.limit or None, model_name=args.model,
              n_bootstrap=args.n_bootstrap, load_options=load_options_from_args(args))
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 import sys
 from pathlib import Path
@@ -10,13 +11,25 @@ import numpy as np
 
 from ..errors import InputError
 from ..estimators.controls import CONTROLS
-from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
-from ..evaluation.crossval import DEFAULT_TEST_FRACTION
-from ..evaluation.evaluate import DEFAULT_FOLDS, DEFAULT_REPEATS
-from ..evaluation.training import PRECHECK_ESTIMATOR
+from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
+from ..evaluation.crossval import DEFAULT_TEST_FRACTION, inputs_for, cv_folds
+from ..evaluation.grouping import RECORD_IDS, store_groups
+from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
+from ..evaluation.choice import AUTO_FOLDS, AUTO_REPEATS
+from ..evaluation.training import PRECHECK_ESTIMATOR, check_precheck_store, train_probe
+from ..estimators.scoring_setting import DEFAULT_SCORING_SETTING, SCORING_SETTINGS
+from ..estimators.stack_file import refuse_recertify
 from ..metrics import DEFAULT_N_BOOTSTRAP
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, FWER_METHODS, check_delta, check_max_error
 from .common import add_store_arguments, estimator_list, level_arg, open_labelled_store
+from ..evaluation.label_free import train_label_free
+from ..estimators.probe_file import load_probe
+from ..evaluation.recertify import recertify
+from ..evaluation import evaluate_store, write_evaluation
+from ..evaluation.learning_curve import learning_curve, write_learning_curve
+from ..estimators.baselines import BASELINES
+from ..estimators.prefix_controls import PREFIX_CONTROLS
+from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
 
 __all__ = ['add_evaluate', 'add_learning_curve', 'add_plot', 'add_prefix', 'add_recertify', 'add_train_export', 'cmd_evaluate', 'cmd_export', 'cmd_learning_curve', 'cmd_plot', 'cmd_prefix', 'cmd_recertify', 'cmd_train']
 
@@ -25,8 +38,6 @@ logger = logging.getLogger(__name__)
 
 def _train(args, test_fraction: float):
     """Fit and describe the probe ``train``/``export`` asked for, printing how ``auto`` chose."""
-    from ..evaluation.training import check_precheck_store, train_probe
-
     if args.max_error is None and (args.delta is not None or args.calibration_store is not None):
         raise InputError("--delta and --calibration-store go with --max-error ALPHA (the error "
                          "rate to certify among trusted answers)")
@@ -50,7 +61,10 @@ def _train(args, test_fraction: float):
                           calibration_path=args.calibration_store, certify_backend=args.certify_backend,
                           certify_fwer=args.certify_procedure,
                           precheck_estimator=with_precheck, group_by=args.group_by,
-                          stop_early=args.with_stop_early)
+                          stop_early=args.with_stop_early, scoring_setting=args.scoring_setting,
+                          auto_folds=args.auto_folds, auto_repeats=args.auto_repeats)
+    if trained.choice_line:  # auto by the committed rule (acute.evaluation.choice): one line
+        print(f"auto: {trained.choice_line}")
     est = trained.auto
     if est is not None:
         how = "chosen by" if est.refit == "best" else "the default; best probe in"
@@ -67,8 +81,6 @@ def _train(args, test_fraction: float):
 def _train_label_free(args, test_fraction: float, with_precheck):
     """``--target consistency|semantic-entropy``: a probe fitted on the samples' agreement,
     calibrated on ``--calibration-labels`` gold labels."""
-    from ..evaluation.label_free import train_label_free
-
     given = [flag for flag, value in (("--estimator", args.estimator), ("--view", args.view),
                                       ("--max-error", args.max_error), ("--with-precheck", with_precheck),
                                       ("--with-stop-early", args.with_stop_early or None)) if value]
@@ -156,13 +168,11 @@ def cmd_export(args) -> int:
 
 def cmd_recertify(args) -> int:
     """Re-certify an exported probe on a store collected under another setting; write a new probe."""
-    from ..estimators.probe_file import load_probe
-    from ..evaluation.recertify import recertify
-
     if Path(args.out).resolve() == Path(args.probe).resolve():
         raise InputError(f"--out {args.out} is the probe being re-certified; write the new probe to another "
                          "folder (the original stays as it is)")
     probe = load_probe(args.probe)
+    refuse_recertify(probe, args.probe)  # a stack carries no certificate yet
     store = open_labelled_store(args.store, args.allow_partial)
     done = recertify(probe, store, max_error=args.max_error, delta=args.delta, restack=args.restack,
                      backend=args.certify_backend, seed=args.seed, store_path=args.store)
@@ -186,21 +196,18 @@ def cmd_recertify(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from ..evaluation import evaluate_store, write_evaluation
-
     store = open_labelled_store(args.store, args.allow_partial)
     test_store = open_labelled_store(args.test_store, args.allow_partial) if args.test_store else None
     out = Path(args.out) if args.out else Path(args.store) / "evaluation"
-    result = evaluate_store(store, test_store=test_store, cv=args.cv, repeats=args.repeats,
-                            test_fraction=args.test_fraction, seed=args.seed,
-                            n_bootstrap=args.n_bootstrap, n_jobs=args.n_jobs,
-                            probe_params={"n_estimators": args.n_estimators,
-                                          "search_n_estimators": args.search_n_estimators},
-                            progress=not args.quiet,
-                            estimators=estimator_list(args.estimators), reliability=args.reliability,
-                            allow_overlap=args.allow_overlap,
-                            controls=False if args.no_controls else True, group_by=args.group_by,
-                            metadata_fields=estimator_list(args.meta_fields))
+    settings = EvaluationSettings(estimators=estimator_list(args.estimators), cv=args.cv, repeats=args.repeats,
+                                  test_fraction=args.test_fraction, seed=args.seed, n_bootstrap=args.n_bootstrap,
+                                  n_jobs=args.n_jobs,
+                                  probe_params={"n_estimators": args.n_estimators,
+                                                "search_n_estimators": args.search_n_estimators},
+                                  reliability=args.reliability, allow_overlap=args.allow_overlap,
+                                  controls=not args.no_controls, group_by=args.group_by,
+                                  metadata_fields=estimator_list(args.meta_fields))
+    result = evaluate_store(store, test_store=test_store, settings=settings, progress=not args.quiet)
     write_evaluation(result, out)
     print(result.markdown())
     print(f"evaluation written to {out.resolve()}")
@@ -208,9 +215,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_learning_curve(args) -> int:
-    from tqdm.auto import tqdm
-
-    from ..evaluation.learning_curve import learning_curve, write_learning_curve
+    from tqdm.auto import tqdm  # lazy: import time
 
     store = open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "learning-curve"
@@ -221,9 +226,6 @@ def cmd_learning_curve(args) -> int:
             sizes = [int(v) for v in args.sizes.split(",") if v.strip()]
         except ValueError:
             raise InputError(f"--sizes must be comma-separated integers, got {args.sizes!r}") from None
-    from ..estimators.baselines import BASELINES
-    from ..evaluation.crossval import inputs_for
-    from ..evaluation.evaluate import store_groups
 
     group_by, groups = store_groups(store, args.group_by)
     lc = learning_curve(inputs_for(store, list(BASELINES) + list(estimators)), store.correct,
@@ -242,11 +244,6 @@ def cmd_learning_curve(args) -> int:
 
 
 def cmd_prefix(args) -> int:
-    from ..evaluation.crossval import cv_folds
-    from ..evaluation.evaluate import store_groups
-    from ..estimators.prefix_controls import PREFIX_CONTROLS
-    from ..evaluation.prefix import evaluate_prefixes, write_prefix_evaluation
-
     store = open_labelled_store(args.store, args.allow_partial)
     out = Path(args.out) if args.out else Path(args.store) / "prefix"
     group_by, groups = store_groups(store, args.group_by)
@@ -268,9 +265,7 @@ def cmd_prefix(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    import csv
-
-    from ..evaluation.plots import euro_curves, reliability_diagram
+    from ..evaluation.plots import euro_curves, reliability_diagram  # heavy: matplotlib
 
     path = Path(args.predictions)
     if not path.is_file():
@@ -304,9 +299,20 @@ def add_train_export(sub, model_opts) -> None:
         t = sub.add_parser(name, help=hlp)
         add_store_arguments(t, out_required=True, out_help="probe folder (probe.json + safetensors)")
         t.add_argument("--estimator", default=None,
-                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked) or auto (chosen "
-                            "by 5-fold cross-validation on the training records); default: "
-                            "acute-pca10-stacked, with the cross-validated comparison recorded in probe.json")
+                       help="a probe from `acute evaluate`'s table (e.g. acute-pca10-stacked), a stack (acute-all, "
+                            "visible-all: exported as a stack folder) or auto (acute-all, visible-all or "
+                            "acute-pca10-stacked, chosen by benchmarks/every_signal.md's rule in grouped "
+                            "cross-validation on the training records); default: acute-pca10-stacked, with the "
+                            "cross-validated comparison of the probes recorded in probe.json")
+        t.add_argument("--for", dest="scoring_setting", choices=SCORING_SETTINGS, default=DEFAULT_SCORING_SETTING,
+                       help="where the gate will score: serve (chat requests: no benchmark metadata, a reply "
+                            "parser only for open-QA tasks), score (acute score with the task) or store (every "
+                            "source the store has); a stack and auto read only what it provides "
+                            "(default %(default)s)")
+        t.add_argument("--auto-folds", type=int, default=AUTO_FOLDS, metavar="K",
+                       help="with --estimator auto: folds of the grouped cross-validation (default %(default)s)")
+        t.add_argument("--auto-repeats", type=int, default=AUTO_REPEATS, metavar="R",
+                       help="with --estimator auto: repeats of it (default %(default)s)")
         t.add_argument("--view", choices=["mean", "early", "mid", "late", "cosine", "pca10", "pca20"], default=None,
                        help="a plain random-forest probe of this view (the paper's design)")
         t.add_argument("--layer", default=None, help="for --view mean: early, mid, late or a layer index")
@@ -416,8 +422,6 @@ def add_evaluate(sub, model_opts) -> None:
 def add_group_by(parser, certification: bool = False) -> None:
     """``--group-by``: the folds' and resamples' groups (evaluate, learning-curve), or what the
     held-out split, ``auto``'s comparison and a certificate's out-of-fold folds keep whole (train, export)."""
-    from ..evaluation.evaluate import RECORD_IDS
-
     what = ("keep each value of this record metadata field on one side of the held-out split (acute train), "
             "of auto's cross-validated comparison and of a certificate's out-of-fold folds" if certification else
             "folds that keep each value of this record metadata field on one side, and intervals that "

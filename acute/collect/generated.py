@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from pathlib import Path
 
-
+from ..engines import can_sample, check_engine, engine_record, open_engine
 from ..errors import InputError
 from ..fileio import progress_bar
 from ..store import POOLINGS, StoreWriter, finalize_store, prepare_store
@@ -21,8 +22,6 @@ from .records import CollectSummary, _task_label, build_manifest, example_record
 __all__ = ["collect"]
 
 
-# Long because most of it is the docstring and the resume/commit bookkeeping of one loop; the
-# work itself is generate_and_record and StoreWriter.
 def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: GenerationSettings | None = None, *,
             on_too_long: str = "skip", shard_size: int = 256, progress: bool = True, state=None,
             allow_other_weights: bool = False, engine_options: dict | None = None) -> CollectSummary:
@@ -69,21 +68,8 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     resume with others is refused). A record's ``cost``: ``greedy_seconds``, ``sample_seconds``
     (its share of its chunk's time), ``sample_tokens``.
     """
-    import warnings
-
-    from ..engines import check_engine, open_engine
-
     examples = list(examples)
-    if not examples:
-        raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
-    if on_too_long not in ("skip", "error"):
-        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
-    if generation is not None and not isinstance(generation, GenerationSettings):
-        raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
-                         f"{type(generation).__name__}")
-    generation = (generation or GenerationSettings()).for_task(task)
-    engine, chat, batch_size, dtype = generation.engine, generation.chat, generation.batch_size, generation.dtype
-    check_engine(engine)
+    generation = _checked_settings(task, examples, generation, on_too_long)
     rank, world = (0, 1) if state is None else (int(state.process_index), int(state.num_processes))
     parallel = world > 1
     out_dir = Path(out_dir)
@@ -91,17 +77,13 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     # that then refuses the corrected command)
     check_count(generation.max_new_tokens, "max_new_tokens")
     shard_size = check_count(shard_size, "shard_size")
-    task.prompt(tokenizer, examples[0], chat=chat)  # task options and templates fail here, not mid-run
-    generation = _sampling_engine(generation, engine)
+    task.prompt(tokenizer, examples[0], chat=generation.chat)  # task options and templates fail here, not mid-run
+    generation = _sampling_engine(generation, generation.engine)
     manifest = build_manifest(model, tokenizer, task, generation)
     manifest["checkpoints"] = DEFAULT_CHECKPOINTS  # the recorder and acute's vLLM connector both keep them
     if parallel:
         if rank == 0:
-            # part writers cannot agree on the poolings among themselves: a new store keeps them
-            # all, a store an older acute began keeps the mean only
-            fresh = not any(out_dir.glob("shard-*.safetensors"))
-            prepare_store(out_dir, {**manifest, **({"poolings": list(POOLINGS)} if fresh else {})},
-                          dtype=dtype, shard_size=shard_size, allow_other_weights=allow_other_weights)
+            _prepare_parts(out_dir, manifest, generation.dtype, shard_size, allow_other_weights)
         state.wait_for_everyone()  # the manifest exists before any part writer opens
     summary = CollectSummary(out_dir=str(out_dir))
     if parallel:
@@ -109,50 +91,18 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     start = time.perf_counter()
     # engine="vllm": vLLM generates in a worker process for the collection's length (acute.engines)
     # the manifest names the engine that ran and its version (vLLM's is known once it started)
-    with open_engine(engine, model, tokenizer, engine_options) as generate, \
-            StoreWriter(out_dir, {**manifest, **generate.record}, dtype=dtype, shard_size=shard_size,
+    with open_engine(generation.engine, model, tokenizer, engine_options) as generate, \
+            StoreWriter(out_dir, {**manifest, **generate.record}, dtype=generation.dtype, shard_size=shard_size,
                         part=rank if parallel else None, allow_other_weights=allow_other_weights) as writer:
         done = writer.done_ids
         if parallel:
             state.wait_for_everyone()  # every process has read the same done set before writing
-        todo = [ex for ex in examples if ex.id not in done]
-        summary.resumed = len(examples) - len(todo)
-        mine = todo[rank::world]
-        if len(mine) > shard_size:  # shards cut the recorder's chunks: sort across them
-            lengths = [len(tokenizer(task.prompt(tokenizer, ex, chat=chat), add_special_tokens=False)["input_ids"])
-                       for ex in mine]
-            mine = [mine[i] for i in length_windows(lengths, _chunk_size(batch_size))]
+        mine = _my_examples(examples, done, rank, world, tokenizer, task, generation, shard_size, summary)
         bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
                            + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
-
-        recorded = {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints}
-
-        def run_chunk(part):
-            prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
-            began = time.perf_counter()
-            with warnings.catch_warnings():
-                # skipped prompts are counted in the summary instead of one warning each
-                warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
-                gens = generate(prompts, generation, on_too_long=on_too_long, on_batch=bar.update, **recorded)
-            bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
-            greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
-            drawn = [None] * len(part) if generation.samples is None else _draw_samples(
-                model, tokenizer, task, part, prompts, gens, generation, sample=generate.sample)
-            records, kept = [], []
-            for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
-                if gen is None:
-                    summary.skipped_too_long += 1
-                    continue
-                rec = example_record(task, ex, prompt, gen)
-                rec["cost"] = {"greedy_seconds": round(greedy_seconds, 4)}
-                if extra is not None:
-                    rec["samples"], rec["cost"] = extra[0], {**rec["cost"], **extra[1]}
-                summary.unparseable += rec["parse_error"]
-                records.append(rec)
-                kept.append(gen)
-            return records, kept
-
-        _fill(writer, mine, run_chunk, batch_size=batch_size, summary=summary)
+        run_chunk = _chunk_recorder(model, tokenizer, task, generation, generate, on_too_long, bar, summary,
+                                    {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints})
+        _fill(writer, mine, run_chunk, batch_size=generation.batch_size, summary=summary)
         bar.close()
     if parallel:
         state.wait_for_everyone()  # every part committed
@@ -162,11 +112,83 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
     return _summarize(summary, out_dir, time.perf_counter() - start)
 
 
+def _checked_settings(task, examples: list, generation: GenerationSettings | None,
+                      on_too_long: str) -> GenerationSettings:
+    """``generation`` (default: the defaults) filled from ``task``, once the examples, the
+    ``on_too_long`` policy and the engine are known to be valid."""
+    if not examples:
+        raise InputError(f"task {task.name!r}: the dataset is empty (no examples to collect)")
+    if on_too_long not in ("skip", "error"):
+        raise InputError(f"on_too_long must be 'skip' or 'error', got {on_too_long!r}")
+    if generation is not None and not isinstance(generation, GenerationSettings):
+        raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
+                         f"{type(generation).__name__}")
+    generation = (generation or GenerationSettings()).for_task(task)
+    check_engine(generation.engine)
+    return generation
+
+
+def _prepare_parts(out_dir: Path, manifest: dict, dtype: str, shard_size: int, allow_other_weights: bool) -> None:
+    """The main process's manifest of a data-parallel collection, before any part writer opens."""
+    # part writers cannot agree on the poolings among themselves: a new store keeps them
+    # all, a store an older acute began keeps the mean only
+    fresh = not any(out_dir.glob("shard-*.safetensors"))
+    prepare_store(out_dir, {**manifest, **({"poolings": list(POOLINGS)} if fresh else {})},
+                  dtype=dtype, shard_size=shard_size, allow_other_weights=allow_other_weights)
+
+
+def _my_examples(examples: list, done, rank: int, world: int, tokenizer, task, generation: GenerationSettings,
+                 shard_size: int, summary: CollectSummary) -> list:
+    """This process's share of the examples not yet committed (every ``world``-th), sorted by
+    prompt length in windows when they fill more than one shard; counts the resumed ones."""
+    todo = [ex for ex in examples if ex.id not in done]
+    summary.resumed = len(examples) - len(todo)
+    mine = todo[rank::world]
+    if len(mine) > shard_size:  # shards cut the recorder's chunks: sort across them
+        lengths = [len(tokenizer(task.prompt(tokenizer, ex, chat=generation.chat),
+                                 add_special_tokens=False)["input_ids"]) for ex in mine]
+        mine = [mine[i] for i in length_windows(lengths, _chunk_size(generation.batch_size))]
+    return mine
+
+
+def _chunk_recorder(model, tokenizer, task, generation: GenerationSettings, generate, on_too_long: str, bar,
+                    summary: CollectSummary, recorded: dict):
+    """``run_chunk(part) -> (records, generations)`` for :func:`acute.collect.loop._fill`: a chunk of
+    examples generated (and sampled), labelled and costed; skipped and unparseable answers counted
+    in ``summary``."""
+    chat = generation.chat
+
+    def run_chunk(part):
+        prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
+        began = time.perf_counter()
+        with warnings.catch_warnings():
+            # skipped prompts are counted in the summary instead of one warning each
+            warnings.filterwarnings("ignore", message=r"prompts\[\d+\] has \d+ tokens")
+            gens = generate(prompts, generation, on_too_long=on_too_long, on_batch=bar.update, **recorded)
+        bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
+        greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
+        drawn = [None] * len(part) if generation.samples is None else _draw_samples(
+            model, tokenizer, task, part, prompts, gens, generation, sample=generate.sample)
+        records, kept = [], []
+        for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
+            if gen is None:
+                summary.skipped_too_long += 1
+                continue
+            rec = example_record(task, ex, prompt, gen)
+            rec["cost"] = {"greedy_seconds": round(greedy_seconds, 4)}
+            if extra is not None:
+                rec["samples"], rec["cost"] = extra[0], {**rec["cost"], **extra[1]}
+            summary.unparseable += rec["parse_error"]
+            records.append(rec)
+            kept.append(gen)
+        return records, kept
+
+    return run_chunk
+
+
 def _sampling_engine(generation: GenerationSettings, engine) -> GenerationSettings:
     """``generation`` with its samples' ``engine`` set to what draws them (the manifest records it);
     InputError for an engine that cannot draw samples (a vLLM server)."""
-    from ..engines import can_sample, engine_record
-
     if generation.samples is None:
         return generation
     if not can_sample(engine):

@@ -11,6 +11,8 @@ from typing import Any
 from .. import __version__
 from ..store.generation import GenerationSettings
 from ..store.identity import DEFAULT_ENGINE, ModelIdentity
+from ..engines import transformers_version
+from ..tasks.base import use_chat
 
 __all__ = ["CollectSummary", "build_manifest", "collection_settings", "example_record"]
 
@@ -65,9 +67,6 @@ def build_manifest(model, tokenizer, task, generation: GenerationSettings, *, en
     ``task`` is None (``task`` and ``task_settings`` None) for responses labelled by their
     ``label`` field, and ``max_new_tokens`` None for responses that were not generated here.
     """
-    from ..engines import transformers_version
-    from ..tasks.base import use_chat
-
     if engine_version is None and engine == "transformers":
         engine_version = transformers_version()
     identity = ModelIdentity.from_model(model, tokenizer, engine=engine, engine_version=engine_version)

@@ -19,6 +19,7 @@ from ..store.identity import ModelIdentity
 from ..validation import check_count
 from .loop import _fill, _summarize
 from .records import CollectSummary
+from ..engines import transformers_version
 
 __all__ = ["rerecord_store"]
 
@@ -33,8 +34,6 @@ _STORE_OWN_FIELDS = ("format", "format_version", "dtype", "created", "updated", 
 def _check_same_model(manifest: dict, model, store_dir: Path, allow_other_weights: bool) -> ModelIdentity:
     """The model's identity (:meth:`ModelIdentity.from_model`), after checking its fingerprint
     and weights against ``manifest``'s (:class:`ModelMismatchError` naming both)."""
-    from ..engines import transformers_version
-
     stored = ModelIdentity.from_manifest(manifest)
     here = ModelIdentity.from_model(model, engine_version=transformers_version())
     # a store without a fingerprint is checked on the weights only, as before it recorded one
@@ -92,7 +91,7 @@ def rerecord_store(model, tokenizer, store_dir: str | Path, out_dir: str | Path,
     store's (fingerprint, and weights unless ``allow_other_weights``): else
     :class:`ModelMismatchError` naming both. Resumable like :func:`collect`.
     """
-    from ..extraction import record_responses
+    from ..extraction import record_responses  # heavy: torch
 
     store_dir, out_dir = Path(store_dir), Path(out_dir)
     batch_size = check_count(batch_size, "batch_size")

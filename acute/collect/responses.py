@@ -15,6 +15,9 @@ from ..store import StoreWriter
 from ..validation import check_count
 from .loop import _fill, _summarize
 from .records import CollectSummary, _record, _task_label, build_manifest
+from ..models.prompts import normalize_messages
+from ..models import format_prompt
+from ..tasks import Example
 
 __all__ = ["ResponseRow", "collect_responses", "read_responses"]
 
@@ -61,8 +64,6 @@ def _string_list(value, where: str, what: str) -> list[str]:
 # Long because it is one rule per field, each with its own message; the rules are flat.
 def _response_row(obj: dict, where: str, lineno: int, task) -> ResponseRow:
     """Validate one JSON object of a responses file (``where`` = "file:line")."""
-    from ..models.prompts import normalize_messages
-
     rid = obj.get("id")
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
         raise TaskDataError(f"{where}: needs an 'id' (a string or an integer), got {rid!r}")
@@ -136,16 +137,12 @@ def read_responses(path: str | Path, task=None) -> list[ResponseRow]:
 
 def _row_prompt(tokenizer, row: ResponseRow, chat: bool | None) -> str:
     """A row's prompt as sent: the string as is, messages through :func:`format_prompt`."""
-    from ..models import format_prompt
-
     return row.prompt if isinstance(row.prompt, str) else format_prompt(tokenizer, row.prompt, chat=chat)
 
 
 def _row_label(task, row: ResponseRow, where: str) -> dict:
     """``answer, gold, correct, parse_error, meta`` of a row: from its ``label`` field, or from
     ``task``'s correctness check of the response against the row's answers."""
-    from ..tasks import Example
-
     if task is None:
         return {"answer": None, "gold": list(row.answers or []), "correct": bool(row.label),
                 "parse_error": False, "meta": dict(row.meta)}
@@ -171,8 +168,8 @@ def _bad_responses(model, tokenizer, rows: Sequence[ResponseRow], prompts: Seque
                    path: Path) -> dict[int, tuple[str, str]]:
     """``{index: (kind, message)}`` of the rows that cannot be recorded: an empty response
     (``"empty"``) or prompt + response + EOS longer than the context window (``"too_long"``)."""
-    from ..extraction import context_window
-    from ..extraction.batching import tokenize
+    from ..extraction import context_window  # heavy: torch
+    from ..extraction.batching import tokenize  # heavy: torch
 
     limit = context_window(model)
     p_len = [len(ids) for ids in tokenize(tokenizer, list(prompts))]
@@ -215,7 +212,7 @@ def collect_responses(model, tokenizer, path: str | Path, out_dir: str | Path,
     (``"error"``). Resumable like :func:`collect`: rows whose ids the store holds are skipped.
     Returns a :class:`CollectSummary`.
     """
-    from ..extraction import record_responses
+    from ..extraction import record_responses  # heavy: torch
 
     path = Path(path)
     generation = generation or GenerationSettings()

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import InputError
 from ..store.identity import DEFAULT_ENGINE  # the one default: a store or probe without an engine ran on it
+from .vllm import VllmEngine, model_folder
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "Generator", "open_engine"]
 
@@ -35,8 +36,8 @@ def check_engine(engine: Any) -> Any:
 def transformers_version() -> str:
     """The version of the transformers engine as a validity domain records it: transformers' and
     torch's (``"4.57.1 (torch 2.8.0)"``): the kernels that compute the states are torch's."""
-    import torch
-    import transformers
+    import torch  # heavy: torch
+    import transformers  # heavy: transformers
 
     return f"{transformers.__version__} (torch {torch.__version__})"
 
@@ -86,15 +87,14 @@ def open_engine(engine: Any, model: Any, tokenizer: Any,
                         *engine_record(engine).values(), sample=_vllm_sampler(engine, model, tokenizer))
         return
     if engine == "transformers":
-        from ..extraction import generate_with
-        from ..extraction.sampling import sample_answers
+        from ..extraction import generate_with  # heavy: torch
+        from ..extraction.sampling import sample_answers  # heavy: torch
 
         yield Generator(lambda prompts, settings, **kw: generate_with(model, tokenizer, prompts, settings, **kw),
                         *engine_record().values(),
                         sample=lambda prompts, keys, settings, **kw: sample_answers(model, tokenizer, prompts, keys,
                                                                                     settings, **kw))
         return
-    from .vllm import VllmEngine, model_folder
 
     dtype = str(getattr(model, "dtype", "float32")).replace("torch.", "")
     with VllmEngine(model_folder(model), dtype=dtype, **(options or {})) as vllm_engine:

@@ -52,7 +52,7 @@ def read_pooled(path: str, where: str, n_tokens: int, wait_s: float = POOLED_WAI
     kept token: those positions come off the sum, and checkpoints past it are dropped.
     :class:`EngineError` naming ``where`` and the file's name (not its folder) when it never
     arrives, does not hold ``n_tokens`` positions or lacks the checkpoints asked for."""
-    from safetensors.numpy import load_file
+    from safetensors.numpy import load_file  # lazy: import time
 
     name = os.path.basename(path)
     deadline = time.monotonic() + wait_s
@@ -141,8 +141,8 @@ class PooledEngine:
         callback) they are read live and a row it stops ends there (:mod:`acute.engines.live`;
         InputError, :func:`~acute.engines.live.stop_early_refusal`, when the connector cannot).
         """
-        from ..extraction import Generation
-        from ..extraction.batching import check_strings, cut_at_stop
+        from ..extraction import Generation  # heavy: torch
+        from ..extraction.batching import check_strings, cut_at_stop  # heavy: torch
 
         if settings.pool != "decoding":
             raise InputError(f"the vLLM engine pools the 'decoding' positions only, got pool={settings.pool!r}")
@@ -198,7 +198,7 @@ class PooledEngine:
         token (what the question-only probe reads, equal to
         :func:`acute.extraction.record_prompt_states`' up to float rounding), from one prefill
         and one generated token each (vLLM caches a position's states once it is fed)."""
-        from ..extraction.batching import check_strings
+        from ..extraction.batching import check_strings  # heavy: torch
 
         prompts = check_strings(prompts, "prompts")
         encoded, keep, _ = self._encode(tokenizer, prompts, model, 0, on_too_long, None)
@@ -221,7 +221,7 @@ class PooledEngine:
         """Token ids, the indices that fit and the EOS ids, as the transformers recorder has them;
         a prompt that fits the model's context window but not the engine's (``max_model_len``)
         is skipped or refused likewise."""
-        from ..extraction.batching import encode_prompts, resolve_eos, tokenize
+        from ..extraction.batching import encode_prompts, resolve_eos, tokenize  # heavy: torch
 
         if eos_token_ids is None:
             eos_token_ids = (resolve_eos(model, tokenizer) if model is not None

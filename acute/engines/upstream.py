@@ -89,7 +89,7 @@ class UpstreamEngine(PooledEngine):
     # -- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> UpstreamEngine:
-        import httpx
+        import httpx  # optional: httpx
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="acute-upstream", daemon=True)
@@ -172,7 +172,7 @@ class UpstreamEngine(PooledEngine):
     # -- requests ----------------------------------------------------------------------------
 
     async def _get(self, route: str) -> dict:
-        import httpx
+        import httpx  # optional: httpx
 
         try:
             answer = await self._client.get(route)
@@ -181,7 +181,7 @@ class UpstreamEngine(PooledEngine):
         return _json(answer, f"GET {route}")
 
     async def _post(self, body: dict, where: str) -> dict:
-        import httpx
+        import httpx  # optional: httpx
 
         try:
             answer = await self._client.post("/v1/completions", json=body)

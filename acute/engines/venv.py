@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EngineError
+from ..models import acute_home
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +35,6 @@ _READY = "acute-vllm-ready"
 
 
 def vllm_env_dir() -> Path:
-    from ..models import acute_home
-
     return Path(acute_home()) / "vllm-venv"
 
 

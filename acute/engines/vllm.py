@@ -30,6 +30,7 @@ from ..errors import EngineError
 from ..store.generation import GenerationSettings
 from .pooled import PooledEngine
 from .vllm_worker import KNOWN_VERSIONS
+from ..models import acute_home
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ def find_vllm_python() -> str:
     """The Python that runs vLLM: ``$ACUTE_VLLM_PYTHON``, else this one when it has vLLM, else
     ``$ACUTE_HOME/vllm-venv/bin/python`` when it exists. Raises :class:`EngineError` naming the
     extra and the versions known to work otherwise."""
-    from ..models import acute_home
-
     given = os.environ.get("ACUTE_VLLM_PYTHON")
     if given:
         if not Path(given).exists():

@@ -62,6 +62,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
     ExampleHiddenStatesConnectorMetadata,
 )
 
+__all__ = ["AcutePoolingConnector", "AcuteWorkerExtension", "CHECKPOINTS_KEY", "POOLED_NAME_KEY",
+           "POOLED_PATH_KEY"]
+
 logger = logging.getLogger(__name__)
 
 #: The kv_transfer_params key under which a finished request names its pooled file.
@@ -231,7 +234,7 @@ class AcutePoolingConnector(ExampleHiddenStatesConnector):
             self._pending_saves.pop(req_id, None)
             return False, None
         filename = self._named(request) or filename
-        from vllm.v1.request import RequestStatus
+        from vllm.v1.request import RequestStatus  # optional: vllm
 
         prompt_len = len(request.prompt_token_ids)
         # positions whose states are cached: all but the final token, and none the engine has
@@ -358,7 +361,7 @@ class AcuteWorkerExtension:
     pooling connector, and reports what it wrote."""
 
     def acute_attach_norm(self) -> dict:
-        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        from vllm.distributed.kv_transfer import get_kv_transfer_group  # optional: vllm
 
         model = self.model_runner.get_model()
         inner = getattr(model, "model", model)
@@ -369,7 +372,7 @@ class AcuteWorkerExtension:
                 "num_layers": len(getattr(inner, "layers", []))}
 
     def acute_connector_stats(self) -> dict:
-        from vllm.distributed.kv_transfer import get_kv_transfer_group
+        from vllm.distributed.kv_transfer import get_kv_transfer_group  # optional: vllm
 
         connector = get_kv_transfer_group()
         return {"bytes_written": connector.bytes_written,

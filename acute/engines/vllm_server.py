@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .vllm_worker import kv_transfer_config, speculative_config
+from .vllm import find_vllm_python
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
     """Linux: the server gets SIGTERM when the process that started it dies (even by SIGKILL)."""
     os.setsid()
     if sys.platform.startswith("linux"):
-        import ctypes
+        import ctypes  # optional: Linux
 
         with_libc = ctypes.CDLL("libc.so.6", use_errno=True)
         with_libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -135,8 +136,6 @@ class VllmServer:
         self._log = None
 
     def __enter__(self) -> VllmServer:
-        from .vllm import find_vllm_python
-
         python = self.python or find_vllm_python()
         layers = model_layers(self.model)
         self._tmp = tempfile.mkdtemp(prefix="acute-vllm-server-", dir=self.workdir)
@@ -161,7 +160,7 @@ class VllmServer:
         return self
 
     def _wait_ready(self) -> None:
-        import httpx
+        import httpx  # optional: httpx
 
         started = time.monotonic()
         while True:

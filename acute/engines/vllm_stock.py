@@ -15,6 +15,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connecto
     ExampleHiddenStatesConnectorMetadata,
 )
 
+__all__ = ["CpuHiddenStatesConnector"]
+
 
 class CpuHiddenStatesConnector(ExampleHiddenStatesConnector):
     """The stock connector, synchronous: one safetensors file of ``[N-1, L+1, d]`` per request."""

@@ -38,6 +38,8 @@ import time
 import traceback
 from typing import Any
 
+__all__ = ["KNOWN_VERSIONS", "kv_transfer_config", "speculative_config"]
+
 #: vLLM versions this worker and the pooling connector were checked against.
 KNOWN_VERSIONS = ("0.32.0",)
 
@@ -140,7 +142,7 @@ class Worker:
         self.sampler_load_seconds = 0.0
 
     def start(self, cmd: dict) -> dict:
-        import vllm
+        import vllm  # optional: vllm
 
         if vllm.__version__ not in KNOWN_VERSIONS and not cmd.get("any_version"):
             raise RuntimeError(f"vLLM {vllm.__version__} is not a version acute's pooling connector "
@@ -159,8 +161,8 @@ class Worker:
                 **info}
 
     def generate(self, cmd: dict) -> dict:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm import SamplingParams  # optional: vllm
+        from vllm.inputs import TokensPrompt  # optional: vllm
 
         params = SamplingParams(temperature=0.0, max_tokens=int(cmd["max_new_tokens"]), logprobs=0,
                                 stop=list(cmd.get("stop") or []) or None,

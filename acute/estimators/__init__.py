@@ -16,8 +16,12 @@
 * :mod:`~acute.estimators.plan`: the planner (each source of a store computed once; each estimator
   declares the pieces it needs and :class:`FitPlan` fits each piece once for every estimator of a fold);
 * :mod:`~acute.estimators.probes`: :class:`ActivationProbe`, the random-forest probe;
-* :mod:`~acute.estimators.probe_file`: the probe folder (safetensors + JSON) and its numpy scorer;
-* :mod:`~acute.estimators.registry`: every estimator by name, the default and ``auto``.
+* :mod:`~acute.estimators.probe_format`: the probe folder on disk (safetensors + JSON) and its rules;
+* :mod:`~acute.estimators.exported_probe`: :class:`ExportedProbe`, a probe scored in numpy;
+* :mod:`~acute.estimators.probe_file`: :func:`load_probe`, a probe folder read and validated;
+* :mod:`~acute.estimators.probe_names`: the probe names and the probe each makes;
+* :mod:`~acute.estimators.auto`: :class:`AutoEstimator`, ``auto``;
+* :mod:`~acute.estimators.registry`: every estimator by name and the default.
 
 Training a probe for export (:func:`acute.evaluation.train_probe`) belongs to
 :mod:`acute.evaluation`, which compares and certifies it. The names below are the package's
@@ -28,10 +32,12 @@ from __future__ import annotations
 
 from .baselines import ConfidenceEstimator
 from .inputs import Inputs
-from .probe_file import ExportedProbe, load_probe
+from .exported_probe import ExportedProbe
+from .probe_file import load_probe
 from .probes import ActivationProbe
-from .registry import (AUTO, AUTO_CANDIDATES, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, AutoEstimator,
-                       make_estimator)
+from .auto import AutoEstimator
+from .probe_names import AUTO_CANDIDATES
+from .registry import AUTO, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, make_estimator
 
 __all__ = [
     "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError
 
 from ..errors import InputError
 from .calibration import make_calibrator
@@ -53,8 +54,6 @@ class ConfidenceEstimator(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X: Any) -> np.ndarray:
         if not hasattr(self, "calibrator_"):
-            from sklearn.exceptions import NotFittedError
-
             raise NotFittedError(f"ConfidenceEstimator({self.baseline!r}) is not fitted yet; call fit first")
         return self.calibrator_.predict_proba(check_inputs(X, self)[CONFIDENCE])
 

@@ -58,10 +58,13 @@ from typing import Any, Sequence
 import numpy as np
 from scipy.special import logit
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError
+from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..validation import check_confidence, check_correct
 from .inputs import CONFIDENCE, METADATA, QUESTION, check_inputs, check_no_weights
+from ..metrics import auroc
 
 __all__ = [
     "CONTROLS",
@@ -111,8 +114,6 @@ def logit_confidence(confidence: Any, n: int) -> np.ndarray:
 
 def _unfitted(obj: Any, attr: str) -> None:
     if not hasattr(obj, attr):
-        from sklearn.exceptions import NotFittedError
-
         raise NotFittedError(f"{type(obj).__name__} is not fitted yet; call fit first")
 
 
@@ -120,9 +121,8 @@ def logistic_cv(features, y: np.ndarray, random_state: int):
     """L2 logistic regression, strength by inner stratified CV on log-loss (fewer folds when a
     class is rare). Fitted on one BLAS thread: on a thousand records threads only cost (a
     reply-surface fit took 6.3 s on two threads of a busy 2-core machine, 0.5 s on one)."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import GridSearchCV, StratifiedKFold
-    from threadpoolctl import threadpool_limits
+    from sklearn.linear_model import LogisticRegression  # heavy: sklearn
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold  # heavy: sklearn
 
     k = int(min(_INNER_CV, np.bincount(y, minlength=2).min()))
     if k < 2:
@@ -183,7 +183,7 @@ class MetadataPlatt(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _features(self, X: Any):
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # heavy: scipy
 
         meta = np.asarray(X[METADATA], dtype=object)
         if meta.ndim != 2:
@@ -192,7 +192,7 @@ class MetadataPlatt(ClassifierMixin, BaseEstimator):
                           self.encoder_.transform(meta)]).tocsr()
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MetadataPlatt:
-        from sklearn.preprocessing import OneHotEncoder
+        from sklearn.preprocessing import OneHotEncoder  # heavy: sklearn
 
         check_no_weights(self, sample_weight)
         X = check_inputs(X, self)
@@ -232,13 +232,13 @@ class TextPlatt(ClassifierMixin, BaseEstimator):
         return texts
 
     def _features(self, texts: list[str], confidence: Any):
-        import scipy.sparse as sp
+        import scipy.sparse as sp  # heavy: scipy
 
         return sp.hstack([sp.csr_matrix(logit_confidence(confidence, len(texts))),
                           self.vectorizer_.transform(texts)]).tocsr()
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> TextPlatt:
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.feature_extraction.text import TfidfVectorizer  # heavy: sklearn
 
         check_no_weights(self, sample_weight)
         X = check_inputs(X, self)
@@ -262,8 +262,6 @@ def within_group_auroc(confidence: Any, correct: Any, groups: Sequence[Any]) -> 
     groups' sizes: how well the confidence ranks answers to questions of the same kind, which a
     calibrator that only knows the kind cannot do. Groups with one class have no AUROC and are
     left out; returns ``(value, names of the groups left out)``, value NaN when none is left."""
-    from ..metrics import auroc
-
     conf = check_confidence(confidence)
     y = check_correct(correct, conf.size)
     g = np.asarray([str(v) for v in groups], dtype=object)

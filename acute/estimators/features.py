@@ -31,11 +31,14 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, clone
+from sklearn.exceptions import NotFittedError
+from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..store.pooling import DEFAULT_POOLING
 from ..validation import check_correct
 from .inputs import CONFIDENCE, check_inputs, states_source
+from .folds import out_of_fold, stratified_folds
 
 NAMED_LAYERS = ("early", "mid", "late")
 VIEWS = ("mean", "early", "mid", "late", "cosine", "pca10", "pca20")
@@ -103,7 +106,7 @@ def layer_thirds(n_layer_outputs: int) -> dict[str, np.ndarray]:
 
 def _search_forest(n_features: int, *, n_estimators: int, max_depth: int | None,
                    max_features: Any, n_jobs: int | None, random_state: int | None):
-    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.ensemble import RandomForestClassifier  # heavy: sklearn
 
     if isinstance(max_features, Integral) and not isinstance(max_features, bool):
         max_features = min(int(max_features), n_features)
@@ -138,9 +141,7 @@ def search_layer(
     threads and predict on one (scikit-learn adds threaded trees' probabilities in the order the
     threads finish), so the scores and the choice do not depend on ``n_jobs``.
     """
-    from sklearn.metrics import brier_score_loss
-
-    from .folds import out_of_fold, stratified_folds
+    from sklearn.metrics import brier_score_loss  # heavy: sklearn
 
     candidates = np.asarray(candidates, dtype=np.int64)
     if candidates.size == 0:
@@ -204,8 +205,6 @@ class _LayerMeansTransformer(TransformerMixin, BaseEstimator):
 
     def _check_transform_input(self, X: Any) -> np.ndarray:
         if not hasattr(self, "n_layer_outputs_"):
-            from sklearn.exceptions import NotFittedError
-
             raise NotFittedError(f"{type(self).__name__} is not fitted yet; call fit first")
         X = self._states(X)
         if X.shape[1:] != (self.n_layer_outputs_, self.hidden_size_):
@@ -373,8 +372,6 @@ def _single_thread_blas():
     The per-layer matrices are small (d ~ 600); multi-threaded OpenBLAS gains little on them
     and, on a busy machine, spin-waiting threads made LayerPCA.fit 20x slower (measured).
     """
-    from threadpoolctl import threadpool_limits
-
     return threadpool_limits(limits=1, user_api="blas")
 
 
@@ -407,7 +404,7 @@ def top_components(x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.nd
     ``xc xc' / (n - 1)`` give the same eigenvalues and, through ``xc' u``, the same directions,
     for a problem of n instead of d; the covariance path stays for a (near-)degenerate layer
     whose top m eigenvalues are not all clearly positive."""
-    from scipy.linalg import eigh
+    from scipy.linalg import eigh  # heavy: scipy
 
     n, d = x.shape
     mean = x.mean(axis=0)
@@ -463,7 +460,7 @@ class LayerPCA(_LayerMeansTransformer):
                 f"LayerPCA(n_components={m}) needs n_components <= min(n_train, d) = "
                 f"min({n}, {d}) = {min(n, d)}"
             )
-        from sklearn.decomposition import PCA
+        from sklearn.decomposition import PCA  # heavy: sklearn
 
         means = np.empty((n_out, d), dtype=np.float64)
         components = np.empty((n_out, m, d), dtype=np.float64)

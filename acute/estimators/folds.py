@@ -37,7 +37,7 @@ def stratified_folds(correct: Any, n_splits: int, seed: int | None, groups: Sequ
     same settings, so the records sharing a value are held out together; fewer distinct values
     than folds is an :class:`InputError` naming ``group_name``.
     """
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold  # heavy: sklearn
 
     y = np.asarray(correct).astype(np.int64)
     if groups is None:

@@ -44,7 +44,7 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils.validation import check_is_fitted
 
 from ..errors import InputError
-from ..tasks.tool_calls import parse_reply_calls
+from ..tasks.tool_calls import bracket_depths, parse_reply_calls
 from ..validation import check_correct
 from .baselines import ConfidenceEstimator
 from .controls import TextPlatt
@@ -174,22 +174,11 @@ def bracket_state(text: str) -> tuple[bool, int, bool]:
     tag has opened, how many brackets are open at its end (JSON strings inside brackets
     respected), whether a bracketed value has closed back to no open bracket or a
     ``</tool_call>`` tag has closed."""
-    depth, in_string, escaped, opened, closed = 0, False, False, False, False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch in "[{":
-            depth, opened = depth + 1, True
-        elif ch in "]}" and depth:
-            depth -= 1
-            closed = closed or depth == 0
-        elif ch == '"' and depth:
-            in_string = True
+    depth, opened, closed = 0, False, False
+    for _, after in bracket_depths(text):
+        opened = opened or after > depth
+        closed = closed or (after < depth and after == 0)
+        depth = after
     return opened or "<tool_call>" in text, depth, closed or "</tool_call>" in text
 
 

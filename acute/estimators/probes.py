@@ -22,6 +22,7 @@ from typing import Any, Hashable
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.exceptions import NotFittedError
 
 from ..fileio import json_ready
 from ..errors import InputError
@@ -41,13 +42,9 @@ from .calibration import CALIBRATIONS, calibration_scores, calibrator_arrays, pr
 from .folds import Folds, folds_digest, out_of_fold, stratified_folds
 from .inputs import CONFIDENCE, Inputs, check_inputs, states_source
 from .plan import Piece, shared_pieces
-from .probe_file import (
-    FORMAT,
-    ExportedProbe,
-    model_block,
-    view_kind,
-    forest_arrays,
-)
+from .exported_probe import ExportedProbe, forest_arrays, model_block
+from .probe_format import FORMAT, view_kind
+from .. import __version__
 
 __all__ = ["ActivationProbe", "OOF_SOURCES"]
 
@@ -178,7 +175,7 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
         )
 
     def _forest(self, n_features: int, oob: bool = False):
-        from sklearn.ensemble import RandomForestClassifier
+        from sklearn.ensemble import RandomForestClassifier  # heavy: sklearn
 
         max_features = self.max_features
         if isinstance(max_features, Integral) and not isinstance(max_features, bool):
@@ -342,8 +339,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "forest_"):
-            from sklearn.exceptions import NotFittedError
-
             raise NotFittedError("ActivationProbe is not fitted yet; call fit first")
 
     def predict_proba(self, X: Any, *, calibrated: bool = True) -> np.ndarray:
@@ -391,7 +386,6 @@ class ActivationProbe(ClassifierMixin, BaseEstimator):
             arrays["pca.means"] = np.ascontiguousarray(self.featurizer_.means_)
             arrays["pca.components"] = np.ascontiguousarray(self.featurizer_.components_)
         arrays.update(calibrator_arrays(self.calibration, self.calibrator_))
-        from acute import __version__
 
         summary = dict(self.training_summary_)
         summary.update(training_summary or {})

@@ -46,7 +46,7 @@ from sklearn.linear_model import LogisticRegression
 from ..errors import InputError
 from ..validation import check_correct
 from .folds import Folds, folds_digest, out_of_fold, stratified_folds
-from .inputs import GROUPS, Inputs, check_inputs, check_no_weights, is_states_source
+from .inputs import GROUPS, Inputs, check_inputs, check_no_weights
 from .plan import Piece, estimator_key, needs, shared_pieces
 
 __all__ = ["STACKS", "STACK_MEMBERS", "StackEstimator", "stack_logits"]
@@ -98,10 +98,6 @@ class StackEstimator(ClassifierMixin, BaseEstimator):
     def sources(self) -> tuple[str, ...]:
         """Every source a first-level estimator reads (a fit uses those present)."""
         return tuple(dict.fromkeys(s for _, est in self._members() for s in est.sources))
-
-    def reads_states(self) -> bool:
-        """Whether any first-level estimator reads hidden states."""
-        return any(is_states_source(s) for s in self.sources)
 
     def _members(self) -> list[tuple[str, Any]]:
         members = list(self.estimators)

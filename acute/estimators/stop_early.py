@@ -15,7 +15,7 @@ Only the fitted checkpoints are checked: the certificate bounds the rule "stop a
 these checkpoints whose score is below the threshold", so a checkpoint past the last one
 (96, 128, ... of the default schedule) is never checked (:meth:`StopEarlyModel.checks`).
 
-On disk (written and read by :mod:`acute.estimators.probe_file`) it is the folder
+On disk (written and read by :mod:`acute.estimators.stop_early_folder`) it is the folder
 ``stop-early/`` of a probe folder: one probe folder per checkpoint (``k4/``, ``k8/``, ...) and
 ``calibration.safetensors`` (``checkpoints`` int64 [J], ``scores`` float64 [n, J], ``trusted``
 and ``correct`` uint8 [n]); the answer probe's ``probe.json`` names them with their sha256.

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..tasks.tool_calls import REPLY_FIELDS
@@ -180,8 +181,8 @@ class TextComponents(TransformerMixin, BaseEstimator):
         self.random_state = random_state
 
     def fit(self, texts: Any, y: Any = None) -> TextComponents:
-        from sklearn.decomposition import TruncatedSVD
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.decomposition import TruncatedSVD  # heavy: sklearn
+        from sklearn.feature_extraction.text import TfidfVectorizer  # heavy: sklearn
 
         texts = list(texts)
         min_df = 2 if len(texts) >= _MIN_DF_RECORDS else 1
@@ -245,10 +246,10 @@ class VisibleControl(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     def _pipeline(self, n_numeric: int):
-        from sklearn.compose import ColumnTransformer
-        from sklearn.ensemble import HistGradientBoostingClassifier
-        from sklearn.pipeline import Pipeline
-        from sklearn.preprocessing import FunctionTransformer
+        from sklearn.compose import ColumnTransformer  # heavy: sklearn
+        from sklearn.ensemble import HistGradientBoostingClassifier  # heavy: sklearn
+        from sklearn.pipeline import Pipeline  # heavy: sklearn
+        from sklearn.preprocessing import FunctionTransformer  # heavy: sklearn
 
         columns = ColumnTransformer([  # two TextComponents: two vocabularies, two SVDs
             ("numeric", FunctionTransformer(_as_float), list(range(n_numeric))),
@@ -264,8 +265,6 @@ class VisibleControl(ClassifierMixin, BaseEstimator):
     # gain (a fit took 14 s on two threads of a busy 2-core machine, 1.5 s on one); the trees and
     # the probabilities are the same either way (tests/evaluation/test_visible_control.py).
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> VisibleControl:
-        from threadpoolctl import threadpool_limits
-
         check_no_weights(self, sample_weight)
         inputs = check_inputs(X, self)
         X = _check_visible(inputs[VISIBLE])
@@ -278,8 +277,6 @@ class VisibleControl(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        from threadpoolctl import threadpool_limits
-
         check_is_fitted(self, "pipeline_")
         inputs = check_inputs(X, self)
         X = _check_visible(inputs[VISIBLE])
@@ -320,7 +317,7 @@ class SurfacePlatt(ClassifierMixin, BaseEstimator):
         return x if self.encoder_ is None else np.hstack([x, self.encoder_.transform(self._levels(X)).toarray()])
 
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> SurfacePlatt:
-        from sklearn.preprocessing import OneHotEncoder, StandardScaler
+        from sklearn.preprocessing import OneHotEncoder, StandardScaler  # heavy: sklearn
 
         check_no_weights(self, sample_weight)
         inputs = check_inputs(X, self)

@@ -4,7 +4,11 @@ its files, learning curves, transfer between tasks, and the figures.
 * :mod:`~acute.evaluation.crossval`: repeated stratified k-fold grouped by id, out-of-fold predictions;
 * :mod:`~acute.evaluation.table`: metric rows from predictions (intervals, paired differences);
 * :mod:`~acute.evaluation.markdown`: the paper-style results table;
-* :mod:`~acute.evaluation.evaluate`: :func:`evaluate_store` (returns an :class:`EvaluationResult`);
+* :mod:`~acute.evaluation.evaluate`: :func:`evaluate_store` (takes an :class:`EvaluationSettings`,
+  returns an :class:`EvaluationResult`), which runs :mod:`~acute.evaluation.sources` (the controls
+  a store can feed), :mod:`~acute.evaluation.predictions` (out-of-fold or held-out),
+  :mod:`~acute.evaluation.grouping` (the groups folds and resamples keep together) and
+  :mod:`~acute.evaluation.result`;
 * :mod:`~acute.evaluation.writer`: :func:`write_evaluation` (results.md/.csv/.json, predictions, plots),
   :func:`read_predictions` and :func:`read_folds` (the out-of-fold predictions and their folds back);
 * :mod:`~acute.evaluation.learning_curve`, :mod:`~acute.evaluation.transfer`;
@@ -24,14 +28,16 @@ import importlib
 
 from .certification import certify_probe
 from .crossval import split_ids
-from .evaluate import EvaluationResult, evaluate_store
+from .evaluate import evaluate_store
+from .result import EvaluationResult
+from .settings import EvaluationSettings
 from .table import evaluate_predictions
 from .writer import read_folds, read_predictions, write_evaluation
 
 #: public names whose module is imported on first use
 _LAZY = {"TrainedProbe": "training", "train_probe": "training"}
 
-__all__ = ["EvaluationResult", "TrainedProbe", "certify_probe", "evaluate_predictions", "evaluate_store",
+__all__ = ["EvaluationResult", "EvaluationSettings", "TrainedProbe", "certify_probe", "evaluate_predictions", "evaluate_store",
            "read_folds", "read_predictions", "split_ids", "train_probe", "write_evaluation"]
 
 

@@ -12,7 +12,7 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
   ``--view`` probe the same folds are fitted here (:func:`acute.estimators.folds.out_of_fold`).
   When the store's task groups its records (``default_group_by``: APIGen and BFCL keep a tool
   set together) or ``group_by`` names a metadata field, the folds are grouped as the
-  evaluation's are (:func:`acute.evaluation.evaluate.store_groups`,
+  evaluation's are (:func:`acute.evaluation.grouping.store_groups`,
   ``StratifiedGroupKFold``): no group is on both sides of a split; ``auto``'s comparison ran on
   the same grouped folds (:func:`acute.evaluation.training.train_probe`), so its predictions
   are still the ones reused, and a named probe is cross-fitted on them. Each record's
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
@@ -56,6 +57,8 @@ from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, cer
 from ..metrics.drift import confidence_reference
 from ..store.identity import ModelIdentity, domain_change
 from ..store.pooling import store_states
+from .grouping import store_groups
+from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
 
 __all__ = ["CV_FOLDS", "calibration_confidence", "certify_checked", "certify_probe", "check_calibration_store",
            "check_certification"]
@@ -172,10 +175,8 @@ def _train_index(trained, store) -> np.ndarray:
 
 def _groups(store, idx: np.ndarray, group_by: str | None) -> tuple[str | None, list[str] | None]:
     """``(field, values)`` of the training records ``idx`` that the out-of-fold calibration keeps
-    apart (:func:`acute.evaluation.evaluate.store_groups`: ``group_by``, else the store's task's
+    apart (:func:`acute.evaluation.grouping.store_groups`: ``group_by``, else the store's task's
     grouping; ``(None, None)``: records one by one)."""
-    from .evaluate import store_groups
-
     return store_groups(store, group_by, [store.ids[i] for i in idx])
 
 
@@ -184,10 +185,6 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
     :data:`CV_FOLDS` stratified folds (grouped by ``groups``): ``auto``'s (``reused``), when its
     comparison ran on exactly these folds (:func:`acute.evaluation.training.train_probe` gives it
     the grouped ones), else a clone of the probe fitted on each fold."""
-    from sklearn.base import clone
-
-    from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
-
     y = np.asarray(store.correct)[idx].astype(np.int64)
     folds = stratified_folds(y, CV_FOLDS, seed, groups=groups)
     auto = trained.auto

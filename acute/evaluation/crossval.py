@@ -20,6 +20,7 @@ import math
 import os
 import time
 import warnings
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -31,6 +32,7 @@ from ..estimators.plan import FitPlan, store_inputs
 from ..estimators.registry import estimator_sources, make_estimator
 from ..errors import InputError
 from ..metrics import metric_over_resamples
+from ..fileio import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -147,8 +149,6 @@ def cross_val_predictions(names: Sequence[str], X: Inputs, correct: Any,
     nor are their seconds added to ``timings`` (see :func:`fit_predict`).
     The key does not cover acute's own code: after changing an estimator's code, delete the
     folder."""
-    from itertools import islice
-
     y = np.asarray(correct).astype(np.int64)
     conf = np.asarray(X.get(CONFIDENCE, np.zeros(0)), dtype=np.float64)
     n = y.size
@@ -213,8 +213,6 @@ def _read_fold(path: Path, names: Sequence[str], size: int) -> dict[str, np.ndar
 
 
 def _write_fold(path: Path, preds: Mapping[str, np.ndarray]) -> None:
-    from ..fileio import atomic_path
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:

@@ -30,8 +30,14 @@ highest auc-euro at the largest size ("best baseline") next to the requested pro
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import math
+import time
+from itertools import islice
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +47,12 @@ from ..estimators.inputs import Inputs
 from ..estimators.registry import ESTIMATORS, estimator_group, is_estimator
 from ..errors import InputError
 from ..metrics.specs import best_of
+from .. import metrics
+from ..estimators.folds import out_of_fold
+from .crossval import cv_folds, fit_predict
+from ..validation import check_count
+from ..fileio import json_ready, write_text_atomic
+from ..metrics.resampling import percentile_interval
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +147,6 @@ class LearningCurve:
         """Per size: ``size``, ``mean`` (over repeats), ``sd`` (of the repeats; NaN with one) and
         the 95% interval ``ci_low``/``ci_high`` of :data:`INTERVAL_METHOD` (module doc): it
         holds ``mean`` and lies in the metric's range."""
-        from ..metrics.resampling import percentile_interval
-
         lo_range, hi_range = METRIC_RANGES.get(metric, (-math.inf, math.inf))
         out = []
         for i, (size, row) in enumerate(zip(self.sizes, self.values[name][metric])):
@@ -208,7 +218,7 @@ def learning_curve(X: Inputs, correct: Any, ids: Sequence[Any], *,
     unknown estimator (listing the known names), a size larger than a training fold, too few
     records of a class for the folds, or ``n_bootstrap < 1``.
 
-    ``evaluation``: the :class:`acute.evaluation.evaluate.EvaluationResult` of these same records
+    ``evaluation``: the :class:`acute.evaluation.result.EvaluationResult` of these same records
     (and states) that this curve extends. Its folds are this curve's first repeats' (both are
     :func:`acute.evaluation.crossval.cv_folds` of the same ids, labels and seed), so where a
     training subset is a whole training fold of the evaluation (the largest size, on the folds
@@ -218,15 +228,6 @@ def learning_curve(X: Inputs, correct: Any, ids: Sequence[Any], *,
     ``fit_seconds`` (per size) and ``n_reused`` (fits read from ``evaluation``) of the result
     say where the time went.
     """
-    import time
-
-    from itertools import islice
-
-    from .. import metrics
-    from ..estimators.folds import out_of_fold
-    from .crossval import cv_folds, fit_predict
-    from ..validation import check_count
-
     n_bootstrap = check_count(n_bootstrap, "n_bootstrap")
     for name in estimators:
         if not is_estimator(name):
@@ -326,8 +327,6 @@ def _bootstrap_means(oof: Mapping[str, np.ndarray], y: np.ndarray, n_bootstrap: 
     out-of-fold predictions ``oof[name][size, repeat]`` on record resample b. The record
     resamples (:func:`acute.metrics.resample_indices` for ``seed`` and ``groups``) and the repeat draws are the
     same for every estimator and size, so the intervals of two estimators are paired."""
-    from .. import metrics
-
     fns = {"auc_euro_all": metrics.METRICS["auc_euro_all"].fn, "smece": metrics.smece}
     n_sizes, repeats, n = next(iter(oof.values())).shape
     idx = metrics.resample_indices(n, n_bootstrap, seed, groups)
@@ -354,13 +353,7 @@ def write_learning_curve(lc: LearningCurve, out_dir, params: Mapping[str, Any] |
     ``model`` and ``task`` (e.g. ``store.manifest.get("model")`` and ``.get("task")``; either may
     be None) name the plot's title and are recorded in the JSON, whose ``interval`` field states
     how the intervals were computed (:attr:`LearningCurve.interval`)."""
-    import csv
-    import io
-    import json
-    from pathlib import Path
-
-    from ..fileio import json_ready, write_text_atomic
-    from .plots import learning_curves
+    from .plots import learning_curves  # heavy: matplotlib
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

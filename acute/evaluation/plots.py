@@ -27,6 +27,7 @@ from ..metrics.common import validate_inputs
 from ..metrics.selective import aurc, risk_coverage_curve
 from .curves import binned_reliability, constant_euro_curve
 from ..errors import InputError
+from ..fileio import atomic_path
 
 __all__ = ["euro_curves", "euro_difference_curve", "learning_curves", "prefix_curves", "reliability_diagram",
            "risk_coverage_plot"]
@@ -54,8 +55,6 @@ def _png_path(path: str | Path) -> Path:
 
 
 def _save(fig: Figure, out: Path) -> Path:
-    from acute.fileio import atomic_path
-
     FigureCanvasAgg(fig)
     with atomic_path(out) as tmp:
         fig.savefig(tmp, format="png", dpi=120)

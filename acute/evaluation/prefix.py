@@ -29,6 +29,9 @@ being written at ``k``, the ones a stop at ``k`` could save tokens on.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +49,7 @@ from ..estimators.prefix_controls import (PREFIX_CONTROL_USES, PREFIX_CONTROLS, 
 from ..estimators.registry import DEFAULT_ESTIMATOR
 from ..metrics import auc_euro, auroc, smece
 from .crossval import cross_val_predictions, cv_metric, inputs_for
+from ..fileio import json_ready, write_text_atomic
 
 __all__ = ["PREFIX_CHECKPOINTS", "ROW_USES", "PrefixEvaluation", "evaluate_prefixes", "load_tokenizer",
            "prefix_inputs", "write_prefix_evaluation"]
@@ -212,12 +216,7 @@ def write_prefix_evaluation(result: PrefixEvaluation, out_dir: Any, *, params: d
                             model: str | None = None, task: str | None = None) -> dict[str, Path]:
     """Write ``prefix.md``, ``prefix.csv``, ``prefix.json`` (with ``params``) and ``prefix.png``
     into ``out_dir``, each atomically; returns name -> path."""
-    import csv
-    import io
-    import json
-
-    from ..fileio import json_ready, write_text_atomic
-    from .plots import prefix_curves
+    from .plots import prefix_curves  # heavy: matplotlib
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

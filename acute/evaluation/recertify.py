@@ -41,7 +41,7 @@ from ..errors import InputError, ModelMismatchError
 from ..estimators.calibration import calibration_scores, calibrator_arrays, probe_calibrator
 from ..estimators.certificates import certificate_entry
 from ..estimators.inputs import Inputs
-from ..estimators.probe_file import ExportedProbe, forest_proba
+from ..estimators.exported_probe import ExportedProbe, forest_proba
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, certify_threshold, check_delta, check_max_errors
 from ..metrics.drift import confidence_reference
@@ -49,6 +49,10 @@ from ..store.format import REMEDY
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity, domain_record
 from ..store.pooling import store_states
 from .certification import CV_FOLDS
+from ..store import open_store
+from .crossval import split_ids
+from ..estimators.folds import out_of_fold, stratified_folds
+from .grouping import store_groups
 
 __all__ = ["Recertified", "check_recertification_store", "recertify"]
 
@@ -96,9 +100,6 @@ def check_recertification_store(probe: ExportedProbe, store: Any, name: str = "t
 def _check_not_training(probe: ExportedProbe, store: Any, name: str) -> None:
     """InputError when ``store`` is the probe's training store or shares ids with the records
     of it the probe was fitted on (same task); when that store is gone, nothing to compare."""
-    from ..store import open_store
-    from .crossval import split_ids
-
     summary = probe.training_summary or {}
     trained_on, here = summary.get("store"), getattr(store, "path", None)
     if not trained_on or here is None:
@@ -146,9 +147,6 @@ def _restacked(probe: ExportedProbe, p: np.ndarray, raw: np.ndarray, y: np.ndarr
                seed: int) -> tuple[np.ndarray, dict, dict]:
     """``(out-of-fold confidences, the map's arrays fitted on all records, folds)`` of the probe's
     calibration map refitted on the forest probabilities ``p`` of the store's records."""
-    from ..estimators.folds import out_of_fold, stratified_folds
-    from .evaluate import store_groups
-
     method = probe.calibration
     if method is None:
         raise InputError("restack: this probe has no calibration map to refit (its forest's P(correct) is "

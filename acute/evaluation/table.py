@@ -13,7 +13,8 @@ import numpy as np
 from ..errors import InputError
 from ..estimators.baselines import BASELINES
 from ..estimators.controls import CONTROLS, CONTROL_USES, within_group_auroc
-from ..estimators.registry import QUESTION_ONLY_ESTIMATORS, estimator_pooling, is_estimator
+from ..estimators.probe_names import QUESTION_ONLY_ESTIMATORS
+from ..estimators.registry import estimator_pooling, is_estimator
 from ..metrics import DEFAULT_N_BOOTSTRAP, METRIC_SPECS, resample_indices
 from ..metrics.resampling import percentile_interval
 from ..metrics.certify import DEFAULT_DELTA, cross_certified
@@ -36,8 +37,8 @@ TABLE_COLUMNS: tuple[tuple[str, str, int], ...] = tuple((m.name, m.header, m.dir
 CONFIDENCE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt")
 
 
-# the control that sees everything a deployment sees without hidden states (issue 42): every row
-# is also compared with it (diff_visible_auc_euro_all ...)
+# the control that sees everything a deployment sees without hidden states: every row is also
+# compared with it (diff_visible_auc_euro_all ...)
 VISIBLE_CONTROL = "visible"
 
 
@@ -139,6 +140,39 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     undefined on the data (AUROC with one class) are NaN.
     """
     n_bootstrap = check_count(n_bootstrap, "n_bootstrap", minimum=0)
+    y, preds = _checked_inputs(confidences, correct, reference, folds)
+    fns = _metric_fns()
+    rows = [_point_row(name, c, y, fns, folds, groups) for name, c in preds.items()]
+    by_name = {r["estimator"]: r for r in rows}
+    if "constant" in by_name:
+        base = by_name["constant"]["auc_euro_all"]
+        for row in rows:
+            row["skill"] = (row["auc_euro_all"] - base) / (1 - base) if base < 1 else math.nan
+    ref = reference if reference is not None else _best_baseline(rows)
+    meta_ref = _best_baseline(rows, CONFIDENCE_CONTROLS) if any(n in preds for n in CONFIDENCE_CONTROLS) else None
+    if n_bootstrap == 0 and ref is None:
+        return rows
+    if clusters is not None and len(clusters) != y.size:
+        raise InputError(f"clusters has {len(clusters)} values but correct has {y.size}")
+    draws = _bootstrap_intervals(rows, preds, y, fns, n_bootstrap, seed, clusters, paired=ref is not None)
+    ratio = None
+    if folds is not None:
+        n_te = np.mean([len(te) for rep in folds for _, te in rep])
+        ratio = float(n_te / (y.size - n_te))
+    visible_ref = VISIBLE_CONTROL if VISIBLE_CONTROL in preds else None
+    best_visible = _best_baseline([r for r in rows if r["estimator"] in VISIBLE_SIGNALS], VISIBLE_SIGNALS)
+    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref), ("diff_visible", visible_ref),
+                           ("diff_best_visible", best_visible)):
+        if r_name is not None:
+            _add_differences(rows, prefix, r_name, by_name, draws, preds, y, fns, n_bootstrap, folds, ratio)
+    _states_add(by_name, draws, preds, y, folds, ratio, fns["auc_euro_all"], n_bootstrap)
+    return rows
+
+
+def _checked_inputs(confidences: Mapping[str, np.ndarray], correct, reference: str | None,
+                    folds) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``correct`` and every estimator's confidences as ``[repeats, n]``, checked against each
+    other, ``reference`` and ``folds``."""
     if not confidences:
         raise InputError("confidences is empty: nothing to evaluate")
     y = np.asarray(correct)
@@ -160,36 +194,35 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
     if folds is not None and len(folds) != next(iter(preds.values())).shape[0]:
         raise InputError(f"folds has {len(folds)} repeats but the predictions have "
                          f"{next(iter(preds.values())).shape[0]}")
-    fns = _metric_fns()
-    rows = []
-    for name, c in preds.items():
-        row: dict[str, Any] = {"estimator": name, "uses": estimator_uses(name), "n": int(y.size),
-                               "repeats": int(c.shape[0]), "accuracy": float(y.mean())}
-        for key, fn in fns.items():
-            row[key] = cv_metric(fn, c, y)
-        if folds is not None:
-            row.update(_certified_columns(c, y, folds))
-        if groups is not None:
-            row["within_group_auroc"] = float(np.mean([within_group_auroc(r, y, groups)[0] for r in c]))
-        rows.append(row)
-    by_name = {r["estimator"]: r for r in rows}
-    if "constant" in by_name:
-        base = by_name["constant"]["auc_euro_all"]
-        for row in rows:
-            row["skill"] = (row["auc_euro_all"] - base) / (1 - base) if base < 1 else math.nan
-    ref = reference if reference is not None else _best_baseline(rows)
-    meta_ref = _best_baseline(rows, CONFIDENCE_CONTROLS) if any(n in preds for n in CONFIDENCE_CONTROLS) else None
-    if n_bootstrap == 0 and ref is None:
-        return rows
-    if clusters is not None and len(clusters) != y.size:
-        raise InputError(f"clusters has {len(clusters)} values but correct has {y.size}")
+    return y, preds
+
+
+def _point_row(name: str, c: np.ndarray, y: np.ndarray, fns: Mapping, folds, groups) -> dict[str, Any]:
+    """One estimator's row without intervals: every metric as the mean over repeats, the
+    certified columns with ``folds``, the within-group AUROC with ``groups``."""
+    row: dict[str, Any] = {"estimator": name, "uses": estimator_uses(name), "n": int(y.size),
+                           "repeats": int(c.shape[0]), "accuracy": float(y.mean())}
+    for key, fn in fns.items():
+        row[key] = cv_metric(fn, c, y)
+    if folds is not None:
+        row.update(_certified_columns(c, y, folds))
+    if groups is not None:
+        row["within_group_auroc"] = float(np.mean([within_group_auroc(r, y, groups)[0] for r in c]))
+    return row
+
+
+def _bootstrap_intervals(rows: list[dict], preds: Mapping[str, np.ndarray], y: np.ndarray, fns: Mapping,
+                         n_bootstrap: int, seed: int, clusters, paired: bool) -> dict[str, dict[str, np.ndarray]]:
+    """Each row's metrics on the same resamples (``{estimator: {metric: draws}}``: the
+    :data:`INTERVAL_KEYS`, and the :data:`PAIRED_KEYS` when ``paired``; none without resamples),
+    with the intervals of :data:`INTERVAL_KEYS` added to the rows."""
     index = resample_indices(y.size, int(n_bootstrap), seed, clusters) if n_bootstrap > 0 else None
     draws: dict[str, dict[str, np.ndarray]] = {}
     for row in rows:
         name = row["estimator"]
         keys = INTERVAL_KEYS if n_bootstrap > 0 else ()
         draws[name] = {}
-        for key in set(keys) | (set(PAIRED_KEYS) if ref is not None and n_bootstrap > 0 else set()):
+        for key in set(keys) | (set(PAIRED_KEYS) if paired and n_bootstrap > 0 else set()):
             if not math.isfinite(row[key]):
                 draws[name][key] = np.full(int(n_bootstrap), np.nan)
                 continue
@@ -199,34 +232,33 @@ def evaluate_predictions(confidences: Mapping[str, np.ndarray], correct, n_boots
                 row[f"{key}_ci_low"], row[f"{key}_ci_high"] = bias_shifted_interval(row[key], draws[name][key])
             else:
                 row[f"{key}_ci_low"], row[f"{key}_ci_high"] = _percentiles(draws[name][key])
-    ratio = None
-    if folds is not None:
-        n_te = np.mean([len(te) for rep in folds for _, te in rep])
-        ratio = float(n_te / (y.size - n_te))
-    visible_ref = VISIBLE_CONTROL if VISIBLE_CONTROL in preds else None
-    best_visible = _best_baseline([r for r in rows if r["estimator"] in VISIBLE_SIGNALS], VISIBLE_SIGNALS)
-    names_of = {"diff": "reference", "diff_meta": "meta_reference", "diff_best_visible": "best_visible_reference"}
-    for prefix, r_name in (("diff", ref), ("diff_meta", meta_ref), ("diff_visible", visible_ref),
-                           ("diff_best_visible", best_visible)):
-        if r_name is None:
-            continue
-        for row in rows:
-            if prefix in names_of:
-                row[names_of[prefix]] = r_name
-            for key in PAIRED_KEYS if prefix == "diff" else ("auc_euro_all",):
-                col = f"{prefix}_{key}"
-                row[col] = row[key] - by_name[r_name][key]
-                if n_bootstrap > 0:
-                    d = draws[row["estimator"]][key] - draws[r_name][key]
-                    row[f"{col}_ci_low"], row[f"{col}_ci_high"] = _percentiles(d)
-                    row[f"{col}_boot_p"] = bootstrap_p_value(d) if row["estimator"] != r_name else math.nan
-                if ratio is not None and row["estimator"] != r_name:
-                    t = corrected_t_test(fold_differences(fns[key], preds[row["estimator"]], preds[r_name], y, folds),
-                                         ratio)
-                    row[f"{col}_t_mean"], row[f"{col}_t_low"], row[f"{col}_t_high"] = t.mean, t.low, t.high
-                    row[f"{col}_t_p"] = t.p_value
-    _states_add(by_name, draws, preds, y, folds, ratio, fns["auc_euro_all"], n_bootstrap)
-    return rows
+    return draws
+
+
+#: the row naming the reference of each kind of difference
+_REFERENCE_NAMES = {"diff": "reference", "diff_meta": "meta_reference", "diff_best_visible": "best_visible_reference"}
+
+
+def _add_differences(rows: list[dict], prefix: str, r_name: str, by_name: Mapping[str, dict], draws, preds, y,
+                     fns: Mapping, n_bootstrap: int, folds, ratio: float | None) -> None:
+    """Every row minus the row ``r_name`` as ``<prefix>_<metric>`` (the :data:`PAIRED_KEYS` for
+    ``"diff"``, else auc-euro all), with the paired bootstrap interval and p-value and, with
+    folds, the corrected resampled t-interval."""
+    for row in rows:
+        if prefix in _REFERENCE_NAMES:
+            row[_REFERENCE_NAMES[prefix]] = r_name
+        for key in PAIRED_KEYS if prefix == "diff" else ("auc_euro_all",):
+            col = f"{prefix}_{key}"
+            row[col] = row[key] - by_name[r_name][key]
+            if n_bootstrap > 0:
+                d = draws[row["estimator"]][key] - draws[r_name][key]
+                row[f"{col}_ci_low"], row[f"{col}_ci_high"] = _percentiles(d)
+                row[f"{col}_boot_p"] = bootstrap_p_value(d) if row["estimator"] != r_name else math.nan
+            if ratio is not None and row["estimator"] != r_name:
+                t = corrected_t_test(fold_differences(fns[key], preds[row["estimator"]], preds[r_name], y, folds),
+                                     ratio)
+                row[f"{col}_t_mean"], row[f"{col}_t_low"], row[f"{col}_t_high"] = t.mean, t.low, t.high
+                row[f"{col}_t_p"] = t.p_value
 
 
 #: the stacks whose difference says what the hidden states add to everything else

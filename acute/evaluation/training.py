@@ -21,17 +21,25 @@ from ..errors import InputError
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import Inputs
 from ..estimators.probes import ActivationProbe
-from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, PROBE_ESTIMATORS, AutoEstimator, make_estimator, split_pooling
+from ..estimators.auto import AutoEstimator
+from ..estimators.folds import stratified_folds
+from ..estimators.probe_names import PROBE_ESTIMATORS, QUESTION_ONLY_ESTIMATORS, split_pooling
+from ..estimators.registry import AUTO, DEFAULT_ESTIMATOR, make_estimator
+from ..estimators.scoring_setting import DEFAULT_SCORING_SETTING, setting_record
+from ..estimators.stacks import STACKS
 from ..estimators.stop_early import StopEarlyModel
 from ..metrics import METRICS
 from ..metrics.certify import DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER
 from ..metrics.drift import confidence_reference
+from ..scoring.risk import DEFAULT_RISK
 from ..store.format import REMEDY
 from ..store.identity import ModelIdentity, domain_record
 from ..store.pooling import store_states
 from .certification import CV_FOLDS, calibration_confidence, certify_checked, check_certification
 from .checkpoint_model import fit_checkpoint_model
+from .choice import AUTO_FOLDS, AUTO_REPEATS, Choice, TrainedStack, store_parser, train_gate
 from .crossval import split_ids
+from .grouping import store_groups
 
 __all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_estimator", "check_precheck_store",
            "held_out_metrics", "probe_estimator", "train_probe"]
@@ -65,7 +73,8 @@ class TrainedProbe:
     calibration records, else ``auto``'s out-of-fold predictions, else the held-out records;
     None when there are none: a named probe exported without a certificate); ``stop_early``:
     the checkpoint model early stopping reads (``train_probe(stop_early=True)``,
-    :mod:`acute.evaluation.checkpoint_model`; its prefix probes fitted), or None.
+    :mod:`acute.evaluation.checkpoint_model`; its prefix probes fitted), or None; ``choice_line``:
+    what ``auto`` shipped and why (:class:`acute.evaluation.choice.Choice`), or None.
     """
 
     probe: ActivationProbe
@@ -84,6 +93,7 @@ class TrainedProbe:
     precheck_estimator: str | None = None
     confidence_reference: dict | None = None
     stop_early: StopEarlyModel | None = None
+    choice_line: str | None = None
 
     def export(self):
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
@@ -180,8 +190,6 @@ def check_precheck_estimator(name: Any, option: str = "precheck_estimator") -> s
     """``name`` if it is a question-only estimator
     (:data:`acute.estimators.registry.QUESTION_ONLY_ESTIMATORS`), None for None; anything else
     (booleans, other estimators) is an :class:`InputError` naming ``option`` and the choices."""
-    from ..estimators.registry import QUESTION_ONLY_ESTIMATORS
-
     if name is None:
         return None
     if not isinstance(name, str) or name not in QUESTION_ONLY_ESTIMATORS:
@@ -221,7 +229,8 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                 calibration_store: Any = None, calibration_path: str | os.PathLike | None = None,
                 certify_backend: str = DEFAULT_BACKEND, precheck_estimator: str | None = None,
                 group_by: str | None = None, certify_fwer: str = DEFAULT_FWER,
-                stop_early: bool = False) -> TrainedProbe:
+                stop_early: bool = False, scoring_setting: str = DEFAULT_SCORING_SETTING,
+                auto_folds: int = AUTO_FOLDS, auto_repeats: int = AUTO_REPEATS) -> TrainedProbe | TrainedStack:
     """Choose a probe (:func:`probe_estimator`), fit it on the store's training records (all of
     them with ``test_fraction=0``, else a split by id, :func:`acute.evaluation.crossval.split_ids`)
     and describe it: returns a :class:`TrainedProbe` with the held-out comparison when records
@@ -252,10 +261,14 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
     ``stop_early``: also fit the checkpoint model early stopping reads
     (:func:`acute.evaluation.checkpoint_model.fit_checkpoint_model`: a prefix probe per
     checkpoint and the out-of-fold calibration arrays, on the certificate's folds); a store
-    without prefix checkpoints is refused first."""
-    from ..estimators.folds import stratified_folds
-    from .evaluate import store_groups
+    without prefix checkpoints is refused first.
 
+    ``scoring_setting`` (``serve``, ``score``, ``store``): where the gate will score, so that it is
+    fitted on the sources that setting provides (recorded in ``probe.json``). A stack
+    (``acute-all``, ``visible-all``) or ``auto`` (the committed rule's choice among them and the
+    default, by ``auto_folds`` x ``auto_repeats`` grouped cross-validation) is fitted by
+    :func:`acute.evaluation.choice.train_gate` and returned as a
+    :class:`~acute.evaluation.choice.TrainedStack`, unless ``auto`` chose the default probe."""
     precheck_name = check_precheck_estimator(precheck_estimator)
     if precheck_name:
         check_precheck_store(store)
@@ -268,54 +281,83 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
         alphas = check_certification(store, max_error, delta, train_index=idx, calibration_store=calibration_store,
                                      calibration_path=calibration_path, fwer=certify_fwer, backend=certify_backend,
                                      group_by=group_by)
+    summary = _training_summary(store, store_path, train, test_fraction, seed, field)
+    choice = None
+    if estimator in STACKS or estimator == AUTO:  # every signal in, for the scoring setting: acute.evaluation.choice
+        gate = train_gate(store, estimator, idx, test, setting=scoring_setting, summary=summary, seed=seed,
+                          n_jobs=n_jobs, n_estimators=n_estimators, groups=groups, group_field=field,
+                          auto_folds=auto_folds, auto_repeats=auto_repeats, max_error=max_error,
+                          precheck=precheck_name, stop_early=stop_early)
+        if not isinstance(gate, Choice):
+            return gate
+        choice, estimator = gate, gate.chosen  # the default probe, fitted below with the comparison recorded
     est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
                                  n_estimators=n_estimators)
-    if isinstance(est, AutoEstimator) and groups is not None:  # compared on folds that keep each group whole
-        est.set_params(cv=stratified_folds(store.correct[idx], CV_FOLDS, seed, groups=[groups[i] for i in idx],
-                                           group_name=f"values of {field!r} among the training records"))
-    est.fit(_inputs(store, getattr(est, "pooling", "mean"), idx), store.correct[idx])
-    auto, selection, probe = None, None, est
-    if isinstance(est, AutoEstimator):
-        auto, selection, probe = est, est.selection(), est.estimator_
-        if field is not None:
-            selection["cv"]["group_by"] = field
-        label = est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
-    m = store.manifest
-    identity = ModelIdentity.from_manifest(m)
-    path = store_path if store_path is not None else getattr(store, "path", None)
-    summary = {"store": None if path is None else str(Path(path).resolve()), "n_train": int(train.sum()),
-               "accuracy_train": float(np.mean(store.correct[train])),
-               "split": {"test_fraction": test_fraction, "seed": seed, **({"group_by": field} if field else {})},
-               **collection_settings(m)}
+    probe, auto, selection, label = _fit_probe(est, label, store, idx, seed, groups, field)
+    identity = ModelIdentity.from_manifest(store.manifest)
+    summary["scoring"] = setting_record(scoring_setting, store_parser(store), probe.sources)
+    if choice is not None:
+        selection, label = {**(selection or {}), "auto": choice.selection}, f"auto -> {choice.chosen}"
     held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
     trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
                            n_train=int(train.sum()), held_out=held, auto=auto, identity=identity, train_index=idx,
-                           domain=domain_record(identity, states=probe.pooling, store=summary["store"]))
+                           domain=domain_record(identity, states=probe.pooling, store=summary["store"]),
+                           choice_line=None if choice is None else choice.line)
     trained.confidence_reference = _reference(trained, store, test)
+    if choice is not None:  # auto's out-of-fold predictions of the default it chose
+        trained.confidence_reference = confidence_reference(choice.oof[choice.chosen][0], "out-of-fold")
     if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
                         calibration_path=calibration_path, backend=certify_backend, fwer=certify_fwer,
                         group_by=group_by)
     if precheck_name:
-        q = make_estimator(precheck_name, random_state=seed, n_jobs=n_jobs,
-                           probe_params={"n_estimators": n_estimators})
-        trained.precheck = q.fit(_inputs(store, q.pooling, idx), store.correct[idx])
-        trained.precheck_estimator = precheck_name
-        if test.any():
-            trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))
+        _fit_precheck(trained, precheck_name, store, idx, test, seed, n_jobs, n_estimators)
     if stop_early:
         trained.stop_early = _checkpoint_model(trained, store, idx, seed, n_jobs, n_estimators, group_by)
     return trained
+
+
+def _training_summary(store, store_path, train: np.ndarray, test_fraction: float, seed: int,
+                      field: str | None) -> dict[str, Any]:
+    """``probe.json``'s ``training``: the store, the split and the collection's settings."""
+    path = store_path if store_path is not None else getattr(store, "path", None)
+    return {"store": None if path is None else str(Path(path).resolve()), "n_train": int(train.sum()),
+            "accuracy_train": float(np.mean(store.correct[train])),
+            "split": {"test_fraction": test_fraction, "seed": seed, **({"group_by": field} if field else {})},
+            **collection_settings(store.manifest)}
+
+
+def _fit_probe(est, label: str, store, idx: np.ndarray, seed: int, groups, field: str | None):
+    """Fit ``est`` on the records ``idx``; ``(probe, auto, selection, label)``, where ``auto`` is
+    ``est`` when it is an :class:`AutoEstimator` (compared on folds that keep each group whole,
+    its choice the probe), else None."""
+    if isinstance(est, AutoEstimator) and groups is not None:
+        est.set_params(cv=stratified_folds(store.correct[idx], CV_FOLDS, seed, groups=[groups[i] for i in idx],
+                                           group_name=f"values of {field!r} among the training records"))
+    est.fit(_inputs(store, getattr(est, "pooling", "mean"), idx), store.correct[idx])
+    if not isinstance(est, AutoEstimator):
+        return est, None, None, label
+    selection = est.selection()
+    if field is not None:
+        selection["cv"]["group_by"] = field
+    return est.estimator_, est, selection, est.chosen_ if est.refit != "best" else f"auto -> {est.chosen_}"
+
+
+def _fit_precheck(trained: TrainedProbe, name: str, store, idx: np.ndarray, test: np.ndarray, seed: int,
+                  n_jobs, n_estimators) -> None:
+    """Fit the question-only probe ``name`` on the records ``idx`` into ``trained.precheck``
+    (with its held-out metrics when records were left out)."""
+    q = make_estimator(name, random_state=seed, n_jobs=n_jobs, probe_params={"n_estimators": n_estimators})
+    trained.precheck = q.fit(_inputs(store, q.pooling, idx), store.correct[idx])
+    trained.precheck_estimator = name
+    if test.any():
+        trained.precheck_held_out = held_out_metrics(q, store, idx, np.flatnonzero(test))
 
 
 def _checkpoint_model(trained: TrainedProbe, store, idx: np.ndarray, seed: int, n_jobs, n_estimators,
                       group_by: str | None) -> StopEarlyModel:
     """The checkpoint model of the training records ``idx``, on the out-of-fold folds of the
     answer probe's certificate (grouped the same way) and its out-of-fold P(correct)."""
-    from ..estimators.folds import stratified_folds
-    from ..scoring.risk import DEFAULT_RISK
-    from .evaluate import store_groups
-
     conf, _, details = calibration_confidence(trained, store, group_by=group_by)
     field, groups = store_groups(store, group_by, [store.ids[i] for i in idx])
     folds = stratified_folds(np.asarray(store.correct)[idx].astype(np.int64), CV_FOLDS, seed, groups=groups)

@@ -27,7 +27,10 @@ import numpy as np
 from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
 from ..estimators.inputs import Inputs
-from ..estimators.registry import DEFAULT_ESTIMATOR
+from ..estimators.registry import DEFAULT_ESTIMATOR, ESTIMATORS
+from .predictions import store_arrays
+from .table import evaluate_predictions
+from .crossval import check_folds, cross_val_predictions, cv_folds, fit_predict
 
 __all__ = ["REFERENCE", "leave_subjects_out", "subject_folds", "subjects_markdown", "transfer_markdown",
            "transfer_table"]
@@ -37,8 +40,6 @@ REFERENCE = "platt"
 
 
 def _arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    from .evaluate import store_arrays
-
     ids, y, conf = store_arrays(store, label)  # checks labels, confidences and their lengths
     lm = np.asarray(store.layer_means, dtype=np.float32)
     if lm.shape[0] != len(ids):
@@ -49,8 +50,6 @@ def _arrays(store, label: str) -> tuple[list, np.ndarray, np.ndarray, np.ndarray
 
 
 def _names(estimators: Sequence[str]) -> list[str]:
-    from ..estimators.registry import ESTIMATORS
-
     for name in estimators:
         if name not in ESTIMATORS:
             hint = (" (transfer reads the mean states only: no @POOLING)" if "@" in str(name) else "")
@@ -60,8 +59,6 @@ def _names(estimators: Sequence[str]) -> list[str]:
 
 def _rows(preds: Mapping[str, np.ndarray], conf: np.ndarray, y: np.ndarray, n_bootstrap: int,
           seed: int) -> list[dict]:
-    from .table import evaluate_predictions
-
     return evaluate_predictions({**preds, "raw": conf}, y, n_bootstrap=n_bootstrap, seed=seed,
                                 reference=REFERENCE)
 
@@ -79,8 +76,6 @@ def transfer_table(stores: Mapping[str, Any], estimators: Sequence[str] = (DEFAU
     :data:`REFERENCE`). Raises ``ValueError`` for fewer than two tasks, a task with one class,
     stores of different shapes or an unknown estimator.
     """
-    from .crossval import check_folds, cross_val_predictions, cv_folds, fit_predict
-
     if len(stores) < 2:
         raise InputError(f"transfer needs at least two tasks, got {list(stores)}")
     names = _names(estimators)
@@ -145,8 +140,6 @@ def leave_subjects_out(store, estimators: Sequence[str] = (DEFAULT_ESTIMATOR,), 
     "random folds": rows}}`` (rows of :func:`acute.evaluation.table.evaluate_predictions`, differences to
     :data:`REFERENCE`). Raises ``ValueError`` when a record has no subject.
     """
-    from .crossval import cross_val_predictions, cv_folds
-
     names = _names(estimators)
     ids, y, conf, lm = _arrays(store, "store")
     subjects = []

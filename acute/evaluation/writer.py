@@ -1,4 +1,4 @@
-"""Writing an evaluation (:class:`acute.evaluation.evaluate.EvaluationResult`) into a folder:
+"""Writing an evaluation (:class:`acute.evaluation.result.EvaluationResult`) into a folder:
 ``results.md``, ``results.csv``, ``results.json`` (last, with ``"complete": true``),
 ``predictions.csv`` (and one per further repeat), ``folds.json`` or ``split.json``, the euro curves,
 the risk-coverage curves (the best activation estimator, the best baseline, raw confidence) and the
@@ -22,6 +22,7 @@ import numpy as np
 
 from ..fileio import fsync_dir, json_ready
 from .table import best_estimators
+from ..errors import InputError
 
 __all__ = ["COMMITTED_PREDICTIONS", "compact_predictions", "intro_markdown", "read_predictions", "write_evaluation"]
 
@@ -81,8 +82,6 @@ def read_predictions(eval_dir, names: Sequence[str] | None = None
     (:data:`COMMITTED_PREDICTIONS`, :func:`compact_predictions`: repeat 0), records in the file's order, ``correct`` as int ``[n]``; ``names`` (default:
     every estimator column). A missing folder or file, a repeat with other records or a name that is
     no column is an :class:`~acute.errors.InputError` naming the file."""
-    from ..errors import InputError
-
     folder = Path(eval_dir)
     first = folder / "predictions.csv"
     if not first.is_file() and (folder / COMMITTED_PREDICTIONS).is_file():
@@ -123,8 +122,6 @@ def read_folds(eval_dir, ids: Sequence[str] | None = None) -> list[list[tuple[np
     test_index)`` pairs, indices over ``ids`` (default: the order of ``folds.json``; e.g. the ids
     of :func:`read_predictions`). A missing file (a held-out evaluation writes ``split.json``) or
     ``ids`` that are not the file's records is an :class:`~acute.errors.InputError` naming it."""
-    from ..errors import InputError
-
     path = Path(eval_dir) / "folds.json"
     if not path.is_file():
         raise InputError(f"{path} does not exist: {eval_dir} is not a cross-validated evaluation")
@@ -148,14 +145,14 @@ def _write_predictions(path: Path, ids: Sequence, y: np.ndarray, preds: Mapping[
 
 
 def write_evaluation(res, out_dir) -> dict[str, Path]:
-    """Write the evaluation ``res`` (an :class:`acute.evaluation.evaluate.EvaluationResult`) into
+    """Write the evaluation ``res`` (an :class:`acute.evaluation.result.EvaluationResult`) into
     ``out_dir`` and return name -> path (also set as ``res.files``, and ``res.out_dir``).
 
     Every output goes into a staging folder inside ``out_dir``, is fsync'ed, then moved into place
     with ``results.json`` last (an older results.json is removed first), so a crash never leaves a
     results.json that describes files of another run (a multi-file commit, like a store shard or
     a probe folder; single files go through :func:`acute.fileio.atomic_path`)."""
-    from .plots import euro_curves, reliability_diagram, risk_coverage_plot
+    from .plots import euro_curves, reliability_diagram, risk_coverage_plot  # heavy: matplotlib
 
     out_dir = Path(out_dir)
     res.out_dir = out_dir

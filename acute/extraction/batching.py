@@ -9,11 +9,14 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-
-
 from ..errors import InputError
-
+from ..models.prompts import eos_token_ids
 from .layers import context_window, forward_accepts, model_device
+
+__all__ = ["MAX_PADDING", "MIN_SHARED_PREFIX", "batch_order", "cache_keyword", "check_strings", "cut_at_stop",
+           "encode_prompts", "left_pad", "length_blocks", "pad_after_prefix", "padding_id", "prefill",
+           "prefix_batches", "resolve_eos", "shared_prefix", "split_batches", "tokenize",
+           "window_allows_prefix_cache", "within_context_window"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,16 +129,6 @@ def pad_after_prefix(seqs: Sequence[Sequence[int]], n_prefix: int,
 
 
 def resolve_eos(model: nn.Module, tokenizer: Any) -> list[int]:
-    try:
-        from ..models.prompts import eos_token_ids
-    except ImportError:  # pragma: no cover - acute.models is part of the package
-        ids: list[int] = []
-        for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
-                      getattr(tokenizer, "eos_token_id", None)):
-            for v in (value if isinstance(value, (list, tuple)) else [value]):
-                if v is not None and int(v) not in ids:
-                    ids.append(int(v))
-        return ids
     return eos_token_ids(model, tokenizer)
 
 

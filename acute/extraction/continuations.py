@@ -28,6 +28,9 @@ from .batching import (
     within_context_window,
 )
 
+__all__ = ["continuation_logprobs", "logprobs_of", "project_states", "projects_own_logits",
+           "token_continuation_logprobs"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -9,6 +9,8 @@ from torch import nn
 from .batching import cache_keyword
 from .layers import forward_accepts
 
+__all__ = ["greedy_decode", "plain_greedy"]
+
 
 _GREEDY_NEUTRAL_CONFIG = frozenset({
     "_from_model_config", "transformers_version", "use_cache", "output_attentions",

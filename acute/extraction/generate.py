@@ -9,6 +9,7 @@ import math
 from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
+import torch
 from torch import nn
 
 
@@ -35,8 +36,11 @@ from .batching import (
     window_allows_prefix_cache,
     batch_order,
 )
-from .prompt_states import PromptState
+from .prompt_states import PromptState, prompt_pass
 from .recorder import CheckpointCallback, HiddenStateRecorder
+from .pooler import LayerPooler
+
+__all__ = ["Generation", "generate_after_prompt_pass", "generate_and_record", "generate_with"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +132,7 @@ def generate_with(model: nn.Module, tokenizer: Any, prompts: Sequence[str], sett
     prompt plus ``max_new_tokens``.
 
     With ``drop_finished`` (default), greedy batches leave out each row once it has finished
-    (see :meth:`HiddenStateRecorder.generate`), so a batch no longer runs every row until its
+    (see :meth:`HiddenStateRecorder.generate`), so a batch does not run every row until its
     longest answer ends.
 
     A prompt is *too long* when ``prompt_tokens + max_new_tokens`` exceeds the model's context
@@ -273,11 +277,6 @@ def generate_after_prompt_pass(model: nn.Module, tokenizer: Any, prompts: Sequen
     :class:`~acute.extraction.prompt_states.PromptState` per prompt and a :class:`Generation`
     where ``decide`` said yes (None elsewhere, and in both lists for a skipped prompt).
     """
-    import torch
-
-    from .pooler import LayerPooler
-    from .prompt_states import prompt_pass
-
     settings = _resolved(settings)
     max_new_tokens, stop_strings, pool = settings.max_new_tokens, settings.stop_strings, settings.pool
     prompts, eos_ids, pad_id, encoded, keep = _prepare(model, tokenizer, prompts, settings, on_too_long,

@@ -12,6 +12,9 @@ from torch import nn
 
 from ..errors import UnsupportedArchitectureError
 
+__all__ = ["LayerMap", "context_window", "find_layers", "forward_accepts", "hook_layer_outputs",
+           "model_device"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -23,6 +23,8 @@ from .decoding import plain_greedy, greedy_decode
 from .layers import LayerMap, model_device
 from .pooler import LayerPooler, check_dtype
 
+__all__ = ["CheckpointCallback", "HiddenStateRecorder"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..store.generation import GenerationSettings
-from ..store.sampling import SamplingSettings, row_seed
+from ..store.sampling import row_seed
 from .batching import (cache_keyword, check_strings, cut_at_stop, encode_prompts, left_pad, padding_id,
                        resolve_eos)
 from .layers import forward_accepts, model_device
@@ -74,9 +74,9 @@ def _draw(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.T
 # Long because the decoding loop is one ordered sequence (forward, draw, stop, drop finished rows)
 # that mirrors acute.extraction.decoding.greedy_decode.
 def _sample_batch(model: nn.Module, tokenizer: Any, seqs: Sequence[Sequence[int]], keys: Sequence[Any],
-                  settings: SamplingSettings, max_new_tokens: int, eos_ids: Sequence[int],
-                  stop_strings: Sequence[str], pad_id: int) -> list[list[Sample]]:
+                  generation: GenerationSettings, eos_ids: Sequence[int], pad_id: int) -> list[list[Sample]]:
     device = model_device(model)
+    settings, max_new_tokens, stop_strings = generation.samples, generation.max_new_tokens, generation.stop_strings or ()
     k = settings.k
     ids, mask = (t.to(device) for t in left_pad(seqs, pad_id))
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
@@ -153,18 +153,17 @@ def sample_answers(model: nn.Module, tokenizer: Any, prompts: Sequence[str], key
     if not isinstance(settings, GenerationSettings) or settings.samples is None or settings.max_new_tokens is None:
         raise InputError("settings must be a GenerationSettings with samples and max_new_tokens, got "
                          f"{settings!r}")
-    sampling, max_new_tokens, stop_strings = settings.samples, settings.max_new_tokens, settings.stop_strings or ()
     if len(keys) != len(prompts):
         raise InputError(f"keys has {len(keys)} entries for {len(prompts)} prompts")
     eos_ids = list(eos_token_ids) if eos_token_ids is not None else resolve_eos(model, tokenizer)
     pad_id = padding_id(tokenizer, eos_ids)
-    encoded, keep = encode_prompts(model, tokenizer, prompts, max_new_tokens, "skip")
+    encoded, keep = encode_prompts(model, tokenizer, prompts, settings.max_new_tokens, "skip")
     order = sorted(keep, key=lambda i: -len(encoded[i]))
     results: list[list[Sample] | None] = [None] * len(prompts)
     for start in range(0, len(order), settings.batch_size):
         batch = order[start:start + settings.batch_size]
         drawn = _sample_batch(model, tokenizer, [encoded[i] for i in batch], [keys[i] for i in batch],
-                              sampling, max_new_tokens, eos_ids, stop_strings, pad_id)
+                              settings, eos_ids, pad_id)
         for i, samples in zip(batch, drawn):
             results[i] = samples
         if on_batch is not None:

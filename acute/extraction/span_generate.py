@@ -34,6 +34,8 @@ from .batching import cache_keyword, left_pad, shared_prefix, window_allows_pref
 from .layers import forward_accepts, model_device
 from .continuations import logprobs_of, project_states, projects_own_logits
 
+__all__ = ["generate_with_span_scores", "supports_span_generation"]
+
 
 @dataclass
 class SpanGeneration:

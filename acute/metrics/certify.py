@@ -34,7 +34,7 @@ coverage) is returned. ``fwer`` names the procedure (:mod:`acute.metrics.ltt` de
   thresholds (starting at its most significant one), the other 70% test them in that order
   (exact for any curve).
 * ``"bonferroni_holm"``: Holm over the grid fixed in advance (default 0.00, 0.01, ..., 0.99);
-  its first rejection needs p <= delta / len(grid). The default until issue 45.
+  its first rejection needs p <= delta / len(grid).
 * ``"fixed_sequence"``: the fixed grid from its highest threshold down, each at level delta;
   **vacuous when few records reach the grid's top** (at alpha 0.05, delta 0.1 the top needs 45
   records, all correct). Pass a ``grid`` whose top suits the confidences (chosen on other
@@ -46,7 +46,7 @@ settings (known precision curves, one not monotone, tied confidences, models mat
 committed evaluations, a flat curve just below the target): all five stay valid (the share of
 calibration sets whose certified threshold misses the target is at most 0.104 at delta 0.1) and
 the default certifies the most: mean coverage 0.223 against 0.203 (split sequence), 0.190 (fixed
-sequence), 0.170 (Holm, the default before) and 0.161 (quantile Holm). It certifies in 90% of
+sequence), 0.170 (Holm) and 0.161 (quantile Holm). It certifies in 90% of
 the calibration sets from 2 to 5 times fewer labels than Holm (e.g. 1,000 instead of 5,000 for
 a well-ranked confidence at alpha 0.05).
 
@@ -61,8 +61,8 @@ Both backends test the same candidates (placed by acute). MAPIE's p-value is the
 ``binom.cdf(ceil(N * risk_hat), N, alpha)`` and a Hoeffding bound, with ``risk_hat`` a float, so
 ``N * risk_hat`` often lands one ulp above the integer count (18 * (1 - 17/18) =
 1.0000000000000009) and counts one error more: valid, but conservative where it matters, since a
-sequence stops at the first test that fails. That is why the default is the exact count since
-issue 45: on the default procedure MAPIE's certificates cover up to 0.09 less of the answers
+sequence stops at the first test that fails. That is why the default is the exact count: on
+the default procedure MAPIE's certificates cover up to 0.09 less of the answers
 (0.157 against 0.244 for a weakly ranked confidence at alpha 0.2, certifying in 57% of the
 calibration sets against 92%; ``benchmarks/certify_labels.md``); its certified set is never
 larger than the exact test's (tested).

@@ -47,7 +47,7 @@ def require_mapie() -> Any:
     """The ``mapie`` module; :class:`InputError` saying what to install when it is missing or
     older than :data:`MAPIE_REQUIREMENT`."""
     try:
-        import mapie
+        import mapie  # optional: mapie
         from mapie.risk_control import BinaryClassificationController  # noqa: F401
         from mapie.risk_control.fwer_control import FWERProcedure  # noqa: F401
     except ImportError as exc:
@@ -67,7 +67,7 @@ def require_mapie() -> Any:
 def _procedures() -> dict[str, type]:
     """MAPIE FWER procedures for each ``fwer``: Holm or a sequence in the order given (see the
     module doc for why these two)."""
-    from mapie.risk_control.fwer_control import FWERBonferroniHolm, FWERProcedure
+    from mapie.risk_control.fwer_control import FWERBonferroniHolm, FWERProcedure  # optional: mapie
 
     class HolmNoEvidenceIsOne(FWERBonferroniHolm):
         """MAPIE's Holm step-down, reading the NaN p-value of an unreached threshold as 1."""
@@ -109,7 +109,7 @@ def mapie_rejected(conf: np.ndarray, y: np.ndarray, alpha: float, delta: float, 
     checked calibration arrays and levels (MAPIE's warnings go to the debug log: the certificate
     reports what happened)."""
     require_mapie()
-    from mapie.risk_control import BinaryClassificationController
+    from mapie.risk_control import BinaryClassificationController  # optional: mapie
 
     controller = BinaryClassificationController(
         predict_function=confidence_as_proba, risk="precision", target_level=1.0 - alpha,

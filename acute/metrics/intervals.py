@@ -92,7 +92,7 @@ def corrected_t_test(diffs: np.ndarray, test_train_ratio: float, alpha: float = 
     two-sided p-value of "mean = 0". ``test_train_ratio`` is ``n_test / n_train`` of one fold
     (``1 / (k - 1)`` for k-fold). NaN everywhere with fewer than 2 finite differences; a zero
     variance gives a point interval and p = 1 when the mean is 0, else p = 0."""
-    from scipy import stats
+    from scipy import stats  # heavy: scipy
 
     if not (isinstance(test_train_ratio, (int, float)) and test_train_ratio > 0):
         raise InputError(f"test_train_ratio must be > 0, got {test_train_ratio!r}")

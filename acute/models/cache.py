@@ -47,7 +47,7 @@ def is_complete_cache(folder: Path) -> bool:
 
 def load_gguf(gguf: Path):
     """Load tokenizer and (dequantised, float32) model from a GGUF file; errors name the file."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: transformers
 
     gguf = Path(gguf)
     t0 = time.perf_counter()

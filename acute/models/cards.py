@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import os
 import re
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -88,8 +89,6 @@ class ModelCard:
 def _cards_dir() -> Path:
     """Folder holding ``<name>/card.toml``: the installed data package, else the repo's ``models/``."""
     try:
-        from importlib.resources import files
-
         root = Path(str(files("acute._cards")))
         if root.is_dir():
             return root

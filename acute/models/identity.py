@@ -6,10 +6,11 @@ from these."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, ModelLoadError
 
 __all__ = ["files_weights_digest", "model_fingerprint", "model_name", "model_setting", "name_model", "recorded_name",
            "weights_digest"]
@@ -82,9 +83,7 @@ def weights_digest(model) -> dict:
 
 def _digest(entries, gguf_sha256: str | None) -> dict:
     """:func:`weights_digest` of ``(name, tensor)`` pairs given in name order."""
-    import hashlib
-
-    import torch
+    import torch  # heavy: torch
 
     h, h16 = hashlib.sha256(), hashlib.sha256()
     for name, tensor in entries:
@@ -119,11 +118,7 @@ def files_weights_digest(model, folder) -> dict:
     Raises ``ModelLoadError`` naming the folder when it has no safetensors file or lacks an entry
     of the model, or holds one of another shape.
     """
-    from pathlib import Path
-
-    from safetensors import safe_open
-
-    from ..errors import ModelLoadError
+    from safetensors import safe_open  # lazy: import time
 
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))

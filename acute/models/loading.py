@@ -41,7 +41,7 @@ def _log(message: str) -> None:
 
 def _check_causal(config, where: str) -> None:
     """Raise ``ModelLoadError`` unless ``config`` describes a decoder-only causal LM."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # heavy: transformers
 
     model_type = getattr(config, "model_type", None)
     archs = list(getattr(config, "architectures", None) or [])
@@ -75,7 +75,7 @@ def _parse_dtype(dtype):
     Accepts a ``torch.dtype``, its name (``"float32"``, ``"bfloat16"``, ``"float16"``, ``"half"``)
     or ``"bf16"`` / ``"fp16"`` / ``"fp32"``; raises ``ValueError`` otherwise.
     """
-    import torch
+    import torch  # heavy: torch
 
     if dtype == "auto":
         return dtype
@@ -93,7 +93,7 @@ def _check_device(device, where: str = "device") -> None:
     ``"cuda"`` / ``"cuda:N"`` need ``torch.cuda.is_available()`` and ``N < device_count()``; an
     integer means CUDA device ``N`` (as in a transformers ``device_map``); ``"mps"`` needs MPS.
     """
-    import torch
+    import torch  # heavy: torch
 
     name = f"cuda:{device}" if isinstance(device, int) and not isinstance(device, bool) else device
     try:
@@ -148,7 +148,7 @@ def _to_device(model, device) -> None:
 
 def _from_pretrained(source: str, dtype, device, device_map, trust_remote_code: bool,
                      where: str, **kwargs):
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # heavy: transformers
 
     config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
     _check_causal(config, where)
@@ -210,8 +210,8 @@ def _load_folder_without_weights(folder: Path, dtype, trust_remote_code: bool):
     """The model of ``folder`` built on the meta device (its configuration, generation config and
     tokenizer; no weights), the identity of its weights read from the folder's files
     (:func:`~acute.models.identity.files_weights_digest`)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    import torch  # heavy: torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # heavy: transformers
 
     _require_config(folder)
     try:

@@ -14,17 +14,20 @@ from typing import Any
 
 from ..errors import InputError
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP
+from ..models import card_names
+from ..protocol.verbalize import TEMPLATES
 from ..store.format import DEFAULT_STORE_DTYPE, storage_dtype
+from ..store.sampling import parse_sampling
+from ..tasks import TASKS, get_task
+from ..tasks.qa import default_questions_path
 from ..validation import check_count, check_level
-
-logger = logging.getLogger(__name__)
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ..store.sampling import parse_sampling
+logger = logging.getLogger(__name__)
 
 __all__ = ["STAGES", "Config", "ModelSpec", "TaskSpec", "check_inputs", "config_hash", "load_config"]
 
@@ -98,8 +101,6 @@ class TaskSpec:
         if not self.data and _task_data_source(self.task) is not None:
             ident["data_source"] = _task_data_source(self.task)  # a pinned package: its version and hash
         elif not self.data:
-            from ..tasks.qa import default_questions_path
-
             ident["builtin_sha256"] = hashlib.sha256(default_questions_path().read_bytes()).hexdigest()
         return ident
 
@@ -190,7 +191,7 @@ def _estimator_list(names: Any, where: str, allow_all: bool = False) -> list[str
     ``allow_all`` (the evaluation's list)."""
     if names is None:
         return None
-    from ..estimators.registry import ESTIMATORS, is_estimator
+    from ..estimators.registry import ESTIMATORS, is_estimator  # start-up: scikit-learn
 
     if allow_all and names == ["all"]:
         return ["all"]
@@ -227,8 +228,6 @@ def _sizes(table: Any, where: str, task_keys: set[str]) -> dict[str, int]:
     return {k: _count(v, f"{where}.{k}") for k, v in table.items()}
 
 
-# Long but flat: one check per config field, each with its own message, so a bad config fails
-# before anything runs.
 def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = None) -> Config:
     """Parse and validate a reproduction config (TOML).
 
@@ -239,6 +238,43 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     duplicate model folders, a ``figures_model`` that is not a model).
     """
     path = Path(path)
+    text, raw = _read_toml(path)
+    run = _table(raw.get("run", {}), f"{path}: [run]", _RUN_KEYS)
+    for k, kind in _RUN_KEYS.items():
+        if k in run and k not in _RUN_LEVELS:  # levels: acute's one level checker, below
+            run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
+    root = data_root or run.get("data_root") or os.environ.get("ACUTE_DATA") or DEFAULT_DATA_ROOT
+    root = Path(root).expanduser().resolve()
+    tasks_raw = _check_type(raw.get("tasks", {}), dict, f"{path}: [tasks]")
+    models_raw = _check_type(raw.get("models", {}), dict, f"{path}: [models]")
+    if not tasks_raw:
+        raise InputError(f"{path}: no [tasks.<name>] tables")
+    if not models_raw:
+        raise InputError(f"{path}: no [models.<name>] tables")
+    tasks = [_task_spec(key, t, f"{path}: tasks.{key}", root) for key, t in tasks_raw.items()]
+    batch_default = run.get("batch_size", 8)
+    models = [_model_spec(key, m, f"{path}: models.{key}", path, batch_default, set(tasks_raw))
+              for key, m in models_raw.items()]
+    fig = run.get("figures_model")
+    if fig is not None and fig not in models_raw:
+        raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
+    evaluation = _evaluation_fields(run, path)
+    return Config(
+        path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), **evaluation,
+        batch_size=batch_default, n_jobs=run.get("n_jobs"),
+        store_dtype=storage_dtype(run.get("store_dtype", DEFAULT_STORE_DTYPE), f"{path}: run.store_dtype"),
+        probe_params=_probe_params(run.get("probe_params", {}), f"{path}: run.probe_params"),
+        protocol_variant=_protocol_variant(run.get("protocol_variant", "unit"), f"{path}: run.protocol_variant"),
+        figures_model=fig, models=models, tasks=tasks,
+        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators", allow_all=True),
+        learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
+                                  {"estimators": list, "repeats": int}),
+        transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
+                            {"estimators": list, "subject_splits": int, "repeats": int}))
+
+
+def _read_toml(path: Path) -> tuple[str, dict]:
+    """The config's text and its tables (run, models, tasks and nothing else)."""
     if not path.is_file():
         raise FileNotFoundError(f"config {path} does not exist")
     text = path.read_text(encoding="utf-8")
@@ -249,75 +285,65 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
     unknown = sorted(set(raw) - {"run", "models", "tasks"})
     if unknown:
         raise InputError(f"{path}: unknown top-level table(s) {unknown}; expected run, models, tasks")
-    run = _table(raw.get("run", {}), f"{path}: [run]", _RUN_KEYS)
-    for k, kind in _RUN_KEYS.items():
-        if k in run and k not in _RUN_LEVELS:  # levels: acute's one level checker, below
-            run[k] = _check_type(run[k], kind, f"{path}: run.{k}")
+    return text, raw
 
-    root = data_root or run.get("data_root") or os.environ.get("ACUTE_DATA") or DEFAULT_DATA_ROOT
-    root = Path(root).expanduser().resolve()
 
-    tasks_raw = _check_type(raw.get("tasks", {}), dict, f"{path}: [tasks]")
-    models_raw = _check_type(raw.get("models", {}), dict, f"{path}: [models]")
-    if not tasks_raw:
-        raise InputError(f"{path}: no [tasks.<name>] tables")
-    if not models_raw:
-        raise InputError(f"{path}: no [models.<name>] tables")
-    task_keys = set(tasks_raw)
-    tasks = []
-    for key, t in tasks_raw.items():
-        where = f"{path}: tasks.{key}"
-        _table(t, where, _TASK_KEYS)
-        task_name = _check_type(t.get("task", key), str, f"{where}.task")
-        data = t.get("data")
-        own_data = task_name == "default" or _task_data_source(task_name) is not None
-        if data is None and not own_data:
-            raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
-        data = [] if data is None else [data] if isinstance(data, str) else data
-        if not isinstance(data, list) or not (data or own_data) \
-                or not all(isinstance(d, str) and d for d in data):
-            raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
-        mnt = t.get("max_new_tokens")
-        if mnt is not None:
-            _positive(mnt, f"{where}.max_new_tokens")
-        stops = t.get("stop_strings")
-        if stops is not None and (not isinstance(stops, list) or not all(isinstance(x, str) and x for x in stops)):
-            raise InputError(f"{where}.stop_strings: expected a list of non-empty strings ([] for none), got {stops!r}")
-        tasks.append(TaskSpec(
-            key=key, task=task_name,
-            data=tuple(str((root / d).resolve()) for d in data),
-            split=_check_type(t["split"], str, f"{where}.split") if "split" in t else None,
-            options=_check_type(t.get("options", {}), dict, f"{where}.options"),
-            max_new_tokens=mnt,
-            stop_strings=None if stops is None else tuple(stops),
-            samples=(parse_sampling(t["samples"], f"{where}.samples").to_json() if "samples" in t else None),
-            chat=_check_type(t["chat"], bool, f"{where}.chat") if "chat" in t else None,
-            records=_count(t.get("records", 0), f"{where}.records"),
-            protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
-            description=_check_type(t.get("description", ""), str, f"{where}.description"),
-            group_by=(_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t
-                      else _task_group_by(task_name)),
-            shard_size=_positive(t["shard_size"], f"{where}.shard_size") if "shard_size" in t else None,
-        ))
-    batch_default = run.get("batch_size", 8)
-    models = []
-    for key, m in models_raw.items():
-        where = f"{path}: models.{key}"
-        _table(m, where, _MODEL_KEYS)
-        if "/" in key or key.startswith("."):
-            raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
-        bs = _positive(m.get("batch_size", batch_default), f"{where}.batch_size")
-        source = _check_type(m.get("model", key), str, f"{where}.model")
-        src_path = Path(source).expanduser()
-        if not src_path.is_absolute() and (path.parent / src_path).exists():
-            source = str((path.parent / src_path).resolve())
-        models.append(ModelSpec(key=key, source=source, batch_size=bs,
-                                records=_sizes(m.get("records"), f"{where}.records", task_keys),
-                                protocol=_sizes(m.get("protocol"), f"{where}.protocol", task_keys)))
-    fig = run.get("figures_model")
-    if fig is not None and fig not in models_raw:
-        raise InputError(f"{path}: run.figures_model = {fig!r} is not a model of the config ({sorted(models_raw)})")
-    from ..evaluation.crossval import DEFAULT_TEST_FRACTION
+def _task_spec(key: str, t: Any, where: str, root: Path) -> TaskSpec:
+    """One ``[tasks.<key>]`` table, checked; its data paths resolved against ``root``."""
+    _table(t, where, _TASK_KEYS)
+    task_name = _check_type(t.get("task", key), str, f"{where}.task")
+    data = t.get("data")
+    own_data = task_name == "default" or _task_data_source(task_name) is not None
+    if data is None and not own_data:
+        raise InputError(f"{where}: missing 'data' (file or folder relative to the data root)")
+    data = [] if data is None else [data] if isinstance(data, str) else data
+    if not isinstance(data, list) or not (data or own_data) \
+            or not all(isinstance(d, str) and d for d in data):
+        raise InputError(f"{where}.data: expected a path or a non-empty list of paths, got {t['data']!r}")
+    mnt = t.get("max_new_tokens")
+    if mnt is not None:
+        _positive(mnt, f"{where}.max_new_tokens")
+    stops = t.get("stop_strings")
+    if stops is not None and (not isinstance(stops, list) or not all(isinstance(x, str) and x for x in stops)):
+        raise InputError(f"{where}.stop_strings: expected a list of non-empty strings ([] for none), got {stops!r}")
+    return TaskSpec(
+        key=key, task=task_name,
+        data=tuple(str((root / d).resolve()) for d in data),
+        split=_check_type(t["split"], str, f"{where}.split") if "split" in t else None,
+        options=_check_type(t.get("options", {}), dict, f"{where}.options"),
+        max_new_tokens=mnt,
+        stop_strings=None if stops is None else tuple(stops),
+        samples=(parse_sampling(t["samples"], f"{where}.samples").to_json() if "samples" in t else None),
+        chat=_check_type(t["chat"], bool, f"{where}.chat") if "chat" in t else None,
+        records=_count(t.get("records", 0), f"{where}.records"),
+        protocol=_count(t.get("protocol", 0), f"{where}.protocol"),
+        description=_check_type(t.get("description", ""), str, f"{where}.description"),
+        group_by=(_check_type(t["group_by"], str, f"{where}.group_by") if "group_by" in t
+                  else _task_group_by(task_name)),
+        shard_size=_positive(t["shard_size"], f"{where}.shard_size") if "shard_size" in t else None,
+    )
+
+
+def _model_spec(key: str, m: Any, where: str, path: Path, batch_default: int, task_keys: set[str]) -> ModelSpec:
+    """One ``[models.<key>]`` table, checked; a relative model path that exists beside the
+    config resolved against the config's folder."""
+    _table(m, where, _MODEL_KEYS)
+    if "/" in key or key.startswith("."):
+        raise InputError(f"{where}: a model key is a folder name; it cannot contain '/' or start with '.'")
+    bs = _positive(m.get("batch_size", batch_default), f"{where}.batch_size")
+    source = _check_type(m.get("model", key), str, f"{where}.model")
+    src_path = Path(source).expanduser()
+    if not src_path.is_absolute() and (path.parent / src_path).exists():
+        source = str((path.parent / src_path).resolve())
+    return ModelSpec(key=key, source=source, batch_size=bs,
+                     records=_sizes(m.get("records"), f"{where}.records", task_keys),
+                     protocol=_sizes(m.get("protocol"), f"{where}.protocol", task_keys))
+
+
+def _evaluation_fields(run: dict, path: Path) -> dict[str, Any]:
+    """The ``[run]`` settings of the evaluation and the protocol study, checked: ``test_fraction``,
+    ``cv``, ``repeats``, ``n_bootstrap``, ``protocol_n_bootstrap``."""
+    from ..evaluation.crossval import DEFAULT_TEST_FRACTION  # start-up: the evaluation stack
 
     tf = check_level(run.get("test_fraction", DEFAULT_TEST_FRACTION), f"{path}: run.test_fraction",
                      _RUN_LEVELS["test_fraction"])
@@ -331,20 +357,8 @@ def load_config(path: str | os.PathLike, data_root: str | os.PathLike | None = N
         logger.warning("%s: run.report_n_bootstrap is no longer used (the report reads each evaluation's "
                        "intervals from its results.json); remove it", path)
     protocol_n_boot = check_count(run.get("protocol_n_bootstrap", n_boot), f"{path}: run.protocol_n_bootstrap")
-    return Config(
-        path=path.resolve(), text=text, data_root=root, seed=run.get("seed", 0), test_fraction=tf,
-        n_bootstrap=n_boot,
-        protocol_n_bootstrap=protocol_n_boot,
-        batch_size=batch_default, n_jobs=run.get("n_jobs"),
-        store_dtype=storage_dtype(run.get("store_dtype", DEFAULT_STORE_DTYPE), f"{path}: run.store_dtype"),
-        probe_params=_probe_params(run.get("probe_params", {}), f"{path}: run.probe_params"),
-        protocol_variant=_protocol_variant(run.get("protocol_variant", "unit"), f"{path}: run.protocol_variant"),
-        figures_model=fig, models=models, tasks=tasks, cv=cv, repeats=repeats,
-        estimators=_estimator_list(run.get("estimators"), f"{path}: run.estimators", allow_all=True),
-        learning_curve=_sub_table(run.get("learning_curve"), f"{path}: run.learning_curve",
-                                  {"estimators": list, "repeats": int}),
-        transfer=_sub_table(run.get("transfer"), f"{path}: run.transfer",
-                            {"estimators": list, "subject_splits": int, "repeats": int}))
+    return {"test_fraction": tf, "cv": cv, "repeats": repeats, "n_bootstrap": n_boot,
+            "protocol_n_bootstrap": protocol_n_boot}
 
 
 def _probe_params(params: dict, where: str) -> dict:
@@ -352,7 +366,7 @@ def _probe_params(params: dict, where: str) -> dict:
     estimator name does not fix (:func:`acute.estimators.registry.make_estimator`)."""
     if not params:
         return params
-    from ..estimators.probes import ActivationProbe
+    from ..estimators.probes import ActivationProbe  # start-up: scikit-learn
 
     known = sorted(set(ActivationProbe().get_params()) - {"view", "layer", "calibration", "pooling"})
     bad = sorted(set(params) - set(known))
@@ -363,8 +377,6 @@ def _probe_params(params: dict, where: str) -> dict:
 
 def _protocol_variant(variant: str, where: str) -> str:
     """``variant`` when it names an elicitation template (:data:`acute.protocol.verbalize.TEMPLATES`)."""
-    from ..protocol.verbalize import TEMPLATES
-
     if variant not in TEMPLATES:
         raise InputError(f"{where} must be one of {', '.join(map(repr, TEMPLATES))}, got {variant!r}")
     return variant
@@ -372,15 +384,11 @@ def _protocol_variant(variant: str, where: str) -> str:
 
 def _task_data_source(task_name: str) -> str | None:
     """Where the task fetches its data when the config gives none (BFCL: its pinned wheel)."""
-    from ..tasks import TASKS
-
     return getattr(TASKS.get(task_name), "data_source", None)
 
 
 def _task_group_by(task_name: str) -> str | None:
     """The task's declared grouping (``default_group_by``: APIGen and BFCL group by tool set)."""
-    from ..tasks import TASKS
-
     return getattr(TASKS.get(task_name), "default_group_by", None)
 
 
@@ -388,9 +396,6 @@ def check_inputs(cfg: Config) -> None:
     """Fail before any work starts when the config names an unknown task (or task option), a
     data path that does not exist, or a model that is neither a model card, a folder nor a file.
     ``InputError`` / ``FileNotFoundError`` name the config table and the value."""
-    from ..models import card_names
-    from ..tasks import TASKS, get_task
-
     for t in cfg.tasks:
         where = f"{cfg.path}: tasks.{t.key}"
         if t.task not in TASKS and t.task != "jsonl":

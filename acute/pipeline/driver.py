@@ -47,13 +47,12 @@ from .config import STAGES, Config, check_inputs, load_config
 from .plan import Job, plan_jobs, report_inputs_hash
 from .processes import load_timings, run_worker, update_timings
 from .workers import worker_main
+from ..console import load_options_from_args, model_options_parser, show_logs
 
 __all__ = ["main", "regenerate_commands"]
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    from ..console import load_options_from_args, model_options_parser
-
     p = argparse.ArgumentParser(
         prog="acute run", description=__doc__.split("\n\n")[0], parents=[model_options_parser()],
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,8 +101,6 @@ def _prepare_report(job: Job, cfg: Config, work: Path, out: Path, timings: dict)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the driver; returns the exit status (0: every job ran or was complete, 1: a job failed)."""
-    from ..console import show_logs
-
     argv = list(sys.argv[1:] if argv is None else argv)
     show_logs()  # progress and output paths of the library's slow steps, on stderr
     if argv[:1] == ["_worker"]:

@@ -184,7 +184,7 @@ def select_examples(examples: Sequence, n: int, seed: int) -> list:
 
     Deterministic, independent of file order, and nested (a larger ``n`` keeps every example
     of a smaller one, so a grown collection resumes). The ``select:`` prefix keeps the sample
-    independent of :func:`acute.evaluation.evaluate.split_ids`, which hashes ``"<seed>:<id>"``.
+    independent of :func:`acute.evaluation.crossval.split_ids`, which hashes ``"<seed>:<id>"``.
     Returns all examples (in that order) when ``n`` exceeds their number.
     """
     def key(ex) -> bytes:

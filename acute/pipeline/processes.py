@@ -14,6 +14,7 @@ from typing import Any
 
 
 from .plan import Job
+from ..fileio import write_text_atomic
 
 __all__ = ["LOAD_OPTIONS_ENV", "PACKAGE_ROOT", "load_timings", "own_peak_rss_mb", "run_worker", "update_timings",
            "write_json_atomic"]
@@ -45,7 +46,7 @@ def update_timings(path: Path, stages: dict, invocation: dict) -> dict:
     ``timings.json`` under an exclusive lock, re-reading the file first, so that invocations
     running side by side (different ``--only`` pairs, same ``--work``) do not drop each
     other's entries. Returns the merged document."""
-    import fcntl
+    import fcntl  # optional: POSIX
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "w") as lock:
@@ -59,8 +60,6 @@ def update_timings(path: Path, stages: dict, invocation: dict) -> dict:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    from acute.fileio import write_text_atomic
-
     write_text_atomic(path, json.dumps(obj, indent=1, default=str))
 
 
@@ -85,7 +84,7 @@ def own_peak_rss_mb() -> float:
                     return int(line.split()[1]) / 1024.0
     except (OSError, ValueError, IndexError):
         pass
-    import resource
+    import resource  # optional: POSIX
 
     return _peak_rss_mb(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 

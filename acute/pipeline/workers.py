@@ -1,5 +1,7 @@
 """The stage workers of ``acute run`` (collect, evaluate, transfer, protocol, report), each run in
-its own process by :func:`worker_main`: they call the library and return a summary."""
+its own process by :func:`worker_main`: they call the library and return a summary. Each stage
+imports what it needs inside its function, so a worker process loads (and its peak memory counts)
+its own stage's modules only."""
 
 from __future__ import annotations
 
@@ -8,26 +10,33 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..collect import collect
 from ..errors import InputError
+from ..fileio import json_ready
+from ..models import load_model, name_model
+from ..store import open_store
+from ..store.format import COMPAT_KEYS, RUN_KEYS, WEIGHTS_KEY
 from ..store.generation import GenerationSettings
 from ..store.identity import ModelIdentity
-
+from ..tasks import TASKS, get_task
 from .config import Config, TaskSpec, load_config
 from .plan import pair_dir, planned_failures, select_examples
 from .processes import LOAD_OPTIONS_ENV, load_timings, own_peak_rss_mb, write_json_atomic
 
-__all__ = ["job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
+if TYPE_CHECKING:
+    from ..evaluation.settings import EvaluationSettings
+
+__all__ = ["job_evaluation", "job_generation", "job_identity", "load_task_examples", "store_difference", "worker_main"]
 
 
 def load_task_examples(spec: dict) -> tuple[Any, list]:
     """``(task, examples)`` of a task spec (``TaskSpec`` as a dict): the task from
     :func:`acute.tasks.get_task` (``task = "jsonl"``: generic open QA over the first data file)
     and every example of every data path (ids must be unique across files)."""
-    from acute.tasks import get_task
-
     options = dict(spec.get("options") or {})
     name = spec["task"]
     task = get_task(spec["data"][0], **options) if name == "jsonl" else get_task(name, **options)
@@ -48,8 +57,6 @@ def load_task_examples(spec: dict) -> tuple[Any, list]:
 def _load_model(source: str, name: str):
     """The model at ``source`` named ``name`` (the run's name for it, which its stores record),
     its tokenizer and the seconds loading took."""
-    from acute.models import load_model, name_model
-
     t0 = time.perf_counter()
     model, tok = load_model(source, **json.loads(os.environ.get(LOAD_OPTIONS_ENV) or "{}"))
     return name_model(model, name), tok, time.perf_counter() - t0
@@ -81,8 +88,6 @@ def store_difference(manifest: dict, p: dict, task):
     the store's own resume check compares, plus the model's name): empty when the store can be
     reused without loading the model; otherwise :func:`acute.collect.collect` is called and
     refuses or resumes it itself."""
-    from acute.store.format import COMPAT_KEYS, RUN_KEYS, WEIGHTS_KEY
-
     expected, unknown = job_identity(p, task)
     fields = ("model",) + COMPAT_KEYS + ("engine", WEIGHTS_KEY) + RUN_KEYS
     return ModelIdentity.from_manifest(manifest).diff(expected, ("the store", "this job"), fields=fields,
@@ -90,14 +95,10 @@ def store_difference(manifest: dict, p: dict, task):
 
 
 def _worker_collect(p: dict) -> dict:
-    from acute.collect import collect
-
     task, examples = load_task_examples(p["task"])
     chosen = select_examples(examples, p["records"], p["seed"])
     store_dir = Path(p["store_dir"])
     if (store_dir / "manifest.json").is_file():
-        from acute.store import open_store
-
         store = open_store(store_dir)
         have = {str(i) for i in store.ids}
         differs = store_difference(store.manifest, p, task)
@@ -126,28 +127,40 @@ def _worker_collect(p: dict) -> dict:
             "selected_ids": [str(ex.id) for ex in chosen]}
 
 
+def job_evaluation(p: dict) -> EvaluationSettings:
+    """How an evaluate job scores its store: the run's folds and repeats (a single split by its
+    test fraction when ``cv`` is 0), seed, estimators, bootstrap, probe parameters and the task's
+    grouping; reliability diagrams of the best rows only."""
+    from ..evaluation.settings import EvaluationSettings  # start-up: a collect worker needs none of it
+
+    cv = p.get("cv") or None
+    return EvaluationSettings(estimators=p.get("estimators"), cv=cv, repeats=p.get("repeats") or 1,
+                              test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
+                              n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
+                              probe_params=p.get("probe_params") or None, reliability="best",
+                              group_by=p.get("group_by"))
+
+
 def _worker_evaluate(p: dict) -> dict:
-    from acute.evaluation.evaluate import evaluate_store
+    from acute.evaluation.evaluate import evaluate_store  # lazy: worker memory
 
     sub = _selected_store(p)
     t0 = time.perf_counter()
     cv = p.get("cv") or None
-    res = evaluate_store(sub, out_dir=p["eval_dir"], cv=cv, repeats=p.get("repeats") or 1,
-                         test_fraction=None if cv else p["test_fraction"], seed=p["seed"],
-                         estimators=p.get("estimators"), n_bootstrap=p["n_bootstrap"], n_jobs=p.get("n_jobs"),
-                         probe_params=p.get("probe_params") or None, progress=True, reliability="best",
-                         group_by=p.get("group_by"), fold_cache=Path(p["pair_dir"]) / "eval-fold-cache")
+    res = evaluate_store(sub, out_dir=p["eval_dir"], settings=job_evaluation(p), progress=True,
+                         fold_cache=Path(p["pair_dir"]) / "eval-fold-cache")
     best = {r["estimator"]: r.get("auc_euro_all") for r in res.rows}
     lc = p.get("learning_curve") or {}
     if lc:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # lazy: import time
 
-        from acute.estimators.baselines import BASELINES
-        from acute.estimators.registry import DEFAULT_ESTIMATOR
-        from acute.evaluation.crossval import inputs_for
-        from acute.evaluation.learning_curve import DEFAULT_REPEATS as LC_REPEATS, learning_curve, write_learning_curve
+        from acute.estimators.baselines import BASELINES  # lazy: worker memory
+        from acute.estimators.registry import DEFAULT_ESTIMATOR  # lazy: worker memory
+        from acute.evaluation.crossval import inputs_for  # lazy: worker memory
+        from acute.evaluation.learning_curve import (DEFAULT_REPEATS as LC_REPEATS, learning_curve,
+                                                     write_learning_curve)  # lazy: worker memory
 
-        from acute.evaluation.evaluate import store_groups
+        from acute.evaluation.grouping import store_groups  # lazy: worker memory
 
         group_by, groups = store_groups(sub, p.get("group_by"))
         names = list(lc.get("estimators") or (DEFAULT_ESTIMATOR,))
@@ -165,8 +178,6 @@ def _worker_evaluate(p: dict) -> dict:
 
 def _selected_store(p: dict):
     """The store of a collect stage, restricted to the records that stage selected."""
-    from acute.store import open_store
-
     done = Path(p["collect_done"])
     if not done.is_file():
         raise FileNotFoundError(f"{done} is missing: run the collect stage first")
@@ -179,11 +190,10 @@ def _selected_store(p: dict):
 
 
 def _worker_transfer(p: dict) -> dict:
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: import time
 
-    from acute.fileio import json_ready
-    from acute.estimators.registry import DEFAULT_ESTIMATOR
-    from acute.evaluation.transfer import leave_subjects_out, transfer_table
+    from acute.estimators.registry import DEFAULT_ESTIMATOR  # lazy: worker memory
+    from acute.evaluation.transfer import leave_subjects_out, transfer_table  # lazy: worker memory
 
     t0 = time.perf_counter()
     tr = p.get("transfer") or {}
@@ -211,8 +221,6 @@ def _answers_store(store_dir: Path, examples) -> Path | None:
     """The pair's collected store when it already holds the answer to every protocol example (the
     protocol study then generates nothing; a store of other settings is refused by
     :func:`run_protocol`), else None: the study collects its own into ``protocol/store``."""
-    from acute.store import open_store
-
     if not (store_dir / "manifest.json").is_file():
         return None
     try:
@@ -223,7 +231,7 @@ def _answers_store(store_dir: Path, examples) -> Path | None:
 
 
 def _worker_protocol(p: dict) -> dict:
-    from acute.protocol import run_protocol
+    from acute.protocol import run_protocol  # lazy: worker memory
 
     task, examples = load_task_examples(p["task"])
     chosen = select_examples(examples, p["rows"], p["seed"])
@@ -240,7 +248,6 @@ def _worker_protocol(p: dict) -> dict:
 
 def _task_info(t: TaskSpec, cfg: Config) -> str:
     opts = ", ".join(f"{k}={v}" for k, v in t.options.items())
-    from acute.tasks import TASKS
 
     data = (", ".join(os.path.relpath(d, cfg.data_root) for d in t.data)
             or getattr(TASKS.get(t.task), "data_source", None) or "built-in questions")
@@ -271,11 +278,11 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
     evaluated estimators, bootstrap draws, probe params): :func:`_worker_evaluate`'s call of
     :func:`acute.evaluation.evaluate.evaluate_store`, for
     :func:`acute.report.runs.settings_differences`."""
-    from acute.evaluation.evaluate import estimator_names
+    from acute.evaluation.settings import estimator_names  # lazy: worker memory
 
     names = estimator_names(cfg.estimators)  # as evaluate_store reads the config's list
     split: dict[str, Any] = {"mode": "cv" if cfg.cv else "split", "seed": cfg.seed}
-    from acute.evaluation.evaluate import RECORD_IDS
+    from acute.evaluation.grouping import RECORD_IDS  # lazy: worker memory
 
     group_by = None if t.group_by == RECORD_IDS else t.group_by  # as the evaluation records it
     if cfg.cv:
@@ -287,8 +294,8 @@ def _evaluation_settings(cfg: Config, t: TaskSpec) -> dict:
 
 
 def _worker_report(p: dict) -> dict:
-    from acute.report.render import EVALUATIONS_DIR, ReportInputs, write_report
-    from acute.report.runs import committed_eval_run
+    from acute.report.render import EVALUATIONS_DIR, ReportInputs, write_report  # lazy: worker memory
+    from acute.report.runs import committed_eval_run  # lazy: worker memory
 
     cfg = load_config(p["config"], data_root=p["data_root"])
     work, out = Path(p["work"]), Path(p["out"])
@@ -349,8 +356,6 @@ _WORKERS = {"collect": _worker_collect, "evaluate": _worker_evaluate, "transfer"
 def worker_main(job_file: str, result_file: str) -> int:
     """Child-process entry: run one job, write its sidecar (``<stage>.done.json``: settings hash,
     ``complete``, summary) and a result file for the driver. Returns the exit status."""
-    import traceback
-
     job = json.loads(Path(job_file).read_text(encoding="utf-8"))
     t0 = time.perf_counter()
     try:

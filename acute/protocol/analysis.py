@@ -16,7 +16,7 @@ import numpy as np
 
 from ..fileio import progress as _progress
 from ..errors import InputError
-from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, bootstrap_indices
+from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, bootstrap_indices, percentile_interval
 from ..validation import check_count
 from .settings import (
     ALPHA,
@@ -34,6 +34,10 @@ from .settings import (
     CONTEXT_NAMES,
     SCORED_PROVENANCE,
 )
+from ..metrics import metric_over_resamples
+
+__all__ = ["analyze_records", "cell_data", "checklist", "gap_cells", "provenance_table", "readout",
+           "shift_table"]
 
 logger = logging.getLogger(__name__)
 
@@ -181,16 +185,12 @@ def cell_data(records: Sequence[Mapping], scored: str) -> CellData:
 
 def _metric_stats(metric, conf: np.ndarray, y: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``metric`` on every resample (row of ``idx``), non-finite-metric warnings silenced."""
-    from ..metrics import metric_over_resamples
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return metric_over_resamples(metric, conf, y, idx)
 
 
 def _percentiles(stats: np.ndarray, alpha: float = ALPHA) -> tuple[float | None, float | None, int]:
-    from ..metrics.resampling import percentile_interval
-
     low, high, n_bad = percentile_interval(stats, alpha)
     return _finite(low), _finite(high), n_bad
 

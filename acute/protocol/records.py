@@ -26,6 +26,8 @@ from ..fileio import iter_jsonl, json_ready, read_json, write_text_atomic
 from ..store.commit import ShardDirectory, check_identity
 from ..store.identity import ModelIdentity
 
+__all__ = ["KEY", "RecordShards", "protocol_key"]
+
 MANIFEST = "manifest.json"
 #: the files of one record shard (:class:`~acute.store.commit.ShardDirectory`)
 SHARD_FILES = ("jsonl",)

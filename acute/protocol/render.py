@@ -25,6 +25,8 @@ from .settings import (
 )
 from .analysis import checklist, shift_table
 
+__all__ = ["load_protocol", "render_report", "write_protocol_report"]
+
 logger = logging.getLogger(__name__)
 
 

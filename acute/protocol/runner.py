@@ -37,6 +37,12 @@ from .settings import (
 from .analysis import analyze_records
 from .records import KEY, RecordShards, protocol_key
 from .render import render_report
+from ..collect import collect
+from ..models import model_name
+from ..store import ModelIdentity, open_store
+from ..store.format import collection_key
+
+__all__ = ["ProtocolResult", "analyze_protocol", "run_protocol"]
 
 #: How a protocol study generates its answers unless told: the task's length and stop strings, 8
 #: prompts per batch.
@@ -136,11 +142,6 @@ def run_protocol(model, tokenizer, task, examples, out_dir, generation: Generati
     context window. Raises ``ValueError`` for bad arguments (no examples, unknown variant,
     non-positive sizes).
     """
-    from ..collect import collect
-    from ..models import model_name
-    from ..store import ModelIdentity, open_store
-    from ..store.format import collection_key
-
     start = time.perf_counter()
     examples = list(examples)
     if not isinstance(generation, GenerationSettings):
@@ -363,9 +364,9 @@ def _verbalize_pass(model, tokenizer, records, vjobs, vprompts, sjobs, template,
     the log-probs of its answer under the verbalization prefix (when the prefix and the answer,
     tokenized separately as :func:`continuation_logprobs` does, are the start of the prompt's own
     tokens); those scoring jobs are done here and left out of the returned ``sjobs``."""
-    from ..extraction import context_window, generate_with
-    from ..extraction.batching import padding_id, resolve_eos, tokenize
-    from ..extraction.span_generate import generate_with_span_scores, supports_span_generation
+    from ..extraction import context_window, generate_with  # heavy: torch
+    from ..extraction.batching import padding_id, resolve_eos, tokenize  # heavy: torch
+    from ..extraction.span_generate import generate_with_span_scores, supports_span_generation  # heavy: torch
 
     if not vprompts:
         return sjobs
@@ -421,8 +422,8 @@ def _set_verbal(slot: dict, text: str | None, template) -> None:
 
 def _score_pass(model, tokenizer, records, sjobs, batch_size) -> None:
     """Pass 3: teacher-forced log-probs of every remaining answer span under its context."""
-    from ..extraction import context_window, token_continuation_logprobs
-    from ..extraction.batching import padding_id, resolve_eos, tokenize
+    from ..extraction import context_window, token_continuation_logprobs  # heavy: torch
+    from ..extraction.batching import padding_id, resolve_eos, tokenize  # heavy: torch
 
     limit = context_window(model)
     runnable: list[int] = []

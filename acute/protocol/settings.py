@@ -9,6 +9,10 @@ import numpy as np
 
 from .. import metrics as _metrics
 
+__all__ = ["ALPHA", "AXES", "AXIS_LEVELS", "AXIS_TITLES", "CONTEXTS", "CONTEXT_NAMES", "ESTIMATORS", "FORMAT",
+           "PAPER_SHIFTS", "PROVENANCES", "PROVIDED", "PROVIDED_LABELS", "READOUTS", "ROBUSTNESS", "SCORED",
+           "SCORED_PROVENANCE", "SHIFT_READOUTS", "VERBAL_MAX_NEW_TOKENS"]
+
 
 logger = logging.getLogger(__name__)
 

@@ -58,6 +58,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..models import format_prompt
 
 __all__ = [
     "ElicitationTemplate",
@@ -253,8 +254,6 @@ class VerbalPrompt:
 
 
 def _chat_prompt(tokenizer, question: str, answer: str, template: ElicitationTemplate) -> VerbalPrompt:
-    from ..models import format_prompt
-
     turns = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
     full = format_prompt(tokenizer, turns + [{"role": "user", "content": template.chat}], chat=True)
     head = format_prompt(tokenizer, turns, chat=True)  # rendering stops right after the answer
@@ -271,8 +270,6 @@ def _chat_prompt(tokenizer, question: str, answer: str, template: ElicitationTem
 
 
 def _plain_prompt(tokenizer, question: str, answer: str, template: ElicitationTemplate) -> VerbalPrompt:
-    from ..models import format_prompt
-
     head_tpl, sep, _ = template.plain.partition("{answer}")
     if not sep:
         raise InputError(f"template {template.name!r}: the plain template has no {{answer}} field")

@@ -13,6 +13,10 @@ from pathlib import Path
 from ..fileio import read_json
 from .runs import EvalRun
 from .tables import markdown_table, md_sections
+from ..estimators.registry import DEFAULT_ESTIMATOR
+from ..evaluation.table import best_estimators
+from ..evaluation.curves import euro_difference
+from ..evaluation.transfer import subjects_markdown, transfer_markdown
 
 __all__ = ["LEARNING_CURVE_TABLE", "TASK_FIGURE_KINDS", "clear_figures", "kept_task_figures", "learning_curve_figure",
            "learning_curve_section", "previous_learning_curve_rows", "task_figure_names", "task_figures",
@@ -62,14 +66,11 @@ def kept_task_figures(task: str, fig_dir: Path, captions: Mapping[str, str] | No
 def task_figures(run: EvalRun, task: str, fig_dir: Path) -> list[tuple[str, str]]:
     """Draw the figures of one task from ``run``'s test predictions: euro curves of raw
     confidence, the best baseline and the default estimator (when evaluated; else the best ACUTE
-    variant, highest auc-euro all, see :func:`acute.evaluation.evaluate.best_estimators`), and the
+    variant, highest auc-euro all, see :func:`acute.evaluation.table.best_estimators`), and the
     reliability diagram of that estimator against the best baseline (on the data's support), and the
     euro difference of the two over the risk level with its paired bootstrap band. Returns ``(caption, path
     relative to the report)`` pairs."""
-    from ..estimators.registry import DEFAULT_ESTIMATOR
-    from ..evaluation.table import best_estimators
-    from ..evaluation.curves import euro_difference
-    from ..evaluation.plots import euro_curves, euro_difference_curve, reliability_diagram
+    from ..evaluation.plots import euro_curves, euro_difference_curve, reliability_diagram  # heavy: matplotlib
 
     best = best_estimators(run.results.get("results", []))
     if DEFAULT_ESTIMATOR in run.predictions:  # the estimator acute ships is the one to show
@@ -185,8 +186,6 @@ def _learning_curve_cells(run: EvalRun, doc: Mapping, probes: Sequence[str]) -> 
 
 
 def transfer_section(transfer_runs: Sequence[tuple[str, Path]], default: str) -> tuple[list[str], dict]:
-    from ..evaluation.transfer import subjects_markdown, transfer_markdown
-
     lines, data = [], {}
     for model, path in transfer_runs:
         doc = read_json(path, "run the transfer stage first")

@@ -4,6 +4,7 @@ the controls, with both intervals and Holm's correction across the rows (``summa
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 from ..evaluation.table import VISIBLE_CONTROL
 from .runs import EvalRun
 from .tables import markdown_table
+from ..metrics.intervals import holm
 
 __all__ = ["SUMMARY_COLUMNS", "kept_summary_rows", "summary_csv", "summary_markdown", "summary_rows"]
 
@@ -88,8 +90,6 @@ def summary_rows(runs: Sequence[EvalRun], default: str, alpha: float = 0.05) -> 
     ``"committed tables"`` for a tables-only run (:attr:`EvalRun.tables_only`: an earlier
     report's committed ``results.json`` of the same settings); both are rows of the one Holm
     correction (the kept rows of :func:`kept_summary_rows` are not)."""
-    from ..metrics.intervals import holm
-
     out = []
     for run in runs:
         rows = {r["estimator"]: r for r in run.results.get("results", [])}
@@ -209,8 +209,6 @@ def summary_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def summary_csv(rows: Sequence[Mapping[str, Any]]) -> str:
-    import io
-
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(SUMMARY_COLUMNS), lineterminator="\n")
     w.writeheader()

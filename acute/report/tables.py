@@ -13,6 +13,7 @@ from typing import Any
 from ..metrics.specs import best_value
 from ..protocol.settings import PAPER_SHIFTS
 from .runs import REPORT_METRICS
+from ..estimators.registry import DEFAULT_ESTIMATOR
 
 __all__ = ["ACUTE_VIEWS", "INTERPRETATION_END", "INTERPRETATION_START", "PAPER_NUMBERS", "ablation_markdown",
            "comparison_markdown", "estimator_markdown", "image_captions", "markdown_table", "preserved_block",
@@ -198,8 +199,6 @@ def comparison_markdown(avg_by_task: Mapping[str, Mapping[str, Mapping[str, Mapp
     a view the run did not evaluate is replaced by the default estimator, labelled so). Protocol rows:
     the paper's mean |change in g| per toggled axis next to the pooled measured one.
     """
-    from ..estimators.registry import DEFAULT_ESTIMATOR
-
     lines = ["ACUTE paper (auc-euro; an ACUTE view the run did not evaluate is replaced by acute's "
              f"default, `{DEFAULT_ESTIMATOR}`, and marked so):", ""]
     rows = []

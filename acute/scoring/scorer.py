@@ -27,125 +27,36 @@ trust, by the threshold the probe's checkpoint model certifies at ``EPS`` (``acu
 
 from __future__ import annotations
 
-import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..store.generation import GenerationSettings
 from ..errors import InputError
 from ..engines.live import stop_early_refusal
-from ..estimators.inputs import CONFIDENCE, Inputs
+from ..estimators.inputs import Inputs
+from ..estimators.probe_format import check_precheck_probe
+from ..models import format_prompt
 from ..models.loading import holds_no_weights
-from ..store.identity import ModelIdentity, domain_change
+from ..store.generation import GenerationSettings
+from ..store.identity import ModelIdentity
+from ..tasks import Example
 from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
+from .probe_checks import (check_domain, check_probe_model, probe_generation, probe_summary, probe_task,
+                           scoring_setting as setting_identity, task_from_settings)  # noqa: F401 (task_from_settings: importable here)
+from .results import ScoredGeneration, question_of
 from .risk import DEFAULT_RISK
-from .stop_early import StopDecisions, stop_fields
+from .sources import check_live, live_inputs, live_parser
+from .stop_early import StopDecisions, mark_stop, recorder_stop_settings, stop_decisions
 
-__all__ = ["ScoredGeneration", "Scorer", "probe_task", "task_from_settings"]
-
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class ScoredGeneration:
-    """One scored generation.
-
-    ``question`` is the text asked (the string given, or the last user message), ``prompt`` the
-    fully formatted prompt the model saw, ``answer`` the generated text (stripped),
-    ``raw_confidence`` the product of its token probabilities, ``confidence`` the probe's
-    P(correct), ``trust`` the decision of its rule: ``confidence > risk`` (``rule`` ``"risk"``)
-    or ``confidence >= threshold`` (``rule`` ``"certificate"``: ``risk`` is None, ``max_error``
-    the alpha asked for and ``certificate`` what the probe's certificate says,
-    :meth:`acute.scoring.gate.DecisionRule.fields`). ``threshold`` is the value compared with
-    (the risk level itself under the risk rule).
-
-    Decided in two stages (``generate(..., precheck=u0)``), ``precheck`` holds the precheck's
-    ``confidence``, ``threshold`` (u0) and ``decision`` (:meth:`PrecheckResult.fields`) and
-    ``generated`` says whether the answer was generated: when the precheck abstained it was
-    not (``answer`` ``""``, ``raw_confidence`` and ``confidence`` None, ``n_tokens`` 0,
-    ``finish_reason`` ``"precheck"``, decision ``"abstain"``). Without a precheck both are left
-    out of :meth:`to_dict`.
-
-    Generated under a stop rule (``generate(..., stop_early=EPS)``), ``stop`` holds the rule
-    (:func:`acute.scoring.stop_early.stop_fields`: ``epsilon``, ``delta``, ``threshold``,
-    ``n_calibration``) and ``stopped_at`` is None, or, for an answer stopped at a checkpoint,
-    the tokens generated before the stop; then ``stop`` also has ``checkpoint``,
-    ``confidence`` (the prefix probe's P(correct)) and ``reason``, ``answer`` is the prefix,
-    ``finish_reason`` ``"stopped"``, ``confidence`` None (the answer probe did not score it)
-    and the decision ``"abstain"``. Without a stop rule both are left out of :meth:`to_dict`.
-
-    ``recorded`` is the :class:`acute.extraction.Generation` the answer was scored from (its
-    pooled states, token ids and log-probs: what ``acute serve --record-to`` stores), ``seconds``
-    the wall time of its batch's ``"generation"`` (recording, for a given response) and
-    ``"scoring"`` (the probe); both None for an answer not generated, both left out of
-    :meth:`to_dict`.
-    """
-
-    question: str
-    prompt: str
-    answer: str
-    raw_confidence: float | None
-    confidence: float | None
-    risk: float | None
-    trust: bool
-    n_tokens: int
-    finish_reason: str
-    rule: str = "risk"
-    threshold: float | None = None
-    max_error: float | None = None
-    certificate: dict | None = None
-    generated: bool = True
-    precheck: dict | None = None
-    stop: dict | None = None
-    stopped_at: int | None = None
-    recorded: Any = field(default=None, repr=False, compare=False)
-    seconds: dict | None = field(default=None, repr=False, compare=False)
-
-    def __post_init__(self):
-        if self.rule == "risk" and self.threshold is None:
-            self.threshold = self.risk
-
-    @property
-    def decision(self) -> str:
-        """``"trust"`` or ``"abstain"``."""
-        return "trust" if self.trust else "abstain"
-
-    def decision_fields(self) -> dict[str, Any]:
-        """``risk``, ``rule``, ``threshold`` and, for a certificate, ``max_error`` and
-        ``certificate``: what every answer says of how it was decided."""
-        out = {"risk": self.risk, "rule": self.rule, "threshold": self.threshold}
-        if self.rule != "risk":
-            out.update(max_error=self.max_error, certificate=self.certificate)
-        return out
-
-    def to_dict(self, include_prompt: bool = False) -> dict[str, Any]:
-        """JSON-ready dict of the fields plus ``decision`` (the formatted prompt only on
-        request; ``max_error`` and ``certificate`` only for the certificate rule; ``generated``
-        and ``precheck`` only when decided in two stages)."""
-        d = asdict(replace(self, recorded=None, seconds=None))
-        del d["recorded"], d["seconds"]
-        if not include_prompt:
-            d.pop("prompt")
-        if self.rule == "risk":
-            d.pop("max_error")
-            d.pop("certificate")
-        if self.precheck is None:
-            d.pop("generated")
-            d.pop("precheck")
-        if self.stop is None:
-            d.pop("stop")
-            d.pop("stopped_at")
-        d["decision"] = self.decision
-        return d
+__all__ = ["Scorer"]
 
 
 def _precheck_results(items, texts, lengths, conf, thresholds) -> list[PrecheckResult]:
     """One :class:`PrecheckResult` per prompt: trust iff its question-only P(correct) > its u0."""
-    return [PrecheckResult(question=_question_of(item), prompt=t, confidence=float(c), threshold=float(u),
+    return [PrecheckResult(question=question_of(item), prompt=t, confidence=float(c), threshold=float(u),
                            trust=bool(c > u), prompt_tokens=int(n))
             for item, t, n, c, u in zip(items, texts, lengths, conf, thresholds)]
 
@@ -156,17 +67,10 @@ def _is_single(prompts: Any) -> bool:
         isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
 
 
-def _question_of(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
-    return users[-1] if users else ""
-
-
 class Scorer:
     """Generate with the hidden-state recorder attached and score with a probe.
 
-    ``probe`` is an :class:`acute.estimators.probes.ExportedProbe` (``acute.load_probe(dir)``) or a fitted
+    ``probe`` is an :class:`acute.estimators.exported_probe.ExportedProbe` (``acute.load_probe(dir)``) or a fitted
     :class:`acute.estimators.probes.ActivationProbe`. The model is checked against the probe on
     construction (``ModelMismatchError``, a ``ValueError``): against the fingerprint and weights
     digest saved with an exported probe (``allow_other_weights=True`` skips the weights), or
@@ -209,12 +113,16 @@ class Scorer:
     until the probe is re-certified for this setting (``acute recertify``);
     :attr:`domain_change` is what differs (empty when nothing does or the probe's domain is
     unknown).
+
+    ``scoring_setting`` (``"score"``, ``"serve"`` or ``"store"``, :mod:`acute.estimators.scoring_setting`)
+    is where it scores: a probe reading a source that setting cannot provide (a stack fitted on
+    the store's metadata, a reply's parse status without a parser) is refused here, naming the
+    source (:func:`acute.scoring.sources.check_live`); the sources are computed from each answer as
+    a store's are (:func:`acute.scoring.sources.live_inputs`).
     """
 
     def __init__(self, model, tokenizer, probe, generation: GenerationSettings | None = None, *, task="auto",
-                 allow_other_weights: bool = False, precheck_probe=None, engine=None):
-        from ..estimators.probe_file import check_precheck_probe
-
+                 allow_other_weights: bool = False, precheck_probe=None, engine=None, scoring_setting: str = "score"):
         if engine is not None and not (callable(getattr(engine, "generate", None))
                                        and callable(getattr(engine, "prompt_states", None))):
             raise InputError(f"engine must be a started vLLM engine (acute.engines), got {type(engine).__name__}")
@@ -226,71 +134,38 @@ class Scorer:
         self.probe = probe
         self.engine = engine
         identity = ModelIdentity.from_model(model)
-        _check_probe_model(probe, identity, allow_other_weights)
+        check_probe_model(probe, identity, allow_other_weights)
         if precheck_probe is None:
             precheck_probe = getattr(probe, "precheck", None)
         if precheck_probe is not None:
             check_precheck_probe(precheck_probe, "precheck_probe")
-            _check_probe_model(precheck_probe, identity, allow_other_weights)
+            check_probe_model(precheck_probe, identity, allow_other_weights)
         self.precheck_probe = precheck_probe
         if isinstance(task, str):
             if task != "auto":
                 raise InputError(f"task must be 'auto', None or a Task, got {task!r}")
             task = probe_task(probe)
         self.task = task
+        check_live(probe, scoring_setting, live_parser(probe, task))  # a source it cannot compute: refused here
+        self.scoring_setting = scoring_setting
         if generation is not None and not isinstance(generation, GenerationSettings):
             raise InputError(f"generation must be an acute.store.generation.GenerationSettings, got "
                              f"{type(generation).__name__}")
-        trained = _probe_generation(probe)
+        trained = probe_generation(probe)
         settings = (generation or GenerationSettings()).over(trained)
         self.generation = replace(
             settings, max_new_tokens=settings.max_new_tokens or 64, samples=None,
             stop_strings=settings.stop_strings if settings.stop_strings is not None
             else tuple(getattr(task, "stop_strings", ()) or ()))
         self._trained_chat = trained.chat
-        responses = _probe_summary(probe).get("responses")
+        responses = probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None
-        self.domain_change = self._check_domain(identity)
-
-    def _check_domain(self, identity: ModelIdentity):
-        """What differs between the probe's validity domain and the setting this scorer scores
-        under (the model's ``identity`` run by its engine with its pooling and chat flag,
-        :func:`acute.store.identity.domain_change`); when anything does, one warning naming both
-        and :attr:`probe` refusing its certificates."""
-        from ..engines import engine_record
-        from ..store.pooling import DEFAULT_POOLING
-
-        here = replace(
-            identity, **engine_record(self.engine),
-            pooling={"states": getattr(self.probe, "pooling", DEFAULT_POOLING), "positions": self.generation.pool},
-            prompt_format={"chat": self.generation.chat, "prompts": None})
-        if self.precheck_probe is not None:  # no certificates to refuse: its threshold is the caller's
-            pre_here = replace(here, pooling={
-                "states": getattr(self.precheck_probe, "pooling", "last-prompt"), "positions": self.generation.pool})
-            pre = domain_change(ModelIdentity.from_probe(self.precheck_probe), pre_here,
-                                ("the precheck probe's domain", "this scorer"))
-            if pre:
-                logger.warning("the precheck probe was fitted under another setting than it is scored under: %s; "
-                               "its P(correct) may not be calibrated here: export it again from a store of this "
-                               "setting (acute export --with-precheck)", pre)
-        found = domain_change(ModelIdentity.from_probe(self.probe), here, ("the probe's domain", "this scorer"))
-        if found:
-            reason = (f"this probe was fitted and certified under another setting than it is scored under: "
-                      f"{found}; its calibration may not hold here and its certificates are refused: decide "
-                      f"by a risk level, or re-certify it on labelled records of this setting (acute "
-                      f"recertify --probe PROBE --store STORE --out NEW_PROBE)")
-            logger.warning("%s", reason)
-            if callable(getattr(self.probe, "outside_domain", None)):
-                self.probe = self.probe.outside_domain(reason)
-        return found
+        here = setting_identity(identity, engine, probe, self.generation)
+        self.probe, self.domain_change = check_domain(probe, precheck_probe, here)
 
     def format(self, item) -> str:
         """The fully formatted prompt for one question (str) or chat (list of messages)."""
-        from ..models import format_prompt
-
         if isinstance(item, str) and self.task is not None:
-            from ..tasks import Example
-
             ex = Example(id="live", question=item.strip(), answers=[])
             return self.task.prompt(self.tokenizer, ex, chat=self.generation.chat)
         return format_prompt(self.tokenizer, item, chat=self.generation.chat)
@@ -376,7 +251,7 @@ class Scorer:
         """The prompts ``gated`` prechecked and, where the precheck lets them through, generated
         from the precheck's own forward pass (:func:`acute.extraction.generate_after_prompt_pass`:
         no second prompt pass); their scored answers go into ``out``. Returns the precheck results."""
-        from ..extraction import generate_after_prompt_pass
+        from ..extraction import generate_after_prompt_pass  # torch: loaded when scoring starts
 
         sub_items, sub_texts = [items[i] for i in gated], [texts[i] for i in gated]
         thresholds = np.array([gates[i].precheck for i in gated], dtype=np.float64)
@@ -387,9 +262,9 @@ class Scorer:
             return conf[index] > thresholds[index]
 
         start = time.perf_counter()
-        stops = self._stop_decisions([gates[i] for i in gated])
+        stops = stop_decisions(self.probe, [gates[i].stop for i in gated])
         passes, gens = generate_after_prompt_pass(self.model, self.tokenizer, sub_texts, decide, self.generation,
-                                                  on_too_long="error", **self._stop_settings(stops))
+                                                  on_too_long="error", **recorder_stop_settings(stops, self.generation.max_new_tokens))
         let = [k for k, g in enumerate(gens) if g is not None]
         scored = [] if not let else self._scored([sub_items[k] for k in let], [sub_texts[k] for k in let], [gens[k] for k in let],
                               [gens[k].text for k in let], [gates[gated[k]] for k in let], time.perf_counter() - start,
@@ -401,41 +276,25 @@ class Scorer:
 
     def _generated(self, items, texts, gates) -> list[ScoredGeneration]:
         """Generate and score ``texts`` (formatted ``items``), decided by ``gates``."""
-        from ..extraction import generate_with
+        from ..extraction import generate_with  # torch: loaded when scoring starts
 
         if not items:
             return []
         start = time.perf_counter()
-        stops = self._stop_decisions(gates)
+        stops = stop_decisions(self.probe, [g.stop for g in gates])
         if self.engine is not None:
             gens = self.engine.generate(self.tokenizer, texts, self.generation, model=self.model, on_too_long="error",
-                                        **self._stop_settings(stops))
+                                        **recorder_stop_settings(stops, self.generation.max_new_tokens))
         else:
             gens = generate_with(self.model, self.tokenizer, texts, self.generation, on_too_long="error",
-                                 **self._stop_settings(stops))
+                                 **recorder_stop_settings(stops, self.generation.max_new_tokens))
         return self._scored(items, texts, gens, [g.text for g in gens], gates, time.perf_counter() - start,
                             stops=stops)
-
-    def _stop_decisions(self, gates: Sequence[Gate]) -> StopDecisions | None:
-        """The checkpoint callback of a generation of prompts decided by ``gates`` (None when none stops)."""
-        if all(g.stop is None for g in gates):
-            return None
-        return StopDecisions(self.probe.stop_early, [g.stop for g in gates])
-
-    def _stop_settings(self, stops: StopDecisions | None) -> dict:
-        """The recorder's ``checkpoints`` and ``on_checkpoint`` for ``stops`` (nothing without one):
-        the checkpoint model's own counts, then none (the rule is checked there only)."""
-        from ..store.checkpoints import Schedule
-
-        if stops is None:
-            return {}
-        return {"checkpoints": Schedule(stops.model.checkpoints, self.generation.max_new_tokens + 1),
-                "on_checkpoint": stops}
 
     def _check_fits(self, texts: Sequence[str]) -> None:
         """:class:`InputError` for the first prompt that does not fit the context window with
         ``max_new_tokens`` (as :func:`acute.extraction.generate_and_record` says it)."""
-        from ..extraction.batching import tokenize, within_context_window
+        from ..extraction.batching import tokenize, within_context_window  # torch: loaded when scoring starts
 
         lengths = [len(ids) for ids in tokenize(self.tokenizer, list(texts))]
         n_new = self.generation.max_new_tokens
@@ -477,7 +336,7 @@ class Scorer:
         return self._prompt_pass([self.format(p) for p in items])[0]
 
     def _prompt_pass(self, texts) -> tuple[np.ndarray, list[int]]:
-        from ..extraction import record_prompt_states
+        from ..extraction import record_prompt_states  # torch: loaded when scoring starts
 
         if self.engine is not None:
             return self.engine.prompt_states(self.tokenizer, texts, model=self.model)
@@ -523,7 +382,7 @@ class Scorer:
         Raises :class:`InputError` for a risk outside [0, 1], an empty response, mismatched
         lengths or a prompt + response longer than the context window.
         """
-        from ..extraction import record_responses
+        from ..extraction import record_responses  # torch: loaded when scoring starts
 
         items, responses = list(prompts), list(responses)
         if len(items) != len(responses):
@@ -581,7 +440,7 @@ class Scorer:
         return self.format(item)
 
     def _trained_task(self):
-        return _probe_summary(self.probe).get("task")
+        return probe_summary(self.probe).get("task")
 
     def _scored(self, items, texts, gens, answers, gates: list[Gate], generation_s: float = 0.0, *,
                 stops: StopDecisions | None = None, index: Sequence[int] | None = None) -> list[ScoredGeneration]:
@@ -590,26 +449,23 @@ class Scorer:
         out = self._decided(items, texts, gens, answers, gates, generation_s)
         if stops is not None:
             for j, (s, gate) in enumerate(zip(out, gates)):
-                _mark_stop(s, gate, stops, j if index is None else index[j])
+                mark_stop(s, gate.stop, stops, j if index is None else index[j])
         return out
 
     def _decided(self, items, texts, gens, answers, gates: list[Gate],
                  generation_s: float = 0.0) -> list[ScoredGeneration]:
-        from ..store.pooling import DEFAULT_POOLING, generation_states
-
         start = time.perf_counter()
-        pooling = getattr(self.probe, "pooling", DEFAULT_POOLING)
-        states = generation_states(gens, pooling)
+        # the sources the probe reads, computed as a store's are (acute.scoring.sources)
+        X = live_inputs(self.probe, gens, texts, answers, items, task=self.task)
         raw = np.array([g.raw_confidence for g in gens], dtype=np.float64)
-        reads = CONFIDENCE in self.probe.sources  # a probe without the confidence never checks it
-        conf = self.probe.predict_proba(Inputs.of(states, raw if reads else None, pooling=pooling))[:, 1]
+        conf = self.probe.predict_proba(X)[:, 1]
         out = []
         trusted = [bool(gate.decide(c)) for gate, c in zip(gates, conf)]
         seconds = {"generation": generation_s, "scoring": time.perf_counter() - start}
         for item, t, g, a, r, c, gate, ok in zip(items, texts, gens, answers, raw, conf, gates, trusted):
             f = gate.rule.fields()
             out.append(ScoredGeneration(
-                question=_question_of(item), prompt=t, answer=a.strip(), raw_confidence=float(r),
+                question=question_of(item), prompt=t, answer=a.strip(), raw_confidence=float(r),
                 confidence=float(c), risk=f["risk"], trust=ok,
                 n_tokens=int(len(g.token_ids)), finish_reason=g.finish_reason, rule=f["rule"],
                 threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate"),
@@ -617,92 +473,11 @@ class Scorer:
         return out
 
 
-def _mark_stop(s: ScoredGeneration, gate: Gate, stops: StopDecisions, i: int) -> None:
-    """Give ``s`` (prompt ``i`` of ``stops``) its stop fields; a stopped answer abstains, unscored."""
-    if gate.stop is None:
-        return
-    s.stop = stop_fields(gate.stop)
-    if i in stops.stopped:
-        k, p = stops.stopped[i]
-        s.stop.update(checkpoint=k, confidence=p, reason=stops.reason(i))
-        s.stopped_at, s.trust, s.confidence = s.n_tokens, False, None
-
-
 def _skipped(item, text: str, checked: PrecheckResult, gate: Gate) -> ScoredGeneration:
     """The answer to a prompt its precheck refused: nothing generated, decision abstain."""
     f = gate.rule.fields()
     return ScoredGeneration(
-        question=_question_of(item), prompt=text, answer="", raw_confidence=None, confidence=None,
+        question=question_of(item), prompt=text, answer="", raw_confidence=None, confidence=None,
         risk=f["risk"], trust=False, n_tokens=0, finish_reason="precheck", rule=f["rule"],
         threshold=f["threshold"], max_error=f.get("max_error"), certificate=f.get("certificate"),
         generated=False, precheck=checked.fields())
-
-
-#: ``Task.settings()`` keys that are not constructor options
-_NOT_OPTIONS = ("name", "max_new_tokens", "stop_strings", "path")
-
-
-def task_from_settings(settings: dict):
-    """Rebuild a task from the ``task_settings`` a store manifest records (``Task.settings()``):
-    ``get_task(settings["name"], **options)``. Raises ``ValueError`` (unknown task or option)
-    or ``FileNotFoundError`` (a JSONL task whose file is gone)."""
-    from ..tasks import get_task
-
-    if not isinstance(settings, dict) or not settings.get("name"):
-        raise InputError(f"task settings must be a dict with a 'name', got {settings!r}")
-    options = {k: v for k, v in settings.items() if k not in _NOT_OPTIONS}
-    return get_task(settings["name"], **options)
-
-
-def probe_task(probe):
-    """The open-QA task a probe was trained on, rebuilt from its recorded ``task_settings``;
-    ``None`` when it records none, when the task cannot be rebuilt here (e.g. its JSONL file is
-    gone) or when it is not open QA (multiple choice and the others need more than a question)."""
-    from ..tasks import OpenQATask
-
-    summary = _probe_summary(probe)
-    settings = summary.get("task_settings")
-    if not settings:
-        return None
-    try:
-        task = task_from_settings(settings)
-    except (ValueError, FileNotFoundError):
-        return None
-    return task if isinstance(task, OpenQATask) else None
-
-
-def _probe_summary(probe) -> dict:
-    summary = getattr(probe, "training_summary", None)
-    if summary is None:
-        summary = getattr(probe, "training_summary_", None)
-    return summary if isinstance(summary, dict) else {}
-
-
-def _probe_generation(probe) -> GenerationSettings:
-    """The generation settings recorded with a probe (its training store's ``generation`` block;
-    the defaults when it records none); :class:`InputError` naming the block when it is malformed."""
-    gen = _probe_summary(probe).get("generation")
-    try:
-        return GenerationSettings.from_json(gen if isinstance(gen, dict) else None)
-    except InputError as e:
-        raise InputError(f"the probe's recorded generation settings (probe.json's training_summary.generation) "
-                         f"are malformed: {e}") from None
-
-
-def _check_probe_model(probe, identity: ModelIdentity, allow_other_weights: bool = False) -> None:
-    """Raise ``ModelMismatchError`` when ``probe`` was not trained on a model like the one of
-    ``identity``: its own ``check_model`` (an exported probe), else the shape a fitted probe read
-    against the model's (:meth:`ModelIdentity.diff`)."""
-    from ..errors import ModelMismatchError
-
-    check = getattr(probe, "check_model", None)
-    if check is not None:
-        check(identity, allow_other_weights=allow_other_weights)
-        return
-    if getattr(probe, "n_layer_outputs_", None) is None or getattr(probe, "hidden_size_", None) is None:
-        raise InputError(f"probe of type {type(probe).__name__} is not fitted (or not a probe)")
-    fitted = ModelIdentity.from_probe(probe)
-    found = fitted.diff(identity, ("probe", "model"), fields=("num_layers", "hidden_size"))
-    if found:
-        raise ModelMismatchError(f"this probe was fitted on {fitted.num_layers + 1} layer outputs of width "
-                                 f"{fitted.hidden_size}, another shape than this model's: {found}")

@@ -25,9 +25,11 @@ from ..errors import InputError
 from ..estimators.stop_early import require_stop_early
 from ..metrics.certify import DEFAULT_DELTA
 from ..metrics.stopping import StopRule
+from ..store.checkpoints import Schedule
 from ..validation import check_level
 
-__all__ = ["StopDecisions", "check_stop_early", "stop_fields", "stop_rule"]
+__all__ = ["StopDecisions", "check_stop_early", "mark_stop", "recorder_stop_settings", "stop_decisions", "stop_fields",
+           "stop_rule"]
 
 
 def check_stop_early(value: Any, name: str = "stop_early") -> float:
@@ -85,3 +87,32 @@ class StopDecisions:
         k, p = self.stopped[i]
         return (f"stopped after {k} tokens: the prefix probe's P(correct) {p:.4f} < the stopping threshold "
                 f"{self.thresholds[i]:g}")
+
+
+def stop_decisions(probe: Any, rules: Sequence[StopRule | None]) -> StopDecisions | None:
+    """The checkpoint callback of a generation of prompts with stop rules ``rules`` (one per
+    prompt, None: never stopped), reading ``probe``'s checkpoint model; None when none stops."""
+    if all(r is None for r in rules):
+        return None
+    return StopDecisions(probe.stop_early, list(rules))
+
+
+def recorder_stop_settings(stops: StopDecisions | None, max_new_tokens: int) -> dict:
+    """The recorder's ``checkpoints`` and ``on_checkpoint`` for ``stops`` (nothing without one):
+    the checkpoint model's own counts, then none (the rule is checked there only)."""
+    if stops is None:
+        return {}
+    return {"checkpoints": Schedule(stops.model.checkpoints, max_new_tokens + 1), "on_checkpoint": stops}
+
+
+def mark_stop(scored: Any, rule: StopRule | None, stops: StopDecisions, i: int) -> None:
+    """Give the scored answer ``scored`` (prompt ``i`` of ``stops``, a
+    :class:`~acute.scoring.results.ScoredGeneration`) the fields of its stop ``rule``; a stopped
+    answer abstains, unscored."""
+    if rule is None:
+        return
+    scored.stop = stop_fields(rule)
+    if i in stops.stopped:
+        k, p = stops.stopped[i]
+        scored.stop.update(checkpoint=k, confidence=p, reason=stops.reason(i))
+        scored.stopped_at, scored.trust, scored.confidence = scored.n_tokens, False, None

@@ -174,7 +174,7 @@ def _response_tokens(scorer, job: Job) -> int:
 
 def _is_template_error(error: Exception) -> bool:
     try:
-        from jinja2 import TemplateError
+        from jinja2 import TemplateError  # optional: jinja2
     except ImportError:  # pragma: no cover - jinja2 comes with transformers' chat templates
         return False
     return isinstance(error, TemplateError)

@@ -49,6 +49,7 @@ import time
 from typing import Any, Iterable, Sequence
 
 from .errors import MissingExtraError
+from ..metrics.drift import drift_statistic
 
 __all__ = ["CONFIDENCE_BUCKETS", "LATENCY_BUCKETS", "DriftWindow", "RequestMetrics", "ServiceMetrics",
            "require_prometheus"]
@@ -87,8 +88,6 @@ class DriftWindow:
         return self.reference is not None
 
     def add(self, confidences: Iterable[float]) -> float | None:
-        from ..metrics.drift import drift_statistic
-
         if self.reference is None:
             return None
         with self._lock:
@@ -118,7 +117,7 @@ class ServiceMetrics:
 
     def __init__(self, batcher, reference: dict | None, *, window: int, threshold: float):
         require_prometheus()
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram  # optional: serve
 
         r = self.registry = CollectorRegistry()
         self.requests = Counter("acute_requests", "HTTP answers by endpoint and status", ["endpoint", "status"],
@@ -194,7 +193,7 @@ class ServiceMetrics:
 
     def text(self) -> tuple[bytes, str]:
         """The metrics in Prometheus' text format and its content type."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # optional: serve
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from .jobs import JobResult
 from .settings import ServeSettings
+from ..estimators.certificates import certificate_summary
 
 __all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models_body", "public_summary", "score_body",
            "sse_events"]
@@ -15,6 +16,8 @@ __all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models
 def estimator_name(probe) -> str:
     """The probe's estimator name (e.g. ``acute-cosine-stacked``): as its selection recorded it,
     else built from its view and calibration."""
+    if isinstance(getattr(probe, "estimator_name", None), str):  # a stack names itself
+        return probe.estimator_name
     selection = getattr(probe, "selection", None) or getattr(probe, "selection_", None)
     if isinstance(selection, dict) and selection.get("chosen"):
         return str(selection["chosen"])
@@ -143,8 +146,6 @@ def _certificates(probe) -> list[dict]:
     """The certified thresholds a client may ask for by ``max_error`` (no file locations), each
     with ``refused``: why a request naming it is refused here (the probe is scored outside its
     validity domain, :meth:`acute.estimators.probe_file.ExportedProbe.outside_domain`), or null."""
-    from ..estimators.certificates import certificate_summary
-
     refused = getattr(probe, "certificates_refused", None)
     return [{**certificate_summary(e), "valid": e["valid"], "threshold": e["threshold"], "refused": refused}
             for e in getattr(probe, "certificates", None) or []]

@@ -42,6 +42,13 @@ import numpy as np
 
 from ..errors import InputError
 from .errors import RequestError
+from ..store.header import array_bytes_sha256
+from ..collect.records import build_manifest
+from ..store import POOLINGS, LabelFile, StoreWriter
+from .openai_bodies import estimator_name
+from ..store.commit import check_identity
+from ..store.format import MANIFEST
+from ..store.manifest import load_manifest, now
 
 __all__ = ["AnswerRecorder", "feedback_fields", "probe_digest"]
 
@@ -75,18 +82,12 @@ def feedback_fields(body: Any) -> tuple[str, bool]:
 def probe_digest(probe) -> str | None:
     """The sha256 of a probe's arrays (an exported probe: the forest, views and calibration),
     None for a probe without them (a fitted, not exported, one)."""
-    from ..store.header import array_bytes_sha256
-
     arrays = getattr(probe, "arrays", None)
     return array_bytes_sha256(arrays) if isinstance(arrays, dict) and arrays else None
 
 
 def _manifest(scorer) -> dict:
     """The store manifest of the answers ``scorer`` serves (see the module doc)."""
-    from ..collect.records import build_manifest
-    from ..store import POOLINGS
-    from .openai_bodies import estimator_name
-
     manifest = build_manifest(scorer.model, scorer.tokenizer, scorer.task, scorer.generation)
     manifest["served"] = {"estimator": estimator_name(scorer.probe), "probe_sha256": probe_digest(scorer.probe)}
     manifest["poolings"] = list(POOLINGS)
@@ -96,10 +97,6 @@ def _manifest(scorer) -> dict:
 def _check_served(path: Path, manifest: dict) -> None:
     """Refuse to resume a store that ``acute serve`` did not record, or recorded under another
     probe (naming both)."""
-    from ..store.commit import check_identity
-    from ..store.format import MANIFEST
-    from ..store.manifest import load_manifest
-
     if not (path / MANIFEST).is_file():
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise InputError(f"--record-to {path}: not an empty folder nor a store of served answers; "
@@ -119,8 +116,6 @@ class AnswerRecorder:
     doc). Thread-safe; holds the store's writer lock until :meth:`close`."""
 
     def __init__(self, path: str | os.PathLike, scorer, *, shard_size: int, flush_s: float):
-        from ..store import LabelFile, StoreWriter
-
         self.path = Path(path)
         manifest = _manifest(scorer)
         _check_served(self.path, manifest)
@@ -138,16 +133,10 @@ class AnswerRecorder:
     def __repr__(self) -> str:
         return f"AnswerRecorder({str(self.path)!r})"
 
-    @property
-    def num_labels(self) -> int:
-        return len(self._labels.labels)
-
     def record(self, answers: Sequence[tuple[str, Any, Any, str]]) -> int:
         """Add ``(response id, job, JobResult, endpoint)`` for each served answer; those without
         a generated answer (refused by the precheck, or a response given by the request) are
         skipped. Returns how many were added."""
-        from ..store.manifest import now
-
         rows = [(rid, job, result.scored, endpoint) for rid, job, result, endpoint in answers
                 if result.scored.recorded is not None and job.response is None and result.scored.generated]
         if not rows:

@@ -62,7 +62,7 @@ async def read_json(request, max_bytes: int, timeout_s: float) -> Any:
     """The request body parsed as JSON: 413 beyond ``max_bytes``, 408 when it has not arrived
     within ``timeout_s``, 400 when it is not JSON, nests deeper than :data:`MAX_JSON_DEPTH` or
     holds a string that is not text; :class:`ClientGone` when the client leaves mid-body."""
-    from starlette.requests import ClientDisconnect
+    from starlette.requests import ClientDisconnect  # optional: serve
 
     try:
         body = await asyncio.wait_for(_body(request, max_bytes), timeout_s)

@@ -14,6 +14,7 @@ from ..scoring.gate import LEVEL_CHECKS, Gate, resolve_gate
 from .errors import RequestError, param_name
 from .jobs import Job
 from .settings import ServeSettings
+from ..scoring.precheck import require_precheck
 
 __all__ = ["chat_job", "score_job"]
 
@@ -24,9 +25,9 @@ _MAX_STOP = 4
 @functools.lru_cache(maxsize=None)
 def _schemas() -> SimpleNamespace:
     """The pydantic request models (built on first use: pydantic comes with the serve extra)."""
-    from typing import Annotated, Literal, Optional
+    from typing import Annotated, Literal, Optional  # beside pydantic
 
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import BaseModel, ConfigDict, Field  # optional: serve
 
     # risk, max_error and precheck are read as given and checked by acute's own level checkers
     # (_levels), so that a bad one is refused in the words of the command line and the library
@@ -122,7 +123,7 @@ _UNSUPPORTED: dict[str, tuple] = {
 
 def _validate(model, obj: Any, what: str, prefix: tuple = ()):
     """``model.model_validate(obj)``; the first error becomes a :class:`RequestError` naming its field."""
-    from pydantic import ValidationError
+    from pydantic import ValidationError  # optional: serve
 
     try:
         return model.model_validate(obj)
@@ -228,8 +229,6 @@ def _gate(probe, precheck_probe, levels: dict, name, response: str | None = None
             raise RequestError(f"{name('precheck')} decides before generating, and {name('response')} gives "
                                "an answer to score as given; leave out one of them", param=name("precheck"))
         if precheck_probe is None:
-            from ..scoring.precheck import require_precheck
-
             try:
                 require_precheck(None, name("precheck"))
             except InputError as e:

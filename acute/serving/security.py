@@ -85,7 +85,7 @@ class HostGuard:
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
             error = self.refusal(headers)
             if error is not None:
-                from starlette.responses import JSONResponse
+                from starlette.responses import JSONResponse  # optional: serve
 
                 await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
                 return

@@ -52,8 +52,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
 def _timed_protocol(read_timeout_s: float):
     """uvicorn's h11 protocol, closing a connection whose request head does not arrive within
     ``read_timeout_s`` (a slowloris client, or one that connects and sends nothing)."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    import h11  # optional: serve
+    from uvicorn.protocols.http.h11_impl import H11Protocol  # optional: serve
 
     error = RequestError(f"the request head did not arrive within {read_timeout_s:g} s (--read-timeout)",
                          status=408, code="request_timeout")
@@ -111,7 +111,7 @@ def make_server(app, *, log_level: str = "warning"):
     ``shutdown_timeout_s`` to finish, answers the rest with a JSON 503 and stops the worker
     between decoding steps (``app.state.begin_shutdown``)."""
     require_serve_extra()
-    import uvicorn
+    import uvicorn  # optional: serve
 
     settings = app.state.settings
 

@@ -25,6 +25,8 @@ from ..fileio import default_mode, fsync_dir, tmp_path
 from .files import is_temporary, parse_shard_name, part_of, shard_name
 from .identity import diff
 
+__all__ = ["ShardDirectory", "check_identity"]
+
 #: what :meth:`ShardDirectory.commit` writes into a file: its bytes, or a function that writes the
 #: file at the path it is given (it may replace the file: its permissions are reset afterwards)
 Payload = Union[bytes, Callable[[Path], None]]

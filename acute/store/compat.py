@@ -12,6 +12,8 @@ from . import checkpoints as ckpt
 from .format import COMPAT_KEYS, MEAN_ONLY, REMEDY, RUN_KEYS, WEIGHTS_KEY
 from .identity import ModelIdentity
 
+__all__ = ["check_compatible", "check_poolings", "merge_weights", "resolve_checkpoints"]
+
 logger = logging.getLogger(__name__)
 
 

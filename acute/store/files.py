@@ -8,6 +8,9 @@ import re
 
 from ..fileio import TMP_SUFFIX
 
+__all__ = ["PART_LOCK_RE", "SHARD_FILES", "is_temporary", "parse_shard_name", "part_lock_name", "part_of",
+           "shard_name"]
+
 #: ``shard-00007.jsonl`` (unpartitioned) or ``shard-p002-00007.safetensors`` (part 2).
 _SHARD_FILE_RE = re.compile(r"^shard-(?:p(\d{3,})-)?(\d{5,})\.(safetensors|jsonl)$")
 _PART_FILE_RE = re.compile(r"^\.?shard-p(\d{3,})-")  # a part's shard file or its temporary

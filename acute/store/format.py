@@ -16,6 +16,11 @@ from ..fileio import json_ready
 from ..errors import InputError
 from .pooling import POOLINGS  # a store holds "mean" only, or all three
 
+__all__ = ["CHECKPOINT_TENSORS", "COMPAT_KEYS", "DEFAULT_STORE_DTYPE", "FORMAT", "FORMAT_VERSION", "MANIFEST",
+           "MEAN_ONLY", "REMEDY", "RUN_KEYS", "SINGLE_WRITER_VERSION", "STATUSES", "STORAGE_DTYPES",
+           "TENSORS", "WEIGHTS_KEY", "collection_key", "dumps", "expected_shape", "parse_poolings",
+           "storage_dtype"]
+
 FORMAT = "acute-store"
 #: Newest store layout this acute reads and writes (1: unpartitioned shards; 2: also part shards).
 FORMAT_VERSION = 2

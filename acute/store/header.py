@@ -18,6 +18,8 @@ import numpy as np
 
 from ..errors import CorruptStoreError
 
+__all__ = ["array_bytes_sha256", "read_safetensors_header", "read_small", "tensors_sha256"]
+
 #: the safetensors dtypes a shard may hold
 _ST_DTYPES = {
     "F16": np.dtype("<f2"),

@@ -61,11 +61,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import PurePath, Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import InputError
 from .pooling import DEFAULT_POOLING, pooling_blocks
+from ..models import model_fingerprint, model_name, model_setting, weights_digest, card_names, get_card
+from ..models.identity import recorded_name
 
 __all__ = ["DEFAULT_ENGINE", "DOMAIN_FIELDS", "FINGERPRINT_FIELDS", "FIELDS", "Difference", "ModelIdentity", "diff",
            "domain_change", "domain_record"]
@@ -128,8 +130,6 @@ class ModelIdentity:
         (:func:`acute.models.model_name`), fingerprint, weights digest (hashed once per loaded
         model), dtype and quantisation, and ``tokenizer``'s name; run by ``engine`` at
         ``engine_version``, reading ``pooling`` with ``prompt_format`` (None: unknown)."""
-        from ..models import model_fingerprint, model_name, model_setting, weights_digest
-
         fp = model_fingerprint(model)
         return cls(model=model_name(model), model_fingerprint=fp, model_weights=weights_digest(model),
                    tokenizer=None if tokenizer is None else getattr(tokenizer, "name_or_path", None),
@@ -146,11 +146,6 @@ class ModelIdentity:
         from ``config.json``; anything else only its name
         (:func:`acute.models.identity.recorded_name`). The fields it cannot know are None (the
         shape of recorded states, ``num_layers`` / ``hidden_size``, among them)."""
-        from pathlib import Path
-
-        from ..models import card_names, get_card, model_fingerprint
-        from ..models.identity import recorded_name
-
         if source in card_names():
             card = get_card(source)
             return cls(model=recorded_name(source), model_weights={"gguf_sha256": card.sha256},

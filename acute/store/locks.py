@@ -18,6 +18,8 @@ try:
 except ImportError:  # pragma: no cover - no advisory locks (Windows): one writer at a time
     fcntl = None
 
+__all__ = ["lock_part", "lock_store", "store_lock", "unlock_part"]
+
 _NO_LOCKS_ERRNOS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 

@@ -15,6 +15,9 @@ from .checkpoints import parse_schedule
 from .format import (FORMAT, FORMAT_VERSION, MANIFEST, SINGLE_WRITER_VERSION, dumps, expected_shape,
                      parse_poolings)
 from .shard import Shard
+from .. import __version__
+
+__all__ = ["Tally", "fill_shape", "load_manifest", "normalised_manifest", "now", "shape_of", "write_manifest"]
 
 
 def now() -> str:
@@ -71,7 +74,6 @@ def normalised_manifest(manifest: dict, dtype: str) -> dict:
             f"manifest['dtype']={given!r} but dtype={dtype!r}: the manifest's 'dtype' is the "
             "storage dtype of layer_means; put the model's dtype under 'model_dtype'"
         )
-    from acute import __version__
 
     new["dtype"] = dtype
     if "poolings" in new:

@@ -19,6 +19,8 @@ from .pooling import POOLINGS
 from .manifest import load_manifest
 from .shard import Shard, load_shards
 
+__all__ = ["Store", "open_store"]
+
 
 class Store:
     """A read-only view over a store's committed records (use :func:`open_store`).

@@ -16,6 +16,8 @@ from .format import CHECKPOINT_TENSORS, MANIFEST, MEAN_ONLY, STORAGE_DTYPES, TEN
 from .pooling import POOLINGS
 from .header import read_safetensors_header, read_small, tensors_sha256
 
+__all__ = ["Shard", "load_shards"]
+
 
 def _check_checksums(st_path: Path, jsonl_path: Path, tensors: dict, metadata: dict) -> None:
     """CorruptStoreError naming the file whose bytes differ from the sha256 its shard recorded at

@@ -12,6 +12,8 @@ from .labels import check_labels, read_labels
 from .manifest import load_manifest
 from .shard import load_shards
 
+__all__ = ["verify_store"]
+
 
 def verify_store(path: str | os.PathLike) -> dict:
     """Check a store's consistency without loading its hidden states.

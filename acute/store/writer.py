@@ -26,6 +26,8 @@ from .locks import lock_part, lock_store, store_lock, unlock_part
 from .manifest import Tally, fill_shape, load_manifest, normalised_manifest, now, shape_of, write_manifest
 from .shard import Shard, load_shards
 
+__all__ = ["StoreWriter", "finalize_store", "prepare_store"]
+
 
 def _writer_args(manifest: Any, dtype: Any, shard_size: Any) -> tuple[str, int]:
     """Validate a writer's arguments; returns the normalised ``(dtype, shard_size)``."""
@@ -437,7 +439,7 @@ class StoreWriter:
 
     def _flush(self, count: int) -> None:
         """Commit the first ``count`` buffered records as the next shard."""
-        from safetensors.numpy import save_file
+        from safetensors.numpy import save_file  # lazy: import time
 
         batch = self._buffer[:count]
         if not batch:

@@ -18,6 +18,7 @@ from typing import Any
 from ..errors import TaskDataError
 from .base import Example, Task, find_file, read_json_array, read_jsonl
 from .tool_calls import CALLS_EQUIVALENCE, calls_equal, calls_key, normalize_value, parse_calls, reply_structure, toolset_key
+from .answer_types import assign_wrong_types
 
 __all__ = ["APIGenTask"]
 
@@ -104,8 +105,6 @@ class APIGenTask(Task):
 
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
         """Wrong-type answer: another row's gold calls that use none of this row's tools."""
-        from .answer_types import assign_wrong_types
-
         available = {ex.id: {t["name"] for t in ex.payload["tools"]} for ex in examples}
         called = {ex.id: {c["name"] for c in ex.payload["calls"]} for ex in examples}
 

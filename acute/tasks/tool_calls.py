@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-__all__ = ["CALLS_EQUIVALENCE", "REPLY_FIELDS", "ToolParameters", "calls_equal", "calls_key", "normalize_calls", "normalize_value",
+__all__ = ["CALLS_EQUIVALENCE", "REPLY_FIELDS", "ToolParameters", "bracket_depths", "calls_equal", "calls_key", "normalize_calls", "normalize_value",
            "parse_calls", "parse_reply_calls", "reply_structure", "tool_parameters", "toolset_key"]
 
 #: The ``meta`` keys :func:`reply_structure` fills (the visible control's reply-structure columns).
@@ -197,9 +197,10 @@ def parse_reply_calls(text: str) -> list[dict] | None:
     return calls
 
 
-def _end_of_brackets(text: str, start: int) -> int:
-    """Index just after the bracket opened at ``start`` is closed (JSON strings respected), or
-    ``len(text)`` when it never closes."""
+def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
+    """``(index, depth after it)`` of every ``[``/``{`` from ``start`` on and every ``]``/``}``
+    that closes one, JSON strings inside brackets skipped (a quote outside any bracket is text,
+    a closing bracket with none open is ignored)."""
     depth, in_string, escaped = 0, False, False
     for i in range(start, len(text)):
         ch = text[i]
@@ -210,16 +211,20 @@ def _end_of_brackets(text: str, start: int) -> int:
                 escaped = True
             elif ch == '"':
                 in_string = False
-        elif ch == '"':
-            in_string = True
         elif ch in "[{":
             depth += 1
-        elif ch in "]}":
+            yield i, depth
+        elif ch in "]}" and depth:
             depth -= 1
-            if depth == 0:
-                return i + 1
-    return len(text)
+            yield i, depth
+        elif ch == '"' and depth:
+            in_string = True
 
+
+def _end_of_brackets(text: str, start: int) -> int:
+    """Index just after the bracket opened at ``start`` is closed (JSON strings respected), or
+    ``len(text)`` when it never closes."""
+    return next((i + 1 for i, depth in bracket_depths(text, start) if depth == 0), len(text))
 
 
 class ToolParameters:

@@ -436,7 +436,7 @@ def test_save_is_atomic_and_refuses_foreign_dirs(fitted, data, tmp_path, monkeyp
     assert load_probe(target).view == "cosine"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["probe"]  # no temp leftovers
     # a crash while writing leaves the old probe intact and no temp directory
-    import acute.estimators.probe_file as probes_mod  # where the probe folder is written
+    import acute.estimators.probe_format as probes_mod  # where the probe folder is written
 
     def boom(*a, **k):
         raise OSError("disk full")

@@ -644,7 +644,7 @@ def test_the_default_table_and_all():
     'all' (or ['all']): every estimator of the registry, in its order; names are kept as given."""
     from acute.estimators.baselines import BASELINES
     from acute.estimators.registry import ESTIMATORS
-    from acute.evaluation.evaluate import estimator_names
+    from acute.evaluation.settings import estimator_names
 
     assert estimator_names(None) == list(BASELINES) + ["acute-pca10", "acute-cosine", "acute-pca10-stacked",
                                                        "acute-cosine-stacked", "auto"]

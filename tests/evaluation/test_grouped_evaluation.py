@@ -11,7 +11,7 @@ import pytest
 from acute import metrics
 from acute.errors import InputError
 from acute.evaluation import evaluate_predictions, evaluate_store
-from acute.evaluation.evaluate import RECORD_IDS, resolve_group_by
+from acute.evaluation.grouping import RECORD_IDS, resolve_group_by
 from acute.metrics import resample_indices
 from acute.metrics.resampling import cluster_bootstrap_indices
 from acute.metrics.intervals import fold_differences

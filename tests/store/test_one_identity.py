@@ -126,7 +126,7 @@ def test_a_probe_against_a_model_goes_through_the_diff(tmp_path):
 
 
 def test_the_scorers_checks_go_through_the_diff():
-    from acute.scoring.scorer import _check_probe_model
+    from acute.scoring.probe_checks import check_probe_model as _check_probe_model
 
     probe = _probe()
     _check_probe_model(probe, ModelIdentity(num_layers=L, hidden_size=D))

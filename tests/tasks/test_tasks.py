@@ -19,6 +19,7 @@ from acute.models import format_prompt
 from acute.tasks.choice import extract_choice
 from acute.tasks.normalize import extract_short_answer, normalize_answer, parse_number
 from acute.tasks.qa import JsonlQATask, default_questions_path
+from acute.tasks.tool_calls import bracket_depths
 
 
 # ----------------------------------------------------------------------------- fixture writers
@@ -873,3 +874,12 @@ def test_apigen_records_carry_the_reply_structure():
     details = task.label_details(ex, json.dumps([{"name": "get_weather", "arguments": {"city": "Oslo"}}]))
     assert details["reply_calls"] == 1 and details["reply_missing_required"] == 0 and not details["correct"]
     assert task.label_details(ex, "not json")["reply_calls"] == 0
+
+
+def test_bracket_depths_by_hand():
+    """Each bracket's depth after it; brackets inside JSON strings do not count, a quote outside
+    every bracket is text, a closing bracket with none open is ignored."""
+    assert list(bracket_depths('a [{"x": "]"}] b')) == [(2, 1), (3, 2), (12, 1), (13, 0)]
+    assert list(bracket_depths('"[" [')) == [(1, 1)]
+    assert list(bracket_depths("] [")) == [(2, 1)]
+    assert list(bracket_depths('[{"s": "a \\" ]"}]', start=1)) == [(1, 1), (15, 0)]

@@ -1,0 +1,187 @@
+"""Live sources: the :class:`acute.estimators.inputs.Inputs` of generated (or given) answers at
+scoring time, computed the way a store's are (:func:`acute.estimators.plan.store_inputs`), so that
+a probe scores a live answer as its pipeline scored the same record.
+
+:func:`live_inputs` builds, for the sources a probe reads only: the raw confidence, the pooled
+states of each pooling, the token log-prob statistics, the formatted prompt (``question``), the
+prompt and the reply (``prompt+reply``), the visible array (:func:`acute.estimators.visible.visible_inputs`
+of a record made of the prompt, the reply, its finish reason, its token log-probs and its parse
+status by the probe's task's parser) and, when given, the metadata. A record that lacks what a
+source needs (a reply without token log-probs, no metadata given, a non-finite value) is a
+:class:`SourceError` naming the source and the record; :class:`acute.scoring.Scorer` scores a
+batch at once and the service retries a failing batch one request at a time, so only that
+request fails (a 400 naming the source, :mod:`acute.serving.app`).
+
+:func:`check_live` is the check at load: a probe reading a source its scoring setting cannot
+provide (:mod:`acute.estimators.scoring_setting`) is refused, naming the source and why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..estimators.controls import metadata_matrix
+from ..estimators.inputs import (
+    AGREEMENT, CONFIDENCE, GROUPS, LOGPROB_STATS, METADATA, PROMPT_REPLY, QUESTION, VISIBLE, Inputs, is_states_source,
+    source_pooling,
+)
+from ..estimators.prefix_controls import logprob_stats
+from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
+from ..estimators.visible import visible_inputs
+from ..store.pooling import generation_states
+from ..tasks import Example
+
+__all__ = ["SourceError", "check_live", "live_inputs", "live_parser", "live_records", "probe_sources"]
+
+logger = logging.getLogger(__name__)
+
+
+class SourceError(InputError):
+    """A record lacks a source its probe reads, or holds a non-finite value in one: ``source``
+    names it, ``record`` the record (an index, a request's prompt)."""
+
+    def __init__(self, message: str, source: str, record: Any = None):
+        super().__init__(message)
+        self.source, self.record = source, record
+
+
+def probe_sources(probe: Any) -> tuple[str, ...]:
+    """The sources ``probe`` reads to predict (its ``sources``, without ``groups``)."""
+    return tuple(s for s in getattr(probe, "sources", ()) if s != GROUPS)
+
+
+def live_parser(probe: Any, task: Any = None) -> Parser:
+    """The parser a live setting has for ``probe`` scored with ``task`` (the scorer's task, None for
+    none): the one its folder records (``probe.json``'s ``scoring.parser``: a stack), live only
+    when there is a task to parse with; else that of ``task`` with no reply fields."""
+    recorded = getattr(probe, "parser", None)
+    if isinstance(recorded, Parser):
+        return recorded if task is not None else Parser(None, False, recorded.reply_fields)
+    return parser_for(task)
+
+
+def check_live(probe: Any, setting: str, parser: Parser | None = None) -> None:
+    """Refuse ``probe`` for the scoring ``setting`` (``serve``, ``score``, ``store``) when it reads
+    a source the setting cannot provide: an :class:`InputError` naming each such source, why, and
+    what to do."""
+    missing = missing_sources(probe_sources(probe), check_setting(setting), parser or live_parser(probe))
+    if missing:
+        fitted = getattr(probe, "scoring", None)
+        lines = "; ".join(f"the {s!r} source: {why}" for s, why in missing.items())
+        fix = (f"it was fitted for {fitted!r}: score it with the task it was fitted with"
+               if fitted == setting else
+               f"export it again for this setting (acute export --for {setting}), which leaves out what reads them")
+        raise InputError(f"this probe reads what {setting!r} scoring cannot provide ({lines}); {fix}")
+
+
+def _question(item: Any) -> str:
+    if isinstance(item, str):
+        return item.strip()
+    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def live_records(gens: Sequence[Any], prompts: Sequence[str], replies: Sequence[str], items: Sequence[Any],
+                 task: Any = None, metadata: Sequence[dict | None] | None = None) -> list[dict]:
+    """One store-like record per answer: ``id`` (its index), ``prompt`` (formatted), ``generation``
+    (the reply as scored), ``finish_reason``, ``parse_error`` (``task``'s parser on the reply of an
+    :class:`~acute.tasks.Example` of the question; False without a task) and ``meta``."""
+    out = []
+    for i, (g, prompt, reply, item) in enumerate(zip(gens, prompts, replies, items)):
+        parse_error = False
+        if task is not None:
+            parse_error = task.extract(Example(id="live", question=_question(item), answers=[]), reply) is None
+        meta = (metadata[i] if metadata is not None else None) or {}
+        out.append({"id": i, "prompt": prompt, "generation": reply, "finish_reason": g.finish_reason,
+                    "parse_error": bool(parse_error), "meta": dict(meta)})
+    return out
+
+
+def _logprobs(gens: Sequence[Any], source: str, names: Sequence[str]) -> list[np.ndarray]:
+    out = []
+    for g, name in zip(gens, names):
+        lp = getattr(g, "token_logprobs", None)
+        if lp is None:
+            raise SourceError(f"{name}: the answer has no token log-probs, which the probe's {source!r} source "
+                              "reads (a response without log-probs cannot be scored by this probe)", source, name)
+        out.append(np.asarray(lp))
+    return out
+
+
+def _finite(name: str, values: np.ndarray, names: Sequence[str]) -> None:
+    """:class:`SourceError` naming the first record whose numbers in source ``name`` are not finite."""
+    arr = np.asarray(values)
+    if arr.dtype == object:
+        numeric = np.array([[isinstance(v, (float, int, np.floating, np.integer)) and not np.isfinite(v)
+                             for v in row] for row in arr.reshape(arr.shape[0], -1)], dtype=bool)
+        bad = numeric.any(axis=1)
+    else:
+        bad = ~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise SourceError(f"{names[i]}: the {name!r} source holds a NaN or infinite value", name, names[i])
+
+
+def live_inputs(probe: Any, gens: Sequence[Any], prompts: Sequence[str], replies: Sequence[str],
+                items: Sequence[Any] | None = None, *, task: Any = None,
+                metadata: Sequence[dict | None] | None = None, metadata_fields: Sequence[str] | None = None,
+                names: Sequence[str] | None = None) -> Inputs:
+    """The :class:`Inputs` of the answers ``gens`` (:class:`acute.extraction.Generation` s) to the
+    formatted ``prompts``, scored as ``replies`` (the generated text, or the responses given),
+    holding the sources ``probe`` reads (module doc). ``items``: the prompts as asked (questions
+    the task's parser reads; default ``prompts``); ``task``: the probe's task (its parser);
+    ``metadata``: one ``meta`` dict per answer (fields ``metadata_fields``, default the probe's
+    recorded ones); ``names``: how errors name each answer (default ``prompts[i]``). A source a
+    record cannot have is a :class:`SourceError` naming it and the record."""
+    n = len(gens)
+    items = list(prompts) if items is None else list(items)
+    names = [f"prompts[{i}]" for i in range(n)] if names is None else list(names)
+    needed = probe_sources(probe)
+    out: dict[str, Any] = {}
+    records = None
+    for s in needed:
+        if s == CONFIDENCE:
+            _logprobs(gens, s, names)
+            out[s] = np.array([g.raw_confidence for g in gens], dtype=np.float64)
+        elif is_states_source(s):
+            out[s] = generation_states(gens, source_pooling(s))
+        elif s == LOGPROB_STATS:
+            out[s] = logprob_stats(_logprobs(gens, s, names), None)
+        elif s == QUESTION:
+            out[s] = np.asarray(list(prompts), dtype=object)
+        elif s in (PROMPT_REPLY, VISIBLE, METADATA):
+            if records is None:
+                records = live_records(gens, prompts, replies, items, task, metadata)
+            if s == PROMPT_REPLY:
+                out[s] = np.asarray([f"{r['prompt']}\n{r['generation']}" for r in records], dtype=object)
+            elif s == VISIBLE:
+                fields = getattr(live_parser(probe, task), "reply_fields", ())
+                out[s] = visible_inputs(records, _logprobs(gens, s, names), fields=fields, where="the live answers")
+            else:
+                out[s] = _metadata(probe, records, metadata, metadata_fields, names)
+        elif s == AGREEMENT:
+            raise SourceError("the probe reads the agreement of sampled answers, which live scoring does not "
+                              "generate", s)
+        else:
+            raise SourceError(f"the probe reads the {s!r} source, which live scoring does not compute", s)
+        if s != QUESTION and s != PROMPT_REPLY:
+            _finite(s, out[s], names)
+    return Inputs(out, n=n)
+
+
+def _metadata(probe: Any, records: list[dict], metadata, fields, names) -> np.ndarray:
+    if metadata is None:
+        raise SourceError(f"{names[0] if names else 'the answers'}: the probe reads the task metadata, and none "
+                          "was given with the request", METADATA, names[0] if names else None)
+    if fields is None:
+        fields = (getattr(probe, "training_summary", None) or {}).get("metadata_fields")
+    for i, rec in enumerate(records):
+        missing = [f for f in fields or () if rec["meta"].get(f) is None]
+        if missing:
+            raise SourceError(f"{names[i]}: the probe reads the metadata field(s) {missing}, which were not given",
+                              METADATA, names[i])
+    return metadata_matrix(records, list(fields or ()), where="the live answers")
