@@ -259,7 +259,6 @@ def test_serve_engine_vllm_checks_the_server_it_started(tmp_path, tiny_model, mo
 
     from acute.cli import build_parser
     from acute.cli.scoring import _serving_engine
-    from acute.engines import vllm_server
     from acute.serving import ServeSettings
 
     app, _ = _fake_vllm(tmp_path)
@@ -270,8 +269,8 @@ def test_serve_engine_vllm_checks_the_server_it_started(tmp_path, tiny_model, mo
         started.append(options)
         yield type("S", (), {"url": url, "api_key": "k", "pooled_dir": tmp_path})()
 
-    monkeypatch.setattr(vllm_server, "VllmServer", fake_server)
-    monkeypatch.setattr("acute.engines.vllm.model_folder", lambda model: tmp_path)
+    monkeypatch.setattr("acute.cli.scoring.VllmServer", fake_server)  # the names `acute serve` calls
+    monkeypatch.setattr("acute.cli.scoring.model_folder", lambda model: tmp_path)
     args = build_parser().parse_args(["serve", "--engine", "vllm", "--vllm-max-model-len", "64"])
     with running(app) as url:
         with pytest.raises(EngineError, match=r"states of shape \(3, 4\), not \(5, 64\).*another model"):
