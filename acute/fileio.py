@@ -1,16 +1,21 @@
-"""File and JSON helpers: JSON conversion, JSONL reading, atomic text files, progress bars.
+"""File and JSON helpers: JSON conversion, JSONL reading, atomic text files and folders, file
+digests, progress bars.
 
 One implementation each, used by every module that writes JSON (:func:`json_ready`), reads
-JSON lines (:func:`iter_jsonl`) or replaces a file atomically (:func:`write_text_atomic`).
+JSON lines (:func:`iter_jsonl`), replaces a file or a folder atomically
+(:func:`write_text_atomic`, :func:`replace_dir`) or checks a file's sha256 (:func:`file_sha256`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
+import uuid
 from contextlib import contextmanager
 from numbers import Integral, Real
 from pathlib import Path
@@ -20,8 +25,8 @@ import numpy as np
 
 from .errors import DataError, InputError
 
-__all__ = ["TMP_SUFFIX", "atomic_path", "default_mode", "fsync_dir", "iter_jsonl", "json_ready", "progress",
-           "progress_bar", "read_json", "tmp_path", "write_text_atomic"]
+__all__ = ["TMP_SUFFIX", "atomic_path", "default_mode", "file_sha256", "fsync_dir", "iter_jsonl", "json_ready",
+           "progress", "progress_bar", "read_json", "replace_dir", "tmp_path", "write_text_atomic"]
 
 NONFINITE_POLICIES = ("null", "clip", "error")
 CLIP_INFINITY = 1e30  # what ``nonfinite="clip"`` writes for +/-inf (keeps the sign)
@@ -161,6 +166,27 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    """The sha256 hex digest of the file ``path``, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Move the finished folder ``tmp`` to ``path`` (a sibling), replacing a folder there: the old
+    one is renamed aside first and removed only once the new one is in place."""
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
 
 
 def read_json(path: str | Path, what: str, error: type[Exception] = InputError) -> Any:

@@ -6,6 +6,20 @@ import torch
 
 from acute.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 
+#: test files whose set-up alone takes 30-50 s (a vLLM engine, a whole pipeline run), in the order
+#: they are collected first: under ``--dist loadfile`` they then start at once instead of forming
+#: the tail of the run; vLLM files alternate with others so that two engines rarely run together
+SLOW_FILES = ("tests/engines/test_vllm_engine.py", "tests/pipeline/test_reproduce.py",
+              "tests/serving/test_vllm_serve.py", "tests/estimators/test_shared_fits.py",
+              "tests/engines/test_vllm_sampling_and_stopping.py", "tests/test_readme.py",
+              "tests/evaluation/test_stack_rows.py", "tests/cli/test_collect_parallel.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Collect :data:`SLOW_FILES` first, in that order (each file's tests keep their order)."""
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():

@@ -13,14 +13,13 @@ import copy
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError
-from ..fileio import json_ready
+from ..fileio import file_sha256, json_ready, replace_dir
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
@@ -28,7 +27,7 @@ from .calibration import calibration_scores, calibrator_from_arrays
 from .certificates import check_certificates
 from .features import append_confidence, cosine_to_last, pca_project
 from .inputs import CONFIDENCE, check_inputs, states_source
-from .probe_format import (ARRAYS_FILE, MANIFEST_FILE, PRECHECK_DIR, check_precheck_probe, file_sha256, is_probe_dir,
+from .probe_format import (ARRAYS_FILE, MANIFEST_FILE, PRECHECK_DIR, check_precheck_probe, is_probe_dir,
                            validate_probe, view_kind, write_probe_folder)
 from .stop_early import STOP_EARLY_DIR, StopEarlyModel
 from .stop_early_folder import write_stop_early
@@ -320,13 +319,7 @@ class ExportedProbe:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
         try:
             manifest = write_probe_folder(tmp, self.manifest, self.arrays, self._write_nested(tmp))
-            if path.exists():
-                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
+            replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -18,7 +18,8 @@ from typing import Any
 from ..errors import ProbeFormatError
 from .exported_probe import ExportedProbe, forest_arrays, forest_proba, model_block  # noqa: F401 (importable here)
 from .probe_format import (ARRAYS_FILE, FORMAT, FORMAT_VERSION, MANIFEST_FILE, PRECHECK_DIR,  # noqa: F401
-                           PRECHECK_POOLING, check_precheck_probe, file_sha256, read_probe_folder, view_kind)
+                           PRECHECK_POOLING, check_precheck_probe, read_probe_folder, view_kind)
+from ..fileio import file_sha256
 from .stack_file import ExportedStack, is_stack_folder, load_stack
 from .stop_early_folder import read_stop_early
 

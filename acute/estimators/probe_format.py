@@ -50,7 +50,6 @@ after ``acute recertify``, the recertification store's, with ``recertified_from`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -61,7 +60,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from ..errors import InputError, ProbeFormatError
-from ..fileio import default_mode
+from ..fileio import default_mode, file_sha256
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from .calibration import CALIBRATION_ARRAYS, CALIBRATIONS
 from .features import NAMED_LAYERS, VIEWS
@@ -75,7 +74,6 @@ __all__ = [
     "PRECHECK_DIR",
     "PRECHECK_POOLING",
     "check_precheck_probe",
-    "file_sha256",
     "is_probe_dir",
     "read_probe_folder",
     "validate_probe",
@@ -95,15 +93,6 @@ PRECHECK_POOLING = "last-prompt"
 #: the forest's node arrays and their dtypes (one entry per node)
 _NODE_ARRAYS = (("trees.children_left", np.int64), ("trees.children_right", np.int64),
                 ("trees.feature", np.int64), ("trees.threshold", np.float64), ("trees.value", np.float64))
-
-
-def file_sha256(path: Path) -> str:
-    """The sha256 hex digest of the file ``path``, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def view_kind(view: str) -> str:

@@ -23,20 +23,18 @@ them is refused (:func:`check_stack_options`), and ``acute recertify`` refuses a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
-from ..fileio import default_mode, json_ready
+from ..fileio import default_mode, file_sha256, json_ready, replace_dir
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING
@@ -83,14 +81,6 @@ def _skops():
         raise InputError("a stack (acute-all, visible-all) is saved and loaded with skops, which is not "
                          "installed: pip install 'acute[stacks]'") from None
     return sio
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_stack_options(name: str, **given: Any) -> None:
@@ -224,7 +214,7 @@ class ExportedStack:
             blob = tmp / STACK_FILE
             sio.dump(self.estimator, blob)
             manifest = dict(self.manifest)
-            manifest["files"] = {STACK_FILE: {"sha256": _sha256(blob), "bytes": blob.stat().st_size}}
+            manifest["files"] = {STACK_FILE: {"sha256": file_sha256(blob), "bytes": blob.stat().st_size}}
             with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as fh:
                 json.dump(manifest, fh, indent=2, allow_nan=False)
                 fh.write("\n")
@@ -232,13 +222,7 @@ class ExportedStack:
                 os.fsync(fh.fileno())
             for p in (tmp, blob, tmp / MANIFEST_FILE):
                 default_mode(p)
-            if path.exists():
-                old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
+            replace_dir(tmp, path)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -312,7 +296,7 @@ def load_stack(path: str | os.PathLike) -> ExportedStack:
         raise ProbeFormatError(f"{man}: format_version {version!r} is not supported (this acute reads <= "
                                f"{STACK_FORMAT_VERSION})")
     expected = ((manifest.get("files") or {}).get(STACK_FILE) or {}).get("sha256")
-    if _sha256(blob) != expected:
+    if file_sha256(blob) != expected:
         raise ProbeFormatError(f"{blob}: sha256 does not match the one {man} records; the file is truncated, "
                                "corrupted or was modified")
     try:

@@ -13,7 +13,8 @@ from safetensors.numpy import load_file, save_file
 
 from ..errors import InputError, ProbeFormatError
 from ..fileio import default_mode, json_ready
-from .probe_format import MANIFEST_FILE, file_sha256, write_probe_folder
+from ..fileio import file_sha256
+from .probe_format import MANIFEST_FILE, write_probe_folder
 from .stop_early import STOP_CALIBRATION_FILE, STOP_EARLY_DIR, StopEarlyModel, checkpoint_dir
 
 __all__ = ["read_stop_early", "write_stop_early"]

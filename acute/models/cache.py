@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import ModelLoadError
+from ..fileio import file_sha256
 from .cards import ModelCard, acute_home
-from .fetch import fetch_gguf, hash_file
+from .fetch import fetch_gguf
 from .identity import model_fingerprint
 from .prompts import ensure_pad_token
 
@@ -160,6 +161,6 @@ def ensure_card_cached(card: ModelCard) -> Path:
 def gguf_cache_dir(gguf: Path) -> tuple[Path, str]:
     """Return the cache folder of a local GGUF file (keyed by its sha256) and that sha256."""
     _log(f"hashing {gguf} to find its cached conversion ...")
-    digest = hash_file(gguf)
+    digest = file_sha256(gguf)
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", gguf.stem)
     return acute_home() / "models" / f"gguf-{stem}-{digest[:12]}", digest

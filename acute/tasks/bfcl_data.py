@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..errors import TaskDataError
 from ..models.cards import acute_home
-from ..models.fetch import pip_command, pip_download, hash_file
+from ..fileio import file_sha256
+from ..models.fetch import pip_command, pip_download
 
 __all__ = ["CATEGORIES", "PACKAGE", "SHA256", "VERSION", "answer_member", "bfcl_cache_dir",
            "download_wheel", "fetch_bfcl", "question_member"]
@@ -97,7 +98,7 @@ def _is_complete(folder: Path) -> bool:
 
 def _extract(wheel: Path, out: Path) -> None:
     """Check the wheel's sha256 and write the data files into ``out`` (a new folder)."""
-    digest = hash_file(wheel)
+    digest = file_sha256(wheel)
     if digest != SHA256:
         raise _fetch_error(f"{wheel} has sha256 {digest}, not the pinned one")
     try:
