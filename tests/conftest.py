@@ -10,8 +10,7 @@ from acute.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 #: they are collected first: under ``--dist loadfile`` they then start at once instead of forming
 #: the tail of the run; vLLM files alternate with others so that two engines rarely run together
 SLOW_FILES = ("tests/engines/test_vllm_engine.py", "tests/pipeline/test_reproduce.py",
-              "tests/serving/test_vllm_serve.py", "tests/estimators/test_shared_fits.py",
-              "tests/engines/test_vllm_sampling_and_stopping.py", "tests/test_readme.py",
+              "tests/estimators/test_shared_fits.py", "tests/serving/test_vllm_serve.py", "tests/test_readme.py",
               "tests/evaluation/test_stack_rows.py", "tests/cli/test_collect_parallel.py")
 
 

@@ -304,7 +304,7 @@ def test_an_abandoned_request_is_aborted_and_its_file_removed(smollm2, engine):
 def test_stop_early_through_vllms_server_decides_as_the_transformers_scorer(smollm2, engine, tmp_path_factory):
     """``acute serve --upstream --stop-early``'s path: each completion streamed, read at the
     connector's live checkpoints and closed at a stop; the same stops, prefixes and decisions as
-    the transformers scorer (tests/engines/test_vllm_sampling_and_stopping.py has the offline engine)."""
+    the transformers scorer (tests/engines/test_vllm_engine.py has the offline engine)."""
     from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
 
     from acute.store.checkpoints import parse_schedule
