@@ -26,7 +26,7 @@ import numpy as np
 from .errors import DataError, InputError
 
 __all__ = ["TMP_SUFFIX", "atomic_path", "default_mode", "file_sha256", "fsync_dir", "iter_jsonl", "json_ready",
-           "progress", "progress_bar", "read_json", "replace_dir", "tmp_path", "write_text_atomic"]
+           "progress", "progress_bar", "read_json", "replace_dir", "staged_dir", "tmp_path", "write_text_atomic"]
 
 NONFINITE_POLICIES = ("null", "clip", "error")
 CLIP_INFINITY = 1e30  # what ``nonfinite="clip"`` writes for +/-inf (keeps the sign)
@@ -187,6 +187,20 @@ def replace_dir(tmp: Path, path: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+@contextmanager
+def staged_dir(path: Path) -> Iterator[Path]:
+    """A new hidden folder beside ``path`` to fill; on success it replaces ``path``
+    (:func:`replace_dir`), on any failure it is removed and ``path`` is left as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+        replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def read_json(path: str | Path, what: str, error: type[Exception] = InputError) -> Any:

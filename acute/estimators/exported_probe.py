@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError
-from ..fileio import file_sha256, json_ready, replace_dir
+from ..fileio import file_sha256, json_ready, staged_dir
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
@@ -315,14 +313,8 @@ class ExportedProbe:
                     f"{STOP_EARLY_DIR}/ model); "
                     "refusing to overwrite it"
                 )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
+        with staged_dir(path) as tmp:
             manifest = write_probe_folder(tmp, self.manifest, self.arrays, self._write_nested(tmp))
-            replace_dir(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         self.manifest = manifest
         return path
 

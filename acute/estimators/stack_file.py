@@ -26,15 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
-from ..fileio import default_mode, file_sha256, json_ready, replace_dir
+from ..fileio import default_mode, file_sha256, json_ready, staged_dir
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING
@@ -208,9 +206,7 @@ class ExportedStack:
             if entries and MANIFEST_FILE not in entries:
                 raise InputError(f"{path} is a non-empty directory that is not an acute probe directory; "
                                  "refusing to overwrite it")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
+        with staged_dir(path) as tmp:
             blob = tmp / STACK_FILE
             sio.dump(self.estimator, blob)
             manifest = dict(self.manifest)
@@ -222,10 +218,6 @@ class ExportedStack:
                 os.fsync(fh.fileno())
             for p in (tmp, blob, tmp / MANIFEST_FILE):
                 default_mode(p)
-            replace_dir(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         self.manifest = manifest
         return path
 
