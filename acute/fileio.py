@@ -26,7 +26,8 @@ import numpy as np
 from .errors import DataError, InputError
 
 __all__ = ["TMP_SUFFIX", "atomic_path", "default_mode", "file_sha256", "fsync_dir", "iter_jsonl", "json_ready",
-           "progress", "progress_bar", "read_json", "replace_dir", "staged_dir", "tmp_path", "write_text_atomic"]
+           "progress", "progress_bar", "read_json", "replace_dir", "staged_dir", "tmp_path", "write_json_durable",
+           "write_text_atomic"]
 
 NONFINITE_POLICIES = ("null", "clip", "error")
 CLIP_INFINITY = 1e30  # what ``nonfinite="clip"`` writes for +/-inf (keeps the sign)
@@ -166,6 +167,16 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def write_json_durable(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as indented JSON (no NaN: ``ValueError``) to ``path``, flushed and fsync'ed
+    before returning (a manifest written into a folder that is renamed into place afterwards)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=2, allow_nan=False)
+        fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def file_sha256(path: str | Path) -> str:

@@ -16,7 +16,8 @@ from ..evaluation.crossval import DEFAULT_TEST_FRACTION, inputs_for, cv_folds
 from ..evaluation.grouping import RECORD_IDS, store_groups
 from ..evaluation.settings import DEFAULT_FOLDS, DEFAULT_REPEATS, EvaluationSettings
 from ..evaluation.choice import AUTO_FOLDS, AUTO_REPEATS
-from ..evaluation.training import PRECHECK_ESTIMATOR, check_precheck_store, train_probe
+from ..evaluation.trained import PRECHECK_ESTIMATOR
+from ..evaluation.training import check_precheck_store, train_probe
 from ..estimators.scoring_setting import DEFAULT_SCORING_SETTING, SCORING_SETTINGS
 from ..estimators.stack_file import refuse_recertify
 from ..metrics import DEFAULT_N_BOOTSTRAP
@@ -172,7 +173,7 @@ def cmd_recertify(args) -> int:
         raise InputError(f"--out {args.out} is the probe being re-certified; write the new probe to another "
                          "folder (the original stays as it is)")
     probe = load_probe(args.probe)
-    refuse_recertify(probe, args.probe)  # a stack carries no certificate yet
+    refuse_recertify(probe, args.probe)  # a stack has no calibration map to refit
     store = open_labelled_store(args.store, args.allow_partial)
     done = recertify(probe, store, max_error=args.max_error, delta=args.delta, restack=args.restack,
                      backend=args.certify_backend, seed=args.seed, store_path=args.store)

@@ -30,7 +30,7 @@ from .probe_format import (ARRAYS_FILE, MANIFEST_FILE, PRECHECK_DIR, check_prech
 from .stop_early import STOP_EARLY_DIR, StopEarlyModel
 from .stop_early_folder import write_stop_early
 
-__all__ = ["ExportedProbe", "forest_arrays", "forest_proba", "model_block"]
+__all__ = ["ExportedProbe", "forest_arrays", "forest_proba", "model_block", "write_companions"]
 
 #: the fingerprint fields a probe's input shape fixes (checked whatever else it records)
 FINGERPRINT_KEYS = ("architecture", "num_layers", "hidden_size")
@@ -314,23 +314,25 @@ class ExportedProbe:
                     "refusing to overwrite it"
                 )
         with staged_dir(path) as tmp:
-            manifest = write_probe_folder(tmp, self.manifest, self.arrays, self._write_nested(tmp))
+            manifest = write_probe_folder(tmp, self.manifest, self.arrays,
+                                          write_companions(tmp, self.precheck, self.stop_early))
         self.manifest = manifest
         return path
 
-    def _write_nested(self, folder: Path) -> dict:
-        """Write the checkpoint model and the question-only probe (those this probe holds) into
-        ``folder``; returns their entries of this probe's ``probe.json``."""
-        extra = {}
-        if self.stop_early is not None:
-            extra["stop_early"] = write_stop_early(self.stop_early, folder / STOP_EARLY_DIR)
-        if self.precheck is not None:
-            check_precheck_probe(self.precheck, "the question-only probe to save")
-            sub = folder / PRECHECK_DIR
-            sub.mkdir()
-            write_probe_folder(sub, self.precheck.manifest, self.precheck.arrays)
-            extra["precheck"] = {"path": PRECHECK_DIR, "pooling": self.precheck.pooling,
-                                 "estimator": (self.precheck.manifest.get("training_summary") or {}).get(
-                                     "estimator", "question-only"),
-                                 "manifest_sha256": file_sha256(sub / MANIFEST_FILE)}
-        return extra
+
+def write_companions(folder: Path, precheck: ExportedProbe | None, stop_early: StopEarlyModel | None) -> dict:
+    """Write the checkpoint model and the question-only probe (those given) into the gate folder
+    ``folder`` (a probe's or a stack's); returns their entries of the gate's ``probe.json``."""
+    extra = {}
+    if stop_early is not None:
+        extra["stop_early"] = write_stop_early(stop_early, folder / STOP_EARLY_DIR)
+    if precheck is not None:
+        check_precheck_probe(precheck, "the question-only probe to save")
+        sub = folder / PRECHECK_DIR
+        sub.mkdir()
+        write_probe_folder(sub, precheck.manifest, precheck.arrays)
+        extra["precheck"] = {"path": PRECHECK_DIR, "pooling": precheck.pooling,
+                             "estimator": (precheck.manifest.get("training_summary") or {}).get(
+                                 "estimator", "question-only"),
+                             "manifest_sha256": file_sha256(sub / MANIFEST_FILE)}
+    return extra

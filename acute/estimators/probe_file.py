@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 def load_probe(path: str | os.PathLike) -> ExportedProbe | ExportedStack:
     """Load a probe directory written by :meth:`ActivationProbe.save` (no unpickling), or a stack
-    folder (``acute export --estimator acute-all``: :func:`acute.estimators.stack_file.load_stack`).
+    folder (``acute export --estimator acute-all``: :func:`acute.estimators.stack_file.load_stack`),
+    with the question-only probe and checkpoint model either holds.
 
     Raises ``FileNotFoundError`` naming a missing directory/file, and :class:`ProbeFormatError`
     (a ``ValueError``) naming the file when ``probe.json`` is not a valid manifest, when
@@ -42,9 +43,8 @@ def load_probe(path: str | os.PathLike) -> ExportedProbe | ExportedStack:
     ``.stop_early``. A probe without a validity domain (``domain``) loads with one warning saying
     its domain is unknown.
     """
-    if is_stack_folder(path):  # a stack: its own format (acute.estimators.stack_file)
-        return load_stack(path)
-    probe = _load_one(Path(path))
+    # a stack: its own format (acute.estimators.stack_file), the same nested folders
+    probe = load_stack(path) if is_stack_folder(path) else _load_one(Path(path))
     entry = probe.manifest.get("precheck")
     if entry is not None:
         probe.precheck = _load_precheck(Path(path), entry)

@@ -60,7 +60,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from ..errors import InputError, ProbeFormatError
-from ..fileio import default_mode, file_sha256
+from ..fileio import default_mode, file_sha256, write_json_durable
 from ..store.pooling import DEFAULT_POOLING, pooling_blocks
 from .calibration import CALIBRATION_ARRAYS, CALIBRATIONS
 from .features import NAMED_LAYERS, VIEWS
@@ -289,10 +289,11 @@ def check_precheck_probe(probe: Any, where: str) -> None:
 # --------------------------------------------------------------------------- one folder
 
 
-def is_probe_dir(path: Path, entries: set[str], nested: bool = True) -> bool:
+def is_probe_dir(path: Path, entries: set[str], nested: bool = True, data_file: str = ARRAYS_FILE) -> bool:
     """Whether the folder ``path`` (holding ``entries``) is a probe folder: only a manifest of this
-    format, its arrays and (``nested``) a ``precheck/`` probe and a ``stop-early/`` model."""
-    allowed = {MANIFEST_FILE, ARRAYS_FILE} | ({PRECHECK_DIR, STOP_EARLY_DIR} if nested else set())
+    format, its ``data_file`` (a probe's arrays; a stack's ``stack.skops``) and (``nested``) a
+    ``precheck/`` probe and a ``stop-early/`` model."""
+    allowed = {MANIFEST_FILE, data_file} | ({PRECHECK_DIR, STOP_EARLY_DIR} if nested else set())
     if not entries <= allowed or MANIFEST_FILE not in entries:
         return False
     if STOP_EARLY_DIR in entries:
@@ -364,11 +365,7 @@ def write_probe_folder(folder: Path, manifest: dict, arrays: dict[str, np.ndarra
     manifest.update(extra or {})
     manifest["arrays"] = {k: {"dtype": str(v.dtype), "shape": list(v.shape)} for k, v in arrays.items()}
     manifest["files"] = {ARRAYS_FILE: {"sha256": file_sha256(arrays_path), "bytes": arrays_path.stat().st_size}}
-    with open(folder / MANIFEST_FILE, "w", encoding="utf-8") as fh:
-        json.dump(manifest, fh, indent=2, allow_nan=False)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_json_durable(folder / MANIFEST_FILE, manifest)
     with open(arrays_path, "rb") as fh:
         os.fsync(fh.fileno())
     for p in (folder, arrays_path, folder / MANIFEST_FILE):

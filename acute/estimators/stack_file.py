@@ -8,8 +8,11 @@ Folder layout (``probe.json`` ``format`` ``acute-probe``, ``format_version`` 4, 
     probe.json     manifest: model, input shape, training summary, selection, validity domain,
                    ``scoring`` (the setting it was fitted for, its task's parser, the sources it
                    reads: :func:`acute.estimators.scoring_setting.setting_record`), ``stack``
-                   (the stack's name and its first-level estimators used), the sha256 of the file
+                   (the stack's name and its first-level estimators used), ``certificates``
+                   (certified trust thresholds, as a probe's), the sha256 of the file
     stack.skops    the fitted stack, written by ``skops.io.dump``
+    precheck/      optional: the question-only probe (a probe folder), as a probe's
+    stop-early/    optional: the checkpoint model early stopping reads, as a probe's
 
 **Loading never unpickles.** ``stack.skops`` is read by ``skops.io.load`` with the explicit list
 :data:`TRUSTED_TYPES` (acute's estimators and the scikit-learn internals they hold); a file
@@ -17,8 +20,12 @@ holding any other type is refused with a :class:`~acute.errors.ProbeFormatError`
 before anything in it is built. The file must match the sha256 ``probe.json`` records. skops is
 the optional extra ``acute[stacks]`` (``pip install 'acute[stacks]'``).
 
-A stack carries no certificate, question-only probe or checkpoint model yet: exporting one with
-them is refused (:func:`check_stack_options`), and ``acute recertify`` refuses a stack folder.
+A stack carries certificates, a question-only probe and a checkpoint model as a probe does
+(``acute export --estimator acute-all --max-error 0.1 --with-precheck --with-stop-early``): the
+certificate is certified on the stack's own out-of-fold predictions; the nested folders are
+written and checked by the probe format's code (:func:`acute.estimators.exported_probe.write_companions`,
+:func:`acute.estimators.probe_file.load_probe`). ``acute recertify`` refuses a stack folder
+(export it again on a store of the new setting).
 """
 
 from __future__ import annotations
@@ -32,16 +39,20 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError, ModelMismatchError, ProbeFormatError
-from ..fileio import default_mode, file_sha256, json_ready, staged_dir
+from ..fileio import default_mode, file_sha256, json_ready, staged_dir, write_json_durable
 from ..metrics.drift import check_reference
 from ..store.identity import FINGERPRINT_FIELDS, ModelIdentity
 from ..store.pooling import DEFAULT_POOLING
+from .certificates import check_certificates
+from .exported_probe import write_companions
 from .inputs import GROUPS, check_inputs
+from .probe_format import PRECHECK_DIR, is_probe_dir
+from .stop_early import STOP_EARLY_DIR
 from .scoring_setting import Parser, setting_record
 from .stacks import StackEstimator
 
-__all__ = ["STACK_FILE", "STACK_FORMAT_VERSION", "TRUSTED_TYPES", "ExportedStack", "check_stack_options",
-           "export_stack", "is_stack_folder", "load_stack", "refuse_recertify"]
+__all__ = ["STACK_FILE", "STACK_FORMAT_VERSION", "TRUSTED_TYPES", "ExportedStack", "export_stack", "is_stack_folder",
+           "load_stack", "refuse_recertify"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,17 +92,6 @@ def _skops():
     return sio
 
 
-def check_stack_options(name: str, **given: Any) -> None:
-    """Refuse, naming the option, what a stack cannot carry yet: each ``given`` option that is set
-    (``max_error``, ``precheck``, ``stop_early``)."""
-    flags = {"max_error": "--max-error (a certificate)", "precheck": "--with-precheck (a question-only probe)",
-             "stop_early": "--with-stop-early (a checkpoint model)"}
-    used = [flags.get(k, k) for k, v in given.items() if v]
-    if used:
-        raise InputError(f"{name} is exported as a stack, which cannot carry {', '.join(used)} yet; leave "
-                         f"{'it' if len(used) == 1 else 'them'} out, or export a probe (e.g. acute-pca10-stacked)")
-
-
 class ExportedStack:
     """A fitted stack loaded from (or about to be written to) a stack folder, scored like an
     :class:`~acute.estimators.probe_file.ExportedProbe`.
@@ -102,12 +102,13 @@ class ExportedStack:
     (the setting it was fitted for), ``parser`` (:class:`~acute.estimators.scoring_setting.Parser`),
     ``pooling`` (the answer states it reads, or the default), ``n_layer_outputs``, ``hidden_size``,
     ``model_name``, ``model_fingerprint``, ``training_summary``, ``metrics``, ``selection``,
-    ``domain``, ``confidence_reference``. It carries no ``certificates``, ``precheck`` or
-    ``stop_early`` (empty, None, None)."""
+    ``domain``, ``confidence_reference``, ``certificates`` (as a probe's; empty: none),
+    ``precheck`` (the question-only probe in ``precheck/``, an
+    :class:`~acute.estimators.exported_probe.ExportedProbe`, or None) and ``stop_early`` (the
+    checkpoint model in ``stop-early/``, or None). ``calibration`` is None: a stack's
+    probabilities are its stacker's."""
 
     calibration = None
-    precheck = None
-    stop_early = None
 
     def __init__(self, manifest: dict, estimator: StackEstimator, source: str = STACK_FILE):
         if not isinstance(estimator, StackEstimator) or not hasattr(estimator, "estimators_"):
@@ -130,8 +131,11 @@ class ExportedStack:
         self.training_summary = manifest.get("training_summary") or {}
         self.metrics = manifest.get("metrics") or {}
         self.selection = manifest.get("selection")
-        self.certificates: list = []
+        self.certificates: list = check_certificates(manifest.get("certificates"),
+                                                     str(Path(source).with_name(MANIFEST_FILE)))
         self.certificates_refused: str | None = None
+        self.precheck: Any = None
+        self.stop_early: Any = None
         self.confidence_reference = check_reference(manifest.get("confidence_reference"),
                                                     str(Path(source).with_name(MANIFEST_FILE)))
         self.domain = manifest.get("domain")
@@ -189,32 +193,46 @@ class ExportedStack:
         return self
 
     def outside_domain(self, reason: str) -> ExportedStack:
-        """This stack as scored outside its validity domain (it carries no certificate to refuse)."""
+        """This stack as scored outside its validity domain: its certificates are refused with
+        ``reason`` by every decision made with it (as a probe's)."""
         self.certificates_refused = str(reason)
         return self
 
+    def with_certificates(self, certificates: list, confidence_reference: dict | None) -> ExportedStack:
+        """This stack recording ``certificates`` (``probe.json`` entries,
+        :func:`acute.evaluation.certification.certify_probe`) and the drift signal's
+        ``confidence_reference`` (None: kept as it is); returns it."""
+        self.manifest = {**self.manifest, "certificates": json_ready(list(certificates), where="certificates")}
+        if confidence_reference is not None:
+            self.manifest["confidence_reference"] = json_ready(dict(confidence_reference), where="confidence_reference")
+        where = f"the {self.name} stack's manifest"
+        self.certificates = check_certificates(self.manifest["certificates"], where)
+        self.confidence_reference = check_reference(self.manifest.get("confidence_reference"), where)
+        return self
+
     def save(self, path: str | os.PathLike) -> Path:
-        """Write ``probe.json`` and ``stack.skops`` into ``path`` atomically (a temporary sibling
-        renamed into place); an existing probe or stack folder is replaced, any other non-empty
-        directory refused. Returns ``path``."""
+        """Write ``probe.json`` and ``stack.skops`` (and the question-only probe in ``precheck/``,
+        the checkpoint model in ``stop-early/``, when it holds them) into ``path`` atomically (a
+        temporary sibling renamed into place); an existing stack folder is replaced, any other
+        non-empty directory refused. Returns ``path``."""
         sio = _skops()
         path = Path(path)
         if path.exists():
             if not path.is_dir():
                 raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
             entries = {p.name for p in path.iterdir()}
-            if entries and MANIFEST_FILE not in entries:
-                raise InputError(f"{path} is a non-empty directory that is not an acute probe directory; "
-                                 "refusing to overwrite it")
+            if entries and not is_probe_dir(path, entries, data_file=STACK_FILE):
+                raise InputError(f"{path} is a non-empty directory that is not an acute stack directory "
+                                 f"(holding only {MANIFEST_FILE}, {STACK_FILE}, a {PRECHECK_DIR}/ probe and a "
+                                 f"{STOP_EARLY_DIR}/ model); refusing to overwrite it")
         with staged_dir(path) as tmp:
             blob = tmp / STACK_FILE
             sio.dump(self.estimator, blob)
-            manifest = dict(self.manifest)
+            manifest = {k: v for k, v in self.manifest.items() if k not in ("precheck", "stop_early")}
+            manifest.update(write_companions(tmp, self.precheck, self.stop_early))
             manifest["files"] = {STACK_FILE: {"sha256": file_sha256(blob), "bytes": blob.stat().st_size}}
-            with open(tmp / MANIFEST_FILE, "w", encoding="utf-8") as fh:
-                json.dump(manifest, fh, indent=2, allow_nan=False)
-                fh.write("\n")
-                fh.flush()
+            write_json_durable(tmp / MANIFEST_FILE, manifest)
+            with open(blob, "rb") as fh:
                 os.fsync(fh.fileno())
             for p in (tmp, blob, tmp / MANIFEST_FILE):
                 default_mode(p)
@@ -303,10 +321,10 @@ def load_stack(path: str | os.PathLike) -> ExportedStack:
 
 
 def refuse_recertify(probe: Any, where: str) -> None:
-    """:class:`InputError` naming ``where`` when ``probe`` is a stack: ``acute recertify`` re-certifies
-    a probe's threshold and calibration, which a stack does not carry yet."""
+    """:class:`InputError` naming ``where`` when ``probe`` is a stack: ``acute recertify`` refits a
+    probe's calibration map, which a stack does not have (its probabilities are its stacker's)."""
     if isinstance(probe, ExportedStack):
-        raise InputError(f"{where} holds a stack ({probe.name}); acute recertify re-certifies a probe's "
-                         "threshold and calibration map, which a stack does not carry yet: export the stack "
-                         "again from a store of the new setting (acute export --estimator "
-                         f"{probe.name} --store STORE), or recertify a probe (e.g. acute-pca10-stacked)")
+        raise InputError(f"{where} holds a stack ({probe.name}); acute recertify refits a probe's "
+                         "calibration map, which a stack does not have: export the stack again from a store "
+                         f"of the new setting (acute export --estimator {probe.name} --store STORE --max-error "
+                         "ALPHA), or recertify a probe (e.g. acute-pca10-stacked)")

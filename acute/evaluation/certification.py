@@ -8,8 +8,9 @@ probe was **not fitted on**, and records it on the :class:`~acute.evaluation.tra
 * ``"out-of-fold"`` (default): the cross-fitted predictions of the probe's own training records.
   For the default export (``auto`` with ``refit`` set) and ``--estimator auto`` these are the
   out-of-fold predictions its cross-validated comparison already made
-  (:attr:`AutoEstimator.oof_`, 5 stratified folds seeded by ``seed``); for a named probe or a
-  ``--view`` probe the same folds are fitted here (:func:`acute.estimators.folds.out_of_fold`).
+  (:attr:`AutoEstimator.oof_`, 5 stratified folds seeded by ``seed``); for a named probe, a
+  ``--view`` probe or a stack (:class:`~acute.evaluation.choice.TrainedStack`, refitted whole on
+  each fold) the same folds are fitted here (:func:`acute.estimators.folds.out_of_fold`).
   When the store's task groups its records (``default_group_by``: APIGen and BFCL keep a tool
   set together) or ``group_by`` names a metadata field, the folds are grouped as the
   evaluation's are (:func:`acute.evaluation.grouping.store_groups`,
@@ -47,16 +48,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-from sklearn.base import clone
 
 from ..errors import IncompatibleStoreError, InputError
 from ..estimators.certificates import certificate_entry
-from ..estimators.inputs import Inputs
 from ..metrics.certify import (DEFAULT_BACKEND, DEFAULT_DELTA, DEFAULT_FWER, certify_threshold, check_backend,
                                check_delta, check_max_errors, min_calibration_records)
 from ..metrics.drift import confidence_reference
 from ..store.identity import ModelIdentity, domain_change
-from ..store.pooling import store_states
 from .grouping import store_groups
 from ..estimators.folds import folds_digest, out_of_fold, stratified_folds
 
@@ -184,19 +182,18 @@ def _cross_fitted(trained, store, idx: np.ndarray, seed: int, groups: Sequence[s
     """``(P(correct), reused)``: the out-of-fold P(correct) of the training records ``idx`` over
     :data:`CV_FOLDS` stratified folds (grouped by ``groups``): ``auto``'s (``reused``), when its
     comparison ran on exactly these folds (:func:`acute.evaluation.training.train_probe` gives it
-    the grouped ones), else a clone of the probe fitted on each fold."""
+    the grouped ones), else a clone of the probe (or stack: ``trained.unfitted()``) fitted on
+    each fold's ``trained.inputs``."""
     y = np.asarray(store.correct)[idx].astype(np.int64)
     folds = stratified_folds(y, CV_FOLDS, seed, groups=groups)
     auto = trained.auto
     if auto is not None and getattr(auto, "oof_", None) is not None \
             and folds_digest(auto.folds_) == folds_digest(folds):
         return np.asarray(auto.oof_[auto.chosen_], dtype=np.float64), True
-    raw = np.asarray(store.raw_confidence, dtype=np.float64)[idx]
-    pooling = getattr(trained.probe, "pooling", "mean")
-    X = Inputs.of(np.asarray(store_states(store, pooling)[idx], dtype=np.float32), raw, pooling=pooling)
+    X = trained.inputs(store, idx)
 
     def fit_predict(tr, te):
-        est = clone(trained.probe).fit(X.take(tr), y[tr])
+        est = trained.unfitted().fit(X.take(tr), y[tr])
         return est.predict_proba(X.take(te))[:, 1]
 
     return out_of_fold(fit_predict, folds, y.size), False
@@ -220,11 +217,7 @@ def calibration_confidence(trained, store, *, calibration_store: Any = None, see
         if field is not None:
             folds["group_by"] = field
         return conf, np.asarray(store.correct)[idx].astype(bool), {"source": "out-of-fold", "folds": folds}
-    probe = trained.probe
-    pooling = getattr(probe, "pooling", "mean")
-    states = np.asarray(store_states(calibration_store, pooling), dtype=np.float32)
-    raw = np.asarray(calibration_store.raw_confidence, dtype=np.float64)
-    conf = probe.predict_proba(Inputs.of(states, raw, pooling=pooling))[:, 1]
+    conf = trained.probe.predict_proba(trained.inputs(calibration_store))[:, 1]
     path = getattr(calibration_store, "path", None)
     return (conf, np.asarray(calibration_store.correct).astype(bool),
             {"source": "calibration-store",

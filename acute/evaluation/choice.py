@@ -20,19 +20,20 @@ tie). :attr:`Choice.line` says in one line what was shipped and why, and
 
 **Stacks as gates** (:func:`train_stack`): the stack fitted on the training records' sources for the
 setting, described by a :class:`TrainedStack` whose ``save`` writes a stack folder
-(:mod:`acute.estimators.stack_file`).
+(:mod:`acute.estimators.stack_file`); :func:`acute.evaluation.training.train_probe` certifies it and
+fits its question-only probe and checkpoint model as a probe's (:class:`TrainedStack.inputs` and
+``unfitted`` say how to cross-fit it).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from .. import metrics
 from ..collect import collection_settings
@@ -41,9 +42,10 @@ from ..estimators.baselines import BASELINES
 from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import GROUPS, Inputs
 from ..estimators.exported_probe import model_block
+from ..estimators.plan import store_inputs
 from ..estimators.registry import DEFAULT_ESTIMATOR, estimator_sources, make_estimator
 from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
-from ..estimators.stack_file import ExportedStack, check_stack_options, export_stack
+from ..estimators.stack_file import ExportedStack, export_stack
 from ..estimators.stacks import STACK_MEMBERS, STACKS
 from ..estimators.visible import reply_fields
 from ..metrics import METRICS
@@ -52,7 +54,9 @@ from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, percentile_interval, resam
 from ..scoring.probe_checks import task_from_settings
 from ..store.identity import ModelIdentity, domain_record
 from .crossval import cv_folds, cross_val_predictions, cv_metric, cv_metric_draws, inputs_for
+from .grouping import store_groups
 from .sources import metadata_fields, usable_controls
+from .trained import TrainedGate
 
 __all__ = ["AUTO_FOLDS", "AUTO_REPEATS", "CANDIDATES", "MARGIN", "SINGLE_CONTROLS", "Choice", "TrainedStack",
            "choose_estimator", "setting_sources", "stack_inputs", "store_parser", "train_gate", "train_stack"]
@@ -189,33 +193,45 @@ def choose_estimator(store: Any, idx: np.ndarray, *, setting: str, groups: Seque
     return Choice(chosen, line, selection, oof)
 
 
-@dataclass
-class TrainedStack:
-    """A stack fitted for export and what its ``probe.json`` records: ``exported`` (the
-    :class:`~acute.estimators.stack_file.ExportedStack`), ``label``, ``selection`` (``auto``'s
-    :class:`Choice` record, or None), ``n_train``, ``held_out`` (the keys of
-    :func:`acute.evaluation.training.held_out_metrics`, or None), ``choice_line``. A stack carries
-    no certificate, question-only probe or checkpoint model (``certificates`` empty, the others None)."""
+@dataclass(kw_only=True)
+class TrainedStack(TrainedGate):
+    """A stack fitted for export: ``exported`` (the
+    :class:`~acute.estimators.stack_file.ExportedStack`), ``setting`` (the scoring setting it was
+    fitted for), ``group_by`` (what its inner folds, and the certificate's out-of-fold folds, keep
+    apart: a metadata field, or ``"id"``), ``metadata_fields`` (the task metadata its members
+    read), and what every trained gate carries (:class:`~acute.evaluation.trained.TrainedGate`:
+    ``label``, ``selection`` (``auto``'s :class:`Choice` record, or None), held-out metrics,
+    certificates, the question-only probe, the checkpoint model). ``save(dir)`` writes the stack
+    folder with them."""
 
     exported: ExportedStack
-    label: str
-    selection: dict | None
-    n_train: int
-    held_out: dict | None = None
-    choice_line: str | None = None
-    certificates: list = field(default_factory=list)
-    precheck: Any = None
-    precheck_held_out: dict | None = None
-    stop_early: Any = None
-    auto: Any = None
+    setting: str
+    group_by: str = "id"
+    metadata_fields: tuple[str, ...] = ()
 
     @property
     def probe(self) -> ExportedStack:
         return self.exported
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the stack folder (:meth:`~acute.estimators.stack_file.ExportedStack.save`)."""
-        return self.exported.save(path)
+    def inputs(self, store: Any, idx: np.ndarray | None = None) -> Inputs:
+        """The sources the fitted stack reads of ``store``'s records ``idx`` (default: all), with
+        their groups (:func:`acute.evaluation.grouping.store_groups` of :attr:`group_by`) for the
+        inner folds of a refit."""
+        X = store_inputs(store, list(self.exported.sources), self.metadata_fields)
+        _, groups = store_groups(store, self.group_by)
+        if groups is not None:
+            X = X.with_source(GROUPS, list(groups))
+        return X if idx is None else X.take(np.asarray(idx))
+
+    def unfitted(self) -> Any:
+        """An unfitted copy of the stack (what cross-fitting refits on each fold)."""
+        return clone(self.exported.estimator)
+
+    def export(self) -> ExportedStack:
+        """The :class:`~acute.estimators.stack_file.ExportedStack` with the certificates, the drift
+        reference, the question-only probe and the checkpoint model this gate carries."""
+        self.exported.with_certificates(self.certificates, self.confidence_reference)
+        return self.with_companions(self.exported)
 
 
 def _held_out(est: Any, X: Inputs, store: Any, tr: np.ndarray, te: np.ndarray) -> dict:
@@ -260,12 +276,13 @@ def _store_inputs(store: Any, names: Sequence[str], fields: Sequence[str], leave
 
 def train_stack(store: Any, name: str, idx: np.ndarray, test: np.ndarray, *, setting: str, seed: int = 0,
                 n_jobs: int | None = None, n_estimators: int | None = None, groups: Sequence[Any] | None = None,
-                summary: dict | None = None, choice: Choice | None = None) -> TrainedStack:
+                group_field: str | None = None, summary: dict | None = None,
+                choice: Choice | None = None) -> TrainedStack:
     """Fit the stack ``name`` (``acute-all``, ``visible-all``) on the records ``idx`` of ``store``
-    with the sources ``setting`` provides (inner folds grouped by ``groups``, one per store record)
-    and describe it: held-out metrics on the records of the boolean mask ``test`` when any,
-    ``summary`` (the training summary) and ``choice`` (``auto``'s, when it chose this stack)
-    recorded."""
+    with the sources ``setting`` provides (inner folds grouped by ``groups``, one per store record,
+    the values of the metadata field ``group_field``) and describe it: held-out metrics on the
+    records of the boolean mask ``test`` when any, ``summary`` (the training summary) and
+    ``choice`` (``auto``'s, when it chose this stack) recorded."""
     if name not in STACKS:
         raise InputError(f"{name!r} is not a stack; the stacks are {', '.join(STACKS)}")
     setting = check_setting(setting, "--for")
@@ -289,26 +306,28 @@ def train_stack(store: Any, name: str, idx: np.ndarray, test: np.ndarray, *, set
         reference = confidence_reference(np.asarray(choice.oof[name])[0], "out-of-fold")
     elif held is not None:
         reference = confidence_reference(est.predict_proba(X.take(te))[:, 1], "held-out")
+    selection = None if choice is None else choice.selection
     exported = export_stack(name, est, model=model_block(identity, n_out, hidden), n_layer_outputs=n_out,
                             hidden_size=hidden, setting=setting, parser=parser, training_summary=summary,
-                            metrics=held, selection=None if choice is None else choice.selection,
-                            confidence_reference=reference)
-    exported.with_domain(domain_record(identity, states="mean", store=summary.get("store")))
-    label = name if choice is None else f"auto -> {name}"
-    return TrainedStack(exported, label, None if choice is None else choice.selection, int(idx.size), held,
-                        None if choice is None else choice.line)
+                            metrics=held, selection=selection)
+    return TrainedStack(exported=exported, setting=setting, label=name if choice is None else f"auto -> {name}",
+                        selection=selection, training_summary=summary, n_train=int(idx.size), held_out=held,
+                        identity=identity, train_index=idx, confidence_reference=reference,
+                        domain=domain_record(identity, states="mean", store=summary.get("store")),
+                        choice_line=None if choice is None else choice.line,
+                        group_by=group_field or "id", metadata_fields=tuple(fields))
 
 
 def train_gate(store: Any, estimator: str, idx: np.ndarray, test: np.ndarray, *, setting: str, summary: dict,
                seed: int = 0, n_jobs: int | None = None, n_estimators: int | None = None,
                groups: Sequence[Any] | None = None, group_field: str | None = None, auto_folds: int = AUTO_FOLDS,
-               auto_repeats: int = AUTO_REPEATS, **options: Any) -> TrainedStack | Choice:
+               auto_repeats: int = AUTO_REPEATS) -> TrainedStack | Choice:
     """``acute train`` / ``acute export`` of a stack or ``auto`` (module doc): the stack
     ``estimator`` fitted (:func:`train_stack`), or ``auto``'s :class:`Choice` on the training records
     ``idx`` and then the stack it chose fitted; when it chose the default probe, the :class:`Choice`
-    itself (the probe is fitted as any probe, recording it). ``options`` a stack cannot carry
-    (``max_error``, ``precheck``, ``stop_early``) are refused first, naming them."""
-    check_stack_options(estimator if estimator in STACKS else "auto (which may ship a stack)", **options)
+    itself (the probe is fitted as any probe, recording it). Certificates, the question-only probe
+    and the checkpoint model are added by :func:`acute.evaluation.training.train_probe`, for a
+    stack as for a probe."""
     choice = None
     if estimator not in STACKS:
         choice = choose_estimator(store, idx, setting=setting, groups=groups, group_field=group_field,
@@ -318,4 +337,4 @@ def train_gate(store: Any, estimator: str, idx: np.ndarray, test: np.ndarray, *,
             return choice
     name = estimator if choice is None else choice.chosen
     return train_stack(store, name, idx, test, setting=setting, seed=seed, n_jobs=n_jobs, n_estimators=n_estimators,
-                       groups=groups, summary=summary, choice=choice)
+                       groups=groups, group_field=group_field, summary=summary, choice=choice)

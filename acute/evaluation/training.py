@@ -10,11 +10,12 @@ folder. The command line and the demo only parse, call this and print.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+from sklearn.base import clone
 
 from ..collect import collection_settings
 from ..errors import InputError
@@ -40,60 +41,31 @@ from .checkpoint_model import fit_checkpoint_model
 from .choice import AUTO_FOLDS, AUTO_REPEATS, Choice, TrainedStack, store_parser, train_gate
 from .crossval import split_ids
 from .grouping import store_groups
+from .trained import PRECHECK_ESTIMATOR, TrainedGate
 
-__all__ = ["PRECHECK_ESTIMATOR", "TrainedProbe", "check_precheck_estimator", "check_precheck_store",
+__all__ = ["TrainedProbe", "check_precheck_estimator", "check_precheck_store",
            "held_out_metrics", "probe_estimator", "train_probe"]
 
-#: the question-only estimator ``acute export --with-precheck`` fits when no other is named
-#: (:mod:`acute.estimators.controls`)
-PRECHECK_ESTIMATOR = "question-only"
-
-
-@dataclass
-class TrainedProbe:
-    """A fitted probe and what its ``probe.json`` records.
-
-    ``probe``: the fitted :class:`~acute.estimators.probes.ActivationProbe`; ``label``: how it
-    was chosen (``"acute-pca10-stacked"``, ``"auto -> acute-cosine"``, ``"view mean late"``);
-    ``selection``: ``auto``'s cross-validated comparison (None for a named probe); ``auto``: the
-    fitted :class:`~acute.estimators.registry.AutoEstimator` behind it, or None;
-    ``training_summary``; ``held_out``: :func:`held_out_metrics` on the records left out (None
-    without any); ``n_train``; ``identity``: the model it records, its training store's
-    (:meth:`~acute.store.identity.ModelIdentity.from_manifest`), or None;
-    ``train_index``: the store rows it was fitted on; ``certificates``: its certified trust
-    thresholds (:func:`acute.evaluation.certification.certify_probe`; empty: none); ``domain``:
-    the validity domain ``probe.json`` records (:func:`acute.store.identity.domain_record` of the
-    training store, whose setting the calibration records share), or None (unknown);
-    ``precheck``: the question-only probe fitted on the same records' last-prompt states
-    (``train_probe(precheck_estimator=...)``), or None, ``precheck_held_out`` its
-    :func:`held_out_metrics` and ``precheck_estimator`` its name (``question-only``, the PCA-10
-    view, or ``question-only-cosine``, ``-mid``, ...); ``confidence_reference``: percentiles of
-    the confidences the probe gave records it was not fitted on, which ``acute serve``'s drift
-    signal compares live confidences with (:mod:`acute.metrics.drift`; the certificate's
-    calibration records, else ``auto``'s out-of-fold predictions, else the held-out records;
-    None when there are none: a named probe exported without a certificate); ``stop_early``:
-    the checkpoint model early stopping reads (``train_probe(stop_early=True)``,
-    :mod:`acute.evaluation.checkpoint_model`; its prefix probes fitted), or None; ``choice_line``:
-    what ``auto`` shipped and why (:class:`acute.evaluation.choice.Choice`), or None.
-    """
+@dataclass(kw_only=True)
+class TrainedProbe(TrainedGate):
+    """A fitted probe and what its ``probe.json`` records: ``probe``, the fitted
+    :class:`~acute.estimators.probes.ActivationProbe`, and what every trained gate carries
+    (:class:`~acute.evaluation.trained.TrainedGate`: ``label`` such as ``"acute-pca10-stacked"``,
+    ``"auto -> acute-cosine"`` or ``"view mean late"``, ``selection``, ``auto`` (the fitted
+    :class:`~acute.estimators.auto.AutoEstimator` behind it, or None), ``training_summary``,
+    ``held_out`` (:func:`held_out_metrics` on the records left out), certificates, the
+    question-only probe, the checkpoint model). ``save(dir)`` writes the probe folder."""
 
     probe: ActivationProbe
-    label: str
-    selection: dict | None
-    training_summary: dict
-    n_train: int
-    held_out: dict | None = None
-    auto: AutoEstimator | None = None
-    identity: ModelIdentity | None = None
-    train_index: np.ndarray | None = None
-    certificates: list = field(default_factory=list)
-    domain: dict | None = None
-    precheck: ActivationProbe | None = None
-    precheck_held_out: dict | None = None
-    precheck_estimator: str | None = None
-    confidence_reference: dict | None = None
-    stop_early: StopEarlyModel | None = None
-    choice_line: str | None = None
+
+    def inputs(self, store, idx: np.ndarray | None = None) -> Inputs:
+        """The inputs the probe reads of ``store``'s records ``idx`` (default: all of them)."""
+        rows = np.arange(len(store)) if idx is None else np.asarray(idx)
+        return _inputs(store, getattr(self.probe, "pooling", "mean"), rows)
+
+    def unfitted(self) -> ActivationProbe:
+        """An unfitted copy of the probe (what cross-fitting refits on each fold)."""
+        return clone(self.probe)
 
     def export(self):
         """The :class:`~acute.estimators.probe_file.ExportedProbe` of the probe, with the
@@ -102,29 +74,7 @@ class TrainedProbe:
         exported = self.probe.export(self.identity, training_summary=self.training_summary, metrics=self.held_out,
                                      selection=self.selection, certificates=self.certificates,
                                      confidence_reference=self.confidence_reference)
-        if self.precheck is not None:
-            summary = {**self.training_summary, "estimator": self.precheck_estimator or PRECHECK_ESTIMATOR}
-            exported.precheck = self.precheck.export(self.identity, training_summary=summary,
-                                                     metrics=self.precheck_held_out)
-            if self.domain is not None:
-                states = {**(self.domain.get("pooling") or {}), "states": self.precheck.pooling}
-                exported.precheck.with_domain({**self.domain, "pooling": states})
-        if self.stop_early is not None:
-            exported.stop_early = self._export_stop_early()
-        return exported.with_domain(self.domain)
-
-    def _export_stop_early(self) -> StopEarlyModel:
-        """The checkpoint model with each prefix probe exported (its training summary naming its checkpoint)."""
-        model, probes = self.stop_early, {}
-        for k, p in model.probes.items():
-            summary = {**self.training_summary, "estimator": model.details.get("estimator"), "checkpoint": k}
-            probes[k] = p.export(self.identity, training_summary=summary).with_domain(self.domain)
-        return StopEarlyModel(probes, model.scores, model.trusted, model.correct, model.details)
-
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the probe folder (``probe.safetensors`` + ``probe.json``, the question-only
-        probe in ``precheck/`` and the checkpoint model in ``stop-early/``) atomically."""
-        return self.export().save(path)
+        return self.with_companions(exported)
 
 
 def _parse_layer(layer: Any) -> int | str | None:
@@ -282,30 +232,18 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
                                      calibration_path=calibration_path, fwer=certify_fwer, backend=certify_backend,
                                      group_by=group_by)
     summary = _training_summary(store, store_path, train, test_fraction, seed, field)
-    choice = None
+    choice = trained = None
     if estimator in STACKS or estimator == AUTO:  # every signal in, for the scoring setting: acute.evaluation.choice
         gate = train_gate(store, estimator, idx, test, setting=scoring_setting, summary=summary, seed=seed,
                           n_jobs=n_jobs, n_estimators=n_estimators, groups=groups, group_field=field,
-                          auto_folds=auto_folds, auto_repeats=auto_repeats, max_error=max_error,
-                          precheck=precheck_name, stop_early=stop_early)
-        if not isinstance(gate, Choice):
-            return gate
-        choice, estimator = gate, gate.chosen  # the default probe, fitted below with the comparison recorded
-    est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
-                                 n_estimators=n_estimators)
-    probe, auto, selection, label = _fit_probe(est, label, store, idx, seed, groups, field)
-    identity = ModelIdentity.from_manifest(store.manifest)
-    summary["scoring"] = setting_record(scoring_setting, store_parser(store), probe.sources)
-    if choice is not None:
-        selection, label = {**(selection or {}), "auto": choice.selection}, f"auto -> {choice.chosen}"
-    held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
-    trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
-                           n_train=int(train.sum()), held_out=held, auto=auto, identity=identity, train_index=idx,
-                           domain=domain_record(identity, states=probe.pooling, store=summary["store"]),
-                           choice_line=None if choice is None else choice.line)
-    trained.confidence_reference = _reference(trained, store, test)
-    if choice is not None:  # auto's out-of-fold predictions of the default it chose
-        trained.confidence_reference = confidence_reference(choice.oof[choice.chosen][0], "out-of-fold")
+                          auto_folds=auto_folds, auto_repeats=auto_repeats)
+        if isinstance(gate, Choice):  # the default probe, fitted below with the comparison recorded
+            choice, estimator = gate, gate.chosen
+        else:
+            trained = gate
+    if trained is None:
+        trained = _train_named(store, estimator, view, layer, idx, test, seed, n_jobs, n_estimators, groups, field,
+                               summary, scoring_setting, choice)
     if max_error is not None:  # its calibration records' confidences become the reference
         certify_checked(trained, store, alphas, delta, calibration_store=calibration_store,
                         calibration_path=calibration_path, backend=certify_backend, fwer=certify_fwer,
@@ -314,6 +252,30 @@ def train_probe(store, estimator: str | None = None, *, view: str | None = None,
         _fit_precheck(trained, precheck_name, store, idx, test, seed, n_jobs, n_estimators)
     if stop_early:
         trained.stop_early = _checkpoint_model(trained, store, idx, seed, n_jobs, n_estimators, group_by)
+    return trained
+
+
+def _train_named(store, estimator, view, layer, idx: np.ndarray, test: np.ndarray, seed: int, n_jobs, n_estimators,
+                 groups, field: str | None, summary: dict, setting: str, choice: Choice | None) -> TrainedProbe:
+    """The probe ``estimator`` (or ``view``/``layer``) fitted on the records ``idx`` for the
+    scoring ``setting``, with its held-out metrics on ``test`` and its drift reference; ``choice``:
+    ``auto``'s comparison when it chose this probe (recorded, its out-of-fold predictions the
+    reference)."""
+    est, label = probe_estimator(estimator, view=view, layer=layer, seed=seed, n_jobs=n_jobs,
+                                 n_estimators=n_estimators)
+    probe, auto, selection, label = _fit_probe(est, label, store, idx, seed, groups, field)
+    identity = ModelIdentity.from_manifest(store.manifest)
+    summary["scoring"] = setting_record(setting, store_parser(store), probe.sources)
+    if choice is not None:
+        selection, label = {**(selection or {}), "auto": choice.selection}, f"auto -> {choice.chosen}"
+    held = held_out_metrics(probe, store, idx, np.flatnonzero(test)) if test.any() else None
+    trained = TrainedProbe(probe=probe, label=label, selection=selection, training_summary=summary,
+                           n_train=int(idx.size), held_out=held, auto=auto, identity=identity, train_index=idx,
+                           domain=domain_record(identity, states=probe.pooling, store=summary["store"]),
+                           choice_line=None if choice is None else choice.line)
+    trained.confidence_reference = _reference(trained, store, test)
+    if choice is not None:  # auto's out-of-fold predictions of the default it chose
+        trained.confidence_reference = confidence_reference(choice.oof[choice.chosen][0], "out-of-fold")
     return trained
 
 
