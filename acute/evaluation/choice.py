@@ -50,6 +50,7 @@ from ..estimators.stacks import STACK_MEMBERS, STACKS
 from ..estimators.visible import reply_fields
 from ..metrics import METRICS
 from ..metrics.drift import confidence_reference
+from ..metrics.intervals import corrected_t_test, fold_differences
 from ..metrics.resampling import DEFAULT_N_BOOTSTRAP, percentile_interval, resample_indices
 from ..scoring.probe_checks import task_from_settings
 from ..store.identity import ModelIdentity, domain_record
@@ -124,11 +125,16 @@ class Choice:
     oof: dict = field(default_factory=dict, repr=False)
 
 
-def _diff(a: np.ndarray, b: np.ndarray, y: np.ndarray, draws: np.ndarray) -> dict:
+def _diff(a: np.ndarray, b: np.ndarray, y: np.ndarray, draws: np.ndarray, splits: Sequence) -> dict:
+    """auc-euro of ``a`` minus ``b`` (out-of-fold ``[repeats, n]``): the point estimate, the
+    cluster-bootstrap interval over ``draws`` and the corrected resampled t-interval over the fold
+    x repeat differences of ``splits`` (:func:`acute.metrics.intervals.corrected_t_test`)."""
     point = cv_metric(metrics.auc_euro, a, y) - cv_metric(metrics.auc_euro, b, y)
     d = cv_metric_draws(metrics.auc_euro, a, y, draws) - cv_metric_draws(metrics.auc_euro, b, y, draws)
     low, high, _ = percentile_interval(d)
-    return {"diff": float(point), "ci_low": low, "ci_high": high}
+    n_te = np.mean([len(te) for rep in splits for _, te in rep])
+    t = corrected_t_test(fold_differences(metrics.auc_euro, a, b, y, splits), float(n_te / (y.size - n_te)))
+    return {"diff": float(point), "ci_low": low, "ci_high": high, "t_low": float(t.low), "t_high": float(t.high)}
 
 
 def _verdict(adm: dict[str, bool], a_vs_v: float) -> tuple[str, str]:
@@ -173,12 +179,13 @@ def choose_estimator(store: Any, idx: np.ndarray, *, setting: str, groups: Seque
     scores = {n: cv_metric(metrics.auc_euro, oof[n], y) for n in names}
     best = max(singles, key=lambda n: scores[n])
     draws = resample_indices(y.size, n_bootstrap, seed, g)
-    vs_best = {c: _diff(oof[c], oof[best], y, draws) for c in CANDIDATES}
+    vs_best = {c: _diff(oof[c], oof[best], y, draws, splits) for c in CANDIDATES}
     adm = {c: vs_best[c]["ci_high"] > 0 and vs_best[c]["diff"] >= -MARGIN for c in CANDIDATES}
-    states = _diff(oof["acute-all"], oof["visible-all"], y, draws)
+    states = _diff(oof["acute-all"], oof["visible-all"], y, draws, splits)
     chosen, reason = _verdict(adm, states["diff"])
-    line = (f"on this store the hidden states added {states['diff']:+.3f} [{states['ci_low']:+.3f}, "
-            f"{states['ci_high']:+.3f}] auc-euro (acute-all minus visible-all, {folds}-fold x {repeats} "
+    line = (f"on this store the hidden states added {states['diff']:+.3f} auc-euro (bootstrap "
+            f"[{states['ci_low']:+.3f}, {states['ci_high']:+.3f}], corrected t [{states['t_low']:+.3f}, "
+            f"{states['t_high']:+.3f}]; acute-all minus visible-all, {folds}-fold x {repeats} "
             f"cross-validation, for {setting}); {reason}: exported {chosen}")
     selection = {
         "rule": "benchmarks/every_signal.md", "chosen": chosen, "reason": reason, "scoring": setting,

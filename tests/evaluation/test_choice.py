@@ -32,6 +32,31 @@ def test_the_verdict_follows_the_rule(adm, a_vs_v, chosen):
     assert choice._verdict(adm, a_vs_v)[0] == chosen
 
 
+def test_a_difference_carries_the_corrected_t_interval_computed_by_hand():
+    """``_diff``'s t-interval is Nadeau and Bengio's over the fold x repeat auc-euro differences,
+    computed here from scipy's t quantile."""
+    import numpy as np
+    from scipy import stats
+
+    from acute import metrics
+    from acute.evaluation.crossval import cv_folds
+
+    rng = np.random.default_rng(3)
+    n = 90
+    y = (rng.uniform(size=n) < 0.5).astype(np.int64)
+    splits = cv_folds([f"r{i}" for i in range(n)], y, 3, 2, 0)
+    a = np.clip(0.5 * y + rng.uniform(0, 0.5, size=(2, n)), 0, 1)
+    b = rng.uniform(size=(2, n))
+    d = np.array([metrics.auc_euro(a[r, te], y[te]) - metrics.auc_euro(b[r, te], y[te])
+                  for r, rep in enumerate(splits) for _, te in rep])
+    n_te = np.mean([len(te) for rep in splits for _, te in rep])
+    se = np.sqrt((1 / d.size + n_te / (n - n_te)) * d.var(ddof=1))
+    q = stats.t.ppf(0.975, d.size - 1)
+    got = choice._diff(a, b, y, np.arange(n)[None], splits)
+    assert got["t_low"] == pytest.approx(d.mean() - q * se) and got["t_high"] == pytest.approx(d.mean() + q * se)
+    assert got["diff"] > 0 and got["t_low"] > 0
+
+
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("auto") / "store"
@@ -59,6 +84,7 @@ def test_auto_ships_by_the_rule_and_says_why_in_one_line(store_path, tmp_path, c
     assert sel["cv"] == {"n_splits": 3, "repeats": 1, "random_state": 0, "group_by": "shelf"}
     assert lines[0].endswith(f"exported {sel['chosen']}") and sel["line"] == lines[0][len("auto: "):]
     assert sel["chosen"] == choice._verdict(sel["admissible"], sel["states_add"]["diff"])[0]
+    assert sel["states_add"]["t_low"] <= sel["states_add"]["t_high"] and "corrected t [" in lines[0]
     assert set(sel["scores"]) >= set(choice.CANDIDATES) and sel["best_single"] in sel["scores"]
     if setting == "serve":  # no metadata in a chat request, no parser for the store's task
         assert {"platt+meta", "visible", "answer-surface"} <= set(sel["left_out"])
