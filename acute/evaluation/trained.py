@@ -40,7 +40,11 @@ class TrainedGate:
     ``identity``: the model's (:class:`~acute.store.identity.ModelIdentity`); ``train_index``: the
     store rows it was fitted on; ``certificates``: its certified trust thresholds
     (:func:`acute.evaluation.certification.certify_probe`; empty: none); ``domain``: its validity
-    domain; ``confidence_reference``: what the drift signal compares live confidences with;
+    domain (:func:`acute.store.identity.domain_record` of the training store, whose setting the
+    calibration records share; None: unknown); ``confidence_reference``: percentiles of the
+    confidences it gave records it was not fitted on, which ``acute serve``'s drift signal compares
+    live confidences with (:mod:`acute.metrics.drift`: the certificate's calibration records, else
+    ``auto``'s out-of-fold predictions, else the held-out records; None when there are none);
     ``precheck``: the question-only probe fitted on the same records' last-prompt states, or None,
     ``precheck_held_out`` its held-out metrics and ``precheck_estimator`` its name; ``stop_early``:
     the checkpoint model early stopping reads, or None; ``choice_line``: ``auto``'s one line, or
