@@ -30,6 +30,7 @@ from sklearn.preprocessing import StandardScaler
 
 from acute.estimators.prefix_controls import logprob_stats
 from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
+from acute.evaluation.checkpoint_model import fits_prefix_probe
 from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.grouping import store_groups
 from acute.evaluation.prefix import PREFIX_CHECKPOINTS, prefix_inputs
@@ -58,9 +59,10 @@ def fit_rules(data: dict, rows: np.ndarray, seed: int, n_jobs: int, n_estimators
 
     models = {"final": fitted(DEFAULT_ESTIMATOR, data["final"], rows),
               "question": fitted("question-only", data["question"], rows), "probe": {}, "log-prob": {}}
+    per_class = models["final"].cv  # the prefix probes' own stratified folds
     for k in PREFIX_CHECKPOINTS:
         live = rows[n_tokens[rows] > k]
-        if live.size < 10 or np.unique(y[live]).size < 2:
+        if not fits_prefix_probe(y[live], per_class):  # the rule acute export --with-stop-early applies
             continue
         models["probe"][k] = fitted(DEFAULT_ESTIMATOR, data["prefix"][k], live)
         lr = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))

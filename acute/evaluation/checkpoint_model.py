@@ -14,8 +14,9 @@ trust it (the answer probe's out-of-fold P(correct) > 0.5,
 :func:`acute.evaluation.certification.calibration_confidence`); and whether it is correct.
 
 A checkpoint where fewer than :data:`MIN_RECORDS` training answers are still generating, or
-where they are all right or all wrong, gets no probe (logged); when no checkpoint has one the
-store is refused (its answers are too short to stop early).
+where fewer of them are right (or wrong) than the prefix probe's own stratified folds need, gets
+no probe (logged); when no checkpoint has one the store is refused (its answers are too short or
+too uniform to stop early).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..estimators.stop_early import StopEarlyModel
 from ..scoring.risk import DEFAULT_RISK
 from .prefix import PREFIX_CHECKPOINTS, prefix_inputs
 
-__all__ = ["MIN_RECORDS", "TRUSTED_BY", "fit_checkpoint_model"]
+__all__ = ["MIN_RECORDS", "TRUSTED_BY", "fit_checkpoint_model", "fits_prefix_probe"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,10 @@ MIN_RECORDS = 10
 TRUSTED_BY = f"the answer probe's out-of-fold P(correct) > {DEFAULT_RISK}"
 
 
-def _fits(y: np.ndarray) -> bool:
-    return y.size >= MIN_RECORDS and 0 < y.sum() < y.size
+def fits_prefix_probe(y: np.ndarray, per_class: int) -> bool:
+    """Enough answers to fit a prefix probe on: :data:`MIN_RECORDS`, and ``per_class`` of each
+    label (the probe's own stratified folds, e.g. the stacking's inner cv)."""
+    return y.size >= MIN_RECORDS and min(int(y.sum()), int(y.size - y.sum())) >= per_class
 
 
 def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds: Sequence[tuple], *,
@@ -62,10 +65,11 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
     n_tokens = np.asarray(store.n_tokens)[idx]
     make = lambda: make_estimator(DEFAULT_ESTIMATOR, random_state=seed, n_jobs=n_jobs,  # noqa: E731
                                   probe_params={"n_estimators": n_estimators})
+    per_class = max(1, int(getattr(make(), "cv", 1) or 1))
     probes, columns, skipped = {}, [], []
     for k in checkpoints:
         generating = n_tokens > k
-        if not _fits(y[generating]):
+        if not fits_prefix_probe(y[generating], per_class):
             skipped.append(k)
             continue
         X = prefix_inputs(store, k).take(idx)
@@ -76,7 +80,7 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
             p = np.full(len(test), np.nan)
             live = generating[test]
             if live.any():
-                if _fits(y[train]):
+                if fits_prefix_probe(y[train], per_class):
                     est = clone(make()).fit(X.take(train), y[train])
                     p[live] = est.predict_proba(X.take(test[live]))[:, 1]
                 else:  # too few answers in this fold's training part: its base rate
@@ -88,7 +92,7 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
         probes[int(k)] = make().fit(X.take(rows), y[rows])
     if skipped:
         logger.warning("stop-early: no prefix probe at %s tokens: fewer than %d training answers were still "
-                       "generating there, or all of them right or all wrong", skipped, MIN_RECORDS)
+                       "generating there, or fewer than %d of them right or wrong", skipped, MIN_RECORDS, per_class)
     if not probes:
         where = getattr(store, "path", "the store")
         raise InputError(f"--with-stop-early: no checkpoint of {list(checkpoints)} tokens has {MIN_RECORDS} "

@@ -338,3 +338,15 @@ def test_a_precheck_and_a_stop_rule_act_together(loaded, collected, tmp_path):
                                                                                stop_early=0.1)
     assert all(s.generated and s.precheck["decision"] == "trust" for s in out)
     assert [s.stopped_at for s in out] == [4] * 4 and all(s.decision == "abstain" for s in out)
+
+
+def test_a_checkpoint_with_too_few_right_answers_for_the_probes_folds_gets_no_probe(collected, tmp_path):
+    """4 right answers among those still generating are fewer than the default probe's stratified
+    folds need: no checkpoint gets a probe, so the store is refused by name, never a fold error."""
+    _, store = collected
+    records = [dict(r, correct=i < 4) for i, r in enumerate(store.records)]
+    with StoreWriter(tmp_path / "few", dict(store.manifest), dtype="float32") as w:
+        w.add(records, store.layer_means, store.token_logprobs, last_prompt=store.states("last-prompt"),
+              last_answer=store.states("last-answer"), checkpoints=(store.checkpoint_tokens, store.checkpoint_means))
+    with pytest.raises(InputError, match=r"no checkpoint of .* still generating, with both labels"):
+        train_probe(open_store(tmp_path / "few"), view="pca10", n_estimators=3, stop_early=True, max_error=None)
