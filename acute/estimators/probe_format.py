@@ -73,6 +73,7 @@ __all__ = [
     "MANIFEST_FILE",
     "PRECHECK_DIR",
     "PRECHECK_POOLING",
+    "STACK_FILE",
     "check_precheck_probe",
     "is_probe_dir",
     "read_probe_folder",
@@ -85,6 +86,8 @@ FORMAT = "acute-probe"
 FORMAT_VERSION = 3  # the newest version this release reads and writes (2: stacked probes, 3: pooling)
 MANIFEST_FILE = "probe.json"
 ARRAYS_FILE = "probe.safetensors"
+#: a stack folder's data file in place of the arrays (:mod:`acute.estimators.stack_file`)
+STACK_FILE = "stack.skops"
 #: the folder of the question-only probe inside a probe folder
 PRECHECK_DIR = "precheck"
 #: the states a question-only probe reads (the only ones that exist before the answer)
@@ -289,11 +292,12 @@ def check_precheck_probe(probe: Any, where: str) -> None:
 # --------------------------------------------------------------------------- one folder
 
 
-def is_probe_dir(path: Path, entries: set[str], nested: bool = True, data_file: str = ARRAYS_FILE) -> bool:
-    """Whether the folder ``path`` (holding ``entries``) is a probe folder: only a manifest of this
-    format, its ``data_file`` (a probe's arrays; a stack's ``stack.skops``) and (``nested``) a
-    ``precheck/`` probe and a ``stop-early/`` model."""
-    allowed = {MANIFEST_FILE, data_file} | ({PRECHECK_DIR, STOP_EARLY_DIR} if nested else set())
+def is_probe_dir(path: Path, entries: set[str], nested: bool = True) -> bool:
+    """Whether the folder ``path`` (holding ``entries``) is a gate folder, a probe's or a stack's
+    (so either may replace the other): only a manifest of this format, its data file (a probe's
+    arrays, a stack's ``stack.skops``) and (``nested``) a ``precheck/`` probe and a ``stop-early/``
+    model."""
+    allowed = {MANIFEST_FILE, ARRAYS_FILE, STACK_FILE} | ({PRECHECK_DIR, STOP_EARLY_DIR} if nested else set())
     if not entries <= allowed or MANIFEST_FILE not in entries:
         return False
     if STOP_EARLY_DIR in entries:

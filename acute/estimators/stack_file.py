@@ -46,12 +46,12 @@ from ..store.pooling import DEFAULT_POOLING
 from .certificates import check_certificates
 from .exported_probe import write_companions
 from .inputs import GROUPS, check_inputs
-from .probe_format import PRECHECK_DIR, is_probe_dir
+from .probe_format import PRECHECK_DIR, STACK_FILE, is_probe_dir
 from .stop_early import STOP_EARLY_DIR
 from .scoring_setting import Parser, setting_record
 from .stacks import StackEstimator
 
-__all__ = ["STACK_FILE", "STACK_FORMAT_VERSION", "TRUSTED_TYPES", "ExportedStack", "export_stack", "is_stack_folder",
+__all__ = ["STACK_FORMAT_VERSION", "TRUSTED_TYPES", "ExportedStack", "export_stack", "is_stack_folder",
            "load_stack", "refuse_recertify"]
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,6 @@ logger = logging.getLogger(__name__)
 #: probe.json's format and file name (those of :mod:`acute.estimators.probe_file`)
 FORMAT = "acute-probe"
 MANIFEST_FILE = "probe.json"
-STACK_FILE = "stack.skops"
 STACK_FORMAT_VERSION = 4
 KIND = "stack"
 #: The types a stack file may hold besides those skops trusts by default (numpy, builtins):
@@ -221,10 +220,10 @@ class ExportedStack:
             if not path.is_dir():
                 raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
             entries = {p.name for p in path.iterdir()}
-            if entries and not is_probe_dir(path, entries, data_file=STACK_FILE):
-                raise InputError(f"{path} is a non-empty directory that is not an acute stack directory "
-                                 f"(holding only {MANIFEST_FILE}, {STACK_FILE}, a {PRECHECK_DIR}/ probe and a "
-                                 f"{STOP_EARLY_DIR}/ model); refusing to overwrite it")
+            if entries and not is_probe_dir(path, entries):
+                raise InputError(f"{path} is a non-empty directory that is not an acute probe or stack directory "
+                                 f"(holding only {MANIFEST_FILE}, {STACK_FILE} or the probe's arrays, a "
+                                 f"{PRECHECK_DIR}/ probe and a {STOP_EARLY_DIR}/ model); refusing to overwrite it")
         with staged_dir(path) as tmp:
             blob = tmp / STACK_FILE
             sio.dump(self.estimator, blob)

@@ -11,7 +11,8 @@ import pytest
 
 from acute.errors import InputError, ProbeFormatError
 from acute.estimators import load_probe
-from acute.estimators.stack_file import STACK_FILE, ExportedStack, is_stack_folder
+from acute.estimators.probe_format import STACK_FILE
+from acute.estimators.stack_file import ExportedStack, is_stack_folder
 from acute.evaluation.choice import stack_inputs, train_stack
 from cli_run import run  # tests/cli_run.py
 from smaller import small_searches  # tests/smaller.py

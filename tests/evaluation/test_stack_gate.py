@@ -121,3 +121,16 @@ def test_acute_export_writes_a_certified_stack_with_its_companions(store, tmp_pa
     assert loaded.name == "visible-all" and len(loaded.certificates) == 1
     assert loaded.precheck is not None and loaded.stop_early is not None
     assert "certif" in out
+
+
+def test_a_stack_and_a_probe_replace_each_others_folder(store, trained, tmp_path):
+    """``acute export --estimator auto`` may ship a stack where a probe was exported before, and
+    the other way round: either replaces the other's folder, nested folders included."""
+    probe = train_probe(store, view="pca10", n_estimators=3, precheck_estimator="question-only")
+    probe.save(tmp_path / "gate")
+    trained.save(tmp_path / "gate")
+    assert isinstance(load_probe(tmp_path / "gate"), ExportedStack)
+    assert not (tmp_path / "gate" / "probe.safetensors").exists()
+    probe.save(tmp_path / "gate")
+    assert not isinstance(load_probe(tmp_path / "gate"), ExportedStack)
+    assert not (tmp_path / "gate" / "stack.skops").exists() and not (tmp_path / "gate" / "stop-early").exists()
