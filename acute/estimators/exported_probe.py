@@ -25,7 +25,7 @@ from .calibration import calibration_scores, calibrator_from_arrays
 from .certificates import check_certificates
 from .features import append_confidence, cosine_to_last, pca_project
 from .inputs import CONFIDENCE, check_inputs, states_source
-from .probe_format import (ARRAYS_FILE, MANIFEST_FILE, PRECHECK_DIR, check_precheck_probe, is_probe_dir,
+from .probe_format import (ARRAYS_FILE, MANIFEST_FILE, PRECHECK_DIR, check_precheck_probe, check_replaceable,
                            validate_probe, view_kind, write_probe_folder)
 from .stop_early import STOP_EARLY_DIR, StopEarlyModel
 from .stop_early_folder import write_stop_early
@@ -302,17 +302,7 @@ class ExportedProbe:
         ``ValueError``. Returns ``path``.
         """
         path = Path(path)
-        if path.exists():
-            if not path.is_dir():
-                raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
-            entries = {p.name for p in path.iterdir()}
-            if entries and not is_probe_dir(path, entries):
-                raise InputError(
-                    f"{path} is a non-empty directory that is not an acute probe directory "
-                    f"(holding only {MANIFEST_FILE}, {ARRAYS_FILE}, a {PRECHECK_DIR}/ probe and a "
-                    f"{STOP_EARLY_DIR}/ model); "
-                    "refusing to overwrite it"
-                )
+        check_replaceable(path)
         with staged_dir(path) as tmp:
             manifest = write_probe_folder(tmp, self.manifest, self.arrays,
                                           write_companions(tmp, self.precheck, self.stop_early))

@@ -75,6 +75,7 @@ __all__ = [
     "PRECHECK_POOLING",
     "STACK_FILE",
     "check_precheck_probe",
+    "check_replaceable",
     "is_probe_dir",
     "read_probe_folder",
     "validate_probe",
@@ -315,6 +316,20 @@ def is_probe_dir(path: Path, entries: set[str], nested: bool = True) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def check_replaceable(path: Path) -> None:
+    """:class:`InputError` unless ``path`` is absent, an empty folder or a gate folder
+    (:func:`is_probe_dir`: a probe's or a stack's), the folders a save may replace."""
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
+    entries = {p.name for p in path.iterdir()}
+    if entries and not is_probe_dir(path, entries):
+        raise InputError(f"{path} is a non-empty directory that is not an acute probe directory (a probe's or "
+                         f"a stack's: only {MANIFEST_FILE}, {ARRAYS_FILE} or {STACK_FILE}, a {PRECHECK_DIR}/ probe "
+                         f"and a {STOP_EARLY_DIR}/ model); refusing to overwrite it")
 
 
 def read_probe_folder(path: Path) -> tuple[dict, dict[str, np.ndarray], Path]:

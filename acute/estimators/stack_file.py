@@ -46,8 +46,7 @@ from ..store.pooling import DEFAULT_POOLING
 from .certificates import check_certificates
 from .exported_probe import write_companions
 from .inputs import GROUPS, check_inputs
-from .probe_format import PRECHECK_DIR, STACK_FILE, is_probe_dir
-from .stop_early import STOP_EARLY_DIR
+from .probe_format import STACK_FILE, check_replaceable
 from .scoring_setting import Parser, setting_record
 from .stacks import StackEstimator
 
@@ -216,14 +215,7 @@ class ExportedStack:
         non-empty directory refused. Returns ``path``."""
         sio = _skops()
         path = Path(path)
-        if path.exists():
-            if not path.is_dir():
-                raise InputError(f"{path} exists and is not a directory; refusing to overwrite it")
-            entries = {p.name for p in path.iterdir()}
-            if entries and not is_probe_dir(path, entries):
-                raise InputError(f"{path} is a non-empty directory that is not an acute probe or stack directory "
-                                 f"(holding only {MANIFEST_FILE}, {STACK_FILE} or the probe's arrays, a "
-                                 f"{PRECHECK_DIR}/ probe and a {STOP_EARLY_DIR}/ model); refusing to overwrite it")
+        check_replaceable(path)
         with staged_dir(path) as tmp:
             blob = tmp / STACK_FILE
             sio.dump(self.estimator, blob)

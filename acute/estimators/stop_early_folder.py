@@ -12,8 +12,7 @@ from typing import Any, Callable
 from safetensors.numpy import load_file, save_file
 
 from ..errors import InputError, ProbeFormatError
-from ..fileio import default_mode, json_ready
-from ..fileio import file_sha256
+from ..fileio import default_mode, file_sha256, json_ready
 from .probe_format import MANIFEST_FILE, write_probe_folder
 from .stop_early import STOP_CALIBRATION_FILE, STOP_EARLY_DIR, StopEarlyModel, checkpoint_dir
 
