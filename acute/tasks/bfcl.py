@@ -26,9 +26,8 @@ the reply has any, else the first JSON list of calls in it
 Labelling, BFCL's AST rules (:func:`bfcl_error`, our own code after BFCL's ``ast_checker``):
 
 * ``irrelevance``: right iff the reply makes no call. A reply with no parseable call (``[]``, or
-  text without calls, or a call list cut off before it closes) is an empty call list: right and
-  *not* a parse error.
-* otherwise the reply must parse (else wrong, ``parse_error``), have as many calls as the gold
+  text without calls, or a call list cut off before it closes) makes none: right.
+* otherwise the reply must parse (else wrong), have as many calls as the gold
   answer and each gold call must match a distinct reply call, in any order (``parallel``,
   ``parallel_multiple``; a full one-to-one matching, where BFCL matches greedily); ``simple`` and
   ``multiple`` have one gold call, so exactly one call to the right function.
@@ -49,9 +48,15 @@ Labelling, BFCL's AST rules (:func:`bfcl_error`, our own code after BFCL's ``ast
   allowed list, absent keys allowed to be omitted); lists of objects element-wise. Numbers and
   booleans compare by equality.
 
-``label_details`` adds ``n_calls`` (reply calls; ``None`` unparsed), ``n_gold_calls`` (kept out
-of ``metadata_fields``: it reads the gold) and the reply's structure against the offered
-functions (:func:`~acute.tasks.tool_calls.reply_structure`), which reads no gold.
+What a record says of the reply alone reads no gold, so that a visible control or the samples'
+agreement cannot learn the category from it: ``answer`` (:meth:`BFCLTask.extract`) and
+``parse_error`` are the reply's own parse (text without calls is a parse error on every row, an
+irrelevance row's right answer included; until 2026-12-07 an irrelevance row's unparsed reply read
+as ``[]`` and not a parse error, which told the ``visible`` and ``answer-surface`` controls and
+the agreement signals which replies without calls were right). ``label_details`` adds
+``n_calls`` (reply calls; ``None`` unparsed), ``n_gold_calls`` (kept out of ``metadata_fields``:
+it reads the gold) and the reply's structure against the offered functions
+(:func:`~acute.tasks.tool_calls.reply_structure`).
 """
 
 from __future__ import annotations
@@ -470,23 +475,24 @@ class BFCLTask(Task):
         return f"{self._tools_text(ex)}{ex.question}\n\n{_INSTRUCTION}\nCalls:"
 
     # ----------------------------------------------------------------- labelling
-    def _calls(self, ex: Example, generation: str) -> list[dict] | None:
-        """The reply's calls; on an irrelevance row a reply without parseable calls has none."""
-        calls = parse_reply_calls(generation)
+    @staticmethod
+    def _graded_calls(ex: Example, calls: list[dict] | None) -> list[dict] | None:
+        """The calls BFCL grades: on an irrelevance row a reply without parseable calls made none."""
         return [] if calls is None and ex.payload["gold"] is None else calls
 
     def extract(self, ex: Example, generation: str) -> str | None:
-        """The parsed calls as compact JSON, or ``None`` when there are none to parse."""
-        calls = self._calls(ex, generation)
+        """The reply's parsed calls as compact JSON, or ``None`` when there are none to parse (on
+        every row: what the reply says reads no gold)."""
+        calls = parse_reply_calls(generation)
         return None if calls is None else json.dumps(calls, ensure_ascii=False)
 
     def is_correct(self, ex: Example, generation: str) -> bool:
-        calls = self._calls(ex, generation)
+        calls = self._graded_calls(ex, parse_reply_calls(generation))
         return bfcl_error(calls, ex.payload["gold"], ex.payload["functions"]) is None
 
     def label_details(self, ex: Example, generation: str) -> dict[str, Any]:
-        calls = self._calls(ex, generation)
-        error = bfcl_error(calls, ex.payload["gold"], ex.payload["functions"])
+        calls = parse_reply_calls(generation)
+        error = bfcl_error(self._graded_calls(ex, calls), ex.payload["gold"], ex.payload["functions"])
         return {"answer": None if calls is None else json.dumps(calls, ensure_ascii=False),
                 "correct": error is None, "parse_error": calls is None,
                 "n_calls": None if calls is None else len(calls),

@@ -6,6 +6,7 @@ the download step is replaced)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import zipfile
@@ -321,18 +322,39 @@ def test_parallel_any_order_and_count(rows):
     assert details["n_calls"] == 1 and details["n_gold_calls"] == 2 and not details["correct"]
 
 
-@pytest.mark.parametrize("reply, correct", [
-    ("[]", True),
-    ("None of the functions can compute the area of a triangle.", True),
-    ('[{"name": "determine_body_mass_index", "argu', True),  # cut off: no call made
-    (calls(("determine_body_mass_index", {"weight": 10.0, "height": 5.0})), False),
-    ('<tool_call>\n{"name": "determine_body_mass_index", "arguments": {}}\n</tool_call>', False),
+@pytest.mark.parametrize("reply, correct, parses", [
+    ("[]", True, True),
+    ("None of the functions can compute the area of a triangle.", True, False),
+    ('[{"name": "determine_body_mass_index", "argu', True, False),  # cut off: no call made
+    (calls(("determine_body_mass_index", {"weight": 10.0, "height": 5.0})), False, True),
+    ('<tool_call>\n{"name": "determine_body_mass_index", "arguments": {}}\n</tool_call>', False, True),
 ])
-def test_irrelevance_right_iff_no_call(rows, reply, correct):
+def test_irrelevance_right_iff_no_call(rows, reply, correct, parses):
     task, by_id = rows
     details = task.label_details(by_id["irrelevance_0"], reply)
-    assert details["correct"] is correct and details["parse_error"] is False
+    assert details["correct"] is correct and task.is_correct(by_id["irrelevance_0"], reply) is correct
+    assert details["parse_error"] is (not parses) and (details["answer"] is None) is (not parses)
     assert details["n_gold_calls"] == 0
+
+
+@pytest.mark.parametrize("reply", [
+    "None of the functions can compute the area of a triangle.", "[]",
+    '[{"name": "determine_body_mass_index", "argu',
+    calls(("determine_body_mass_index", {"weight": 10.0, "height": 5.0})),
+])
+def test_what_a_record_says_of_the_reply_reads_no_gold(rows, reply):
+    """The same reply to the same functions on an irrelevance row (no call is right) and on a
+    row that needs a call: everything but the label and the gold's own count is equal, so the
+    visible controls and the samples' agreement cannot read the category from it."""
+    task, by_id = rows
+    irrelevant = by_id["irrelevance_0"]
+    needed = dataclasses.replace(irrelevant, id="needs_a_call",
+                                 payload={**irrelevant.payload, "gold": [{"determine_body_mass_index": {
+                                     "weight": [10.0], "height": [5.0]}}]})
+    a, b = task.label_details(irrelevant, reply), task.label_details(needed, reply)
+    seen = set(a) - {"correct", "n_gold_calls"}
+    assert {k: a[k] for k in seen} == {k: b[k] for k in seen}
+    assert task.extract(irrelevant, reply) == task.extract(needed, reply) == a["answer"]
 
 
 def test_unparseable_reply_is_wrong_and_a_parse_error(rows):
