@@ -10,12 +10,24 @@ from pathlib import Path
 
 from .errors import InputError
 
-__all__ = ["CHATML_TEMPLATE", "hash_label", "make_tiny_model", "make_tiny_tokenizer", "save_tiny_model"]
+__all__ = ["CHATML_TEMPLATE", "TOOLS_TEMPLATE", "hash_label", "make_tiny_model", "make_tiny_tokenizer", "save_tiny_model"]
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+#: ChatML that shows tools (``apply_chat_template(tools=...)``) in a system turn and an assistant's
+#: tool calls as ``<tool_call>`` blocks, as Qwen2.5's template does
+TOOLS_TEMPLATE = (
+    "{% if tools %}{{ '<|im_start|>system\n# Tools\n<tools>' }}"
+    "{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\n</tools><|im_end|>\n' }}{% endif %}"
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] }}"
+    "{% for call in message.tool_calls or [] %}{{ '<tool_call>\n' }}{{ call.function | tojson }}"
+    "{{ '\n</tool_call>' }}{% endfor %}{{ '<|im_end|>' + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
@@ -109,10 +121,15 @@ def make_tiny_model(arch: str = "llama", vocab_size: int = 320, seed: int = 0, *
     return model
 
 
-def save_tiny_model(path: str | Path, arch: str = "llama", seed: int = 0, **overrides) -> Path:
-    """Save a tiny model (config ``overrides`` as in :func:`make_tiny_model`) and tokenizer with
-    ``save_pretrained`` into ``path`` and return it."""
+def save_tiny_model(path: str | Path, arch: str = "llama", seed: int = 0, chat_template: str | None = None,
+                    **overrides) -> Path:
+    """Save a tiny model (config ``overrides`` as in :func:`make_tiny_model`) and tokenizer (its
+    ``chat_template``, default :data:`CHATML_TEMPLATE`) with ``save_pretrained`` into ``path`` and
+    return it."""
     path = Path(path)
     make_tiny_model(arch, seed=seed, **overrides).save_pretrained(path)
-    make_tiny_tokenizer().save_pretrained(path)
+    tok = make_tiny_tokenizer()
+    if chat_template is not None:
+        tok.chat_template = chat_template
+    tok.save_pretrained(path)
     return path

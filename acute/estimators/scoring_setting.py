@@ -9,8 +9,10 @@ records it; a setting that cannot provide a source the probe reads refuses the p
   states, the raw confidence and the token log-probs come with every generation, and the texts
   are the formatted prompt and the reply. A reply's parse status comes from the probe's task's
   parser, only where that parser reads the reply alone (an open-QA task, :attr:`Parser.live`);
-  a request carries no benchmark metadata, no offered tools to compare a reply's calls with (the
-  function-calling reply structure) and no sampled answers.
+  a function-calling task's parse and the reply's calls counted against the tools offered
+  (:attr:`Parser.tools`) come from a request that offers tools (a chat request's ``tools``, a
+  :class:`acute.models.ToolChat`; one that offers none is refused, naming the source); a
+  request carries no benchmark metadata and no sampled answers.
 * ``score`` (:data:`SCORE`): ``acute score`` and :class:`acute.scoring.Scorer` with the probe's
   task: what ``serve`` provides (the same parser rule; questions are asked through the task's
   prompt).
@@ -52,25 +54,31 @@ class Parser:
     the probe records no task or it cannot be rebuilt here), ``live`` (its parser reads the reply
     alone, so a live setting computes the parse status; an open-QA task), ``reply_fields`` (the
     reply-structure columns the training records had: function calling's counts against the
-    offered tools, which no live request carries)."""
+    offered tools), ``tools`` (a function-calling task: its parser reads the reply's calls alone,
+    :attr:`acute.tasks.Task.calls_parser`, and the reply-structure columns count them against the
+    tools a live request offers; a probe exported before this existed records none)."""
 
     task: str | None = None
     live: bool = False
     reply_fields: tuple[str, ...] = ()
+    tools: bool = False
 
     def to_json(self) -> dict:
-        return {"task": self.task, "live": bool(self.live), "reply_fields": list(self.reply_fields)}
+        return {"task": self.task, "live": bool(self.live), "reply_fields": list(self.reply_fields),
+                "tools": bool(self.tools)}
 
     @classmethod
     def from_json(cls, data: Any) -> Parser:
         data = data if isinstance(data, dict) else {}
-        return cls(data.get("task"), bool(data.get("live")), tuple(data.get("reply_fields") or ()))
+        return cls(data.get("task"), bool(data.get("live")), tuple(data.get("reply_fields") or ()),
+                   bool(data.get("tools")))
 
 
 def parser_for(task: Any, reply_fields: Sequence[str] = ()) -> Parser:
     """The :class:`Parser` of a task object (None: no task), with the training records'
     ``reply_fields`` (:func:`acute.estimators.visible.reply_fields`)."""
-    return Parser(getattr(task, "name", None), isinstance(task, OpenQATask), tuple(reply_fields))
+    return Parser(getattr(task, "name", None), isinstance(task, OpenQATask), tuple(reply_fields),
+                  getattr(task, "calls_parser", None) is not None)
 
 
 def check_setting(name: Any, option: str = "scoring_setting") -> str:
@@ -90,15 +98,15 @@ def _why_not(source: str, setting: str, parser: Parser) -> str | None:
     if source == AGREEMENT:
         return f"{where} generates one answer, not the sampled answers the agreement compares"
     if source == VISIBLE:
+        if parser.tools:
+            return None  # per request: one that offers no tools is refused (acute.scoring.sources)
         if not parser.live:
             if parser.task is None:
                 return ("the reply's parse status needs the task's parser, and there is no task here (none "
                         "recorded, not rebuildable here, or scoring without one: --task none)")
             return (f"the reply's parse status needs a parser that reads the reply alone, and task "
-                    f"{parser.task!r} has none (only open-QA tasks parse a reply without the benchmark's example)")
-        if parser.reply_fields:
-            return (f"the reply's structure ({', '.join(parser.reply_fields)}) is counted against the tools the "
-                    f"benchmark offered, which {where} does not carry")
+                    f"{parser.task!r} has none (open-QA tasks parse a reply without the benchmark's example, "
+                    "function-calling tasks against the tools a request offers)")
         return None
     return f"{source!r} is not computed at scoring time"
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 from .cards import DEFAULT_MODEL, ModelCard, acute_home, card_names, get_card, list_cards
 from .identity import model_fingerprint, model_name, model_setting, name_model, weights_digest
 from .loading import load_model
-from .prompts import format_prompt
+from .prompts import ToolChat, format_prompt
 
 __all__ = [
     "DEFAULT_MODEL",
     "ModelCard",
+    "ToolChat",
     "acute_home",
     "card_names",
     "format_prompt",

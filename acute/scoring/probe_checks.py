@@ -35,9 +35,12 @@ def task_from_settings(settings: dict):
 
 
 def probe_task(probe):
-    """The open-QA task a probe was trained on, rebuilt from its recorded ``task_settings``;
-    ``None`` when it records none, when the task cannot be rebuilt here (e.g. its JSONL file is
-    gone) or when it is not open QA (multiple choice and the others need more than a question)."""
+    """The open-QA or function-calling task a probe was trained on, rebuilt from its recorded
+    ``task_settings``; ``None`` when it records none, when the task cannot be rebuilt here (e.g.
+    its JSONL file is gone) or when it is neither (multiple choice and the others need more than
+    a question). An open-QA task prompts a question and parses a reply; a function-calling task
+    only parses a reply's calls (:attr:`acute.tasks.Task.calls_parser`): its prompts are chats
+    offered tools (:class:`acute.models.ToolChat`)."""
     summary = probe_summary(probe)
     settings = summary.get("task_settings")
     if not settings:
@@ -46,7 +49,7 @@ def probe_task(probe):
         task = task_from_settings(settings)
     except (ValueError, FileNotFoundError):
         return None
-    return task if isinstance(task, OpenQATask) else None
+    return task if isinstance(task, OpenQATask) or task.calls_parser is not None else None
 
 
 def probe_summary(probe) -> dict:

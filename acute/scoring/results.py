@@ -103,8 +103,10 @@ class ScoredGeneration:
 
 
 def question_of(item: Any) -> str:
-    """The text asked by one prompt: the string itself, or a chat's last user message ("" if none)."""
+    """The text asked by one prompt: the string itself, or a chat's last user message ("" if none;
+    a :class:`acute.models.ToolChat`'s messages)."""
     if isinstance(item, str):
         return item
-    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
+    messages = getattr(item, "messages", item)
+    users = [m.get("content", "") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     return users[-1] if users else ""

@@ -37,11 +37,11 @@ from ..errors import InputError
 from ..engines.live import stop_early_refusal
 from ..estimators.inputs import Inputs
 from ..estimators.probe_format import check_precheck_probe
-from ..models import format_prompt
+from ..models import ToolChat, format_prompt
 from ..models.loading import holds_no_weights
 from ..store.generation import GenerationSettings
 from ..store.identity import ModelIdentity
-from ..tasks import Example
+from ..tasks import Example, OpenQATask
 from .gate import Gate, check_certified, check_gates, parse_gates, per_prompt
 from .precheck import PrecheckResult, check_precheck, require_precheck
 from .probe_checks import (check_domain, check_probe_model, probe_generation, probe_summary, probe_task,
@@ -62,8 +62,9 @@ def _precheck_results(items, texts, lengths, conf, thresholds) -> list[PrecheckR
 
 
 def _is_single(prompts: Any) -> bool:
-    """Whether ``prompts`` is one prompt (a string or one chat) rather than a list of them."""
-    return isinstance(prompts, str) or (
+    """Whether ``prompts`` is one prompt (a string, one chat, a chat offered tools) rather than a
+    list of them."""
+    return isinstance(prompts, (str, ToolChat)) or (
         isinstance(prompts, (list, tuple)) and len(prompts) > 0 and isinstance(prompts[0], dict))
 
 
@@ -87,7 +88,10 @@ class Scorer:
     (default) rebuilds the probe's training task from ``training_summary["task_settings"]``
     when that is an open-QA task; an :class:`acute.tasks.Task` is used as given; ``None`` (or
     no usable recorded task) sends a question as is (one user message when the tokenizer has
-    a chat template). Chat message lists are never wrapped.
+    a chat template). Chat message lists are never wrapped. A function-calling task (BFCL,
+    APIGen; rebuilt by ``"auto"`` too) wraps nothing: its replies are parsed into calls, which
+    are counted against the tools a prompt offers (an :class:`acute.models.ToolChat`, shown by
+    the chat template), as its store's records were.
 
     ``precheck_probe`` is the question-only probe :meth:`precheck` and ``generate(...,
     precheck=u0)`` decide with (default: the one exported beside ``probe``, its ``precheck``
@@ -164,8 +168,9 @@ class Scorer:
         self.probe, self.domain_change = check_domain(probe, precheck_probe, here)
 
     def format(self, item) -> str:
-        """The fully formatted prompt for one question (str) or chat (list of messages)."""
-        if isinstance(item, str) and self.task is not None:
+        """The fully formatted prompt for one question (str), chat (list of messages) or chat
+        offered tools (:class:`acute.models.ToolChat`: shown by the chat template)."""
+        if isinstance(item, str) and isinstance(self.task, OpenQATask):
             ex = Example(id="live", question=item.strip(), answers=[])
             return self.task.prompt(self.tokenizer, ex, chat=self.generation.chat)
         return format_prompt(self.tokenizer, item, chat=self.generation.chat)

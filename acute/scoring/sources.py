@@ -32,8 +32,11 @@ from ..estimators.inputs import (
 from ..estimators.prefix_controls import logprob_stats
 from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
 from ..estimators.visible import visible_inputs
+from ..models import ToolChat
 from ..store.pooling import generation_states
 from ..tasks import Example
+from .results import question_of
+from ..tasks.tool_calls import offered_functions, reply_structure
 
 __all__ = ["SourceError", "check_live", "live_inputs", "live_parser", "live_records", "probe_sources"]
 
@@ -78,27 +81,45 @@ def check_live(probe: Any, setting: str, parser: Parser | None = None) -> None:
         raise InputError(f"this probe reads what {setting!r} scoring cannot provide ({lines}); {fix}")
 
 
-def _question(item: Any) -> str:
-    if isinstance(item, str):
-        return item.strip()
-    users = [m.get("content", "") for m in item if isinstance(m, dict) and m.get("role") == "user"]
-    return users[-1] if users else ""
-
-
 def live_records(gens: Sequence[Any], prompts: Sequence[str], replies: Sequence[str], items: Sequence[Any],
                  task: Any = None, metadata: Sequence[dict | None] | None = None) -> list[dict]:
     """One store-like record per answer: ``id`` (its index), ``prompt`` (formatted), ``generation``
     (the reply as scored), ``finish_reason``, ``parse_error`` (``task``'s parser on the reply of an
-    :class:`~acute.tasks.Example` of the question; False without a task) and ``meta``."""
+    :class:`~acute.tasks.Example` of the question; a function-calling task's
+    :attr:`~acute.tasks.Task.calls_parser` on the reply; False without a task), ``meta`` and
+    ``offers_tools`` (the item is a :class:`~acute.models.ToolChat`). A function-calling task's
+    reply to a :class:`~acute.models.ToolChat` has its calls counted against the offered tools in
+    ``meta`` (:func:`~acute.tasks.tool_calls.reply_structure`), as the store's records have them."""
+    calls_parser = getattr(task, "calls_parser", None)
     out = []
     for i, (g, prompt, reply, item) in enumerate(zip(gens, prompts, replies, items)):
-        parse_error = False
-        if task is not None:
-            parse_error = task.extract(Example(id="live", question=_question(item), answers=[]), reply) is None
-        meta = (metadata[i] if metadata is not None else None) or {}
+        meta = dict((metadata[i] if metadata is not None else None) or {})
+        offers_tools = isinstance(item, ToolChat)
+        if calls_parser is not None:
+            calls = calls_parser(reply)
+            parse_error = calls is None
+            if offers_tools:
+                meta.update(reply_structure(calls, offered_functions(item.tools)))
+        elif task is not None:
+            question = item.strip() if isinstance(item, str) else question_of(item)
+            parse_error = task.extract(Example(id="live", question=question, answers=[]), reply) is None
+        else:
+            parse_error = False
         out.append({"id": i, "prompt": prompt, "generation": reply, "finish_reason": g.finish_reason,
-                    "parse_error": bool(parse_error), "meta": dict(meta)})
+                    "parse_error": bool(parse_error), "meta": meta, "offers_tools": offers_tools})
     return out
+
+
+def _offered_tools(records: list[dict], fields: Sequence[str], names: Sequence[str]) -> None:
+    """:class:`SourceError` naming the first record whose reply-structure ``fields`` the probe reads
+    and whose prompt offered no tools to count its calls against."""
+    if not fields:
+        return
+    for rec, name in zip(records, names):
+        if not rec["offers_tools"]:
+            raise SourceError(f"{name}: the probe's {VISIBLE!r} source reads the reply's calls counted against "
+                              f"the tools offered ({', '.join(fields)}), and this prompt offers none (give the "
+                              "tools: a chat request's 'tools', a ToolChat)", VISIBLE, name)
 
 
 def _logprobs(gens: Sequence[Any], source: str, names: Sequence[str]) -> list[np.ndarray]:
@@ -160,6 +181,7 @@ def live_inputs(probe: Any, gens: Sequence[Any], prompts: Sequence[str], replies
                 out[s] = np.asarray([f"{r['prompt']}\n{r['generation']}" for r in records], dtype=object)
             elif s == VISIBLE:
                 fields = getattr(live_parser(probe, task), "reply_fields", ())
+                _offered_tools(records, fields, names)
                 out[s] = visible_inputs(records, _logprobs(gens, s, names), fields=fields, where="the live answers")
             else:
                 out[s] = _metadata(probe, records, metadata, metadata_fields, names)

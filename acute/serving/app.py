@@ -320,7 +320,7 @@ def _add_scoring_routes(app, service: _Service) -> None:
             return Response(status_code=499)
         await service.served(request, [job], [result], "/v1/chat/completions")
         meta = {"model": settings.model_name, "estimator": service.estimator,
-                "id": job.response_id, "created": int(time.time())}
+                "id": job.response_id, "created": int(time.time()), "offered_tools": bool(req.tools)}
         if not req.stream:
             return JSONResponse(chat_body(result, **meta))
         usage = bool(req.stream_options and req.stream_options.include_usage)

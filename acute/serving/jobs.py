@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 from ..errors import InputError
 from ..models.loading import holds_no_weights
+from ..models.prompts import ToolChat
 from ..scoring.gate import Gate
 from ..store.generation import GenerationSettings
 from .errors import RequestError, param_name
@@ -196,7 +197,15 @@ def _prepare(scorer, guard: UserTextGuard | None, job: Job, max_new_tokens: int)
     :class:`RequestError` naming its field (text that cannot be encoded, control-token text that
     cannot be kept as text, a prompt that is empty or does not fit, a given response the
     server cannot score). Errors raised once the job runs are the server's."""
-    check_text(job.item, lambda loc: param_name((job.param, *loc)))
+    if isinstance(job.item, ToolChat):
+        check_text(list(job.item.messages), lambda loc: param_name((job.param, *loc)))
+        check_text(list(job.item.tools), lambda loc: param_name(("tools", *loc)))
+        try:
+            scorer.format(job.item)
+        except InputError as e:  # the model's chat template does not show tools
+            raise RequestError(f"tools: {e}", param="tools") from None
+    else:
+        check_text(job.item, lambda loc: param_name((job.param, *loc)))
     if job.response is not None:
         check_text(job.response, lambda loc: _response_param(job))
     if guard is not None:

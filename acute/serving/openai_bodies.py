@@ -8,6 +8,7 @@ from typing import Any, Sequence
 from .jobs import JobResult
 from .settings import ServeSettings
 from ..estimators.certificates import certificate_summary
+from ..tasks.tool_calls import reply_message
 
 __all__ = ["acute_object", "chat_body", "chat_chunks", "estimator_name", "models_body", "public_summary", "score_body",
            "sse_events"]
@@ -74,21 +75,41 @@ def _usage(result: JobResult) -> dict:
             "total_tokens": result.prompt_tokens + n}
 
 
-def chat_body(result: JobResult, *, model: str, estimator: str, id: str, created: int) -> dict:
-    """An OpenAI ``chat.completion`` with the ``acute`` object on its choice."""
+def _reply(result: JobResult, offered_tools: bool, id: str) -> tuple[str | None, list[dict], str]:
+    """``(content, tool_calls, finish_reason)`` of an answer: for a request that offered tools, the
+    calls of the reply (:func:`acute.tasks.tool_calls.reply_message`) as OpenAI tool calls, the
+    text outside them as its content and ``"tool_calls"`` as its finish reason when it made any."""
     s = result.scored
-    choice = {"index": 0, "message": {"role": "assistant", "content": s.answer, "refusal": None},
-              "logprobs": None, "finish_reason": _finish_reason(s.finish_reason),
+    finish = _finish_reason(s.finish_reason)
+    if not offered_tools:
+        return s.answer, [], finish
+    content, calls = reply_message(s.answer)
+    tool_calls = [{"id": f"call_{id.rsplit('-', 1)[-1][:16]}_{i}", "type": "function",
+                   "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments") or {}, ensure_ascii=False)}}
+                  for i, c in enumerate(calls)]
+    return content, tool_calls, "tool_calls" if tool_calls else finish
+
+
+def chat_body(result: JobResult, *, model: str, estimator: str, id: str, created: int,
+              offered_tools: bool = False) -> dict:
+    """An OpenAI ``chat.completion`` with the ``acute`` object on its choice; for a request that
+    offered tools, the reply's calls as the message's ``tool_calls`` (:func:`_reply`)."""
+    content, tool_calls, finish = _reply(result, offered_tools, id)
+    message = {"role": "assistant", "content": content, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
               "acute": acute_object(result, estimator)}
     return {"id": id, "object": "chat.completion", "created": created, "model": model,
             "choices": [choice], "usage": _usage(result), "system_fingerprint": None}
 
 
 def chat_chunks(result: JobResult, *, model: str, estimator: str, id: str, created: int,
-                include_usage: bool = False) -> list[dict]:
-    """The ``chat.completion.chunk`` objects of a streamed answer: the role, the text, then the
+                include_usage: bool = False, offered_tools: bool = False) -> list[dict]:
+    """The ``chat.completion.chunk`` objects of a streamed answer: the role, the text (and the
+    reply's tool calls, each whole in one delta, for a request that offered tools), then the
     finish reason with the ``acute`` object (and a usage chunk when ``include_usage``)."""
-    s = result.scored
+    content, tool_calls, finish = _reply(result, offered_tools, id)
     head = {"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
             "system_fingerprint": None}
 
@@ -97,9 +118,11 @@ def chat_chunks(result: JobResult, *, model: str, estimator: str, id: str, creat
         return {**head, "choices": [choice], **({"usage": None} if include_usage else {})}
 
     chunks = [chunk({"role": "assistant", "content": ""})]
-    if s.answer:
-        chunks.append(chunk({"content": s.answer}))
-    chunks.append(chunk({}, _finish_reason(s.finish_reason), acute=acute_object(result, estimator)))
+    if content:
+        chunks.append(chunk({"content": content}))
+    if tool_calls:
+        chunks.append(chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(tool_calls)]}))
+    chunks.append(chunk({}, finish, acute=acute_object(result, estimator)))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": _usage(result)})
     return chunks

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..models.prompts import ToolChat, normalize_messages
 from ..scoring.gate import LEVEL_CHECKS, Gate, resolve_gate
 from .errors import RequestError, param_name
 from .jobs import Job
@@ -39,11 +40,12 @@ def _schemas() -> SimpleNamespace:
         model_config = ConfigDict(extra="forbid", strict=True)
 
     class Message(Strict):
-        role: Literal["system", "developer", "user", "assistant"]
+        role: Literal["system", "developer", "user", "assistant", "tool"]
         content: Any = None  # a string or a list of text parts, checked by _message_text
         name: Optional[str] = None
+        tool_calls: Any = None  # an assistant's calls, with the request's tools (checked by _messages)
+        tool_call_id: Optional[str] = None  # a tool message's call
         # in OpenAI's schema but not supported here (refused by _messages):
-        tool_calls: Any = None
         function_call: Any = None
         refusal: Any = None
         audio: Any = None
@@ -92,8 +94,8 @@ def _schemas() -> SimpleNamespace:
         logprobs: Optional[bool] = None
         top_logprobs: Optional[int] = None
         logit_bias: Optional[dict[str, Number]] = None
-        tools: Optional[list] = None
-        tool_choice: Any = None
+        tools: Optional[list] = None  # function tools, shown by the chat template (checked by _tools)
+        tool_choice: Any = None  # "auto" (the model decides) with tools; "none" without (_tools)
         functions: Optional[list] = None
         function_call: Any = None
         response_format: Any = None
@@ -113,7 +115,7 @@ _UNSUPPORTED: dict[str, tuple] = {
     "n": (None, 1), "temperature": (None, 0), "top_p": (None, 1),
     "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
     "logprobs": (None, False), "top_logprobs": (None, 0), "logit_bias": (None, {}),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "functions": (None, []),
     "function_call": (None, "none"), "response_format": (None, {"type": "text"}),
     "modalities": (None, ["text"]), "audio": (None,), "prediction": (None,),
     "web_search_options": (None,), "reasoning_effort": (None,), "verbosity": (None,),
@@ -157,21 +159,62 @@ def _message_text(content: Any, param: str) -> str:
     raise RequestError(f"{param} must be a string or a list of text parts", param=param)
 
 
-def _messages(messages: Sequence, param: str = "messages") -> list[dict[str, str]]:
-    """Validated chat messages as ``[{"role", "content"}]`` ("developer" becomes "system")."""
+def _messages(messages: Sequence, param: str = "messages", tools: bool = False) -> list[dict]:
+    """Validated chat messages as ``[{"role", "content"}]`` ("developer" becomes "system"); with
+    ``tools`` (the request offers tools) also the turns of a function-calling exchange: an
+    assistant message's ``tool_calls`` and ``tool`` messages (their results)."""
     if not messages:
         raise RequestError(f"{param} must be a non-empty list of messages", param=param)
     out = []
     for i, m in enumerate(messages):
-        for field in ("tool_calls", "function_call", "refusal", "audio"):
+        for field in ("function_call", "refusal", "audio"):
             if getattr(m, field) is not None:
                 raise RequestError(f"{param}[{i}].{field} is not supported (text messages only)",
                                    param=f"{param}[{i}].{field}")
-        text = _message_text(m.content, f"{param}[{i}].content")
+        turn = m.tool_calls is not None or m.role == "tool" or m.tool_call_id is not None
+        if turn and not tools:
+            field = "tool_calls" if m.tool_calls is not None else "role" if m.role == "tool" else "tool_call_id"
+            raise RequestError(f"{param}[{i}].{field}: a function-calling turn needs the request's 'tools' "
+                               "(the functions the model was offered)", param=f"{param}[{i}].{field}")
+        if m.tool_calls is not None and m.role != "assistant":
+            raise RequestError(f"{param}[{i}].tool_calls: only an assistant message makes tool calls",
+                               param=f"{param}[{i}].tool_calls")
+        content = "" if m.content is None and m.tool_calls is not None else m.content
+        text = _message_text(content, f"{param}[{i}].content")
         out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
-    if not any(m["content"].strip() for m in out):
+        if m.tool_calls is not None:
+            out[-1]["tool_calls"] = m.tool_calls
+        if m.tool_call_id is not None:
+            out[-1]["tool_call_id"] = m.tool_call_id
+    if not any(m["content"].strip() or m.get("tool_calls") for m in out):
         raise RequestError(f"{param} has no text", param=param)
     return out
+
+
+def _tools(req) -> list[dict] | None:
+    """The request's function tools (None: it offers none), each ``{"type": "function", "function":
+    {"name", ...}}``; ``RequestError`` naming the field for another kind of tool or a
+    ``tool_choice`` greedy decoding cannot honour (``"required"``, a named function: acute does
+    not constrain decoding, so the model decides: ``"auto"``)."""
+    choice = req.tool_choice
+    if not req.tools:
+        if choice is not None and choice != "none":
+            raise RequestError(f"tool_choice={_shown(choice)} needs 'tools'", param="tool_choice")
+        return None
+    if choice is not None and choice != "auto":
+        raise RequestError(f"tool_choice={_shown(choice)} is not supported: acute serves unconstrained greedy "
+                           "decoding, so the model decides whether to call a tool (tool_choice 'auto')",
+                           param="tool_choice", code="unsupported_parameter")
+    for i, tool in enumerate(req.tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(fn, dict)
+                and isinstance(fn.get("name"), str) and fn["name"]):
+            raise RequestError(f"tools[{i}] must be a function tool: {{\"type\": \"function\", \"function\": "
+                               "{\"name\": ..., \"parameters\": {...}}}", param=f"tools[{i}]")
+        if not isinstance(fn.get("parameters", {}), dict):
+            raise RequestError(f"tools[{i}].function.parameters must be a JSON Schema object",
+                               param=f"tools[{i}].function.parameters")
+    return list(req.tools)
 
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
@@ -299,6 +342,13 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     same = (lambda field: field)
     default = settings.default_gate
     gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default, stop=default.stop)
-    job = Job(item=_messages(req.messages), gate=gate, max_new_tokens=min(limits) if limits else None,
+    tools = _tools(req)
+    item = _messages(req.messages, tools=tools is not None)
+    if tools is not None:
+        try:
+            item = ToolChat(normalize_messages(item, tool_turns=True, name="messages"), tools)
+        except InputError as e:  # a tool call's arguments that are not a JSON object
+            raise RequestError(str(e), param="messages") from None
+    job = Job(item=item, gate=gate, max_new_tokens=min(limits) if limits else None,
               stop=_stop_strings(req.stop), param="messages")
     return job, req

@@ -17,6 +17,7 @@ import copy
 import uuid
 from typing import Any, Iterator, Sequence
 
+from ..models.prompts import ToolChat
 from .errors import RequestError
 
 __all__ = ["UserTextGuard", "check_text", "control_strings"]
@@ -125,7 +126,10 @@ class UserTextGuard:
         it cannot be kept apart."""
         if response is not None and self._control_in(response):
             self._tokenizer().register(response, [(response, True)])
-        fields = [item] if isinstance(item, str) else [m["content"] for m in item]
+        if isinstance(item, ToolChat):
+            self._refuse_in_tools(item, param)
+        messages = item.messages if isinstance(item, ToolChat) else item
+        fields = [item] if isinstance(item, str) else [m["content"] for m in messages]
         marked = [i for i, text in enumerate(fields) if self._control_in(text)]
         if not marked:
             return
@@ -140,6 +144,20 @@ class UserTextGuard:
         self._tokenizer().register(self._base.format(item), pieces)
 
 
+    def _refuse_in_tools(self, item: ToolChat, param: str) -> None:
+        """``RequestError`` naming the field for control-token text in the offered tools or in a
+        tool call's arguments: the chat template writes them as JSON, where the text cannot be
+        kept apart."""
+        fields = [(f"tools[{i}]", tool) for i, tool in enumerate(item.tools)]
+        fields += [(f"{param}[{i}].tool_calls", m["tool_calls"]) for i, m in enumerate(item.messages) if "tool_calls" in m]
+        for name, value in fields:
+            found = next((c for _, text in _strings(value) if (c := self._control_in(text))), None)
+            if found is not None:
+                raise RequestError(f"{name} holds the control-token text {found!r}, which the chat template "
+                                   "writes into the prompt as JSON, where the server cannot keep it as plain "
+                                   "text; remove it, or start the server with --allow-control-tokens", param=name)
+
+
 def _pieces(scorer, item: Any, fields: Sequence[str], marked: Sequence[int]):
     """The formatted prompt of ``item`` cut into ``(text, protect)`` pieces, the fields at
     ``marked`` protected: the prompt is formatted with a placeholder in each of those fields and
@@ -150,7 +168,10 @@ def _pieces(scorer, item: Any, fields: Sequence[str], marked: Sequence[int]):
     if isinstance(item, str):
         placed = marks[0]
     else:
-        placed = [{**m, "content": marks[i]} if i in marks else m for i, m in enumerate(item)]
+        messages = item.messages if isinstance(item, ToolChat) else item
+        placed = [{**m, "content": marks[i]} if i in marks else m for i, m in enumerate(messages)]
+        if isinstance(item, ToolChat):
+            placed = ToolChat(placed, item.tools)
     template, real = scorer.format(placed), scorer.format(item)
     pieces: list[tuple[str, bool]] = []
     pos = 0

@@ -73,6 +73,7 @@ class APIGenTask(Task):
     """xLAM function calling, zero-shot; correct iff the parsed calls equal the gold calls."""
 
     equivalence = CALLS_EQUIVALENCE
+    calls_parser = staticmethod(parse_calls)
 
     def _answer_key(self, answer: str | None) -> tuple | None:
         return calls_key(answer)
@@ -126,15 +127,15 @@ class APIGenTask(Task):
 
     def extract(self, ex: Example, generation: str) -> str | None:
         """The parsed calls as compact JSON, or ``None`` when the generation has no parseable calls."""
-        calls = parse_calls(generation)
+        calls = self.calls_parser(generation)
         return None if calls is None else json.dumps(calls, ensure_ascii=False)
 
     def is_correct(self, ex: Example, generation: str) -> bool:
-        calls = parse_calls(generation)
+        calls = self.calls_parser(generation)
         return calls is not None and calls_equal(calls, ex.payload["calls"])
 
     def label_details(self, ex: Example, generation: str) -> dict[str, Any]:
-        calls = parse_calls(generation)
+        calls = self.calls_parser(generation)
         return {"answer": None if calls is None else json.dumps(calls, ensure_ascii=False),
                 "correct": calls is not None and calls_equal(calls, ex.payload["calls"]),
                 "parse_error": calls is None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, TaskDataError
-from ..models.prompts import format_prompt
+from ..models.prompts import format_prompt, template_prompt_with_tools
 from ..fileio import iter_jsonl
 from .normalize import normalize_answer
 from .answer_types import assign_wrong_types
@@ -23,7 +23,6 @@ from .answer_types import assign_wrong_types
 __all__ = [
     "Example",
     "Task",
-    "template_prompt_with_tools",
     "use_chat",
     "read_jsonl",
     "read_json_array",
@@ -64,19 +63,6 @@ class Example:
 
 # --------------------------------------------------------------------------- prompt formatting
 # (prompts are formatted by acute.models.format_prompt, the one formatter)
-
-def template_prompt_with_tools(tokenizer, messages: list[dict], tools: list[dict]) -> str | None:
-    """The chat prompt of ``messages`` with ``tools`` offered by the chat template, or ``None``
-    when the template does not show them (it ignores ``tools``: the text is the same without them,
-    or it refuses them)."""
-    from jinja2 import TemplateError  # optional: jinja2
-
-    try:
-        text = format_prompt(tokenizer, messages, chat=True, tools=tools)
-    except (TemplateError, TypeError, ValueError):
-        return None
-    return None if text == format_prompt(tokenizer, messages, chat=True) else text
-
 
 def use_chat(tokenizer, chat: bool | None) -> bool:
     """Resolve ``chat``: ``None`` -> whether the tokenizer has a chat template; ``True`` without a
@@ -236,6 +222,11 @@ class Task:
     #: when two extracted answers are the same answer (what sampling agreement counts), in words;
     #: None: the task has no equivalence of its own (:meth:`answer_key` then needs ``fallback``)
     equivalence: str | None = None
+    #: a function-calling task's parse of a reply alone into ``[{"name", "arguments"}]`` calls
+    #: (None: unparseable), which reads no gold, so live scoring parses a reply as the store's
+    #: records did and counts its calls against the tools a request offers; None: the task's
+    #: replies are not calls
+    calls_parser: Callable[[str], list[dict] | None] | None = None
     #: the equivalence :meth:`answer_key` uses with ``fallback`` where the task has none
     FALLBACK_EQUIVALENCE = "equal normalised text (lower case, no punctuation, articles or extra spaces)"
 

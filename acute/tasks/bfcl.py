@@ -389,6 +389,7 @@ class BFCLTask(Task):
     """BFCL v4 single-turn function calling; correct under BFCL's AST rules (module docs)."""
 
     equivalence = CALLS_EQUIVALENCE
+    calls_parser = staticmethod(parse_reply_calls)
 
     def _answer_key(self, answer: str | None) -> tuple | None:
         return calls_key(answer)
@@ -483,15 +484,15 @@ class BFCLTask(Task):
     def extract(self, ex: Example, generation: str) -> str | None:
         """The reply's parsed calls as compact JSON, or ``None`` when there are none to parse (on
         every row: what the reply says reads no gold)."""
-        calls = parse_reply_calls(generation)
+        calls = self.calls_parser(generation)
         return None if calls is None else json.dumps(calls, ensure_ascii=False)
 
     def is_correct(self, ex: Example, generation: str) -> bool:
-        calls = self._graded_calls(ex, parse_reply_calls(generation))
+        calls = self._graded_calls(ex, self.calls_parser(generation))
         return bfcl_error(calls, ex.payload["gold"], ex.payload["functions"]) is None
 
     def label_details(self, ex: Example, generation: str) -> dict[str, Any]:
-        calls = parse_reply_calls(generation)
+        calls = self.calls_parser(generation)
         error = bfcl_error(self._graded_calls(ex, calls), ex.payload["gold"], ex.payload["functions"])
         return {"answer": None if calls is None else json.dumps(calls, ensure_ascii=False),
                 "correct": error is None, "parse_error": calls is None,

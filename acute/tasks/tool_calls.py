@@ -24,7 +24,7 @@ import re
 from typing import Any, Iterator, Sequence
 
 __all__ = ["CALLS_EQUIVALENCE", "REPLY_FIELDS", "ToolParameters", "bracket_depths", "calls_equal", "calls_key", "normalize_calls", "normalize_value",
-           "parse_calls", "parse_reply_calls", "reply_structure", "tool_parameters", "toolset_key"]
+           "offered_functions", "parse_calls", "reply_message", "parse_reply_calls", "reply_structure", "tool_parameters", "toolset_key"]
 
 #: The ``meta`` keys :func:`reply_structure` fills (the visible control's reply-structure columns).
 REPLY_FIELDS: tuple[str, ...] = ("reply_calls", "reply_functions", "reply_arguments", "reply_default_arguments",
@@ -37,6 +37,7 @@ _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 #: one ``<tool_call>`` block (Qwen's and Hermes' chat templates): up to its closing tag, the next
 #: opening tag or the end of the text (a truncated last block)
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?=</tool_call>|<tool_call>|\Z)", re.DOTALL)
+_TOOL_CALL_SPAN = re.compile(r"<tool_call>.*?(?:</tool_call>|(?=<tool_call>)|\Z)", re.DOTALL)
 
 
 def toolset_key(tools: list[dict]) -> str:
@@ -197,6 +198,19 @@ def parse_reply_calls(text: str) -> list[dict] | None:
     return calls
 
 
+def reply_message(text: str) -> tuple[str | None, list[dict]]:
+    """A reply to a chat that offered tools as an assistant message, ``(content, calls)``: its
+    calls (:func:`parse_reply_calls`; empty when none parse or it calls nothing, and then the
+    content is the reply as is) and its text outside the ``<tool_call>`` blocks (stripped; None
+    when there is none, and for calls given without blocks, whose JSON is the message)."""
+    calls = parse_reply_calls(text)
+    if not calls:
+        return text, []
+    if "<tool_call>" not in text:
+        return None, calls
+    return _TOOL_CALL_SPAN.sub("", text).strip() or None, calls
+
+
 def bracket_depths(text: str, start: int = 0) -> Iterator[tuple[int, int]]:
     """``(index, depth after it)`` of every ``[``/``{`` from ``start`` on and every ``]``/``}``
     that closes one, JSON strings inside brackets skipped (a quote outside any bracket is text,
@@ -255,6 +269,12 @@ def tool_parameters(tool: dict) -> ToolParameters:
         if "optional" not in str(spec.get("type", "")).lower() and default is _NO_DEFAULT:
             required.add(str(key))
     return ToolParameters(names, required, defaults)
+
+
+def offered_functions(tools: Sequence[dict]) -> list[dict]:
+    """The function specifications (``{"name", "description", "parameters"}``) of OpenAI-style
+    tools (``{"type": "function", "function": {...}}``; a bare specification is kept as is)."""
+    return [t["function"] if isinstance(t, dict) and isinstance(t.get("function"), dict) else t for t in tools]
 
 
 def reply_structure(calls: Sequence[dict] | None, tools: Sequence[dict]) -> dict[str, int]:

@@ -89,8 +89,13 @@ def test_a_setting_that_cannot_provide_a_source_refuses_the_probe_naming_it(work
     why = missing_sources([METADATA, "states@mean", "confidence"], "serve")
     assert list(why) == [METADATA] and "no benchmark metadata" in why[METADATA]
     assert missing_sources([METADATA], "store") == {}
-    tools = missing_sources([VISIBLE], "serve", Parser("apigen", live=True, reply_fields=("reply_calls",)))
-    assert "offered" in tools[VISIBLE]
+    # a function-calling task's parser: provided, per request (one that offers no tools is refused then:
+    # tests/scoring/test_live_tool_calls.py); a probe that records no call parser: refused
+    calls = Parser("apigen", live=False, reply_fields=("reply_calls",), tools=True)
+    assert missing_sources([VISIBLE], "serve", calls) == {} == missing_sources([VISIBLE], "score", calls)
+    old = missing_sources([VISIBLE], "serve", Parser("apigen", live=False, reply_fields=("reply_calls",)))
+    assert "against the tools a request offers" in old[VISIBLE]
+    assert Parser.from_json(calls.to_json()) == calls and not Parser.from_json({"task": "apigen"}).tools
 
 
 def _generation(lp):

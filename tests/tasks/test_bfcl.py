@@ -18,8 +18,8 @@ from acute.errors import InputError, TaskDataError
 from acute.tasks import get_task
 from acute.tasks import bfcl_data
 from acute.tasks.bfcl import bfcl_error, json_schema, openai_tool, standardize
-from acute.tasks.tool_calls import REPLY_FIELDS, parse_reply_calls
-from acute.testing import CHATML_TEMPLATE, make_tiny_tokenizer
+from acute.tasks.tool_calls import REPLY_FIELDS, offered_functions, parse_reply_calls, reply_message, reply_structure
+from acute.testing import CHATML_TEMPLATE, TOOLS_TEMPLATE, make_tiny_tokenizer
 
 
 # ----------------------------------------------------------------------------- the fixture
@@ -382,6 +382,32 @@ def test_standardize_is_bfcls_rule():
 
 # ----------------------------------------------------------------------------- <tool_call> replies
 
+F1 = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("text, content, calls", [
+    ("Sure.\n" + F1, "Sure.", [{"name": "f", "arguments": {"a": 1}}]),
+    (F1 + F1, None, [{"name": "f", "arguments": {"a": 1}}] * 2),
+    ('[{"name": "f", "arguments": {}}]', None, [{"name": "f", "arguments": {}}]),  # bare calls: the message
+    ("It is sunny.", "It is sunny.", []),
+    ("[]", "[]", []),  # calls nothing: the reply is its text
+    (F1 + '\n<tool_call>\n{"name": "g", "argum', F1 + '\n<tool_call>\n{"name": "g", "argum', []),  # cut off
+])
+def test_a_reply_as_an_assistant_message(text, content, calls):
+    assert reply_message(text) == (content, calls)
+
+
+def test_offered_tools_count_a_reply_as_the_task_counts_it(rows):
+    """The reply structure counted against OpenAI tools (what a chat request offers) equals the
+    task's own count against its functions (what the store's records hold)."""
+    task, by_id = rows
+    ex = by_id["simple_python_1"]
+    reply = calls(("book_flight", {"city": "NYC", "price": 100, "colour": "red"}))
+    assert offered_functions(task.chat_tools(ex)) == [openai_tool(f)["function"] for f in ex.payload["functions"]]
+    live = reply_structure(task.calls_parser(reply), offered_functions(task.chat_tools(ex)))
+    stored = {k: v for k, v in task.label_details(ex, reply).items() if k in REPLY_FIELDS}
+    assert live == stored and stored["reply_unknown_names"] == 1 and stored["reply_calls"] == 1
+
 def test_tool_call_blocks_are_the_call_list(rows):
     one = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
     assert parse_reply_calls(one) == [{"name": "f", "arguments": {"a": 1}}]
@@ -400,14 +426,6 @@ def test_tool_call_blocks_are_the_call_list(rows):
 
 
 # ----------------------------------------------------------------------------- prompts
-
-TOOLS_TEMPLATE = (
-    "{% if tools %}{{ '<|im_start|>system\\n# Tools\\n<tools>' }}"
-    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
-    "{{ '\\n</tools><|im_end|>\\n' }}{% endif %}"
-    + CHATML_TEMPLATE
-)
-
 
 @pytest.fixture(scope="module")
 def tools_tokenizer():
