@@ -9,6 +9,10 @@ until feedback), ``n_tokens``, ``raw_confidence``, ``finish_reason``, ``token_id
 ``meta``: the ``question`` (the string asked, or the last user message), the probe's
 ``confidence``, the ``decision`` with its ``rule`` and ``threshold``, the ``endpoint``, when it
 was ``served``, and the request's generation settings (``max_new_tokens``, ``stop_strings``).
+``parse_error`` is the reply's parse status as live scoring computed it (the probe's task's
+parser; False without one) and, for a function-calling reply to a request that offered tools,
+``meta`` holds its calls counted against them (:mod:`acute.scoring.sources`), so a probe
+retrained on served answers reads what it is served.
 The three pooled states (``mean``, ``last-prompt``, ``last-answer``) are stored in the default
 storage dtype. Answers refused by the precheck (nothing generated) and answers the request
 gave (``response``: scored, not generated) are not recorded. Nothing leaves the machine: the
@@ -44,6 +48,7 @@ from ..errors import InputError
 from .errors import RequestError
 from ..store.header import array_bytes_sha256
 from ..collect.records import build_manifest
+from ..scoring.sources import live_records
 from ..store import POOLINGS, LabelFile, StoreWriter
 from .openai_bodies import estimator_name
 from ..store.commit import check_identity
@@ -126,6 +131,7 @@ class AnswerRecorder:
             self._writer.close()
             raise
         self.flush_s = float(flush_s)
+        self._task = scorer.task  # the reply's parse, as live scoring parses it
         self._oldest: float | None = None  # when the oldest uncommitted record was added
         self._lock = threading.Lock()
         self._closed = False
@@ -160,13 +166,17 @@ class AnswerRecorder:
         g = s.recorded
         n_new = job.max_new_tokens or self._writer.manifest["generation"]["max_new_tokens"]
         stops = list(dict.fromkeys([*self._writer.manifest["generation"]["stop_strings"], *job.stop]))
+        # the parse status (and a function-calling reply's calls counted against the offered
+        # tools) as live scoring computed them, so a probe retrained on these records reads what it
+        # will be served
+        [parsed] = live_records([g], [s.prompt], [g.text], [job.item], self._task)
         return {"id": rid, "task": self._writer.manifest.get("task"), "prompt": s.prompt, "generation": g.text,
-                "answer": s.answer, "gold": [], "correct": None, "parse_error": False,
+                "answer": s.answer, "gold": [], "correct": None, "parse_error": parsed["parse_error"],
                 "n_tokens": int(len(g.token_ids)), "raw_confidence": float(g.raw_confidence),
                 "finish_reason": g.finish_reason, "token_ids": [int(t) for t in g.token_ids],
                 "meta": {"question": s.question, "confidence": s.confidence, "decision": s.decision,
                          "rule": s.rule, "threshold": s.threshold, "endpoint": endpoint, "served": served,
-                         "max_new_tokens": int(n_new), "stop_strings": stops,
+                         "max_new_tokens": int(n_new), "stop_strings": stops, **parsed["meta"],
                          **({} if s.stopped_at is None else {"stopped_at": s.stopped_at, "stop": s.stop})}}
 
     def label(self, record_id: Any, correct: bool) -> None:

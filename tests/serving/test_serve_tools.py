@@ -23,6 +23,8 @@ from acute.scoring import Scorer  # noqa: E402
 from acute.serving import create_app  # noqa: E402
 from acute.serving.errors import RequestError  # noqa: E402
 from acute.serving.jobs import Job, score_jobs  # noqa: E402
+from acute.store import open_store  # noqa: E402
+from acute.tasks.tool_calls import REPLY_FIELDS  # noqa: E402
 from tool_store import build  # noqa: E402  (tests/tool_store.py)
 
 CALL = '<tool_call>\n{"name": "tool_3", "arguments": {"x": 4, "unit": "m"}}\n</tool_call>'
@@ -37,6 +39,8 @@ class Calling(Scorer):
     as that answer: the response's shape can be checked."""
 
     def _decided(self, items, texts, gens, answers, gates, generation_s=0.0):
+        for g in gens:
+            g.text = CALL
         return super()._decided(items, texts, gens, [CALL] * len(answers), gates, generation_s)
 
 
@@ -135,3 +139,21 @@ def test_a_prompt_format_that_does_not_show_tools_refuses_them(loaded, probe):
     [result] = score_jobs(Scorer(model, tok, probe), [Job(item=ToolChat(ASK, [TOOL]), param="messages")])
     assert isinstance(result, RequestError) and result.param == "tools"
     assert "tools are shown by the chat template" in str(result)
+
+
+def test_a_recorded_answer_holds_the_parse_and_calls_live_scoring_read(tools_loaded, tmp_path):
+    """``--record-to``: the record of a served function call has the parse status and the calls
+    counted against the offered tools that scored it, equal to the task's own labelling of that
+    reply against those tools, so a probe retrained on served answers reads what it is served."""
+    (model, tok), stack = tools_loaded
+    scorer = Calling(model, tok, stack)
+    with running(create_app(scorer, model_name=NAME, max_wait_ms=0, record_to=tmp_path / "served")) as url:
+        called = post(url, "/v1/chat/completions", {"messages": ASK, "tools": [TOOL]})
+        refused = post(url, "/v1/chat/completions", {"messages": ASK})  # no tools: 400, not recorded
+    assert called.status_code == 200 and refused.status_code == 400
+    [rec] = open_store(tmp_path / "served").records
+    assert rec["id"] == called.json()["id"] and rec["generation"] == CALL and rec["parse_error"] is False
+    # by hand: one call of tool_3 with x and unit, unit at its declared default, nothing missing
+    assert {k: rec["meta"][k] for k in REPLY_FIELDS} == {
+        "reply_calls": 1, "reply_functions": 1, "reply_arguments": 2, "reply_default_arguments": 1,
+        "reply_missing_required": 0, "reply_unknown_names": 0}
