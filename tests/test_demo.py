@@ -11,9 +11,8 @@ import pytest
 
 from acute.cli import demo
 from acute.estimators.registry import ACUTE_VARIANTS, DEFAULT_ESTIMATOR
-from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
-from acute.testing import hash_label
+from stores import relabel  # tests/stores.py
 
 
 def row(name, auc, smece=0.1):
@@ -74,12 +73,7 @@ def relabelled_collect(monkeypatch, tmp_path):
 
     def collect(model, tok, task, examples, out_dir, **kw):
         summary = real(model, tok, task, examples, tmp_path / "raw-store", progress=False, **kw)
-        st = open_store(tmp_path / "raw-store")
-        records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
-        with StoreWriter(out_dir, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
-            w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-                  last_answer=st.states("last-answer"),
-                  checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
+        relabel(tmp_path / "raw-store", out_dir)
         return summary
 
     monkeypatch.setattr(demo, "collect", collect)

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from acute.cli import main
-from acute.store import StoreWriter, open_store
-from acute.testing import TOOLS_TEMPLATE, hash_label, save_tiny_model
+from acute.testing import TOOLS_TEMPLATE, save_tiny_model
 from smaller import small_searches  # tests/smaller.py
+from stores import relabel  # tests/stores.py
 
 N_FUNCTIONS = 20
 
@@ -48,12 +48,7 @@ def build(root: Path) -> dict[str, Path]:
     assert main(["collect", "--model", str(model), "--task", "bfcl", "--data", str(data), "--out", str(root / "raw"),
                  "--max-new-tokens", "6", "--batch-size", "1", "--quiet", "--task-option",
                  "categories=simple_python"]) == 0
-    st = open_store(root / "raw")
-    records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
-    with StoreWriter(root / "store", dict(st.manifest), dtype=st.manifest["dtype"]) as w:
-        w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-              last_answer=st.states("last-answer"),
-              checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
+    relabel(root / "raw", root / "store")
     with small_searches():
         assert main(["export", "--store", str(root / "store"), "--estimator", "visible-all", "--for", "serve",
                      "--out", str(root / "stack"), "--n-estimators", "10"]) == 0

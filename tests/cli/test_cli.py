@@ -23,10 +23,11 @@ from acute.models import load_model
 from acute.estimators import load_probe
 from acute.estimators.controls import CONTROLS
 from acute.store.pooling import generation_states
-from acute.store import StoreWriter, open_store
+from acute.store import open_store
 from acute.tasks import get_task
 from acute.testing import hash_label
 from smaller import small_searches  # tests/smaller.py
+from stores import relabel  # tests/stores.py
 
 N = 48
 
@@ -39,17 +40,6 @@ def smaller_searches():
         yield
 
 
-
-
-def relabel(src: Path, dst: Path) -> Path:
-    """Copy a store with the same activations and labels from :func:`label`."""
-    st = open_store(src)
-    records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
-    with StoreWriter(dst, dict(st.manifest), dtype=st.manifest["dtype"]) as w:
-        w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-              last_answer=st.states("last-answer"),
-              checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
-    return dst
 
 
 @pytest.fixture(scope="module")

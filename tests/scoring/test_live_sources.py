@@ -20,10 +20,10 @@ from acute.extraction.generate import Generation
 from acute.models import load_model
 from acute.scoring import Scorer
 from acute.scoring.sources import SourceError, check_live, live_inputs
-from acute.store import StoreWriter, open_store
-from acute.testing import hash_label
+from acute.store import open_store
 from cli_run import run  # tests/cli_run.py
 from smaller import small_searches  # tests/smaller.py
+from stores import relabel  # tests/stores.py
 
 pytest.importorskip("skops")
 N = 40
@@ -41,12 +41,7 @@ def work(tmp_path_factory, tiny_model_dir):
                                 "answers": [str(2 * i + 1)]}) + "\n")
     assert main(["collect", "--model", str(tiny_model_dir), "--task", str(questions), "--out", str(root / "raw"),
                  "--max-new-tokens", "4", "--batch-size", "1", "--quiet", "--task-option", "shots=0"]) == 0
-    st = open_store(root / "raw")
-    records = [dict(r, correct=hash_label(r["id"])) for r in st.records]
-    with StoreWriter(root / "store", dict(st.manifest), dtype=st.manifest["dtype"]) as w:
-        w.add(records, st.layer_means, st.token_logprobs, last_prompt=st.states("last-prompt"),
-              last_answer=st.states("last-answer"),
-              checkpoints=(st.checkpoint_tokens, st.checkpoint_means) if st.checkpoints else None)
+    relabel(root / "raw", root / "store")
     with small_searches():
         for name in ("acute-all", "visible-all"):
             assert main(["export", "--store", str(root / "store"), "--estimator", name, "--for", "score",
