@@ -325,7 +325,9 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     no valid certificate for, or a ``precheck`` without a question-only probe
     (``precheck_probe``). A request naming neither rule is decided by the rule of the server's
     gate, ``settings.default_gate`` (parsed once, before the server starts), and every generated
-    answer gets its stop rule."""
+    answer gets its stop rule. A request offering ``tools`` becomes a
+    :class:`~acute.models.ToolChat` (its function-calling turns checked by :func:`_messages`,
+    its tools and ``tool_choice`` by :func:`_tools`)."""
     req = _validate(_schemas().ChatRequest, obj, "chat completion")
     for field, neutral in _UNSUPPORTED.items():
         value = getattr(req, field)
