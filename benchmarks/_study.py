@@ -1,5 +1,5 @@
-"""What the multi-store studies (label_free.py, stop_early.py) share: their command line and how
-they publish their tables. Imported by those scripts, which run as ``python benchmarks/NAME.py``
+"""What the multi-store studies (label_free.py, stop_early.py, bfcl_parse_leak.py) share: their
+command line, how they publish their tables and their paired auc-euro differences. Imported by those scripts, which run as ``python benchmarks/NAME.py``
 (so this folder is on ``sys.path``)."""
 
 from __future__ import annotations
@@ -8,7 +8,12 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["study_parser", "command_line", "publish"]
+import numpy as np
+
+from acute.metrics import auc_euro
+from acute.metrics.resampling import bootstrap_indices
+
+__all__ = ["study_parser", "command_line", "mean_metric", "paired_difference", "publish"]
 
 
 def study_parser(description: str, stores_help: str) -> argparse.ArgumentParser:
@@ -41,3 +46,24 @@ def publish(text: str, out: str | None) -> None:
     if out:
         Path(out).write_text(text, encoding="utf-8")
         print(f"written to {out}", file=sys.stderr)
+
+
+def mean_metric(p, y, metric):
+    """The mean over repeats (rows of ``p``) of ``metric``; NaN when no repeat is complete."""
+    vals = [metric(row, y) for row in p if np.all(np.isfinite(row))]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def paired_difference(a, b, y, group_of, n_bootstrap, seed):
+    """``(estimate, low, high, p)``: the mean over repeats of auc-euro(a) - auc-euro(b), its 95%
+    cluster-bootstrap interval (groups resampled whole) and the bootstrap's two-sided p-value."""
+    codes, inverse = np.unique(group_of, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(codes.size)]
+    draws = []
+    for rows in bootstrap_indices(codes.size, n_bootstrap, seed):
+        pick = np.concatenate([members[g] for g in rows])
+        draws.append(np.mean([auc_euro(u[pick], y[pick]) - auc_euro(v[pick], y[pick]) for u, v in zip(a, b)]))
+    draws = np.asarray(draws)
+    low, high = np.percentile(draws, [2.5, 97.5])
+    p = min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))
+    return mean_metric(a, y, auc_euro) - mean_metric(b, y, auc_euro), float(low), float(high), float(p)

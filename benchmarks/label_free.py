@@ -35,10 +35,9 @@ from acute.evaluation.grouping import store_groups
 from acute.evaluation.label_free import agreement_target
 from acute.metrics import auc_euro, auroc, smece
 from acute.metrics.intervals import holm
-from acute.metrics.resampling import bootstrap_indices
 from acute.store import open_store
 
-from _study import command_line, publish, study_parser
+from _study import command_line, mean_metric, paired_difference, publish, study_parser
 
 SIZES = (0, 50, 100, 200, 500)
 
@@ -96,27 +95,6 @@ def load(path, group_by):
             "states": np.asarray(X[states_source("mean")]), "ids": list(store.ids), "groups": groups,
             "field": field, "group_of": np.asarray(groups if groups is not None else [str(i) for i in store.ids]),
             "samples": (m.get("generation") or {}).get("samples"), "cost": sampling_cost(store.records)}
-
-
-def mean_metric(p, y, metric):
-    """The mean over repeats (rows of ``p``) of ``metric``; NaN when no repeat is complete."""
-    vals = [metric(row, y) for row in p if np.all(np.isfinite(row))]
-    return float(np.mean(vals)) if vals else float("nan")
-
-
-def paired_difference(a, b, y, group_of, n_bootstrap, seed):
-    """``(estimate, low, high, p)``: the mean over repeats of auc-euro(a) - auc-euro(b), its 95%
-    cluster-bootstrap interval (groups resampled whole) and the bootstrap's two-sided p-value."""
-    codes, inverse = np.unique(group_of, return_inverse=True)
-    members = [np.flatnonzero(inverse == g) for g in range(codes.size)]
-    draws = []
-    for rows in bootstrap_indices(codes.size, n_bootstrap, seed):
-        pick = np.concatenate([members[g] for g in rows])
-        draws.append(np.mean([auc_euro(u[pick], y[pick]) - auc_euro(v[pick], y[pick]) for u, v in zip(a, b)]))
-    draws = np.asarray(draws)
-    low, high = np.percentile(draws, [2.5, 97.5])
-    p = min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0)))
-    return mean_metric(a, y, auc_euro) - mean_metric(b, y, auc_euro), float(low), float(high), float(p)
 
 
 def within_pair(data, args):
