@@ -48,7 +48,7 @@ from .probe_checks import (check_domain, check_probe_model, probe_generation, pr
                            scoring_setting as setting_identity, task_from_settings)  # noqa: F401 (task_from_settings: importable here)
 from .results import ScoredGeneration, question_of
 from .risk import DEFAULT_RISK
-from .sources import check_live, live_inputs, live_parser
+from .sources import check_live, check_tools_shown, live_inputs, live_parser
 from .stop_early import StopDecisions, mark_stop, recorder_stop_settings, stop_decisions
 
 __all__ = ["Scorer"]
@@ -161,6 +161,7 @@ class Scorer:
             settings, max_new_tokens=settings.max_new_tokens or 64, samples=None,
             stop_strings=settings.stop_strings if settings.stop_strings is not None
             else tuple(getattr(task, "stop_strings", ()) or ()))
+        check_tools_shown(probe, tokenizer, self.generation.chat, task)  # before any request would be refused
         self._trained_chat = trained.chat
         responses = probe_summary(probe).get("responses")
         self._trained_responses = dict(responses) if isinstance(responses, dict) else None

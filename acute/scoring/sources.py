@@ -33,12 +33,14 @@ from ..estimators.prefix_controls import logprob_stats
 from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
 from ..estimators.visible import visible_inputs
 from ..models import ToolChat
+from ..models.prompts import template_prompt_with_tools
 from ..store.pooling import generation_states
 from ..tasks import Example
 from .results import question_of
 from ..tasks.tool_calls import offered_functions, reply_structure
 
-__all__ = ["SourceError", "check_live", "live_inputs", "live_parser", "live_records", "probe_sources"]
+__all__ = ["SourceError", "check_live", "check_tools_shown", "live_inputs", "live_parser", "live_records",
+           "probe_sources"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,28 @@ def check_live(probe: Any, setting: str, parser: Parser | None = None) -> None:
                if fitted == setting else
                f"export it again for this setting (acute export --for {setting}), which leaves out what reads them")
         raise InputError(f"this probe reads what {setting!r} scoring cannot provide ({lines}); {fix}")
+
+
+_PROBE_TOOL = {"type": "function", "function": {"name": "acute_probe", "description": "",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def check_tools_shown(probe: Any, tokenizer, chat: bool | None, task: Any = None) -> None:
+    """Refuse a probe that reads a reply's calls counted against the offered tools when no prompt
+    of this setting can offer them: the tokenizer's chat template does not show tools, or prompts
+    are formatted without it (``chat`` False). An :class:`InputError` naming the source, at load,
+    rather than a refusal of every request."""
+    parser = live_parser(probe, task)
+    if not (parser.tools and parser.reply_fields and VISIBLE in probe_sources(probe)):
+        return
+    shown = chat is not False and getattr(tokenizer, "chat_template", None) and template_prompt_with_tools(
+        tokenizer, [{"role": "user", "content": "?"}], [_PROBE_TOOL]) is not None
+    if not shown:
+        why = ("prompts are formatted without the chat template (chat=False)" if chat is False else
+               "this model's chat template does not show tools")
+        raise InputError(f"this probe's {VISIBLE!r} source reads the reply's calls counted against the tools a "
+                         f"prompt offers, and {why}: no prompt here can offer them (score it with chat prompts and a "
+                         "chat template that renders apply_chat_template's tools, as its store was collected)")
 
 
 def live_records(gens: Sequence[Any], prompts: Sequence[str], replies: Sequence[str], items: Sequence[Any],

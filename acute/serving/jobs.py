@@ -26,7 +26,7 @@ from ..models.prompts import ToolChat
 from ..scoring.gate import Gate
 from ..store.generation import GenerationSettings
 from .errors import RequestError, param_name
-from .user_text import UserTextGuard, check_text
+from .user_text import UserTextGuard, check_text, tools_param
 
 __all__ = ["Job", "JobCancelled", "JobResult", "group_key", "score_jobs", "settle"]
 
@@ -199,11 +199,12 @@ def _prepare(scorer, guard: UserTextGuard | None, job: Job, max_new_tokens: int)
     server cannot score). Errors raised once the job runs are the server's."""
     if isinstance(job.item, ToolChat):
         check_text(list(job.item.messages), lambda loc: param_name((job.param, *loc)))
-        check_text(list(job.item.tools), lambda loc: param_name(("tools", *loc)))
+        tools = tools_param(job.param)
+        check_text(list(job.item.tools), lambda loc: param_name((tools, *loc)))
         try:
             scorer.format(job.item)
         except InputError as e:  # the model's chat template does not show tools
-            raise RequestError(f"tools: {e}", param="tools") from None
+            raise RequestError(f"{tools}: {e}", param=tools) from None
     else:
         check_text(job.item, lambda loc: param_name((job.param, *loc)))
     if job.response is not None:

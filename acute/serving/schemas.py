@@ -54,6 +54,7 @@ def _schemas() -> SimpleNamespace:
         prompt: Optional[str] = None
         messages: Optional[list[Message]] = None
         response: Optional[str] = None  # an answer produced elsewhere: scored as given, not generated
+        tools: Optional[list] = None  # function tools offered with the messages (checked by _tools)
         risk: Level = None  # exactly one of risk and max_error (checked by _gate)
         max_error: Level = None
         precheck: Level = None  # generate only when the question-only P(correct) exceeds it
@@ -191,30 +192,41 @@ def _messages(messages: Sequence, param: str = "messages", tools: bool = False) 
     return out
 
 
-def _tools(req) -> list[dict] | None:
-    """The request's function tools (None: it offers none), each ``{"type": "function", "function":
-    {"name", ...}}``; ``RequestError`` naming the field for another kind of tool or a
-    ``tool_choice`` greedy decoding cannot honour (``"required"``, a named function: acute does
-    not constrain decoding, so the model decides: ``"auto"``)."""
-    choice = req.tool_choice
-    if not req.tools:
+def _tools(tools: list | None, choice: Any = None, name=lambda field: field) -> list[dict] | None:
+    """A request's function tools (None: it offers none), each ``{"type": "function", "function":
+    {"name", ...}}``; ``RequestError`` naming the field (``name(field)``) for another kind of tool
+    or a ``tool_choice`` greedy decoding cannot honour (``"required"``, a named function: acute
+    does not constrain decoding, so the model decides: ``"auto"``)."""
+    if not tools:
         if choice is not None and choice != "none":
-            raise RequestError(f"tool_choice={_shown(choice)} needs 'tools'", param="tool_choice")
+            raise RequestError(f"tool_choice={_shown(choice)} needs 'tools'", param=name("tool_choice"))
         return None
     if choice is not None and choice != "auto":
         raise RequestError(f"tool_choice={_shown(choice)} is not supported: acute serves unconstrained greedy "
                            "decoding, so the model decides whether to call a tool (tool_choice 'auto')",
-                           param="tool_choice", code="unsupported_parameter")
-    for i, tool in enumerate(req.tools):
+                           param=name("tool_choice"), code="unsupported_parameter")
+    for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(fn, dict)
                 and isinstance(fn.get("name"), str) and fn["name"]):
-            raise RequestError(f"tools[{i}] must be a function tool: {{\"type\": \"function\", \"function\": "
-                               "{\"name\": ..., \"parameters\": {...}}}", param=f"tools[{i}]")
+            raise RequestError(f"{name(f'tools[{i}]')} must be a function tool: {{\"type\": \"function\", "
+                               "\"function\": {\"name\": ..., \"parameters\": {...}}}", param=name(f"tools[{i}]"))
         if not isinstance(fn.get("parameters", {}), dict):
-            raise RequestError(f"tools[{i}].function.parameters must be a JSON Schema object",
-                               param=f"tools[{i}].function.parameters")
-    return list(req.tools)
+            raise RequestError(f"{name(f'tools[{i}].function.parameters')} must be a JSON Schema object",
+                               param=name(f"tools[{i}].function.parameters"))
+    return list(tools)
+
+
+def _chat_item(messages: Sequence, tools: list | None, name=lambda field: field) -> list[dict] | ToolChat:
+    """The prompt of a request's ``messages``: the checked messages, or with ``tools`` (already
+    checked by :func:`_tools`) a :class:`~acute.models.ToolChat` of them."""
+    item = _messages(messages, name("messages"), tools=tools is not None)
+    if tools is None:
+        return item
+    try:
+        return ToolChat(normalize_messages(item, tool_turns=True, name=name("messages")), tools)
+    except InputError as e:  # a tool call's arguments that are not a JSON object
+        raise RequestError(str(e), param=name("messages")) from None
 
 
 def _stop_strings(stop: Any) -> tuple[str, ...]:
@@ -311,10 +323,13 @@ def score_job(obj: Any, prefix: tuple = (), max_new_tokens_limit: int | None = N
     if req.prompt is not None:
         if not req.prompt.strip():
             raise RequestError(f"{name('prompt')} is empty", param=name("prompt"))
+        if req.tools:
+            raise RequestError(f"{name('tools')} are offered with 'messages' (a chat), not with a prompt",
+                               param=name("tools"))
         return Job(item=req.prompt, gate=gate, max_new_tokens=req.max_new_tokens, param=name("prompt"),
                    response=req.response)
-    return Job(item=_messages(req.messages, name("messages")), gate=gate, max_new_tokens=req.max_new_tokens,
-               param=name("messages"), response=req.response)
+    item = _chat_item(req.messages, _tools(req.tools, name=name), name)
+    return Job(item=item, gate=gate, max_new_tokens=req.max_new_tokens, param=name("messages"), response=req.response)
 
 
 def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None):
@@ -344,13 +359,7 @@ def chat_job(obj: Any, settings: ServeSettings, probe=None, precheck_probe=None)
     same = (lambda field: field)
     default = settings.default_gate
     gate = _gate(probe, precheck_probe, _levels(req, same), same, default=default, stop=default.stop)
-    tools = _tools(req)
-    item = _messages(req.messages, tools=tools is not None)
-    if tools is not None:
-        try:
-            item = ToolChat(normalize_messages(item, tool_turns=True, name="messages"), tools)
-        except InputError as e:  # a tool call's arguments that are not a JSON object
-            raise RequestError(str(e), param="messages") from None
+    item = _chat_item(req.messages, _tools(req.tools, req.tool_choice))
     job = Job(item=item, gate=gate, max_new_tokens=min(limits) if limits else None,
               stop=_stop_strings(req.stop), param="messages")
     return job, req

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 from ..models.prompts import ToolChat
 from .errors import RequestError
 
-__all__ = ["UserTextGuard", "check_text", "control_strings"]
+__all__ = ["UserTextGuard", "check_text", "control_strings", "tools_param"]
 
 
 def _strings(value: Any, where: tuple = ()) -> Iterator[tuple[tuple, str]]:
@@ -52,6 +52,12 @@ def check_text(value: Any, param_of) -> None:
             raise RequestError(f"{param or 'the request body'} holds a lone UTF-16 surrogate "
                                f"(\\u{ord(bad):04x} at character {e.start}), which is not text; send "
                                "valid Unicode", param=param) from None
+
+
+def tools_param(param: str) -> str:
+    """The request field of the tools offered beside the messages named ``param`` (``messages``
+    -> ``tools``, ``[2].messages`` -> ``[2].tools``)."""
+    return param[: -len("messages")] + "tools" if param.endswith("messages") else "tools"
 
 
 def control_strings(tokenizer) -> tuple[str, ...]:
@@ -148,7 +154,7 @@ class UserTextGuard:
         """``RequestError`` naming the field for control-token text in the offered tools or in a
         tool call's arguments: the chat template writes them as JSON, where the text cannot be
         kept apart."""
-        fields = [(f"tools[{i}]", tool) for i, tool in enumerate(item.tools)]
+        fields = [(f"{tools_param(param)}[{i}]", tool) for i, tool in enumerate(item.tools)]
         fields += [(f"{param}[{i}].tool_calls", m["tool_calls"]) for i, m in enumerate(item.messages) if "tool_calls" in m]
         for name, value in fields:
             found = next((c for _, text in _strings(value) if (c := self._control_in(text))), None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from acute.errors import InputError
 from acute.estimators import load_probe
 from acute.estimators.inputs import VISIBLE
 from acute.evaluation.choice import stack_inputs
@@ -15,6 +16,7 @@ from acute.models import ToolChat, load_model
 from acute.scoring import Scorer
 from acute.scoring.sources import SourceError, live_inputs, live_records
 from acute.store import open_store
+from acute.store.generation import GenerationSettings
 from acute.tasks import get_task
 from acute.tasks.tool_calls import REPLY_FIELDS
 from tool_store import build  # tests/tool_store.py
@@ -89,3 +91,15 @@ def test_a_prompt_offering_no_tools_is_refused_naming_the_source(work):
                                           r"counted against the tools offered .*offers none") as e:
         Scorer(model, tok, stack).generate([[{"role": "user", "content": "Use tool 3 on 4."}]], risk=0.5)
     assert e.value.source == VISIBLE
+
+
+def test_a_setting_that_cannot_offer_tools_refuses_the_probe_at_load(work, tiny_model_dir):
+    """The probe reads calls counted against offered tools: a model whose chat template does not
+    show tools (the tiny ChatML), or plain prompts, could never offer them: refused at load."""
+    stack = load_probe(work["stack"])
+    model, tok = load_model(tiny_model_dir)
+    with pytest.raises(InputError, match="'visible' source .*this model's chat template does not show tools"):
+        Scorer(model, tok, stack, allow_other_weights=True)
+    model, tok = load_model(work["model"])
+    with pytest.raises(InputError, match=r"formatted without the chat template \(chat=False\)"):
+        Scorer(model, tok, stack, GenerationSettings(chat=False))

@@ -157,3 +157,19 @@ def test_a_recorded_answer_holds_the_parse_and_calls_live_scoring_read(tools_loa
     assert {k: rec["meta"][k] for k in REPLY_FIELDS} == {
         "reply_calls": 1, "reply_functions": 1, "reply_arguments": 2, "reply_default_arguments": 1,
         "reply_missing_required": 0, "reply_unknown_names": 0}
+
+
+def test_score_takes_tools_with_messages_and_scores_a_given_call(server, tools_loaded):
+    """``/v1/score`` with ``tools``: a tool call another engine produced (``response``) is scored
+    against the offered tools, as the Scorer scores it; tools need messages; a list names the
+    request."""
+    (model, tok), stack = tools_loaded
+    r = post(server, "/v1/score", {"messages": ASK, "tools": [TOOL], "response": CALL, "risk": 0.5})
+    assert r.status_code == 200, r.text
+    truth = Scorer(model, tok, stack).score_response(ToolChat(ASK, [TOOL]), CALL, risk=0.5)
+    assert r.json()["confidence"] == pytest.approx(truth.confidence, abs=1e-6)
+    bad = post(server, "/v1/score", {"prompt": "Use tool 3 on 4.", "tools": [TOOL], "risk": 0.5})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+    listed = post(server, "/v1/score", [{"messages": ASK, "tools": [TOOL], "risk": 0.5},
+                                        {"messages": ASK, "tools": [{"type": "function"}], "risk": 0.5}])
+    assert listed.status_code == 400 and listed.json()["error"]["param"] == "[1].tools[0]"
