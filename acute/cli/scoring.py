@@ -22,6 +22,7 @@ from ..metrics.certify import check_max_error
 from ..models import acute_home, card_names, get_card, load_model, model_fingerprint
 from ..models.cache import ensure_card_cached
 from ..models.cards import DEFAULT_MODEL
+from ..models.prompts import ToolChat, normalize_messages
 from ..scoring.gate import resolve_gate
 from ..scoring.precheck import check_precheck, require_precheck
 from ..scoring.probe_checks import probe_task
@@ -60,9 +61,10 @@ def _read_prompts(source: str):
 
 def _read_score_rows(source: str):
     """``(ids, prompts, responses)`` from a JSONL file or ``-`` (stdin): objects with 'prompt'
-    or 'question' (a string) or 'messages' (chat messages), and an optional 'response' (a
-    non-empty string: scored as given; None: generated), or bare JSON strings; errors name the
-    file and line."""
+    or 'question' (a string) or 'messages' (chat messages, with optional 'tools': a chat offered
+    function tools, :class:`acute.models.ToolChat`), and an optional 'response' (a non-empty
+    string: scored as given; None: generated), or bare JSON strings; errors name the file and
+    line."""
     name = "<stdin>" if source == "-" else source
     if source != "-" and not Path(source).is_file():
         raise FileNotFoundError(f"prompts file {source} does not exist")
@@ -74,6 +76,13 @@ def _read_score_rows(source: str):
             text = row["messages"]
             if not isinstance(text, list) or not text:
                 raise InputError(f"{name}:{lineno}: 'messages' must be a non-empty list of messages")
+            if row.get("tools"):
+                try:
+                    text = ToolChat(normalize_messages(text, tool_turns=True, name="messages"), row["tools"])
+                except InputError as e:
+                    raise InputError(f"{name}:{lineno}: {e}") from None
+        elif row.get("tools"):
+            raise InputError(f"{name}:{lineno}: 'tools' are offered with 'messages' (a chat), not with a prompt")
         elif not isinstance(text, str) or not text.strip():
             raise InputError(f"{name}:{lineno}: needs a non-empty 'prompt' or 'question' string")
         response = row.get("response")
@@ -357,8 +366,9 @@ def add_score(sub, model_opts) -> None:
                    help="stop a generation at a checkpoint when the probe's prefix probes (acute export "
                         "--with-stop-early) say the gate will not trust it, by a threshold certified to stop at "
                         "most EPS in (0, 1) of the right answers it would trust; the answer abstains")
-    s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages', "
-                   "and optionally 'response': scored as given instead of generated), or - for stdin")
+    s.add_argument("--jsonl", default=None, help="file of prompts (JSON lines with 'prompt', 'question' or 'messages' "
+                   "(with optional 'tools': function tools the chat offers), and optionally 'response': scored as "
+                   "given instead of generated), or - for stdin")
     s.add_argument("--response", default=None, metavar="TEXT",
                    help="score this answer (from another engine) to the question instead of generating one")
     s.add_argument("--max-new-tokens", type=int, default=None, help="longest answer (default: the probe's training setting)")

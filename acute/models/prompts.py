@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError, ModelLoadError
 
-__all__ = ["END_OF_TURN_TOKENS", "ToolChat", "ensure_pad_token", "eos_token_ids", "format_prompt",
+__all__ = ["END_OF_TURN_TOKENS", "ToolChat", "ToolsError", "check_tools", "ensure_pad_token", "eos_token_ids", "format_prompt",
            "normalize_messages", "template_prompt_with_tools", "tokenizer_adds_bos"]
 
 
@@ -41,6 +41,32 @@ def tokenizer_adds_bos(tokenizer) -> bool:
     return len(with_special) > len(without) and with_special[0] == bos_id
 
 
+class ToolsError(InputError):
+    """A tool specification that is not a function tool: ``field`` names it (``tools[i]``, ...)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def check_tools(tools: Any) -> list[dict]:
+    """``tools`` as a list of OpenAI function tools (``{"type": "function", "function": {"name",
+    "parameters"?: a JSON Schema object, ...}}``), or a :class:`ToolsError` naming the first that
+    is not one."""
+    if not isinstance(tools, Sequence) or isinstance(tools, str):
+        raise ToolsError("tools must be a list of function tools", "tools")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if not (isinstance(tool, Mapping) and tool.get("type") == "function" and isinstance(fn, Mapping)
+                and isinstance(fn.get("name"), str) and fn["name"]):
+            raise ToolsError(f'tools[{i}] must be a function tool: {{"type": "function", "function": '
+                             '{"name": ..., "parameters": {...}}}', f"tools[{i}]")
+        if not isinstance(fn.get("parameters", {}), Mapping):
+            raise ToolsError(f"tools[{i}].function.parameters must be a JSON Schema object",
+                             f"tools[{i}].function.parameters")
+    return list(tools)
+
+
 @dataclass(frozen=True)
 class ToolChat:
     """A chat whose model is offered tools: ``messages`` (``{"role", "content"}`` dicts; with the
@@ -55,7 +81,7 @@ class ToolChat:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "messages", tuple(normalize_messages(list(self.messages), tool_turns=True)))
-        object.__setattr__(self, "tools", tuple(self.tools))
+        object.__setattr__(self, "tools", tuple(check_tools(self.tools)))
         if not self.tools:
             raise InputError("a ToolChat offers at least one tool")
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any, Sequence
 
 from ..errors import InputError
-from ..models.prompts import ToolChat, normalize_messages
+from ..models.prompts import ToolChat, ToolsError, check_tools, normalize_messages
 from ..scoring.gate import LEVEL_CHECKS, Gate, resolve_gate
 from .errors import RequestError, param_name
 from .jobs import Job
@@ -205,16 +205,10 @@ def _tools(tools: list | None, choice: Any = None, name=lambda field: field) -> 
         raise RequestError(f"tool_choice={_shown(choice)} is not supported: acute serves unconstrained greedy "
                            "decoding, so the model decides whether to call a tool (tool_choice 'auto')",
                            param=name("tool_choice"), code="unsupported_parameter")
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not (isinstance(tool, dict) and tool.get("type") == "function" and isinstance(fn, dict)
-                and isinstance(fn.get("name"), str) and fn["name"]):
-            raise RequestError(f"{name(f'tools[{i}]')} must be a function tool: {{\"type\": \"function\", "
-                               "\"function\": {\"name\": ..., \"parameters\": {...}}}", param=name(f"tools[{i}]"))
-        if not isinstance(fn.get("parameters", {}), dict):
-            raise RequestError(f"{name(f'tools[{i}].function.parameters')} must be a JSON Schema object",
-                               param=name(f"tools[{i}].function.parameters"))
-    return list(tools)
+    try:
+        return check_tools(tools)
+    except ToolsError as e:
+        raise RequestError(str(e), param=name(e.field)) from None
 
 
 def _chat_item(messages: Sequence, tools: list | None, name=lambda field: field) -> list[dict] | ToolChat:

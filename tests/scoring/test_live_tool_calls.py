@@ -5,6 +5,9 @@ pipeline scored the same record; a prompt that offers no tools is refused naming
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -19,6 +22,7 @@ from acute.store import open_store
 from acute.store.generation import GenerationSettings
 from acute.tasks import get_task
 from acute.tasks.tool_calls import REPLY_FIELDS
+from cli_run import run  # tests/cli_run.py
 from tool_store import build  # tests/tool_store.py
 
 pytest.importorskip("skops")
@@ -103,3 +107,25 @@ def test_a_setting_that_cannot_offer_tools_refuses_the_probe_at_load(work, tiny_
     model, tok = load_model(work["model"])
     with pytest.raises(InputError, match=r"formatted without the chat template \(chat=False\)"):
         Scorer(model, tok, stack, GenerationSettings(chat=False))
+
+
+def test_acute_score_reads_tools_beside_messages(work, tmp_path, capsys):
+    """``acute score --jsonl``: a row's 'tools' beside its 'messages' offer them (the probe scores
+    as the Scorer scores that ToolChat); 'tools' with a prompt string, or a tool that is not a
+    function tool, is refused naming the line."""
+    ask = [{"role": "user", "content": "Use tool 3 on 4."}]
+    tool = {"type": "function", "function": {"name": "tool_3", "parameters": {"type": "object", "properties": {
+        "x": {"type": "integer"}}, "required": ["x"]}}}
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"messages": ask, "tools": [tool]}) + "\n")
+    rc, out, err = run(["score", "--probe", work["stack"], "--model", work["model"], "--jsonl", rows, "--risk", "0.5"],
+                       capsys)
+    assert rc == 0, err
+    model, tok = load_model(work["model"])
+    truth = Scorer(model, tok, load_probe(work["stack"])).generate(ToolChat(ask, [tool]), risk=0.5)
+    assert json.loads(out.strip().splitlines()[-1])["confidence"] == pytest.approx(truth.confidence, abs=1e-6)
+    for line, why in [({"prompt": "Use tool 3.", "tools": [tool]}, "not with a prompt"),
+                      ({"messages": ask, "tools": [{"type": "retrieval"}]}, r"tools\[0\] must be a function tool")]:
+        rows.write_text(json.dumps(line) + "\n")
+        rc, out, err = run(["score", "--probe", work["stack"], "--model", work["model"], "--jsonl", rows], capsys)
+        assert rc != 0 and f"{rows}:1:" in err and re.search(why, err), err
