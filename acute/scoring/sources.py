@@ -36,8 +36,8 @@ from ..models import ToolChat
 from ..models.prompts import template_prompt_with_tools
 from ..store.pooling import generation_states
 from ..tasks import Example
-from .results import question_of
 from ..tasks.tool_calls import offered_functions, reply_structure
+from .results import question_of
 
 __all__ = ["SourceError", "check_live", "check_tools_shown", "live_inputs", "live_parser", "live_records",
            "probe_sources"]

@@ -149,7 +149,6 @@ class UserTextGuard:
                                "--allow-control-tokens", param=names[i])
         self._tokenizer().register(self._base.format(item), pieces)
 
-
     def _refuse_in_tools(self, item: ToolChat, param: str) -> None:
         """``RequestError`` naming the field for control-token text in the offered tools or in a
         tool call's arguments: the chat template writes them as JSON, where the text cannot be
