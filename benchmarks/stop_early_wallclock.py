@@ -13,7 +13,7 @@ The probe's validity domain is edited in memory to say plain prompts (``chat`` F
 are the store's literal formatted texts given as plain prompts, the same tokens the probe was
 fitted on, which the domain check would otherwise read as another prompt format.
 
-    python benchmarks/stop_early_wallclock.py runs/evidence/qwen2.5-coder-1.5b-instruct/truthfulqa-gen/store \\
+    python benchmarks/stop_early_wallclock.py runs/evidence/qwen2.5-coder-0.5b-instruct/bfcl/store \\
         --n 64 --model-dtype bfloat16 --out benchmarks/stop_early_wallclock-results.md
 """
 
