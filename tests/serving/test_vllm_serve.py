@@ -291,7 +291,8 @@ def test_an_abandoned_request_is_aborted_and_its_file_removed(smollm2, engine):
     started = time.monotonic()
     with engine.stopping(check), pytest.raises(TimeoutError):
         engine.generate_ids([ids], GenerationSettings(max_new_tokens=900))
-    assert time.monotonic() - started < 5.0  # 900 tokens take minutes here
+    # 900 tokens take minutes here; the bound leaves room for a loaded machine (6.4 s seen under load)
+    assert time.monotonic() - started < 30.0
     wait = time.monotonic() + 30
     while not (new := [p for p in set(folder.iterdir()) - before if p.suffix == ".safetensors"]):
         assert time.monotonic() < wait, "vLLM wrote no file for the aborted request"
