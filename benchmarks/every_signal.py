@@ -79,7 +79,7 @@ def verdict(compared: dict[str, dict], interim: bool) -> list[str]:
         why = (f"step 3: neither stack is admissible everywhere; {chosen} is on more evaluations (ties to "
                f"acute-all); where it fails: " + ", ".join(
                    name for name, p in compared.items() if not p["candidates"][chosen]["admissible"]))
-    choice = f"on these {len(pairs)} evaluations alone the rule would choose {chosen}" if interim else \
+    choice = f"on the evaluations with every candidate ({len(pairs)}) the rule would choose {chosen}" if interim else \
         f"**the rule chooses {chosen}**"
     return lines + [f"- {choice} ({why})"]
 
