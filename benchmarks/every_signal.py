@@ -20,7 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
-from acute.evaluation.choice import CANDIDATES, MARGIN
+from acute.evaluation.choice import CANDIDATES, MARGIN, verdict
 
 from _study import publish
 
@@ -57,10 +57,11 @@ def compare(ev: dict) -> dict:
     return out
 
 
-def verdict(compared: dict[str, dict], interim: bool) -> list[str]:
-    """The rule's three steps over the evaluations where every candidate has a row (``interim``:
-    others have none yet, so the choice is what the rule would make on these)."""
-    a, v, d = CANDIDATES
+def reading(compared: dict[str, dict], interim: bool) -> list[str]:
+    """The rule's three steps (:func:`acute.evaluation.choice.verdict`) over the evaluations where
+    every candidate has a row (``interim``: others have none yet, so the choice is what the rule
+    would make on these)."""
+    a, v = CANDIDATES[:2]
     pairs = list(compared.values())
     adm = {c: sum(p["candidates"][c]["admissible"] for p in pairs) for c in CANDIDATES}
     everywhere = {c: adm[c] == len(pairs) for c in CANDIDATES}
@@ -68,17 +69,10 @@ def verdict(compared: dict[str, dict], interim: bool) -> list[str]:
     lines = [f"- admissible on every evaluation with the stacks' rows: {', '.join(c for c in CANDIDATES if everywhere[c]) or 'none'} "
              f"(on how many of {len(pairs)}: " + ", ".join(f"{c} {adm[c]}" for c in CANDIDATES) + ")",
              f"- acute-all minus visible-all, lowest over the evaluations: {a_minus_v:+.4f} (step 2 allows -{MARGIN})"]
-    if everywhere[a] and (not everywhere[v] or a_minus_v >= -MARGIN):
-        chosen, why = a, "step 2: acute-all is admissible and nowhere below visible-all by more than the margin"
-    elif everywhere[v]:
-        chosen, why = v, "step 2: visible-all is admissible and acute-all is not, or falls below it by more than the margin"
-    elif everywhere[d]:
-        chosen, why = d, "only today's default is admissible everywhere"
-    else:
-        chosen = a if adm[a] >= adm[v] else v
-        why = (f"step 3: neither stack is admissible everywhere; {chosen} is on more evaluations (ties to "
-               f"acute-all); where it fails: " + ", ".join(
-                   name for name, p in compared.items() if not p["candidates"][chosen]["admissible"]))
+    chosen, why = verdict(everywhere, a_minus_v, fallback=a if adm[a] >= adm[v] else v)
+    if not any(everywhere.values()):
+        why += "; where it fails: " + ", ".join(
+            name for name, p in compared.items() if not p["candidates"][chosen]["admissible"])
     choice = f"on the evaluations with every candidate ({len(pairs)}) the rule would choose {chosen}" if interim else \
         f"**the rule chooses {chosen}**"
     return lines + [f"- {choice} ({why})"]
@@ -121,7 +115,7 @@ def main(argv=None) -> int:
     if outside:
         lines.append("- outside the rule's evidence (under 600 records or not 5 x 5): " + "; ".join(outside))
     if compared:
-        lines += verdict(compared, interim=bool(missing))
+        lines += reading(compared, interim=bool(missing))
     if missing:
         lines.append(f"- **interim**: {len(missing)} of {len(missing) + len(compared)} evaluations have no stacks' rows "
                      f"yet (evaluated before acute-all and visible-all existed; their stores are to be collected and "

@@ -60,7 +60,8 @@ from .sources import metadata_fields, usable_controls
 from .trained import TrainedGate
 
 __all__ = ["AUTO_FOLDS", "AUTO_REPEATS", "CANDIDATES", "MARGIN", "SINGLE_CONTROLS", "Choice", "TrainedStack",
-           "choose_estimator", "setting_sources", "stack_inputs", "store_parser", "train_gate", "train_stack"]
+           "choose_estimator", "setting_sources", "stack_inputs", "store_parser", "train_gate", "train_stack",
+           "verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,18 +138,23 @@ def _diff(a: np.ndarray, b: np.ndarray, y: np.ndarray, draws: np.ndarray, splits
     return {"diff": float(point), "ci_low": low, "ci_high": high, "t_low": float(t.low), "t_high": float(t.high)}
 
 
-def _verdict(adm: dict[str, bool], a_vs_v: float) -> tuple[str, str]:
-    """The rule's choice among A, V, D given which are admissible and A minus V."""
+def verdict(admissible: dict[str, bool], a_vs_v: float, *, fallback: str | None = None) -> tuple[str, str]:
+    """The rule's choice among A, V, D (:data:`CANDIDATES`) and why, given which are
+    ``admissible`` and A minus V (``a_vs_v``, the lowest over the evidence's pairs where there are
+    several). ``fallback``: the rule's step 3 when no candidate is admissible (the evidence picks
+    the stack admissible on more pairs); None: acute-all (one store, ties go to acute-all)."""
     a, v, d = CANDIDATES
-    if adm[a] and (not adm[v] or a_vs_v >= -MARGIN):
+    if admissible[a] and (not admissible[v] or a_vs_v >= -MARGIN):
         return a, "acute-all is not below the best single control" + (
-            f" nor below visible-all by more than {MARGIN}" if adm[v] else "")
-    if adm[v]:
-        return v, ("acute-all fell below visible-all by more than " f"{MARGIN}" if adm[a]
+            f" nor below visible-all by more than {MARGIN}" if admissible[v] else "")
+    if admissible[v]:
+        return v, ("acute-all fell below visible-all by more than " f"{MARGIN}" if admissible[a]
                    else "acute-all falls below the best single control; visible-all does not")
-    if adm[d]:
+    if admissible[d]:
         return d, "only the default probe is not below the best single control"
-    return a, "no candidate is above the best single control's interval; ties go to acute-all"
+    if fallback is None:
+        return a, "no candidate is above the best single control's interval; ties go to acute-all"
+    return fallback, "neither stack is admissible everywhere; " f"{fallback} is on more pairs (ties go to acute-all)"
 
 
 def choose_estimator(store: Any, idx: np.ndarray, *, setting: str, groups: Sequence[Any] | None = None,
@@ -182,7 +188,7 @@ def choose_estimator(store: Any, idx: np.ndarray, *, setting: str, groups: Seque
     vs_best = {c: _diff(oof[c], oof[best], y, draws, splits) for c in CANDIDATES}
     adm = {c: vs_best[c]["ci_high"] > 0 and vs_best[c]["diff"] >= -MARGIN for c in CANDIDATES}
     states = _diff(oof["acute-all"], oof["visible-all"], y, draws, splits)
-    chosen, reason = _verdict(adm, states["diff"])
+    chosen, reason = verdict(adm, states["diff"])
     line = (f"on this store the hidden states added {states['diff']:+.3f} auc-euro (bootstrap "
             f"[{states['ci_low']:+.3f}, {states['ci_high']:+.3f}], corrected t [{states['t_low']:+.3f}, "
             f"{states['t_high']:+.3f}]; acute-all minus visible-all, {folds}-fold x {repeats} "

@@ -29,7 +29,16 @@ A, V, D = choice.CANDIDATES
     ({A: False, V: False, D: False}, 0.0, A),
 ])
 def test_the_verdict_follows_the_rule(adm, a_vs_v, chosen):
-    assert choice._verdict(adm, a_vs_v)[0] == chosen
+    assert choice.verdict(adm, a_vs_v)[0] == chosen
+
+
+def test_the_evidence_names_step_three_s_stack_and_the_default_still_comes_first():
+    """Over several pairs (benchmarks/every_signal.py) step 3 picks the stack admissible on more
+    pairs; today's default still stays when it alone is admissible."""
+    none = {A: False, V: False, D: False}
+    assert choice.verdict(none, 0.0, fallback=V) == (V, "neither stack is admissible everywhere; "
+                                                        "visible-all is on more pairs (ties go to acute-all)")
+    assert choice.verdict({**none, D: True}, 0.0, fallback=V)[0] == D
 
 
 def test_a_difference_carries_the_corrected_t_interval_computed_by_hand():
@@ -83,7 +92,7 @@ def test_auto_ships_by_the_rule_and_says_why_in_one_line(store_path, tmp_path, c
     assert sel["rule"] == "benchmarks/every_signal.md" and sel["scoring"] == setting
     assert sel["cv"] == {"n_splits": 3, "repeats": 1, "random_state": 0, "group_by": "shelf"}
     assert lines[0].endswith(f"exported {sel['chosen']}") and sel["line"] == lines[0][len("auto: "):]
-    assert sel["chosen"] == choice._verdict(sel["admissible"], sel["states_add"]["diff"])[0]
+    assert sel["chosen"] == choice.verdict(sel["admissible"], sel["states_add"]["diff"])[0]
     assert sel["states_add"]["t_low"] <= sel["states_add"]["t_high"] and "corrected t [" in lines[0]
     assert set(sel["scores"]) >= set(choice.CANDIDATES) and sel["best_single"] in sel["scores"]
     if setting == "serve":  # no metadata in a chat request, no parser for the store's task
@@ -94,7 +103,7 @@ def test_auto_ships_by_the_rule_and_says_why_in_one_line(store_path, tmp_path, c
 
 
 def test_auto_ships_the_default_probe_when_the_rule_picks_it(store_path, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(choice, "_verdict", lambda adm, d: (D, "only the default probe is not below it"))
+    monkeypatch.setattr(choice, "verdict", lambda adm, d: (D, "only the default probe is not below it"))
     rc, out, err = _export(store_path, tmp_path / "d", "serve", capsys)
     assert rc == 0, err
     assert "exported acute-pca10-stacked" in out and "probe (auto -> acute-pca10-stacked)" in out
