@@ -196,8 +196,9 @@ def test_a_shard_whose_checkpoints_lie_is_corrupt(tmp_path):
 
 def test_a_checkpoint_callback_stops_rows_there(loaded):
     """Rows stopped at k = 4 end with 4 tokens and the finish reason "stopped"; their states are
-    the unstopped run's checkpoint at 4, the callback saw that run's prefix confidence, and the
-    other rows run on unchanged."""
+    the unstopped run's checkpoint at 4, the callback saw that run's prefix confidence, the
+    other rows run on unchanged, and the stopped rows leave the batch at once: every decode step
+    after the stop is a forward pass of the two rows left (counted by a hook on the model)."""
     model, tok = loaded
     prompts = ["What is 1 plus 2?", "Name a colour.", "x", "Count: one two three four"]
     full = generate_and_record(model, tok, prompts, max_new_tokens=16, batch_size=4, eos_token_ids=[],
@@ -208,8 +209,16 @@ def test_a_checkpoint_callback_stops_rows_there(loaded):
         seen.append((k, rows.tolist(), confidence.copy(), means.copy()))
         return (rows % 2 == 1) & (k == 4)
 
-    gens = generate_and_record(model, tok, prompts, max_new_tokens=16, batch_size=4, eos_token_ids=[],
-                               checkpoints=SCHEDULE, on_checkpoint=stop_odd_at_4)
+    rows_per_step = []
+    hook = model.register_forward_pre_hook(lambda m, args, kw: rows_per_step.append(kw["input_ids"].shape),
+                                           with_kwargs=True)
+    try:
+        gens = generate_and_record(model, tok, prompts, max_new_tokens=16, batch_size=4, eos_token_ids=[],
+                                   checkpoints=SCHEDULE, on_checkpoint=stop_odd_at_4)
+    finally:
+        hook.remove()
+    # tokens 2-4 decoded for all four rows, tokens 5-16 for the two that were not stopped
+    assert [b for b, n in rows_per_step if n == 1] == [4] * 3 + [2] * 12
     k, rows, confidence, means = seen[1]
     assert k == 4 and sorted(rows) == [0, 1, 2, 3]
     for r, c, m in zip(rows, confidence, means):
