@@ -9,7 +9,7 @@ label; and the label-free probe (`acute.evaluation.label_free`: its forest fitte
 agreement target of every training record, its calibration on the N labels; N = 0: a ranking,
 AUROC only). auc-euro, AUROC and smECE out of fold, the label-free probe's paired differences
 with cluster-bootstrap intervals, the rule's reading at N = 100 (Holm over the stores given), and
-the tokens a record's samples cost relative to greedy. With ``--transfer`` (stores of one model):
+what sampling costs: all tokens generated, greedy and sampled, over the greedy answers' tokens. With ``--transfer`` (stores of one model):
 leave one task out, the first levels fitted on the other stores, Platt-scaled on 100 labels of the
 held-out task.
 
@@ -125,7 +125,7 @@ def within_pair(data, args):
                   f"{time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
 
     lines = [f"## {data['model']} on {data['task']} ({y.size} records, accuracy {y.mean():.3f}; samples "
-             f"{data['samples']}; tokens generated per record relative to greedy: {data['cost']:.2f}; folds "
+             f"{data['samples']}; tokens generated relative to greedy: {data['cost']:.2f}x; folds "
              f"grouped by {data['field'] or 'record id'})", "",
              "| row | N gold labels | auc-euro | AUROC | smECE |", "|---|---:|---:|---:|---:|",
              f"| supervised default, every training label | all | {mean_metric(full, y, auc_euro):.4f} | "

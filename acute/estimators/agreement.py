@@ -57,11 +57,15 @@ def agreement_matrix(records: Sequence[dict], task: Any, where: str = "the store
 
 
 def sampling_cost(records: Sequence[dict]) -> float:
-    """Tokens generated per record relative to the greedy answer alone: mean over records of
-    (greedy tokens + sampled tokens) / greedy tokens; NaN without samples."""
-    ratios = [(r["n_tokens"] + sum(len(s["token_ids"]) for s in r["samples"])) / max(1, r["n_tokens"])
-              for r in records if r.get("samples")]
-    return float(np.mean(ratios)) if ratios else float("nan")
+    """Tokens generated relative to the greedy answers alone, over the records with samples:
+    (greedy tokens + sampled tokens) / greedy tokens, each summed over the records (the factor by
+    which sampling multiplies decode work; a mean of per-record ratios would let a one-token
+    greedy answer count as much as the whole workload); NaN without samples."""
+    pairs = [(r["n_tokens"], sum(len(s["token_ids"]) for s in r["samples"])) for r in records if r.get("samples")]
+    if not pairs:
+        return float("nan")
+    greedy, sampled = np.sum(pairs, axis=0, dtype=np.float64)
+    return float((greedy + sampled) / max(1.0, greedy))
 
 
 class AgreementPlatt(ClassifierMixin, BaseEstimator):

@@ -49,6 +49,10 @@ def test_agreement_source_and_platt_against_sklearn():
     want = LogisticRegression(C=1e4, max_iter=1000).fit(-A[:, 1:2], y).predict_proba(-A[:, 1:2])[:, 1]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert sampling_cost(records) == pytest.approx(5.0)  # 2 greedy + 4 x 2 sampled tokens, over 2
+    # the ratio of totals, not a mean of ratios: (1 + 9 + 9 + 9) / (1 + 9), where the per-record
+    # ratios 10 and 2 would average 6
+    short, long = ({"n_tokens": n, "samples": [{"token_ids": [0] * k} for k in (4, 5)]} for n in (1, 9))
+    assert sampling_cost([short, long, {"n_tokens": 3}]) == pytest.approx(2.8)
     with pytest.raises(InputError, match="record 'x' has no sampled answers.*--samples"):
         agreement_matrix([{"id": "x", "answer": "A"}], task)
     with pytest.raises(InputError, match="non-finite value in row 1"):
