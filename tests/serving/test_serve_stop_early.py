@@ -193,3 +193,36 @@ def test_stop_early_on_a_vllm_connector_without_live_checkpoints_is_refused_sayi
     new = PooledEngine()
     new.live_checkpoints = True
     assert stop_early_refusal(new) is None and stop_early_refusal(None) is None
+
+
+def test_a_real_model_behind_acute_serve_stops_some_answers_for_the_openai_client(smollm2, tmp_path):
+    """SmolLM2-135M-Instruct behind the service with a probe whose checkpoint model stops some of
+    these answers and not others (tests/stop_probes.py): the official client, streamed and not,
+    gets each answer as the scorer alone decides it, the stopped ones abstained with ``stopped_at``."""
+    openai = pytest.importorskip("openai")
+    from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
+
+    from acute.extraction import generate_and_record
+    from acute.store.checkpoints import parse_schedule
+
+    model, tok = smollm2
+    probe = load_probe(stop_probe(model, tok, tmp_path / "probe"))
+    scorer = Scorer(model, tok, probe)
+    plain = generate_and_record(model, tok, [scorer.format(q) for q in QUESTIONS],
+                                max_new_tokens=scorer.generation.max_new_tokens,
+                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
+    gate = stop_gate(prefix_scores(probe.stop_early, plain))
+    want = [scorer.generate(q, gate=gate) for q in QUESTIONS]  # one at a time, as the client asks
+    assert {w.stopped_at is None for w in want} == {True, False}
+    with running(create_app(scorer, model_name=NAME, max_batch=8, max_wait_ms=20, default_gate=gate)) as u:
+        client = openai.OpenAI(base_url=u + "/v1", api_key="none")
+        for q, w in zip(QUESTIONS, want):
+            messages = [{"role": "user", "content": q}]
+            r = client.chat.completions.create(model=NAME, messages=messages)
+            got = r.choices[0].model_extra["acute"]
+            assert (got.get("stopped_at"), got["decision"]) == (w.stopped_at, w.decision), q
+            assert r.choices[0].message.content == w.answer
+            chunks = list(client.chat.completions.create(model=NAME, messages=messages, stream=True))
+            last = chunks[-1].choices[0].model_extra["acute"]
+            assert (last.get("stopped_at"), last["decision"]) == (w.stopped_at, w.decision), q
+            assert "".join(c.choices[0].delta.content or "" for c in chunks) == w.answer
