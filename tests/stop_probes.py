@@ -1,4 +1,4 @@
-"""A test helper (imported by the vLLM tests): a SmolLM2 probe with a checkpoint model, and a
+"""A test helper (imported by the stopping-early tests): a SmolLM2 probe with a checkpoint model, and a
 stop rule whose threshold lies between the prefix scores of given answers, away from all."""
 
 from __future__ import annotations
@@ -58,6 +58,17 @@ def prefix_scores(stop_model, gens) -> np.ndarray:
                 conf = np.exp(np.sum(np.asarray(g.token_logprobs[:k], dtype=np.float64)))
                 out[i, j] = stop_model.confidence(k, g.checkpoint_means[at][None], np.array([conf]))[0]
     return out
+
+
+def gate_between(model, tok, probe, prompts, max_new_tokens: int):
+    """The :func:`stop_gate` of the unstopped answers to ``prompts`` (formatted), their prefixes
+    scored by ``probe``'s checkpoint model at its checkpoints."""
+    from acute.extraction import generate_and_record
+    from acute.store.checkpoints import parse_schedule
+
+    plain = generate_and_record(model, tok, prompts, max_new_tokens=max_new_tokens,
+                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
+    return stop_gate(prefix_scores(probe.stop_early, plain))
 
 
 def stop_gate(scores: np.ndarray, tol: float = 1e-4):

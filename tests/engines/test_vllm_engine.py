@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
+from stop_probes import gate_between, stop_gate, stop_probe  # tests/stop_probes.py
 
 from acute.engines.vllm import VllmEngine, model_folder
 from acute.engines.vllm_sampling import sample_answers
@@ -217,15 +217,11 @@ def test_stop_early_decides_as_the_transformers_scorer(engine, smollm2, probe, m
     """A stop threshold between the prefix scores of the questions' answers: the vLLM scorer
     stops the same answers at the same checkpoints as the transformers scorer, with the same
     prefix, prefix confidence and finish reason, and leaves the others as they were."""
-    from acute.extraction import generate_and_record
     from acute.scoring import Scorer
-    from acute.store.checkpoints import parse_schedule
 
     model, tok = smollm2
     hf = Scorer(model, tok, probe)
-    plain = generate_and_record(model, tok, more_prompts, max_new_tokens=hf.generation.max_new_tokens,
-                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
-    gate = stop_gate(prefix_scores(probe.stop_early, plain))
+    gate = gate_between(model, tok, probe, more_prompts, hf.generation.max_new_tokens)
     want = hf.generate(MORE_QUESTIONS, gate=gate)
     got = Scorer(model, tok, probe, engine=engine).generate(MORE_QUESTIONS, gate=gate)
     assert {w.stopped_at is None for w in want} == {True, False}

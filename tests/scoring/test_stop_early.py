@@ -31,6 +31,7 @@ from acute.store import StoreWriter, open_store
 from acute.tasks import get_task
 from acute.testing import hash_label
 from acute.store.generation import GenerationSettings
+from stop_probes import prefix_scores  # tests/stop_probes.py
 
 MAX_NEW = 12
 N = 48
@@ -197,19 +198,6 @@ def plain(loaded, scorer):
                                stop_strings=g.stop_strings, checkpoints=parse_schedule(DEFAULT_CHECKPOINTS))
 
 
-def _prefix_scores(model, gens) -> np.ndarray:
-    """[n, J]: the checkpoint model's P(correct) of each answer's prefix at each of its
-    checkpoints, computed from a generation that was not stopped; NaN where it had ended."""
-    out = np.full((len(gens), len(model.checkpoints)), np.nan)
-    for i, g in enumerate(gens):
-        for j, k in enumerate(model.checkpoints):
-            if len(g.token_ids) > k:
-                at = list(g.checkpoint_tokens).index(k)
-                conf = np.exp(np.sum(np.asarray(g.token_logprobs[:k], dtype=np.float64)))
-                out[i, j] = model.confidence(k, g.checkpoint_means[at][None], np.array([conf]))[0]
-    return out
-
-
 def test_a_threshold_forced_high_stops_every_row_at_the_first_checkpoint(loaded, probe, plain):
     model, tok = loaded
     forced = _forced(probe)
@@ -232,7 +220,7 @@ def test_the_stopped_rows_are_exactly_those_first_stop_gives_on_the_same_scores(
     from acute.scoring import Gate
 
     model = probe.stop_early
-    scores = _prefix_scores(model, plain)
+    scores = prefix_scores(model, plain)
     t = float(np.nanmedian(scores))
     expected = first_stop(scores, t)
     assert (expected >= 0).any() and (expected < 0).any()

@@ -200,18 +200,12 @@ def test_a_real_model_behind_acute_serve_stops_some_answers_for_the_openai_clien
     these answers and not others (tests/stop_probes.py): the official client, streamed and not,
     gets each answer as the scorer alone decides it, the stopped ones abstained with ``stopped_at``."""
     openai = pytest.importorskip("openai")
-    from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
-
-    from acute.extraction import generate_and_record
-    from acute.store.checkpoints import parse_schedule
+    from stop_probes import gate_between, stop_probe  # tests/stop_probes.py
 
     model, tok = smollm2
     probe = load_probe(stop_probe(model, tok, tmp_path / "probe"))
     scorer = Scorer(model, tok, probe)
-    plain = generate_and_record(model, tok, [scorer.format(q) for q in QUESTIONS],
-                                max_new_tokens=scorer.generation.max_new_tokens,
-                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
-    gate = stop_gate(prefix_scores(probe.stop_early, plain))
+    gate = gate_between(model, tok, probe, [scorer.format(q) for q in QUESTIONS], scorer.generation.max_new_tokens)
     want = [scorer.generate(q, gate=gate) for q in QUESTIONS]  # one at a time, as the client asks
     assert {w.stopped_at is None for w in want} == {True, False}
     with running(create_app(scorer, model_name=NAME, max_batch=8, max_wait_ms=20, default_gate=gate)) as u:

@@ -306,17 +306,13 @@ def test_stop_early_through_vllms_server_decides_as_the_transformers_scorer(smol
     """``acute serve --upstream --stop-early``'s path: each completion streamed, read at the
     connector's live checkpoints and closed at a stop; the same stops, prefixes and decisions as
     the transformers scorer (tests/engines/test_vllm_engine.py has the offline engine)."""
-    from stop_probes import prefix_scores, stop_gate, stop_probe  # tests/stop_probes.py
-
-    from acute.store.checkpoints import parse_schedule
+    from stop_probes import gate_between, stop_probe  # tests/stop_probes.py
 
     model, tok = smollm2
     assert engine.live_checkpoints
     probe = load_probe(stop_probe(model, tok, tmp_path_factory.mktemp("stop-probe") / "probe"))
     hf = Scorer(model, tok, probe)
-    plain = generate_and_record(model, tok, [hf.format(q) for q in QUESTIONS], max_new_tokens=hf.generation.max_new_tokens,
-                                checkpoints=parse_schedule({"first": list(probe.stop_early.checkpoints), "every": 100}))
-    gate = stop_gate(prefix_scores(probe.stop_early, plain))
+    gate = gate_between(model, tok, probe, [hf.format(q) for q in QUESTIONS], hf.generation.max_new_tokens)
     want = hf.generate(QUESTIONS, gate=gate)
     got = Scorer(model, tok, probe, engine=engine).generate(QUESTIONS, gate=gate)
     assert {w.stopped_at is None for w in want} == {True, False}
