@@ -190,7 +190,8 @@ class VllmEngine(PooledEngine):
                 raise EngineError(f"vLLM is not installed in {self.python or find_vllm_python()}: {VLLM_EXTRA}")
             if "is not a version" in error:
                 raise EngineError(f"{error.split(': ', 1)[-1]}: {VLLM_EXTRA}")
-            raise EngineError(f"vLLM failed {what}: {error}")
+            tail = self._log_tail()
+            raise EngineError(f"vLLM failed {what}: {error}" + (f"; its last lines:\n{tail}" if tail else ""))
         return answer
 
     def _send(self, message: dict) -> None:

@@ -179,10 +179,14 @@ def test_missing_vllm_names_the_extra(smollm2):
 
 
 def test_a_model_vllm_cannot_load_is_named(tmp_path, vllm_python):
+    """The error names the folder and ends with the worker's last log lines (vLLM's own
+    message often says only "see root cause above")."""
     (tmp_path / "config.json").write_text('{"model_type": "not-a-model", "num_hidden_layers": 2}')
-    with pytest.raises(EngineError, match=f"vLLM failed loading {tmp_path}"):
+    with pytest.raises(EngineError, match=f"vLLM failed loading {tmp_path}") as failed:
         with VllmEngine(tmp_path, python=vllm_python):
             pass
+    _, tail = str(failed.value).split("; its last lines:\n", 1)
+    assert "not-a-model" in tail
 
 # ------------------------------------------------------------------ samples and stopping early
 # Samples are drawn by the worker's plain vLLM engine, one seeded request per sample
