@@ -98,12 +98,17 @@ def collect(model, tokenizer, task, examples, out_dir: str | Path, generation: G
         if parallel:
             state.wait_for_everyone()  # every process has read the same done set before writing
         mine = _my_examples(examples, done, rank, world, tokenizer, task, generation, shard_size, summary)
-        bar = progress_bar(len(mine), f"collect {Path(task.name).name}"
-                           + (f" [{rank + 1}/{world}]" if parallel else ""), progress, position=rank)
-        run_chunk = _chunk_recorder(model, tokenizer, task, generation, generate, on_too_long, bar, summary,
-                                    {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints})
+        name, whose = Path(task.name).name, f" [{rank + 1}/{world}]" if parallel else ""
+        sampled = generation.samples is not None  # its own bar: a chunk's samples take longer than its greedy pass
+        bar = progress_bar(len(mine), f"collect {name}{whose}", progress, position=rank * (1 + sampled))
+        sample_bar = (progress_bar(len(mine), f"sample {name} ({generation.samples.k} each){whose}", progress,
+                                   position=2 * rank + 1) if sampled else None)
+        run_chunk = _chunk_recorder(model, tokenizer, task, generation, generate, on_too_long, (bar, sample_bar),
+                                    summary, {} if writer.checkpoints is None else {"checkpoints": writer.checkpoints})
         _fill(writer, mine, run_chunk, batch_size=generation.batch_size, summary=summary)
-        bar.close()
+        for b in (bar, sample_bar):
+            if b is not None:
+                b.close()
     if parallel:
         state.wait_for_everyone()  # every part committed
         if rank == 0:
@@ -151,12 +156,13 @@ def _my_examples(examples: list, done, rank: int, world: int, tokenizer, task, g
     return mine
 
 
-def _chunk_recorder(model, tokenizer, task, generation: GenerationSettings, generate, on_too_long: str, bar,
+def _chunk_recorder(model, tokenizer, task, generation: GenerationSettings, generate, on_too_long: str, bars,
                     summary: CollectSummary, recorded: dict):
     """``run_chunk(part) -> (records, generations)`` for :func:`acute.collect.loop._fill`: a chunk of
     examples generated (and sampled), labelled and costed; skipped and unparseable answers counted
-    in ``summary``."""
+    in ``summary``. ``bars``: the greedy pass's progress bar and the samples' (None without)."""
     chat = generation.chat
+    bar, sample_bar = bars
 
     def run_chunk(part):
         prompts = [task.prompt(tokenizer, ex, chat=chat) for ex in part]
@@ -168,7 +174,7 @@ def _chunk_recorder(model, tokenizer, task, generation: GenerationSettings, gene
         bar.update(sum(g is None for g in gens))  # skipped prompts were in no batch
         greedy_seconds = (time.perf_counter() - began) / max(1, sum(g is not None for g in gens))
         drawn = [None] * len(part) if generation.samples is None else _draw_samples(
-            model, tokenizer, task, part, prompts, gens, generation, sample=generate.sample)
+            model, tokenizer, task, part, prompts, gens, generation, sample=generate.sample, bar=sample_bar)
         records, kept = [], []
         for ex, prompt, gen, extra in zip(part, prompts, gens, drawn):
             if gen is None:
@@ -197,14 +203,17 @@ def _sampling_engine(generation: GenerationSettings, engine) -> GenerationSettin
     return dataclasses.replace(generation, samples=dataclasses.replace(generation.samples, engine=name))
 
 
-def _draw_samples(model, tokenizer, task, part, prompts, gens, generation: GenerationSettings, *, sample) -> list:
+def _draw_samples(model, tokenizer, task, part, prompts, gens, generation: GenerationSettings, *, sample,
+                  bar) -> list:
     """Per example of ``part`` (None where the greedy pass skipped it): its labelled samples
     (``generation.samples``, in batches of half the greedy pass's: each row decodes k samples)
-    and cost, drawn by ``sample`` (the engine's, :attr:`acute.engines.Generator.sample`)."""
+    and cost, drawn by ``sample`` (the engine's, :attr:`acute.engines.Generator.sample`), each
+    batch counted on the progress ``bar``."""
     todo = [i for i, g in enumerate(gens) if g is not None]
+    bar.update(len(part) - len(todo))  # skipped by the greedy pass: nothing to sample
     began = time.perf_counter()
     drawn = sample([prompts[i] for i in todo], [part[i].id for i in todo],
-                   dataclasses.replace(generation, batch_size=max(1, generation.batch_size // 2)))
+                   dataclasses.replace(generation, batch_size=max(1, generation.batch_size // 2)), on_batch=bar.update)
     seconds = round((time.perf_counter() - began) / max(1, len(todo)), 4)
     out: list = [None] * len(part)
     for i, samples in zip(todo, drawn):

@@ -140,3 +140,17 @@ def test_a_store_with_samples_resumes_after_a_kill_and_refuses_other_settings(lo
                 replace(plain, samples=SamplingSettings(3, temperature=0.7)), **kw)
     with pytest.raises(IncompatibleStoreError, match="samples"):
         collect(model, tok, task, examples, tmp_path / "store", plain, **kw)
+
+
+def test_collecting_with_samples_shows_the_samples_progress(loaded, tmp_path, capsys):
+    """A chunk's samples take longer than its greedy pass: they have their own bar, which counts
+    every record (with the greedy bar) by the end."""
+    model, tok = loaded
+    task = _task(tmp_path / "q.jsonl", 5)
+    plain = GenerationSettings(batch_size=2, max_new_tokens=4, dtype="float32")
+    collect(model, tok, task, task.load(), tmp_path / "store", replace(plain, samples=SamplingSettings(2)),
+            progress=True, shard_size=4)
+    lines = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    for bar in ("collect q.jsonl:", "sample q.jsonl (2 each):"):
+        counts = [int(line.split("|")[2].split("/")[0]) for line in lines if line.startswith(bar)]
+        assert counts and counts == sorted(counts) and counts[-1] == 5, (bar, lines)
