@@ -6,12 +6,13 @@ import torch
 
 from acute.testing import make_tiny_model, make_tiny_tokenizer, save_tiny_model
 
-#: test files whose set-up alone takes 30-50 s (a vLLM engine, a whole pipeline run), in the order
+#: test files that take 30-90 s (a vLLM engine, a whole pipeline run, a real model behind the service), in the order
 #: they are collected first: under ``--dist loadfile`` they then start at once instead of forming
 #: the tail of the run; vLLM files alternate with others so that two engines rarely run together
 SLOW_FILES = ("tests/engines/test_vllm_engine.py", "tests/pipeline/test_reproduce.py",
               "tests/estimators/test_shared_fits.py", "tests/serving/test_vllm_serve.py", "tests/test_readme.py",
-              "tests/evaluation/test_stack_rows.py", "tests/cli/test_collect_parallel.py")
+              "tests/evaluation/test_stack_rows.py", "tests/cli/test_collect_parallel.py",
+              "tests/serving/test_serve_stop_early.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
