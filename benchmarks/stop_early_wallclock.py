@@ -89,17 +89,17 @@ def measure(store_dir: str, n: int, epsilons, seed: int, dtype: str, batch_size:
             scorer = Scorer(model, tok, probe, settings, task=None, engine=started_engine)
             scorer.generate(prompts[:batch_size])  # warm-up, untimed: the first call's one-off costs
             for eps in (None, *epsilons):
+                rule = None if eps is None else probe.stop_early.rule(eps)
                 # on vLLM the certificate is refused (another engine than the probe's store): the
                 # same threshold as the transformers run, given as the gate's stop rule
-                stop = ({"stop_early": eps} if engine == "transformers" or eps is None
-                        else {"gate": Gate(stop=probe.stop_early.rule(eps))})
+                stop = {"stop_early": eps} if engine == "transformers" or rule is None else {"gate": Gate(stop=rule)}
                 start = time.perf_counter()
                 scored = scorer.generate(prompts, **stop)
                 seconds = time.perf_counter() - start
                 out.append({"store": store_dir, "engine": engine, "epsilon": eps, "n": len(prompts),
                             "seconds": seconds, "tokens": int(sum(s.n_tokens for s in scored)),
                             "stopped": int(sum(s.stopped_at is not None for s in scored)),
-                            "threshold": None if eps is None else probe.stop_early.rule(eps).threshold})
+                            "threshold": None if rule is None else rule.threshold})
                 print(f"{store_dir} ({engine}): epsilon {eps}: {seconds:.1f} s, {out[-1]['tokens']} tokens, "
                       f"{out[-1]['stopped']} stopped", flush=True)
     return out
