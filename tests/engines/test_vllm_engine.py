@@ -18,7 +18,7 @@ import pytest
 import torch
 from stop_probes import gate_between, stop_gate, stop_probe  # tests/stop_probes.py
 
-from acute.engines.vllm import VllmEngine, model_folder
+from acute.engines.vllm import VllmEngine, log_tail, model_folder
 from acute.engines.vllm_sampling import sample_answers
 from acute.errors import EngineError, IncompatibleStoreError, InputError
 from acute.store.generation import GenerationSettings
@@ -187,6 +187,19 @@ def test_a_model_vllm_cannot_load_is_named(tmp_path, vllm_python):
             pass
     _, tail = str(failed.value).split("; its last lines:\n", 1)
     assert "not-a-model" in tail
+
+
+def test_log_tail_ends_a_message_with_the_logs_last_lines_or_nothing(tmp_path):
+    """The engine's and the server's errors end the same way: the log's last lines, or nothing
+    when there is no log (not started, removed) or it is empty."""
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(f"line {i}\n" for i in range(20)))
+    assert log_tail(log, 3) == "; its last lines:\nline 17\nline 18\nline 19"
+    assert log_tail(log).count("\n") == 15
+    log.write_text("")
+    assert log_tail(log) == ""
+    assert log_tail(tmp_path / "missing.log") == ""
+    assert log_tail(None) == ""
 
 # ------------------------------------------------------------------ samples and stopping early
 # Samples are drawn by the worker's plain vLLM engine, one seeded request per sample
