@@ -29,7 +29,7 @@ from acute.estimators.calibration import calibration_scores, probe_calibrator
 from acute.estimators.inputs import AGREEMENT, Inputs, states_source
 from acute.estimators.probes import ActivationProbe
 from acute.errors import InputError
-from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
+from acute.estimators.registry import STATES_PROBE, make_estimator
 from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.grouping import store_groups
 from acute.evaluation.label_free import agreement_target
@@ -61,7 +61,7 @@ def fold_predictions(data, tr, te, n_labels, order, seed, n_jobs, n_estimators):
     out["platt"] = fit(make_estimator("platt"), cal)
     out["consistency"] = fit(AgreementPlatt("consistency"), cal)
     out["semantic-entropy"] = fit(AgreementPlatt("semantic-entropy"), cal)
-    out["supervised"] = fit(make_estimator(DEFAULT_ESTIMATOR, random_state=seed, n_jobs=n_jobs, probe_params=params),
+    out["supervised"] = fit(make_estimator(STATES_PROBE, random_state=seed, n_jobs=n_jobs, probe_params=params),
                             cal)
     # the label-free probe: its forest on the agreement target of every training record
     target = agreement_target(data["agreement"][tr], "consistency")
@@ -87,7 +87,7 @@ def load(path, group_by):
     y = np.asarray(store.correct).astype(np.int64)
     field, groups = store_groups(store, group_by)
     agreement = agreement_matrix(store.records, store_task(store.manifest), where=str(path))
-    X = inputs_for(store, ["platt", DEFAULT_ESTIMATOR])
+    X = inputs_for(store, ["platt", STATES_PROBE])
     X = Inputs({**{s: X[s] for s in X}, AGREEMENT: agreement})
     m = store.manifest
     return {"path": str(path), "model": m.get("model"), "task": m.get("task"), "y": y, "X": X,
@@ -111,7 +111,7 @@ def within_pair(data, args):
             tr, te = np.sort(tr), np.sort(te)
             order = np.random.default_rng(args.seed + 1000 * r + f).permutation(tr.size)
             params = {"n_estimators": args.n_estimators} if args.n_estimators else None
-            est = make_estimator(DEFAULT_ESTIMATOR, random_state=args.seed, n_jobs=args.n_jobs, probe_params=params)
+            est = make_estimator(STATES_PROBE, random_state=args.seed, n_jobs=args.n_jobs, probe_params=params)
             full[r, te] = est.fit(X.take(tr), y[tr]).predict_proba(X.take(te))[:, 1]
             for n in SIZES:
                 if n > tr.size:
@@ -171,7 +171,7 @@ def leave_one_task_out(datas, args):
         forest = ActivationProbe(view="pca10", append_confidence=False, calibration="platt", oof="oob",
                                  random_state=args.seed, n_jobs=args.n_jobs, **params)
         forest.fit(Inputs.of(states), target)
-        supervised = make_estimator(DEFAULT_ESTIMATOR, random_state=args.seed, n_jobs=args.n_jobs,
+        supervised = make_estimator(STATES_PROBE, random_state=args.seed, n_jobs=args.n_jobs,
                                     probe_params=params or None)
         supervised.fit(Inputs.of(states, conf), y_other)
         scores = {"label-free": forest.predict_proba(Inputs.of(held["states"]), calibrated=False)[:, 1],

@@ -29,7 +29,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from acute.estimators.prefix_controls import logprob_stats
-from acute.estimators.registry import DEFAULT_ESTIMATOR, make_estimator
+from acute.estimators.registry import STATES_PROBE, make_estimator
 from acute.evaluation.checkpoint_model import fits_prefix_probe
 from acute.evaluation.crossval import cv_folds, inputs_for
 from acute.evaluation.grouping import store_groups
@@ -57,14 +57,14 @@ def fit_rules(data: dict, rows: np.ndarray, seed: int, n_jobs: int, n_estimators
         est = make_estimator(name, random_state=seed, n_jobs=n_jobs, probe_params=params)
         return est.fit(X.take(idx), y[idx])
 
-    models = {"final": fitted(DEFAULT_ESTIMATOR, data["final"], rows),
+    models = {"final": fitted(STATES_PROBE, data["final"], rows),
               "question": fitted("question-only", data["question"], rows), "probe": {}, "log-prob": {}}
     per_class = models["final"].cv  # the prefix probes' own stratified folds
     for k in PREFIX_CHECKPOINTS:
         live = rows[n_tokens[rows] > k]
         if not fits_prefix_probe(y[live], per_class):  # the rule acute export --with-stop-early applies
             continue
-        models["probe"][k] = fitted(DEFAULT_ESTIMATOR, data["prefix"][k], live)
+        models["probe"][k] = fitted(STATES_PROBE, data["prefix"][k], live)
         lr = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
         models["log-prob"][k] = lr.fit(data["stats"][k][live], y[live])
     return models
@@ -104,7 +104,7 @@ def evaluate(store_dir: str, repeats: int, folds_n: int, seed: int, n_jobs: int,
     y = np.asarray(store.correct).astype(np.int64)
     field, groups = store_groups(store, group_by)
     group_of = np.asarray(groups if groups is not None else [str(i) for i in store.ids])
-    data = {"y": y, "n_tokens": np.asarray(store.n_tokens), "final": inputs_for(store, [DEFAULT_ESTIMATOR]),
+    data = {"y": y, "n_tokens": np.asarray(store.n_tokens), "final": inputs_for(store, [STATES_PROBE]),
             "question": inputs_for(store, ["question-only"]),
             "prefix": {k: prefix_inputs(store, k) for k in PREFIX_CHECKPOINTS},
             "stats": {k: logprob_stats(store.token_logprobs, k) for k in PREFIX_CHECKPOINTS}}

@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from acute.engines.vllm import VllmEngine, find_vllm_python, model_folder
-from acute.estimators.registry import DEFAULT_ESTIMATOR
+from acute.estimators.registry import STATES_PROBE
 from acute.evaluation.training import train_probe
 from acute.models import load_model
 from acute.scoring import Gate, Scorer
@@ -69,7 +69,7 @@ def measure(store_dir: str, n: int, epsilons, seed: int, dtype: str, batch_size:
     """One row per engine and setting (no stop, then each epsilon) on ``n`` held-out prompts of
     the store, the same prompts for every engine."""
     store = open_store(store_dir)
-    trained = train_probe(store, DEFAULT_ESTIMATOR, test_fraction=0.2, seed=seed, n_jobs=n_jobs, stop_early=True)
+    trained = train_probe(store, STATES_PROBE, test_fraction=0.2, seed=seed, n_jobs=n_jobs, stop_early=True)
     held = np.setdiff1d(np.arange(len(store)), trained.train_index)
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(held, size=min(n, held.size), replace=False))

@@ -37,9 +37,9 @@ from .probe_file import load_probe
 from .probes import ActivationProbe
 from .auto import AutoEstimator
 from .probe_names import AUTO_CANDIDATES
-from .registry import AUTO, DEFAULT_ESTIMATOR, ESTIMATORS, TABLE_ESTIMATORS, make_estimator
+from .registry import AUTO, DEFAULT_ESTIMATOR, ESTIMATORS, STATES_PROBE, TABLE_ESTIMATORS, make_estimator
 
 __all__ = [
     "AUTO", "AUTO_CANDIDATES", "ActivationProbe", "AutoEstimator", "ConfidenceEstimator", "DEFAULT_ESTIMATOR",
-    "ESTIMATORS", "ExportedProbe", "Inputs", "TABLE_ESTIMATORS", "load_probe", "make_estimator",
+    "ESTIMATORS", "ExportedProbe", "Inputs", "STATES_PROBE", "TABLE_ESTIMATORS", "load_probe", "make_estimator",
 ]

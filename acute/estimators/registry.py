@@ -23,10 +23,11 @@ whose ``sources`` names what it reads (:func:`estimator_sources`), for every nam
 The probe names, their ``@POOLING`` suffix and the probe each makes are
 :mod:`acute.estimators.probe_names`' (importable from here too).
 
-:data:`DEFAULT_ESTIMATOR` (``acute-pca10-stacked``) is what ``acute train`` / ``acute export``
-fit when no ``--view`` or ``--estimator`` is given; they also run ``auto``'s cross-validated
-comparison on the training records and record it (``refit=DEFAULT_ESTIMATOR``); the evidence
-behind it is ``benchmarks/default_choice.md``. Fits are deterministic given ``random_state``.
+:data:`DEFAULT_ESTIMATOR` (``acute-pca10-stacked``, today :data:`STATES_PROBE`) is what
+``acute train`` / ``acute export`` fit when no ``--view`` or ``--estimator`` is given; they also
+run ``auto``'s cross-validated comparison on the training records and record it
+(``refit=DEFAULT_ESTIMATOR``); the evidence behind it is ``benchmarks/default_choice.md``, and the
+rule that replaces it ``benchmarks/every_signal.md``. Fits are deterministic given ``random_state``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ __all__ = [
     "AUTO",
     "DEFAULT_ESTIMATOR",
     "ESTIMATORS",
+    "STATES_PROBE",
     "TABLE_ESTIMATORS",
     "estimator_group",
     "estimator_pooling",
@@ -59,7 +61,14 @@ __all__ = [
     "probe_kwargs",
 ]
 
-DEFAULT_ESTIMATOR = "acute-pca10-stacked"
+#: The hidden states' own probe: the forest on per-layer PCA-10 of the answer's mean states,
+#: stacked with the raw confidence. What the prefix checkpoints and stopping early fit at each
+#: checkpoint, and candidate D of the default's rule (benchmarks/every_signal.md).
+STATES_PROBE = "acute-pca10-stacked"
+#: What ``acute train`` / ``acute export`` ship when no estimator is named: today the states' own
+#: probe; benchmarks/every_signal.md's rule chooses among ``acute-all``, ``visible-all`` and it once
+#: every evaluation of docs/results has the stacks' rows.
+DEFAULT_ESTIMATOR = STATES_PROBE
 AUTO = "auto"
 ESTIMATORS: tuple[str, ...] = BASELINES + ACUTE_VARIANTS + STACKED_VARIANTS + (AUTO,)
 #: What ``acute evaluate`` and ``acute run`` fit when no estimators are named: the six baselines, the

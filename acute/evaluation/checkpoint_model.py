@@ -29,7 +29,7 @@ from sklearn.base import clone
 
 from ..errors import InputError
 from ..estimators.folds import out_of_fold
-from ..estimators.registry import DEFAULT_ESTIMATOR, make_estimator
+from ..estimators.registry import STATES_PROBE, make_estimator
 from ..estimators.stop_early import StopEarlyModel
 from ..scoring.risk import DEFAULT_RISK
 from .prefix import PREFIX_CHECKPOINTS, prefix_inputs
@@ -54,7 +54,7 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
                          checkpoints: Sequence[int] = PREFIX_CHECKPOINTS, seed: int = 0, n_jobs: int | None = None,
                          n_estimators: int | None = None, details: dict | None = None) -> StopEarlyModel:
     """The checkpoint model (module docstring) of the store's training records ``idx``: fitted
-    prefix probes (:data:`~acute.estimators.registry.DEFAULT_ESTIMATOR`'s design, ``seed``,
+    prefix probes (:data:`~acute.estimators.registry.STATES_PROBE`'s design, ``seed``,
     ``n_jobs``, ``n_estimators`` trees) and the calibration arrays, ``trusted`` (bool per
     record of ``idx``) the final gate's decisions, ``folds`` the out-of-fold folds over ``idx``
     (positions into it). ``details`` is added to what ``probe.json`` records. The store must
@@ -63,7 +63,7 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
     idx = np.asarray(idx)
     y = np.asarray(store.correct)[idx].astype(np.int64)
     n_tokens = np.asarray(store.n_tokens)[idx]
-    make = lambda: make_estimator(DEFAULT_ESTIMATOR, random_state=seed, n_jobs=n_jobs,  # noqa: E731
+    make = lambda: make_estimator(STATES_PROBE, random_state=seed, n_jobs=n_jobs,  # noqa: E731
                                   probe_params={"n_estimators": n_estimators})
     per_class = max(1, int(getattr(make(), "cv", 1) or 1))
     probes, columns, skipped = {}, [], []
@@ -98,5 +98,5 @@ def fit_checkpoint_model(store: Any, idx: np.ndarray, trusted: np.ndarray, folds
         raise InputError(f"--with-stop-early: no checkpoint of {list(checkpoints)} tokens has {MIN_RECORDS} "
                          f"training answers of {where} still generating, with both labels: its answers are "
                          f"too short (or too uniform) to stop early")
-    info = {"estimator": DEFAULT_ESTIMATOR, "trusted": TRUSTED_BY, "min_records": MIN_RECORDS, **(details or {})}
+    info = {"estimator": STATES_PROBE, "trusted": TRUSTED_BY, "min_records": MIN_RECORDS, **(details or {})}
     return StopEarlyModel(probes, np.column_stack(columns), trusted, y.astype(bool), info)

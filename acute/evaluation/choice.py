@@ -43,7 +43,7 @@ from ..estimators.calibration import make_calibrator
 from ..estimators.inputs import GROUPS, Inputs
 from ..estimators.exported_probe import model_block
 from ..estimators.plan import store_inputs
-from ..estimators.registry import DEFAULT_ESTIMATOR, estimator_sources, make_estimator
+from ..estimators.registry import STATES_PROBE, estimator_sources, make_estimator
 from ..estimators.scoring_setting import Parser, check_setting, missing_sources, parser_for
 from ..estimators.stack_file import ExportedStack, export_stack
 from ..estimators.stacks import STACK_MEMBERS, STACKS
@@ -66,7 +66,7 @@ __all__ = ["AUTO_FOLDS", "AUTO_REPEATS", "CANDIDATES", "MARGIN", "SINGLE_CONTROL
 logger = logging.getLogger(__name__)
 
 #: The candidates of ``auto`` (benchmarks/every_signal.md): A, V, D.
-CANDIDATES: tuple[str, ...] = ("acute-all", "visible-all", DEFAULT_ESTIMATOR)
+CANDIDATES: tuple[str, ...] = ("acute-all", "visible-all", STATES_PROBE)
 #: The controls without hidden states a candidate must not fall below (with the baselines).
 SINGLE_CONTROLS: tuple[str, ...] = ("platt+meta", "tfidf+platt", "answer-surface", "answer-text", "visible")
 #: How far below (auc-euro, point estimate) a candidate may be and still be admissible / A below V.

@@ -46,7 +46,7 @@ from ..estimators.inputs import CONFIDENCE, GROUPS, Inputs, states_source
 from ..estimators.plan import FitPlan
 from ..estimators.prefix_controls import (PREFIX_CONTROL_USES, PREFIX_CONTROLS, prefix_confidence, prefix_controls,
                                           prefix_sources)
-from ..estimators.registry import DEFAULT_ESTIMATOR
+from ..estimators.registry import STATES_PROBE
 from ..metrics import auc_euro, auroc, smece
 from .crossval import cross_val_predictions, cv_metric, inputs_for
 from ..fileio import json_ready, write_text_atomic
@@ -151,7 +151,7 @@ class PrefixEvaluation:
 
 
 def evaluate_prefixes(store: Any, folds: list, *, checkpoints: Iterable[int] = PREFIX_CHECKPOINTS,
-                      estimator: str = DEFAULT_ESTIMATOR, controls: Sequence[str] = PREFIX_CONTROLS,
+                      estimator: str = STATES_PROBE, controls: Sequence[str] = PREFIX_CONTROLS,
                       tokenizer: Any = None, groups: Sequence[Any] | None = None, random_state: int = 0,
                       n_jobs: int | None = None, probe_params: dict | None = None,
                       progress: Callable[[str], None] | None = None) -> PrefixEvaluation:

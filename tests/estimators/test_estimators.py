@@ -14,6 +14,7 @@ from acute.estimators import (
     AUTO_CANDIDATES,
     DEFAULT_ESTIMATOR,
     ESTIMATORS,
+    STATES_PROBE,
     AutoEstimator,
     make_estimator,
 )
@@ -37,6 +38,7 @@ def planted(n=160, seed=0, signal=1.5, conf_signal=0.1):
 def test_every_name_fits_and_predicts_through_one_interface():
     X, y, c = planted(n=120)
     assert DEFAULT_ESTIMATOR == "acute-pca10-stacked" and DEFAULT_ESTIMATOR in ESTIMATORS and "auto" in ESTIMATORS
+    assert STATES_PROBE == "acute-pca10-stacked"  # the states' own probe, whatever the default becomes
     for name in ESTIMATORS:
         est = make_estimator(name, probe_params=SMALL)
         assert not [k for k in vars(est) if k.endswith("_")], name  # nothing fitted in __init__

@@ -20,6 +20,13 @@ pytest.importorskip("skops")
 A, V, D = choice.CANDIDATES
 
 
+def test_the_candidates_are_the_two_stacks_and_the_states_own_probe():
+    """D is the states' probe by name, not whatever the default is (which the rule may make A or V)."""
+    from acute.estimators import STATES_PROBE
+
+    assert (A, V, D) == ("acute-all", "visible-all", STATES_PROBE) == ("acute-all", "visible-all", "acute-pca10-stacked")
+
+
 @pytest.mark.parametrize("adm, a_vs_v, chosen", [
     ({A: True, V: True, D: True}, -0.001, A),
     ({A: True, V: True, D: True}, -0.003, V),
